@@ -1,0 +1,140 @@
+# %% [markdown]
+# # 0. Setup: the machine, the data, the model
+#
+# **Learning goals**
+# - check that PyTorch, DeepSpeed and the GPU (if any) work together, and know what `ds_report` tells you;
+# - see what one training example looks like: the SQuAD prompt, its tokens, and which tokens carry the loss;
+# - estimate, before downloading anything, how much memory the model states of a 0.6B model need, and
+#   how ZeRO divides them.
+#
+# Everything here is done by the small library `workshop_lib`; the notebooks call it and show its code
+# where it matters. Without a GPU (a laptop, or CI), the notebooks run a *tiny* model of the same family on
+# the CPU: every number is smaller, every mechanism is the same.
+#
+# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+
+# %%
+import os
+
+import pandas as pd
+import torch
+
+from workshop_lib import data, env, memory, model
+
+# Without a GPU the tiny model runs on the CPU; WORKSHOP_TINY=1 or 0 forces either way.
+TINY = os.environ.get("WORKSHOP_TINY", "auto")
+TINY = (not torch.cuda.is_available()) if TINY == "auto" else TINY == "1"
+print(f"device: {env.device_name()}   tiny model: {TINY}")
+print(env.versions())
+
+# %% [markdown]
+# ## 1. The machine
+#
+# DeepSpeed compiles some of its operations (the fused Adam optimizer on the GPU, the vectorised Adam on the
+# CPU used by offload) the first time they are used. `ds_report` lists them and whether they can be built
+# here. A line `[NO] ....... [OKAY]` means "not pre-built, but compatible: it will be compiled on first use"
+# (about a minute, once).
+
+# %%
+import subprocess
+
+report = subprocess.run(["ds_report"], capture_output=True, text=True).stdout
+print("\n".join(line for line in report.splitlines() if "adam" in line or "torch version" in line
+                or "accelerator" in line.lower()))
+
+# %%
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"{p.name}: {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
+          f"bf16 supported: {torch.cuda.is_bf16_supported()}, peak 16-bit FLOP/s: {env.peak_flops()}")
+else:
+    print("No GPU: the experiments will run the tiny model on the CPU, in fp32.")
+
+# %% [markdown]
+# ## 2. The data: SQuAD as a prompt
+#
+# SQuAD v1.1 (Rajpurkar et al. 2016; CC BY-SA 4.0) has questions about Wikipedia paragraphs whose answer is a
+# span of the paragraph. We turn each one into a single text for a causal language model:
+#
+# `Question: {question} Context: {context} Answer: {answer}<eos>`
+#
+# `load_squad` takes SQuAD from the Hugging Face hub when it can reach it, else the real subset bundled with
+# the package (the same rows in the same order), and says which.
+
+# %%
+train_raw = data.load_squad("train", num_samples=500)
+ex = train_raw[0]
+print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + "...", answer=ex["answers"]["text"][0]))
+
+# %% [markdown]
+# ### Which tokens carry the loss?
+#
+# A causal LM predicts every next token. We can grade it on **all** tokens (the original workshop) or only
+# on the **answer** (the default here). With `loss_on="all"` most of the gradient goes to reproducing
+# the question and the Wikipedia paragraph, about 98% of the tokens; with `loss_on="answer"` the prompt
+# tokens get the label -100, which `torch.nn.functional.cross_entropy` ignores, so the model is trained to
+# answer. The two losses are therefore on different scales: compare runs only with the same `loss_on`.
+
+# %%
+_, tokenizer, _ = model.load_model_and_tokenizer(model.DEFAULT_MODEL, tiny=True)
+enc = data.encode_example(ex, tokenizer, max_length=512, loss_on="answer")
+graded = [t for t, label in zip(enc["input_ids"], enc["labels"]) if label != -100]
+print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss: {tokenizer.decode(graded)!r}")
+
+# %% [markdown]
+# ### Long examples
+#
+# Sequences are capped at 512 tokens. Cutting the end of a long example would cut the answer, the one part
+# we train on. `tokenize_squad` instead shortens the *context* to a window around the answer, and drops an
+# example only if even the question and answer do not fit. It reports the counts:
+
+# %%
+tokenized, stats = data.tokenize_squad(train_raw, tokenizer, max_length=512)
+pd.Series(stats.as_dict())
+
+# %% [markdown]
+# ## 3. Memory before training: model states
+#
+# Mixed-precision training with Adam keeps, per parameter: 2 bytes of 16-bit weights, 2 of 16-bit gradients,
+# and 12 of fp32 optimizer state (master weights, momentum, variance): **16 bytes per parameter**, the ZeRO
+# paper's "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators (which also count fp32 gradients) tell us
+# what each ZeRO stage leaves on each GPU. We can compute them from the architecture alone, built on the
+# `meta` device: no download, no memory.
+
+# %%
+rows = []
+for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
+    n = model.count_params(name)
+    for stage, off_opt, off_par in [(0, False, False), (2, False, False), (3, False, False),
+                                    (2, True, False), (3, True, True)]:
+        for gpus in (1, 4):
+            est = memory.estimate_model_states(n["num_params"], n["largest_layer_params"], stage, off_opt,
+                                               off_par, num_gpus_per_node=gpus)
+            rows.append({"model": name, "params (M)": n["num_params"] / 1e6, "zero_stage": stage,
+                         "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
+                         "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
+                         "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
+estimates = pd.DataFrame(rows)
+estimates
+
+# %% [markdown] tags=["exercise"]
+# ## Exercises
+#
+# 1. How many parameters do Qwen3-0.6B and BLOOM-560m have? Which single tensor is the largest, and why
+#    is it so large for BLOOM?
+# 2. From the table: how many MiB of model states does ZeRO stage 0 need on one GPU for Qwen3-0.6B, and
+#    how many per GPU with stage 3 on 4 GPUs? What fraction is that?
+# 3. Why is the estimate for stages 0 and 2 the same on one GPU?
+#
+# | question | your answer |
+# | --- | --- |
+# | 1 | |
+# | 2 | |
+# | 3 | |
+
+# %% [markdown]
+# ## Summary
+# - `workshop_lib` loads SQuAD (hub or bundled), builds the prompts and the loss mask, and builds models
+#   from the hub, with random weights, or tiny.
+# - Model states cost 16 bytes per parameter in mixed-precision Adam; ZeRO divides them across GPUs, offload
+#   moves them to the CPU. Activations come on top: the next notebooks measure them.

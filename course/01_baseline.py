@@ -1,0 +1,99 @@
+# %% [markdown]
+# # 1. Baseline: the Hugging Face Trainer without DeepSpeed
+#
+# **Learning goals**
+# - fine-tune a causal LM on SQuAD with the plain HF `Trainer`, and read its loss, eval loss and throughput;
+# - measure GPU memory three ways (NVML over time, PyTorch's peak allocation, DeepSpeed's estimate of the
+#   model states) and see that model states are only part of it;
+# - see what the original workshop's recipe (`classic`: pad to 512 tokens, fp16, loss on all tokens) costs
+#   against the default one (pad per batch, bf16, loss on the answer).
+#
+# Every later notebook compares against the numbers you measure here.
+#
+# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+
+# %%
+import os
+
+import torch
+from IPython.display import Markdown, display
+
+from workshop_lib import results
+from workshop_lib.train import RECIPES, run_experiment
+
+TINY = os.environ.get("WORKSHOP_TINY", "auto")
+TINY = (not torch.cuda.is_available()) if TINY == "auto" else TINY == "1"
+# WORKSHOP_RANDOM_WEIGHTS=1: the real architecture with random weights, where the hub is unreachable.
+COMMON = dict(tiny=TINY, random_weights=os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", overwrite=True)
+RUNS = "runs/01_baseline"
+RECIPES["default"]
+
+# %% [markdown]
+# ## 1. One run
+#
+# `run_experiment` loads the data and the model, trains with the HF `Trainer`, evaluates after every epoch,
+# samples memory in a background thread, and writes `results.json`, `memory.csv` (the time series),
+# `train_log.csv` (one row per optimizer step) into its output directory. The same function is behind
+# `workshop run baseline` on the command line.
+
+# %%
+base = run_experiment("baseline", output_dir=f"{RUNS}/baseline", **COMMON)
+{k: base[k] for k in ("train_loss", "eval_loss", "train_samples_per_second", "train_tokens_per_second",
+                      "steps_per_epoch", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib")}
+
+# %% [markdown]
+# Global batch = micro-batch x gradient accumulation x GPUs = 4 x 4 x 1 = 16 sequences per optimizer step,
+# so 500 questions give ceil(500 / 4) = 125 micro-batches, 32 optimizer steps per epoch (the last one
+# short). The loss per step, from `train_log.csv`:
+
+# %%
+import pandas as pd
+
+log = pd.read_csv(f"{RUNS}/baseline/train_log.csv")
+ax = log.dropna(subset=["loss"]).plot(x="step", y="loss", figsize=(7, 3), title="training loss per step")
+log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o", ls="");
+
+# %% [markdown]
+# ## 2. The classic recipe
+#
+# The original workshop padded every prompt to 512 tokens, trained in fp16 and took the loss on every
+# token. Run it, then compare.
+
+# %%
+classic = run_experiment("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON)
+df = results.load_results(RUNS)
+display(Markdown(results.exercise_table(df).to_markdown(index=False)))
+results.plot_memory_over_time(df);
+
+# %% [markdown]
+# Three measures of GPU memory:
+# - **GPU peak/mean/min MiB** (NVML, what `nvidia-smi` shows): everything on the GPU, including PyTorch's
+#   cache of freed blocks and the CUDA context (~500 MiB). This is what runs out.
+# - **torch peak alloc MiB** (`torch.cuda.max_memory_allocated`): live tensors at their peak.
+# - **DS est. model states** (DeepSpeed's estimator): parameters, gradients and optimizer states only.
+#
+# The gap between the estimate and the peak is mostly **activations**, saved for the backward pass, and the
+# **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
+# 514M values, 1 GiB in fp16 and 2 GiB more when the loss upcasts them to fp32).
+
+# %% [markdown] tags=["exercise"]
+# ## Exercises
+#
+# Fill the table from your own runs (the `results.json` files under `runs/01_baseline/`).
+#
+# | recipe | train loss | eval loss per epoch | samples/s | steps per epoch | GPU peak MiB | GPU mean MiB | GPU min MiB |
+# | --- | --- | --- | --- | --- | --- | --- | --- |
+# | default | | | | | | | |
+# | classic | | | | | | | |
+#
+# 1. Why are the train losses of the two recipes not comparable?
+# 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
+#    tokens it processes are padding?
+# 3. Which recipe processes more *real* tokens per second (`train_tokens_per_second`), and by how much?
+
+# %% [markdown]
+# ## Summary
+# - The baseline is the HF `Trainer` alone: all model states, activations and logits live on one GPU.
+# - NVML's peak is what decides an out-of-memory error; the model states (16 bytes per parameter) are a
+#   fraction of it, activations and logits the rest.
+# - Padding to a fixed length spends compute on nothing; per-batch padding and length grouping avoid it.

@@ -1,0 +1,41 @@
+"""Generate the learner notebooks in course/ from solutions/: the same notebook without the cells tagged
+"solution" (the answers). CI checks that course/ is up to date (`python scripts/make_course.py --check`).
+
+    python scripts/make_course.py            # write course/*.py
+    python scripts/make_course.py --check    # exit 1 if course/ differs from what would be written
+"""
+
+import sys
+from pathlib import Path
+
+import jupytext
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTE = "*Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*"
+
+
+def learner_text(solution: Path) -> str:
+    nb = jupytext.read(solution)
+    nb.cells = [c for c in nb.cells if "solution" not in c.metadata.get("tags", [])]
+    nb.cells[0].source += "\n\n" + NOTE
+    return jupytext.writes(nb, fmt="py:percent")
+
+
+def main(check: bool) -> int:
+    stale = []
+    for sol in sorted((ROOT / "solutions").glob("[0-9]*.py")):
+        target, text = ROOT / "course" / sol.name, learner_text(sol)
+        if check:
+            if not target.exists() or target.read_text() != text:
+                stale.append(target.name)
+        else:
+            target.write_text(text)
+            print(target.relative_to(ROOT))
+    if stale:
+        print(f"course/ is out of date for {', '.join(stale)}. To fix: python scripts/make_course.py")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main("--check" in sys.argv))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up a virtual environment (.venv) and run every test: unit tests, every experiment through
+# `workshop run --tiny` on the CPU with real DeepSpeed, and every notebook of course/ and solutions/
+# executed by nbmake on the tiny model. About 15-25 minutes on 2 cores, most of it DeepSpeed runs.
+#   bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
+python scripts/make_course.py --check
+jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py
+pytest -q -p no:cacheprovider tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200

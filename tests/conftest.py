@@ -1,0 +1,25 @@
+"""Shared fixtures. Everything runs for real on the CPU: the tiny model, real DeepSpeed, the bundled SQuAD."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# No hub here: fall back to the bundled data and local tokenizers at once instead of probing the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def workshop(*args, cwd=None, check=True):
+    """Run the `workshop` command line in a subprocess; return the CompletedProcess (stdout+stderr text)."""
+    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], cwd=cwd,
+                       capture_output=True, text=True, timeout=900)
+    if check and p.returncode != 0:
+        raise AssertionError(f"workshop {' '.join(map(str, args))} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@pytest.fixture
+def run_cli():
+    return workshop

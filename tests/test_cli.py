@@ -1,0 +1,94 @@
+"""Every experiment through `workshop run --tiny` on the CPU (real DeepSpeed), then `workshop report`."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from conftest import workshop
+from workshop_lib.train import EXPERIMENTS
+
+REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_optimizer", "offload_param",
+            "world_size", "micro_batch_size_per_gpu", "gradient_accumulation_steps", "global_batch_size",
+            "epochs", "steps_per_epoch", "train_loss", "eval_loss", "train_samples_per_second",
+            "eval_samples_per_second", "train_tokens_per_second", "mfu", "gpu_peak_allocated_mib", "gpu_peak_mib",
+            "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib", "estimated_model_states_gpu_mib",
+            "estimated_model_states_cpu_mib", "data_stats", "device", "versions", "wall_seconds"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for exp in EXPERIMENTS:
+        workshop("run", exp, "--tiny", "--output-dir", root / exp)
+    return root
+
+
+@pytest.mark.parametrize("exp", list(EXPERIMENTS))
+def test_every_experiment_writes_its_results(runs, exp):
+    d = runs / exp
+    r = json.loads((d / "results.json").read_text())
+    assert not [k for k in REQUIRED if k not in r]
+    stage, off_opt, off_par = EXPERIMENTS[exp]
+    assert (r["experiment"], r["zero_stage"], r["offload_optimizer"], r["offload_param"]) == (exp, stage, off_opt, off_par)
+    assert r["world_size"] == 1 and r["global_batch_size"] == 16 and r["steps_per_epoch"] == 4  # 64 / 16
+    assert len(r["eval_loss"]) == r["epochs"] == 2 and all(math.isfinite(x) for x in r["eval_loss"])
+    assert 0 < r["train_loss"] < 9 and r["train_samples_per_second"] > 0 and r["train_tokens_per_second"] > 0
+    assert r["gpu_peak_mib"] is None and r["mfu"] is None and r["host_peak_rss_mib"] > 100  # CPU machine
+    assert r["data_stats"]["train"]["used"] == 64
+    assert (d / "ds_config.json").exists() == (stage is not None)
+    if stage is not None:
+        cfg = json.loads((d / "ds_config.json").read_text())
+        assert cfg["zero_optimization"]["stage"] == stage and cfg["train_batch_size"] == 16
+        assert ("offload_optimizer" in cfg["zero_optimization"]) == off_opt
+    log = pd.read_csv(d / "train_log.csv")
+    assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
+    assert len(pd.read_csv(d / "memory.csv")) >= 2
+
+
+def test_zero_stages_train_the_same_model(runs):
+    """Same data, order and fp32 Adam maths: ZeRO partitioning must not change what is learnt."""
+    loss = {e: json.loads((runs / e / "results.json").read_text())["train_loss"] for e in EXPERIMENTS}
+    ds_runs = [loss[e] for e in EXPERIMENTS if e != "baseline"]
+    assert max(ds_runs) - min(ds_runs) < 0.02, loss
+    assert abs(loss["baseline"] - loss["stage0"]) < 0.05, loss  # torch AdamW vs DeepSpeed's Adam
+    first = json.loads((runs / "baseline" / "train_log.csv").with_name("results.json").read_text())
+    assert first["eval_loss"][-1] < 8.3  # it learns: log(4096) = 8.32 is a uniform guess
+
+
+def test_report_writes_tables_and_plots(runs, tmp_path):
+    p = workshop("report", runs, "--out", tmp_path / "report")
+    assert "| stage3_offload" in p.stdout
+    table = pd.read_csv(tmp_path / "report" / "report.csv")
+    assert sorted(table["experiment"]) == sorted(EXPERIMENTS)
+    for png in ("memory_over_time.png", "memory_throughput.png"):
+        assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_classic_recipe_pads_to_512(tmp_path):
+    workshop("run", "stage2", "--tiny", "--recipe", "classic", "--max-steps", "2", "--output-dir", tmp_path)
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert (r["recipe"], r["model"], r["loss_on"], r["padding"]) == ("classic", "bigscience/bloom-560m", "all", "max_length")
+    assert r["global_steps"] == 2 and len(r["eval_loss"]) == 1
+
+
+def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
+    p = workshop("run", "stage9", "--tiny", check=False)
+    assert p.returncode == 2 and "stage2_offload" in p.stderr
+    p = workshop("run", "stage2", "--tiny", "--train-file", tmp_path / "missing.json", check=False)
+    assert p.returncode == 2 and "does not exist" in p.stderr and "To fix:" in p.stderr
+    p = workshop("run", "stage2", check=False)  # no GPU, no --tiny
+    assert p.returncode == 2 and "--tiny" in p.stderr
+    done = runs / "stage2" / "results.json"
+    before = done.read_text()
+    p = workshop("run", "stage2", "--tiny", "--output-dir", done.parent, check=False)
+    assert p.returncode == 2 and "--overwrite" in p.stderr and done.read_text() == before
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "x", "question": "q?", "answers": []}]}]}]}')
+    out = tmp_path / "kept"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    p = workshop("run", "baseline", "--tiny", "--train-file", bad, "--output-dir", out, check=False)
+    assert p.returncode == 2 and "has no answer" in p.stderr and "Traceback" not in p.stderr
+    assert [f.name for f in out.iterdir()] == ["notes.txt"]

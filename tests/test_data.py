@@ -1,0 +1,73 @@
+import json
+
+import pytest
+
+from workshop_lib.data import encode_example, load_squad, read_squad_json, tokenize_squad
+from workshop_lib.errors import WorkshopError
+from workshop_lib.model import local_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return local_tokenizer()
+
+
+def test_bundled_squad_is_the_official_prefix():
+    train = load_squad("train", num_samples=500)
+    assert len(train) == 500
+    assert train[0]["id"] == "5733be284776f41900661182"  # first question of the official train-v1.1.json
+    assert train[0]["answers"]["text"][0] == "Saint Bernadette Soubirous"
+    dev = load_squad("validation", num_samples=50)
+    assert dev[0]["id"] == "56be4db0acb8001400a502ec"  # first question of the official dev-v1.1.json
+
+
+def test_answer_only_loss_labels_exactly_the_answer(tok):
+    ex = load_squad("train", 1)[0]
+    enc = encode_example(ex, tok, 512, "answer")
+    graded = [t for t, lab in zip(enc["input_ids"], enc["labels"]) if lab != -100]
+    assert tok.decode(graded) == " Saint Bernadette Soubirous<|endoftext|>"
+    assert tok.decode(enc["input_ids"]).startswith("Question: To whom did the Virgin Mary")
+    all_enc = encode_example(ex, tok, 512, "all")
+    assert all_enc["labels"] == all_enc["input_ids"]
+
+
+def test_long_context_is_shortened_around_the_answer_never_cutting_it(tok):
+    ex = load_squad("train", 1)[0]
+    enc = encode_example(ex, tok, 60, "answer")
+    assert enc["shortened"] and len(enc["input_ids"]) <= 60
+    graded = [t for t, lab in zip(enc["input_ids"], enc["labels"]) if lab != -100]
+    assert tok.decode(graded) == " Saint Bernadette Soubirous<|endoftext|>"
+    assert "Bernadette" in tok.decode(enc["input_ids"][: -len(graded)])  # the window keeps the answer span
+    assert encode_example(ex, tok, 12, "answer") is None  # the question alone does not fit: dropped
+
+
+def test_tokenize_reports_counts(tok):
+    ds, stats = tokenize_squad(load_squad("train", 40), tok, max_length=128)
+    assert stats.total == 40 and stats.used + stats.dropped == 40
+    assert stats.context_shortened > 0 and stats.max_tokens <= 128
+    assert len(ds) == stats.used and sum(map(len, ds["input_ids"])) == stats.tokens
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "does not exist"),
+    ("{not json", "not valid JSON"),
+    ('{"version": "1.1"}', "no top-level 'data'"),
+    ('{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "q1", "question": "Why?", '
+     '"answers": []}]}]}]}', "'q1'"),
+    ('{"data": [{"title": "t", "paragraphs": [{"qas": []}]}]}', "lacks the field"),
+])
+def test_bad_data_files_say_how_to_fix(tmp_path, content, expected):
+    path = tmp_path / "squad.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(WorkshopError, match=expected) as err:
+        read_squad_json(path)
+    assert "To fix:" in str(err.value)
+
+
+def test_any_squad_file_can_be_named(tmp_path):
+    rows = {"data": [{"title": "T", "paragraphs": [{"context": "Paris is the capital of France.", "qas": [
+        {"id": "a", "question": "What is the capital of France?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+    (tmp_path / "mine.json").write_text(json.dumps(rows))
+    ds = load_squad("train", data_file=str(tmp_path / "mine.json"))
+    assert ds[0]["answers"]["text"] == ["Paris"]

@@ -1,0 +1,44 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from workshop_lib.ds_config import build_ds_config, shipped_configs
+from workshop_lib.errors import WorkshopError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_stage_and_batch_arithmetic(stage):
+    cfg = build_ds_config(stage, precision="bf16", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4,
+                          world_size=8)
+    assert cfg["zero_optimization"]["stage"] == stage
+    assert cfg["train_batch_size"] == 4 * 4 * 8  # micro x accumulation x world_size
+    assert cfg["bf16"]["enabled"] is True and cfg["fp16"]["enabled"] is False
+    assert "offload_optimizer" not in cfg["zero_optimization"]
+
+
+def test_offload_sections():
+    z2 = build_ds_config(2, offload_optimizer=True)["zero_optimization"]
+    assert z2["offload_optimizer"]["device"] == "cpu" and "offload_param" not in z2
+    z3 = build_ds_config(3, offload_optimizer=True, offload_param=True)["zero_optimization"]
+    assert z3["offload_param"]["device"] == "cpu" and z3["offload_optimizer"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    (dict(zero_stage=0, offload_optimizer=True), "stage 1, 2 or 3"),
+    (dict(zero_stage=2, offload_param=True), "needs ZeRO stage 3"),
+    (dict(zero_stage=4), "0, 1, 2 or 3"),
+    (dict(zero_stage=1, precision="fp8"), "Unknown precision"),
+])
+def test_impossible_configs_are_refused(kwargs, expected):
+    with pytest.raises(WorkshopError, match=expected):
+        build_ds_config(**kwargs)
+
+
+def test_shipped_json_files_are_generated_from_build_ds_config():
+    shipped = shipped_configs()
+    on_disk = {p.name: p.read_text() for p in (ROOT / "configs").glob("ds_*.json")}
+    assert on_disk == shipped, "configs/ is stale. To fix: python -m workshop_lib.ds_config configs"
+    assert json.loads(shipped["ds_zero3_offload.json"])["train_batch_size"] == "auto"

@@ -1,0 +1,198 @@
+"""SQuAD as causal-LM prompts: loading, tokenising, loss masks (introduced in `01_baseline`).
+
+Each question becomes one sequence::
+
+    Question: {question} Context: {context} Answer: {answer}<eos>
+
+`loss_on="answer"` (the default) puts labels on the answer and the end-of-sequence token only; the
+prompt tokens get label -100, which the cross-entropy ignores, so the model is graded on answering and
+not on reproducing Wikipedia. `loss_on="all"` (the original workshop's choice, recipe `classic`) puts
+labels on every non-padding token.
+
+Long examples: an answer is never truncated away. When a sequence would exceed `max_length` tokens, the
+context is cut to a window of tokens around the answer; when even the question and the answer do not fit,
+the example is dropped. Both counts are reported in `DataStats`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import datasets
+
+from .env import hub_reachable
+from .errors import WorkshopError
+
+BUNDLED_DIR = Path(__file__).parent / "squad"
+BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
+                 "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
+PROMPT = "Question: {question} Context: {context} Answer: {answer}"
+
+
+@dataclass
+class DataStats:
+    """What tokenisation did to a split. Counts are examples (questions); tokens are non-padding tokens."""
+
+    total: int = 0
+    used: int = 0
+    dropped: int = 0  # question + answer alone longer than max_length
+    context_shortened: int = 0  # context cut to a window around the answer
+    tokens: int = 0  # sum of sequence lengths of the used examples
+    max_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"mean_tokens": round(self.tokens / max(self.used, 1), 1)}
+
+
+def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
+    """Read a file in the SQuAD v1.1 JSON layout into rows like Hugging Face's `squad` dataset.
+
+    Returns a Dataset with columns id, title, context, question, answers ({"text": [...],
+    "answer_start": [...]}), in file order.
+
+    Raises:
+        WorkshopError: the file is missing, is not JSON, is not in the SQuAD layout, or holds a question
+            without an answer (SQuAD v2 "impossible" questions cannot be trained on here).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkshopError(f"Data file {path} does not exist.",
+                            "give the path of a SQuAD v1.1 JSON file, or leave --train-file out to use the "
+                            "bundled SQuAD subset.")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        articles = raw["data"]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WorkshopError(f"{path} is not valid JSON ({e}).",
+                            "check the file is a complete SQuAD JSON file (re-download or re-export it).") from e
+    except (KeyError, TypeError) as e:
+        raise WorkshopError(f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.",
+                            'use the layout {"data": [{"title", "paragraphs": [{"context", "qas": '
+                            '[{"id", "question", "answers": [{"text", "answer_start"}]}]}]}]}.') from e
+    rows = {k: [] for k in ("id", "title", "context", "question", "answers")}
+    try:
+        for article in articles:
+            for para in article["paragraphs"]:
+                for qa in para["qas"]:
+                    answers = qa.get("answers") or []
+                    if not answers:
+                        raise WorkshopError(
+                            f"{path}: question {qa.get('id', '?')!r} ({qa.get('question', '')[:60]!r}) has no answer.",
+                            "every question needs at least one answer {\"text\", \"answer_start\"}; remove "
+                            "unanswerable (SQuAD v2 'is_impossible') questions from the file.")
+                    rows["id"].append(str(qa["id"]))
+                    rows["title"].append(article.get("title", ""))
+                    rows["context"].append(para["context"])
+                    rows["question"].append(qa["question"])
+                    rows["answers"].append({"text": [a["text"] for a in answers],
+                                            "answer_start": [int(a["answer_start"]) for a in answers]})
+    except (KeyError, TypeError) as e:
+        raise WorkshopError(f"{path}: a record lacks the field {e} of the SQuAD layout.",
+                            "each article needs 'paragraphs', each paragraph 'context' and 'qas', each question "
+                            "'id', 'question' and 'answers'.") from e
+    if not rows["id"]:
+        raise WorkshopError(f"{path} holds no questions.", "give a SQuAD file with at least one question.")
+    return datasets.Dataset.from_dict(rows)
+
+
+def load_squad(split: str = "train", num_samples: int | None = None, data_file: str | None = None,
+               verbose: bool = True) -> datasets.Dataset:
+    """The first `num_samples` SQuAD questions of `split` ("train" or "validation").
+
+    Source, in order: `data_file` when given; else the Hugging Face hub (`load_dataset("squad")`) unless
+    HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set; else, when the hub cannot be reached, the real SQuAD
+    subset bundled with this package (the same rows, in the same order). Prints one line saying which.
+
+    Raises:
+        WorkshopError: see `read_squad_json`; or `split` is unknown.
+    """
+    if split not in BUNDLED_FILES:
+        raise WorkshopError(f"Unknown split {split!r}.", "use 'train' or 'validation'.")
+    if data_file:
+        ds, source = read_squad_json(data_file), f"file {data_file}"
+    else:
+        ds = None
+        if hub_reachable():
+            try:
+                ds = datasets.load_dataset("squad", split=split)
+                source = "Hugging Face hub (squad)"
+            except Exception:  # no network, hub down, or not cached: the bundled copy is the same data
+                ds = None
+        if ds is None:
+            ds = read_squad_json(BUNDLED_FILES[split])
+            source = f"bundled SQuAD v1.1 subset ({BUNDLED_FILES[split].name}; hub not used)"
+    if num_samples is not None:
+        if num_samples < 1:
+            raise WorkshopError(f"num_samples must be at least 1, got {num_samples}.", "pass a positive number.")
+        ds = ds.select(range(min(num_samples, len(ds))))
+    if verbose:
+        print(f"SQuAD {split}: {len(ds)} questions from {source}")
+    return ds
+
+
+def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str = "answer") -> dict | None:
+    """Token ids and labels of one SQuAD row; None when the question and answer alone exceed max_length.
+
+    Returns {"input_ids": list[int], "labels": list[int], "shortened": bool}, both lists of the same length
+    L <= max_length; labels are -100 where no loss is taken.
+    """
+    if loss_on not in ("answer", "all"):
+        raise WorkshopError(f"loss_on must be 'answer' or 'all', got {loss_on!r}.",
+                            "use 'answer' (loss on the answer tokens) or 'all' (every token).")
+    answer, start = example["answers"]["text"][0], example["answers"]["answer_start"][0]
+    context = example["context"]
+
+    def ids(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    head = ids(f"Question: {example['question']} Context:")
+    tail = ids(" Answer:")
+    answer_ids = ids(f" {answer}") + [tokenizer.eos_token_id]
+    enc = tokenizer(f" {context}", add_special_tokens=False, return_offsets_mapping=True)
+    ctx_ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    budget = max_length - len(head) - len(tail) - len(answer_ids)
+    shortened = False
+    if len(ctx_ids) > budget:
+        if budget < 1:
+            return None
+        # Keep a window of `budget` context tokens centred on the answer span (char offsets are shifted by
+        # the leading space). The answer is also given after "Answer:", so the window is a courtesy to the
+        # model: the label tokens themselves are never cut.
+        a0, a1 = start + 1, start + 1 + len(answer)
+        inside = [i for i, (s, e) in enumerate(offsets) if e > a0 and s < a1] or [0]
+        centre = (inside[0] + inside[-1]) // 2
+        lo = max(0, min(centre - budget // 2, len(ctx_ids) - budget))
+        ctx_ids, shortened = ctx_ids[lo:lo + budget], True
+    prompt = head + ctx_ids + tail
+    input_ids = prompt + answer_ids
+    labels = ([-100] * len(prompt) + answer_ids) if loss_on == "answer" else list(input_ids)
+    return {"input_ids": input_ids, "labels": labels, "shortened": shortened}
+
+
+def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
+                   loss_on: str = "answer") -> tuple[datasets.Dataset, DataStats]:
+    """Tokenise SQuAD rows into {"input_ids", "attention_mask", "labels"} (unpadded, each of length L_i).
+
+    Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened, tokens).
+    Padding is left to the collator (`workshop_lib.train.make_collator`), per batch or to a fixed length.
+    """
+    stats = DataStats(total=len(ds))
+    out = {"input_ids": [], "attention_mask": [], "labels": []}
+    for ex in ds:
+        enc = encode_example(ex, tokenizer, max_length, loss_on)
+        if enc is None:
+            stats.dropped += 1
+            continue
+        stats.used += 1
+        stats.context_shortened += enc["shortened"]
+        stats.tokens += len(enc["input_ids"])
+        stats.max_tokens = max(stats.max_tokens, len(enc["input_ids"]))
+        out["input_ids"].append(enc["input_ids"])
+        out["attention_mask"].append([1] * len(enc["input_ids"]))
+        out["labels"].append(enc["labels"])
+    if not stats.used:
+        raise WorkshopError(f"No example fits in max_length={max_length} tokens.", "raise --max-length.")
+    return datasets.Dataset.from_dict(out), stats

@@ -1,0 +1,108 @@
+"""DeepSpeed configs: one function for every ZeRO stage and offload (introduced in `02_zero_stages`).
+
+`build_ds_config` is the single source of truth. The JSON files in `configs/` for users of their own
+Trainer scripts are generated from it (`python -m workshop_lib.ds_config configs/`) and CI checks they
+are up to date. `workshop run` writes the config it actually used, batch sizes resolved, to ds_config.json.
+
+What each stage partitions across the N data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", fig. 1): stage 1 the optimizer states, stage 2
+also the gradients, stage 3 also the parameters. Offload moves the partitioned optimizer states (and, at
+stage 3, the parameters) to CPU memory and runs the Adam step on the CPU (ZeRO-Offload, Ren et al. 2021).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .errors import WorkshopError
+
+Auto = str  # the literal "auto": the HF Trainer integration fills it from TrainingArguments
+
+
+def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_param: bool = False,
+                    precision: str = "auto", train_micro_batch_size_per_gpu: int | Auto = "auto",
+                    gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None) -> dict:
+    """A DeepSpeed config dict for the HF Trainer integration.
+
+    Args:
+        zero_stage: 0 (plain data parallel, DeepSpeed's engine only), 1, 2 or 3.
+        offload_optimizer: optimizer states and the Adam step on the CPU (stages 1-3).
+        offload_param: parameters on the CPU too (stage 3 only).
+        precision: "bf16", "fp16", "fp32", or "auto" (the Trainer's --bf16/--fp16 decide).
+        train_micro_batch_size_per_gpu, gradient_accumulation_steps: sequences per GPU per forward pass,
+            and passes per optimizer step; ints, or "auto".
+        world_size: number of GPUs (ranks). With ints above, train_batch_size is written out as
+            micro x accumulation x world_size, so every rank of a multi-process launch agrees.
+
+    Returns:
+        The config dict (JSON-serialisable). Optimizer and scheduler values are "auto": the Trainer fills
+        them from TrainingArguments (lr, betas, eps, weight decay, warmup, total steps).
+
+    Raises:
+        WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3,
+            an unknown precision or stage).
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise WorkshopError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}.", "pick one of 0-3.")
+    if offload_optimizer and zero_stage == 0:
+        raise WorkshopError("Optimizer offload needs ZeRO stage 1, 2 or 3; stage 0 keeps the optimizer on the GPU.",
+                            "use stage1_offload, stage2_offload or stage3_offload.")
+    if offload_param and zero_stage != 3:
+        raise WorkshopError("Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
+                            "use stage3_offload, or offload the optimizer only.")
+    if precision not in ("auto", "bf16", "fp16", "fp32"):
+        raise WorkshopError(f"Unknown precision {precision!r}.", "use bf16, fp16, fp32 or auto.")
+    batch = "auto"
+    if world_size and isinstance(train_micro_batch_size_per_gpu, int) and isinstance(gradient_accumulation_steps, int):
+        batch = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size
+    zero: dict = {"stage": zero_stage}
+    if zero_stage >= 1:
+        zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto"}
+    if zero_stage == 3:
+        zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                 "stage3_gather_16bit_weights_on_model_save": True}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
+    fp16, bf16 = half[precision]
+    return {
+        "train_micro_batch_size_per_gpu": train_micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "train_batch_size": batch,  # = micro x accumulation x world_size
+        "gradient_clipping": "auto",
+        # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
+        "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+        "bf16": {"enabled": bf16},
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+        "scheduler": {"type": "WarmupDecayLR",  # what the Trainer's default "linear" schedule maps to
+                      "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                                 "total_num_steps": "auto"}},
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
+        "wall_clock_breakdown": False,
+    }
+
+
+# The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).
+SHIPPED = {"ds_zero0.json": (0, False, False), "ds_zero1.json": (1, False, False),
+           "ds_zero2.json": (2, False, False), "ds_zero3.json": (3, False, False),
+           "ds_zero1_offload.json": (1, True, False), "ds_zero2_offload.json": (2, True, False),
+           "ds_zero3_offload.json": (3, True, True)}
+
+
+def shipped_configs() -> dict[str, str]:
+    """{file name: JSON text} of every config in `configs/`, all values "auto" where the Trainer fills them."""
+    return {name: json.dumps(build_ds_config(*args), indent=2) + "\n" for name, args in SHIPPED.items()}
+
+
+if __name__ == "__main__":  # python -m workshop_lib.ds_config configs/
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "configs")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in shipped_configs().items():
+        (out / name).write_text(text)
+        print(out / name)

@@ -1,0 +1,172 @@
+"""Models and tokenizers: from the hub, with random weights, or tiny (introduced in `00_setup`).
+
+Three ways to get a causal LM, one function (`load_model_and_tokenizer`):
+
+- a Hugging Face model by name or local path (what users run on a GPU): weights and tokenizer from the hub
+  or the local cache;
+- `random_weights=True`: the published architecture (shipped in `configs/models/` for the supported models,
+  so no hub is needed) with random weights: the real shape for memory and speed measurements;
+- `tiny=True`: the same family shrunk to ~0.6M parameters, for tests and CPU-only learners.
+
+Where the real tokenizer is not available offline, a byte-level BPE tokenizer is trained in seconds on the
+bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .env import hub_reachable
+from .errors import WorkshopError
+
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
+CONFIG_DIR = Path(__file__).parent / "configs" / "models"
+SHIPPED_CONFIGS = {"Qwen/Qwen3-0.6B": CONFIG_DIR / "Qwen3-0.6B.json",
+                   "bigscience/bloom-560m": CONFIG_DIR / "bloom-560m.json"}
+TINY_VOCAB, LOCAL_VOCAB = 4096, 32000
+# Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.6M parameters with a 4096 vocab.
+TINY_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 128, "head_dim": 16, "max_position_embeddings": 1024}
+CACHE_DIR = Path(os.environ.get("WORKSHOP_CACHE", Path.home() / ".cache" / "workshop_lib"))
+
+
+def local_tokenizer(vocab_size: int = TINY_VOCAB):
+    """A byte-level BPE tokenizer trained on the bundled SQuAD train text (cached after the first call).
+
+    Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries.
+    Training on 11,877 questions and their contexts takes a few seconds on one core.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    path = CACHE_DIR / f"squad-bpe-{vocab_size}"
+    if not (path / "tokenizer.json").exists():
+        from tokenizers import ByteLevelBPETokenizer
+
+        from .data import BUNDLED_FILES
+
+        squad = json.loads(BUNDLED_FILES["train"].read_text())
+        texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
+        texts += [q["question"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
+                                show_progress=False)
+        tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|pad|>")
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        tok.save_pretrained(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp.rename(path)  # atomic, so parallel ranks never read a half-written tokenizer
+        except OSError:
+            pass  # another process won the race; its copy is identical
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def architecture_config(model_name: str):
+    """The model's `PretrainedConfig`: the shipped copy for supported models, else from the hub or cache.
+
+    Raises:
+        WorkshopError: the model is not supported offline and its config is not cached.
+    """
+    from transformers import AutoConfig
+
+    if model_name in SHIPPED_CONFIGS:
+        d = json.loads(SHIPPED_CONFIGS[model_name].read_text())
+        d = {k: v for k, v in d.items() if not k.startswith("_")}
+        return AutoConfig.for_model(d.pop("model_type"), **d)
+    try:
+        return AutoConfig.from_pretrained(model_name)
+    except OSError as e:
+        raise _not_cached(model_name) from e
+
+
+def tiny_config(model_name: str, vocab_size: int):
+    """The config of `model_name` shrunk to `TINY_DIMS`, same family (e.g. Qwen3 stays Qwen3)."""
+    cfg = architecture_config(model_name)
+    for k, v in TINY_DIMS.items():
+        if hasattr(cfg, k) or k in getattr(cfg, "attribute_map", {}):
+            setattr(cfg, k, v)
+    cfg.vocab_size = vocab_size
+    return cfg
+
+
+def _not_cached(model_name: str) -> WorkshopError:
+    return WorkshopError(
+        f"Model {model_name!r} is neither a local directory nor in the Hugging Face cache, and the hub is "
+        "not reachable (or HF_HUB_OFFLINE=1).",
+        f"on a machine with internet run `hf download {model_name}` (same HF_HOME as here), or pass "
+        f"--random-weights to build the published architecture with random weights "
+        f"(shipped for {', '.join(SHIPPED_CONFIGS)}), or --tiny.")
+
+
+def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False, random_weights: bool = False,
+                             attn_implementation: str | None = None):
+    """Return (model, tokenizer, info) for fine-tuning, model in fp32 on the CPU (the Trainer moves it).
+
+    Args:
+        model_name: hub name or local path of a causal LM.
+        tiny: build the same family at `TINY_DIMS` with a locally trained 4096-token tokenizer.
+        random_weights: the full published architecture with random weights; the real tokenizer when it
+            is cached, else a locally trained 32,000-token one (sequence lengths then differ a little).
+        attn_implementation: "eager", "sdpa", "flash_attention_2", or None for the best the model
+            supports (sdpa where available; BLOOM has eager only).
+
+    `info` is a dict: {"num_params", "largest_layer_params", "num_layers", "hidden_size", "attn_implementation",
+    "tokenizer"}.
+
+    Raises:
+        WorkshopError: the model or tokenizer is not available offline.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok_source = "local BPE"
+    if tiny:
+        tokenizer = local_tokenizer(TINY_VOCAB)
+        config = tiny_config(model_name, len(tokenizer))
+    elif random_weights:
+        config = architecture_config(model_name)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=not hub_reachable())
+            tok_source = model_name
+        except (OSError, ValueError):
+            tokenizer = local_tokenizer(LOCAL_VOCAB)
+    else:
+        offline = not hub_reachable()  # fail at once from the cache instead of retrying the network
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=offline)
+            model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attn_implementation,
+                                                         local_files_only=offline)
+            tok_source = model_name
+        except OSError as e:
+            raise _not_cached(model_name) from e
+        config = None
+    if config is not None:
+        if attn_implementation:
+            config._attn_implementation = attn_implementation
+        model = AutoModelForCausalLM.from_config(config)
+    if tokenizer.pad_token is None:  # Qwen3 and BLOOM ship one; GPT-2-style tokenizers do not
+        tokenizer.pad_token = tokenizer.eos_token
+    largest = max(p.numel() for p in model.parameters())  # the embedding matrix, for these models
+    info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
+            "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,
+            "attn_implementation": model.config._attn_implementation, "tokenizer": tok_source}
+    return model, tokenizer, info
+
+
+def count_params(model_name: str = DEFAULT_MODEL) -> dict:
+    """Parameter counts of the full-size architecture, without allocating it (built on the meta device).
+
+    Returns {"num_params", "largest_layer_params", "num_layers", "hidden_size", "vocab_size"}; a few
+    seconds for a 0.6B model, no memory. Used in `00_setup` to estimate memory before any download.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = architecture_config(model_name)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return {"num_params": sum(p.numel() for p in model.parameters()),
+            "largest_layer_params": max(p.numel() for p in model.parameters()),
+            "num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size}
