@@ -51,8 +51,8 @@ def test_zero_stages_train_the_same_model(runs):
     """Same data, order and fp32 Adam maths: ZeRO partitioning must not change what is learnt."""
     loss = {e: json.loads((runs / e / "results.json").read_text())["train_loss"] for e in EXPERIMENTS}
     ds_runs = [loss[e] for e in EXPERIMENTS if e != "baseline"]
-    assert max(ds_runs) - min(ds_runs) < 0.02, loss
-    assert abs(loss["baseline"] - loss["stage0"]) < 0.05, loss  # torch AdamW vs DeepSpeed's Adam
+    assert max(ds_runs) - min(ds_runs) < 0.002, loss
+    assert abs(loss["baseline"] - loss["stage0"]) < 0.01, loss  # torch AdamW vs DeepSpeed's AdamW
     first = json.loads((runs / "baseline" / "train_log.csv").with_name("results.json").read_text())
     assert first["eval_loss"][-1] < 8.3  # it learns: log(4096) = 8.32 is a uniform guess
 

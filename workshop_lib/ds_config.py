@@ -37,8 +37,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_pa
             micro x accumulation x world_size, so every rank of a multi-process launch agrees.
 
     Returns:
-        The config dict (JSON-serialisable). Optimizer and scheduler values are "auto": the Trainer fills
-        them from TrainingArguments (lr, betas, eps, weight decay, warmup, total steps).
+        The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
+        TrainingArguments (lr, betas, eps, weight decay); the learning-rate schedule is the Trainer's.
 
     Raises:
         WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3,
@@ -79,9 +79,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_pa
         "bf16": {"enabled": bf16},
         "optimizer": {"type": "AdamW",
                       "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
-        "scheduler": {"type": "WarmupDecayLR",  # what the Trainer's default "linear" schedule maps to
-                      "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
-                                 "total_num_steps": "auto"}},
+        # No "scheduler" section: the Trainer then drives DeepSpeed with its own schedule (linear decay),
+        # exactly the baseline's. DeepSpeed's WarmupDecayLR would start at lr 0 and waste the first step.
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,

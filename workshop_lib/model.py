@@ -142,12 +142,16 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
         except OSError as e:
             raise _not_cached(model_name) from e
         config = None
+    if tokenizer.pad_token is None:  # Qwen3 and BLOOM ship one; GPT-2-style tokenizers do not
+        tokenizer.pad_token = tokenizer.eos_token
     if config is not None:
+        # A random model learns whatever ids the tokenizer uses; say so in its config (and stop the
+        # Trainer's warning that the two disagree).
+        config.eos_token_id, config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+        config.bos_token_id = tokenizer.bos_token_id
         if attn_implementation:
             config._attn_implementation = attn_implementation
         model = AutoModelForCausalLM.from_config(config)
-    if tokenizer.pad_token is None:  # Qwen3 and BLOOM ship one; GPT-2-style tokenizers do not
-        tokenizer.pad_token = tokenizer.eos_token
     largest = max(p.numel() for p in model.parameters())  # the embedding matrix, for these models
     info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
             "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,

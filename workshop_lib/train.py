@@ -208,6 +208,9 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
         from transformers.utils import is_flash_attn_2_available
 
         attn = "flash_attention_2" if is_flash_attn_2_available() and precision == "bf16" else None
+    from transformers import Trainer, TrainingArguments, set_seed
+
+    set_seed(seed)  # before building the model: the same random init in every experiment
     net, tokenizer, info = load_model_and_tokenizer(rec.model, tiny=tiny, random_weights=random_weights,
                                                     attn_implementation=attn)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, rec.max_length, rec.loss_on)
@@ -233,9 +236,6 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
         if rank == 0:
             (out / "ds_config.json").write_text(json.dumps(ds_config, indent=2) + "\n")
 
-    from transformers import Trainer, TrainingArguments, set_seed
-
-    set_seed(seed)
     args = TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=rec.micro_batch_size,
         per_device_eval_batch_size=rec.micro_batch_size, gradient_accumulation_steps=rec.gradient_accumulation_steps,
