@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import count_params, load_model_and_tokenizer
@@ -15,6 +16,7 @@ def test_tiny_model_is_the_same_family(name, family):
     model, tok, info = load_model_and_tokenizer(name, tiny=True)
     assert type(model).__name__ == family
     assert info["num_params"] < 1_000_000 and model.config.vocab_size == len(tok)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # fp32 master weights, not the config's bf16
 
 
 def test_model_not_cached_offline_names_the_fix():

@@ -105,6 +105,9 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
                              attn_implementation: str | None = None):
     """Return (model, tokenizer, info) for fine-tuning, model in fp32 on the CPU (the Trainer moves it).
 
+    fp32, whatever the checkpoint's or config's dtype (Qwen3's says bfloat16): mixed precision keeps fp32
+    master weights. The Trainer's AMP computes in bf16/fp16; DeepSpeed casts its working copy itself.
+
     Args:
         model_name: hub name or local path of a causal LM.
         tiny: build the same family at `TINY_DIMS` with a locally trained 4096-token tokenizer.
@@ -119,6 +122,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     Raises:
         WorkshopError: the model or tokenizer is not available offline.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok_source = "local BPE"
@@ -137,7 +141,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=offline)
             model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attn_implementation,
-                                                         local_files_only=offline)
+                                                         dtype=torch.float32, local_files_only=offline)
             tok_source = model_name
         except OSError as e:
             raise _not_cached(model_name) from e
@@ -151,7 +155,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
         config.bos_token_id = tokenizer.bos_token_id
         if attn_implementation:
             config._attn_implementation = attn_implementation
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     largest = max(p.numel() for p in model.parameters())  # the embedding matrix, for these models
     info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
             "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,
