@@ -14,17 +14,14 @@
 # *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
 
 # %%
-import os
-
-import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import results
+from workshop_lib import env, results
 from workshop_lib.train import run_experiment
 
-TINY = os.environ.get("WORKSHOP_TINY", "auto")
-TINY = (not torch.cuda.is_available()) if TINY == "auto" else TINY == "1"
-COMMON = dict(tiny=TINY, random_weights=os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", overwrite=True)
+# Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
+COMMON = env.notebook_run_options()
+print(f"device: {env.device_name()}, run options: {COMMON}")
 RUNS = "runs/03_cpu_offload"
 ORDER = ["stage2", "stage2_offload", "stage3", "stage3_offload"]
 

@@ -12,16 +12,13 @@
 # the CPU: every number is smaller, every mechanism is the same.
 
 # %%
-import os
-
 import pandas as pd
 import torch
 
 from workshop_lib import data, env, memory, model
 
 # Without a GPU the tiny model runs on the CPU; WORKSHOP_TINY=1 or 0 forces either way.
-TINY = os.environ.get("WORKSHOP_TINY", "auto")
-TINY = (not torch.cuda.is_available()) if TINY == "auto" else TINY == "1"
+TINY = env.notebook_run_options()["tiny"]
 print(f"device: {env.device_name()}   tiny model: {TINY}")
 print(env.versions())
 

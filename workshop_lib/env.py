@@ -108,3 +108,15 @@ def world() -> tuple[int, int, int]:
     """(rank, local_rank, world_size) from the launcher's variables; (0, 0, 1) without one."""
     return (int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
             int(os.environ.get("WORLD_SIZE", 1)))
+
+
+def notebook_run_options() -> dict:
+    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite"}.
+
+    tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
+    random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
+    overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
+    """
+    tiny = os.environ.get("WORKSHOP_TINY", "auto")
+    return {"tiny": (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1",
+            "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True}

@@ -115,7 +115,7 @@ def check_machine(zero_stage, offload_optimizer: bool, tiny: bool, allow_cpu: bo
 
     Raises:
         WorkshopError: no GPU for a full-size model; DeepSpeed missing; CPU Adam (needed by offload)
-            cannot be built here.
+            cannot be built here (JIT compilation needs a compiler and ninja).
     """
     if not torch.cuda.is_available() and not (tiny or allow_cpu):
         raise WorkshopError("No CUDA GPU is visible, and a full-size model on the CPU would take hours.",
@@ -130,13 +130,14 @@ def check_machine(zero_stage, offload_optimizer: bool, tiny: bool, allow_cpu: bo
         raise WorkshopError(f"DeepSpeed is not installed ({e}).",
                             "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
                             "the baseline experiment, which does not use DeepSpeed.") from e
-    if offload_optimizer:
-        from deepspeed.ops.op_builder import CPUAdamBuilder
+    from deepspeed.ops.op_builder import CPUAdamBuilder, FusedAdamBuilder
 
-        if not CPUAdamBuilder().is_compatible(verbose=False):
-            raise WorkshopError("CPU offload needs DeepSpeed's CPU Adam op, which cannot be built on this machine.",
-                                "install a C++ compiler and ninja (conda install gxx_linux-64 ninja), or run "
-                                "the experiment without _offload.")
+    # DeepSpeed's AdamW is JIT-compiled on first use: CPU Adam with offload, fused Adam otherwise.
+    builder, what = (CPUAdamBuilder(), "CPU Adam") if offload_optimizer else (FusedAdamBuilder(), "fused Adam")
+    if not builder.is_compatible(verbose=False):
+        raise WorkshopError(f"DeepSpeed's {what} op cannot be built on this machine (see `ds_report`).",
+                            "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
+                            "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment.")
 
 
 def _default_output_dir(experiment: str, tiny: bool) -> Path:
