@@ -57,7 +57,7 @@ log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o"
 
 # %%
 classic = run_experiment("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON)
-df = results.load_results(RUNS)
+df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
 display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 results.plot_memory_over_time(df);
 
@@ -71,6 +71,20 @@ results.plot_memory_over_time(df);
 # The gap between the estimate and the peak is mostly **activations**, saved for the backward pass, and the
 # **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
 # 514M values, 1 GiB in fp16 and 2 GiB more when the loss upcasts them to fp32).
+
+# %% [markdown]
+# ## 3. Micro-batch against gradient accumulation
+#
+# The global batch is micro-batch x accumulation. 4 x 4 and 16 x 1 give the same optimizer steps on the
+# same data, so the same loss; they differ in how much work each forward pass hands the GPU and how many
+# activations it must hold at once.
+
+# %%
+big = run_experiment("baseline", micro_batch_size=16, gradient_accumulation_steps=1,
+                     output_dir=f"{RUNS}/baseline_mb16", **COMMON)
+print(f"4 x 4: loss {base['train_loss']}, {base['train_samples_per_second']} samples/s, peak "
+      f"{base['gpu_peak_mib']} MiB;  16 x 1: loss {big['train_loss']}, {big['train_samples_per_second']} "
+      f"samples/s, peak {big['gpu_peak_mib']} MiB")
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -86,6 +100,8 @@ results.plot_memory_over_time(df);
 # 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
 #    tokens it processes are padding?
 # 3. Which recipe processes more *real* tokens per second (`train_tokens_per_second`), and by how much?
+# 4. Micro-batch 16 x accumulation 1 against 4 x 4: what happened to the loss, to samples/s and to the GPU
+#    peak? Why?
 
 # %% [markdown]
 # ## Summary

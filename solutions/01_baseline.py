@@ -55,7 +55,7 @@ log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o"
 
 # %%
 classic = run_experiment("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON)
-df = results.load_results(RUNS)
+df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
 display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 results.plot_memory_over_time(df);
 
@@ -69,6 +69,20 @@ results.plot_memory_over_time(df);
 # The gap between the estimate and the peak is mostly **activations**, saved for the backward pass, and the
 # **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
 # 514M values, 1 GiB in fp16 and 2 GiB more when the loss upcasts them to fp32).
+
+# %% [markdown]
+# ## 3. Micro-batch against gradient accumulation
+#
+# The global batch is micro-batch x accumulation. 4 x 4 and 16 x 1 give the same optimizer steps on the
+# same data, so the same loss; they differ in how much work each forward pass hands the GPU and how many
+# activations it must hold at once.
+
+# %%
+big = run_experiment("baseline", micro_batch_size=16, gradient_accumulation_steps=1,
+                     output_dir=f"{RUNS}/baseline_mb16", **COMMON)
+print(f"4 x 4: loss {base['train_loss']}, {base['train_samples_per_second']} samples/s, peak "
+      f"{base['gpu_peak_mib']} MiB;  16 x 1: loss {big['train_loss']}, {big['train_samples_per_second']} "
+      f"samples/s, peak {big['gpu_peak_mib']} MiB")
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -84,6 +98,8 @@ results.plot_memory_over_time(df);
 # 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
 #    tokens it processes are padding?
 # 3. Which recipe processes more *real* tokens per second (`train_tokens_per_second`), and by how much?
+# 4. Micro-batch 16 x accumulation 1 against 4 x 4: what happened to the loss, to samples/s and to the GPU
+#    peak? Why?
 
 # %% tags=["solution"]
 display(Markdown(results.exercise_table(df)[["recipe", "train loss", "eval loss per epoch", "samples/s",
@@ -98,6 +114,11 @@ print(f"2. a prompt has {classic['data_stats']['train']['mean_tokens']:.0f} real
 print(f"3. default: {base['train_tokens_per_second']:,.0f} real tokens/s, classic: "
       f"{classic['train_tokens_per_second']:,.0f}: default is {speed:.1f}x "
       f"{'faster' if speed >= 1 else 'slower'} on this machine.")
+mem = "gpu_peak_mib" if big["gpu_peak_mib"] else "host_peak_rss_mib"
+print(f"4. same global batch, same data order: loss {base['train_loss']} vs {big['train_loss']}. 16 x 1 runs at "
+      f"{big['train_samples_per_second'] / base['train_samples_per_second']:.1f}x the samples/s and "
+      f"{big[mem] / base[mem]:.1f}x the {mem}: each forward pass gives the GPU 4x the work for the same "
+      "kernel launches, and holds 4x the activations and logits (docs/h100/ has the same comparison on an H100).")
 
 # %% [markdown]
 # ## Summary

@@ -14,7 +14,8 @@ from .errors import WorkshopError
 # The columns of the exercise table: results.json key -> column title (units in the title).
 TABLE = {
     "experiment": "experiment", "model": "model", "recipe": "recipe", "precision": "precision",
-    "world_size": "GPUs", "global_batch_size": "global batch", "steps_per_epoch": "steps/epoch",
+    "world_size": "GPUs", "micro_batch_size_per_gpu": "micro-batch", "global_batch_size": "global batch",
+    "steps_per_epoch": "steps/epoch",
     "train_loss": "train loss", "eval_loss": "eval loss per epoch",
     "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s", "mfu": "MFU",
     "gpu_peak_mib": "GPU peak MiB", "gpu_mean_mib": "GPU mean MiB", "gpu_min_mib": "GPU min MiB",
@@ -56,9 +57,12 @@ def exercise_table(df: pd.DataFrame) -> pd.DataFrame:
     return t.rename(columns=TABLE)
 
 
-def _label(row) -> str:
-    return f"{row['experiment']}" + (f" ({row['recipe']})" if row.get("recipe") != "default" else "") + (
-        f" x{row['world_size']}" if row.get("world_size", 1) > 1 else "")
+def _labels(df: pd.DataFrame) -> list[str]:
+    """Short run names: experiment, plus model, recipe, micro-batch or GPUs where the runs differ in them."""
+    parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
+             ("micro_batch_size_per_gpu", lambda v: f"mb{v}"), ("world_size", lambda v: f"x{v}")]
+    varying = [(k, f) for k, f in parts if k in df and df[k].nunique() > 1]
+    return [" ".join([r["experiment"], *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
 
 
 def plot_memory_over_time(df: pd.DataFrame, ax=None):
@@ -66,9 +70,11 @@ def plot_memory_over_time(df: pd.DataFrame, ax=None):
     ax = ax or plt.subplots(figsize=(9, 4.5))[1]
     gpu = df["gpu_peak_mib"].notna().any()
     col = "gpu_used_mib" if gpu else "host_rss_mib"
-    for _, row in df.iterrows():
+    if len(df) > 10:
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    for label, (_, row) in zip(_labels(df), df.iterrows()):
         mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")
-        ax.plot(mem["time_s"], mem[col], label=_label(row))
+        ax.plot(mem["time_s"], mem[col], label=label)
     ax.set(xlabel="seconds since training started", ylabel=("GPU used (NVML), MiB" if gpu else "host RSS, MiB"),
            title="Memory over time" + ("" if gpu else " (no GPU: host memory)"))
     ax.legend(fontsize=8)
@@ -79,7 +85,7 @@ def plot_memory_over_time(df: pd.DataFrame, ax=None):
 def plot_memory_and_throughput(df: pd.DataFrame):
     """Two bar charts side by side: GPU peak/mean/min memory (MiB) and training samples/s, per run."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labels = [_label(r) for _, r in df.iterrows()]
+    labels = _labels(df)
     x = range(len(df))
     if df["gpu_peak_mib"].notna().any():
         w = 0.27
