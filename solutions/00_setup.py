@@ -32,8 +32,9 @@ print(env.versions())
 
 # %%
 import subprocess
+import sys
 
-report = subprocess.run(["ds_report"], capture_output=True, text=True).stdout
+report = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True).stdout
 print("\n".join(line for line in report.splitlines() if "adam" in line or "torch version" in line
                 or "accelerator" in line.lower()))
 

@@ -92,3 +92,18 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
     p = workshop("run", "baseline", "--tiny", "--train-file", bad, "--output-dir", out, check=False)
     assert p.returncode == 2 and "has no answer" in p.stderr and "Traceback" not in p.stderr
     assert [f.name for f in out.iterdir()] == ["notes.txt"]
+
+
+def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path):
+    """torchrun with 2 CPU processes (gloo): batch sizes follow the world size, only rank 0 writes results."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                        "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2", "--output-dir", tmp_path],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (2, 32, 2)  # 64 / (4 x 4 x 2)
+    assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 32
+    assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.rank1.csv").exists()

@@ -6,7 +6,7 @@ Three ways to get a causal LM, one function (`load_model_and_tokenizer`):
   or the local cache;
 - `random_weights=True`: the published architecture (shipped in `configs/models/` for the supported models,
   so no hub is needed) with random weights: the real shape for memory and speed measurements;
-- `tiny=True`: the same family shrunk to ~0.6M parameters, for tests and CPU-only learners.
+- `tiny=True`: the same family shrunk to about 0.35M parameters, for tests and CPU-only learners.
 
 Where the real tokenizer is not available offline, a byte-level BPE tokenizer is trained in seconds on the
 bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
@@ -27,7 +27,7 @@ CONFIG_DIR = Path(__file__).parent / "configs" / "models"
 SHIPPED_CONFIGS = {"Qwen/Qwen3-0.6B": CONFIG_DIR / "Qwen3-0.6B.json",
                    "bigscience/bloom-560m": CONFIG_DIR / "bloom-560m.json"}
 TINY_VOCAB, LOCAL_VOCAB = 4096, 32000
-# Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.6M parameters with a 4096 vocab.
+# Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.35M parameters with a 4096-token vocabulary.
 TINY_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 128, "head_dim": 16, "max_position_embeddings": 1024}
 CACHE_DIR = Path(os.environ.get("WORKSHOP_CACHE", Path.home() / ".cache" / "workshop_lib"))

@@ -68,7 +68,7 @@ RECIPES = {
     "default": Recipe("default", DEFAULT_MODEL, loss_on="answer", pad_to_max_length=False, group_by_length=True),
 }
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds; a larger learning
-# rate, since a 0.4M-parameter random model barely moves at 5e-5 in 8 steps.
+# rate, since a 0.35M-parameter random model barely moves at 5e-5 in 8 steps.
 TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3}
 
 
@@ -156,7 +156,7 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
 
     Args:
         experiment: "baseline" (HF Trainer, no DeepSpeed), "stage0".."stage3", or "stage{1,2,3}_offload".
-        tiny: a ~0.4M-parameter model of the same family on the CPU or GPU (see `workshop_lib.model`).
+        tiny: a ~0.35M-parameter model of the same family on the CPU or GPU (see `workshop_lib.model`).
         model: hub name or local path; default: the recipe's (Qwen/Qwen3-0.6B, or bloom-560m for classic).
         recipe: "default" or "classic" (see `RECIPES`); the other arguments override single fields.
         train_file, eval_file: SQuAD-format JSON files instead of SQuAD itself.
