@@ -27,6 +27,9 @@ from .errors import WorkshopError
 from .memory import MemorySampler, estimate_model_states
 from .model import DEFAULT_MODEL, load_model_and_tokenizer
 
+# The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
+# fixed eval batch keeps eval losses comparable when the training micro-batch changes.
+EVAL_BATCH_SIZE = 4
 # name -> (zero_stage, offload_optimizer, offload_param); zero_stage None = no DeepSpeed
 EXPERIMENTS = {
     "baseline": (None, False, False),
@@ -239,7 +242,7 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
 
     args = TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=rec.micro_batch_size,
-        per_device_eval_batch_size=rec.micro_batch_size, gradient_accumulation_steps=rec.gradient_accumulation_steps,
+        per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=rec.gradient_accumulation_steps,
         learning_rate=rec.learning_rate, weight_decay=rec.weight_decay, num_train_epochs=rec.epochs,
         max_steps=max_steps or -1, eval_strategy="epoch", logging_steps=1, save_strategy="no", report_to="none",
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=not torch.cuda.is_available(),
