@@ -107,3 +107,5 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path):
     assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (2, 32, 2)  # 64 / (4 x 4 x 2)
     assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 32
     assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.rank1.csv").exists()
+    assert [m["rank"] for m in r["per_rank_memory"]] == [0, 1]
+    assert all(m["host_peak_rss_mib"] > 100 for m in r["per_rank_memory"])

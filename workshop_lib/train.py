@@ -13,6 +13,7 @@ import gc
 import json
 import math
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -247,6 +248,7 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
         max_steps=max_steps or -1, eval_strategy="epoch", logging_steps=1, save_strategy="no", report_to="none",
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=not torch.cuda.is_available(),
         deepspeed=ds_config, seed=seed, dataloader_num_workers=0, include_num_input_tokens_seen="non_padding",
+        ddp_timeout=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)),  # a dead rank fails, never hangs
         train_sampling_strategy="group_by_length" if rec.group_by_length else "random")
     trainer = Trainer(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                       data_collator=make_collator(tokenizer, rec), processing_class=tokenizer,
@@ -279,7 +281,9 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
     flops_per_token = 6 * info["num_params"] + 12 * info["num_layers"] * info["hidden_size"] * seq
     peak = env.peak_flops()
     tokens_per_s = tokens / m["train_runtime"]
-    per_rank = mem.summary()
+    mine = mem.summary()
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
+    ranks = _gather_per_rank(mine | {"rank": rank, "local_rank": local_rank, "host": host})
     results = {
         "experiment": experiment, "recipe": rec.name, "model": rec.model, "tiny": tiny,
         "random_weights": random_weights, "zero_stage": zero_stage, "offload_optimizer": offload_optimizer,
@@ -298,8 +302,9 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
         "train_tokens_per_second": round(tokens_per_s, 1),
         "mfu": round(tokens_per_s * flops_per_token / (peak * world_size), 4) if peak else None,
         "num_params": info["num_params"],
-        **{k: per_rank[k] for k in ("gpu_peak_allocated_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
-                                    "host_peak_rss_mib")},
+        **{k: mine[k] for k in ("gpu_peak_allocated_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
+                                "host_peak_rss_mib")},  # rank 0's; every rank's in per_rank_memory
+        "per_rank_memory": ranks,
         "estimated_model_states_gpu_mib": estimate["estimated_model_states_gpu_mib"],
         "estimated_model_states_cpu_mib": estimate["estimated_model_states_cpu_mib"],
         "estimator": estimate["estimator"],
@@ -311,6 +316,17 @@ def run_experiment(experiment: str, *, tiny: bool = False, model: str | None = N
     if rank == 0:
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _gather_per_rank(summary: dict) -> list[dict]:
+    """Every rank's memory summary, in rank order (all_gather_object; just [summary] in a world of one)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [summary]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, summary)
+    return out
 
 
 def _per_epoch(logs: list[dict], key: str) -> list[float]:

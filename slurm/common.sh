@@ -1,0 +1,76 @@
+# Shared setup for every workshop batch script: sourced by slurm/*.slurm, never run on its own.
+# Site-specific values are marked EDIT; each can also be given without editing: SLURM options on the
+# sbatch command line (sbatch --account=A --partition=P slurm/stage2.slurm), the rest as variables
+# (WORKSHOP_ENV=~/envs/ws sbatch ...).
+set -euo pipefail
+fail() { echo "workshop job: error: $1" >&2; echo "To fix: $2" >&2; exit 2; }
+[ -n "${SLURM_JOB_ID:-}" ] || fail "not inside a SLURM job." "submit it: sbatch slurm/<experiment>.slurm"
+cd "$SLURM_SUBMIT_DIR"
+
+# --- software environment -------------------------------------------------------------------------
+# EDIT: modules your site needs, e.g. WORKSHOP_MODULES="gcc/12 cuda/12.4"
+if [ -n "${WORKSHOP_MODULES:-}" ]; then module load $WORKSHOP_MODULES; fi
+# An environment already active at submission (sbatch exports it) is used as it is; else WORKSHOP_ENV,
+# a venv directory or a conda environment name (EDIT); else ./.venv made by scripts/setup.sh.
+if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
+  env_=${WORKSHOP_ENV:-.venv}
+  if [ -f "$env_/bin/activate" ]; then source "$env_/bin/activate"
+  elif command -v conda >/dev/null && conda env list | awk '{print $1}' | grep -qx "$env_"; then
+    eval "$(conda shell.bash hook)" && conda activate "$env_"
+  else fail "no Python environment: '$env_' is neither a venv nor a conda environment." \
+            "run 'bash scripts/setup.sh' once on a login node (makes ./.venv), or set WORKSHOP_ENV=<venv dir or conda env>."
+  fi
+fi
+python -c "import workshop_lib" 2>/dev/null || fail "workshop_lib is not installed in $(command -v python)." \
+  "pip install -e . in that environment."
+
+# --- where things go ------------------------------------------------------------------------------
+export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${SLURM_JOB_NAME}-${SLURM_JOB_ID}}
+mkdir -p logs "$(dirname "$WORKSHOP_OUTPUT_DIR")"
+# Compute nodes often have no internet: models and data come from a shared cache (EDIT: HF_HOME on a
+# shared filesystem; download once on a login node with `hf download Qwen/Qwen3-0.6B`).
+export HF_HOME=${HF_HOME:-$HOME/.cache/huggingface}
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
+
+# --- GPUs, compilers, communication ---------------------------------------------------------------
+# DeepSpeed's op builder cannot parse arch suffixes ("9.0a", "10.0a"): keep the numbers.
+if [ -n "${TORCH_CUDA_ARCH_LIST:-}" ]; then
+  export TORCH_CUDA_ARCH_LIST=$(sed -E 's/([0-9]+\.[0-9]+)[af]/\1/g' <<<"$TORCH_CUDA_ARCH_LIST")
+fi
+# A dead or unreachable rank must end the job, not hang it until the time limit.
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export WORKSHOP_DIST_TIMEOUT_S=${WORKSHOP_DIST_TIMEOUT_S:-300}  # collectives and rendezvous, seconds
+export MASTER_ADDR=${WORKSHOP_MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}
+export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+NNODES=${SLURM_NNODES:-1}
+GPUS_PER_NODE=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+# One process per GPU; on CPU nodes (WORKSHOP_TINY=1) WORKSHOP_CPU_PROCS_PER_NODE processes.
+NPROC_PER_NODE=$(( GPUS_PER_NODE > 0 ? GPUS_PER_NODE : ${WORKSHOP_CPU_PROCS_PER_NODE:-1} ))
+TINY=(); [ "${WORKSHOP_TINY:-0}" = 1 ] && TINY=(--tiny)
+echo "job $SLURM_JOB_ID: $NNODES node(s) x $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT," \
+     "launcher ${WORKSHOP_LAUNCHER:-torchrun}, output $WORKSHOP_OUTPUT_DIR"
+
+# workshop_launch EXPERIMENT [workshop run arguments]: start every rank with the chosen launcher.
+workshop_launch() {
+  local exp=$1; shift
+  local run=(-m workshop_lib.cli run "$exp" "${TINY[@]}" --output-dir "$WORKSHOP_OUTPUT_DIR" "$@")
+  case ${WORKSHOP_LAUNCHER:-torchrun} in
+    torchrun)   # one torchrun per node; c10d rendezvous at MASTER_ADDR, no ssh
+      srun --kill-on-bad-exit=1 --ntasks-per-node=1 python -m torch.distributed.run \
+        --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
+        --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" \
+        --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
+    srun)       # SLURM starts every rank itself; ranks from its variables
+      srun --kill-on-bad-exit=1 --ntasks-per-node="$NPROC_PER_NODE" bash -c \
+        'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec python "$@"' \
+        _ "${run[@]}" ;;
+    deepspeed)  # DeepSpeed's launcher on each node, hostfile from the allocation, --no_ssh
+      local hostfile=$WORKSHOP_OUTPUT_DIR.hostfile
+      scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/ slots=$NPROC_PER_NODE/" > "$hostfile"
+      srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c \
+        'exec deepspeed --hostfile "$0" --no_ssh --node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR" \
+           --master_port "$MASTER_PORT" --no_local_rank --module "$@"' \
+        "$hostfile" "${run[@]:1}" ;;
+    *) fail "unknown WORKSHOP_LAUNCHER=$WORKSHOP_LAUNCHER." "use torchrun (default), srun or deepspeed." ;;
+  esac
+}

@@ -1,0 +1,71 @@
+"""The batch scripts on a real SLURM cluster: `.ci/slurm_cluster.sh start` gives a controller and two
+emulated compute nodes on this machine. Every job runs the tiny model on CPU nodes (WORKSHOP_TINY=1,
+--gpus-per-node=0). Without SLURM these tests skip, unless WORKSHOP_REQUIRE_SLURM=1 (CI sets it)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
+    if os.environ.get("WORKSHOP_REQUIRE_SLURM") == "1":
+        raise RuntimeError("WORKSHOP_REQUIRE_SLURM=1 but no SLURM cluster answers. To fix: bash .ci/slurm_cluster.sh start")
+    pytest.skip("no SLURM cluster here (start one with: bash .ci/slurm_cluster.sh start)", allow_module_level=True)
+
+
+def sbatch(script, *args, env=None, job_name=None):
+    """Submit with --wait from the repo root; return (exit code, job id, log text, results dict or None)."""
+    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    e |= {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
+          "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
+    name = ["--job-name", job_name] if job_name else []
+    p = subprocess.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", *name, f"slurm/{script}.slurm", *args],
+                       cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200)
+    job = p.stdout.strip().split(";")[0]
+    name = job_name or script
+    log = (ROOT / "logs" / f"{name}-{job}.out").read_text()
+    res = ROOT / "runs" / f"{name}-{job}" / "results.json"
+    return p.returncode, job, log, json.loads(res.read_text()) if res.exists() else None
+
+
+@pytest.fixture(scope="module")
+def one_process_loss(tmp_path_factory):
+    """Train loss of one process with the multi-node runs' global batch: 4 x 8 x 1 = 4 x 4 x 2 = 32."""
+    out = tmp_path_factory.mktemp("one")
+    subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2",
+                    "--gradient-accumulation-steps", "8", "--output-dir", out], check=True, capture_output=True)
+    return json.loads((out / "results.json").read_text())["train_loss"]
+
+
+def test_single_node_batch_job_as_printed():
+    rc, job, log, r = sbatch("stage2_offload", "--max-steps", "2")
+    assert rc == 0, log[-3000:]
+    assert r["experiment"] == "stage2_offload" and r["world_size"] == 1 and r["offload_optimizer"]
+    assert "wrote runs/stage2_offload-" in log
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
+def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss):
+    rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", env={"WORKSHOP_LAUNCHER": launcher},
+                             job_name=f"multi_node_{launcher}")
+    assert rc == 0, log[-3000:]
+    assert (r["world_size"], r["global_batch_size"]) == (2, 32)
+    assert sorted(m["host"] for m in r["per_rank_memory"]) == ["n1", "n2"]
+    assert abs(r["train_loss"] - one_process_loss) < 1e-3, (r["train_loss"], one_process_loss)
+
+
+def test_missing_environment_fails_fast_with_the_fix():
+    rc, job, log, r = sbatch("stage2", env={"WORKSHOP_ENV": "/nonexistent/env"})
+    assert rc != 0 and r is None
+    assert "no Python environment" in log and "To fix:" in log
+
+
+def test_unreachable_master_fails_instead_of_hanging():
+    rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", job_name="multi_node_badmaster",
+                             env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid"})
+    assert rc != 0 and r is None
