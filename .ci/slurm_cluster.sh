@@ -14,7 +14,7 @@ start() {
   mkdir -p "$state"/{spool,state,log,run} /etc/munge /run/munge
   if [ ! -s /etc/munge/munge.key ]; then dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; fi
   chown -R munge:munge /etc/munge /run/munge && chmod 400 /etc/munge/munge.key
-  [ -S /run/munge/munge.socket.2 ] && munge -n >/dev/null 2>&1 || runuser -u munge -- /usr/sbin/munged
+  munge -n >/dev/null 2>&1 || runuser -u munge -- /usr/sbin/munged --force  # --force: past a stale socket
   grep -qE '\sn1(\s|$)' /etc/hosts || echo "127.0.0.1 n1 n2" >> /etc/hosts  # node names as MASTER_ADDR
   host=$(hostname) cpus=${SLURM_CI_CPUS:-32} mem=${SLURM_CI_MEM_MB:-8000}
   cat > "$conf" <<CONF
