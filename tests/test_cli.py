@@ -94,7 +94,7 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
     assert [f.name for f in out.iterdir()] == ["notes.txt"]
 
 
-def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path):
+def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
     """torchrun with 2 CPU processes (gloo): batch sizes follow the world size, only rank 0 writes results."""
     import subprocess
     import sys
@@ -109,3 +109,9 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path):
     assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.rank1.csv").exists()
     assert [m["rank"] for m in r["per_rank_memory"]] == [0, 1]
     assert all(m["host_peak_rss_mib"] > 100 for m in r["per_rank_memory"])
+    # world sizes 1 and 2 side by side: `workshop report` adds the scaling table and plot
+    p = workshop("report", runs / "stage2", tmp_path, "--out", tmp_path / "report")
+    assert "Scaling across world sizes" in p.stdout
+    scaling = pd.read_csv(tmp_path / "report" / "scaling.csv")
+    assert list(scaling["GPUs"]) == [1, 2] and list(scaling["scaling efficiency"])[0] == "100%"
+    assert (tmp_path / "report" / "scaling.png").read_bytes()[:4] == b"\x89PNG"

@@ -68,10 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                       f"{res['train_samples_per_second']} samples/s, {gpu}, "
                       f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
         else:
-            from .results import exercise_table, load_results, write_report
+            from .results import exercise_table, load_results, scaling_table, write_report
 
             files = write_report(a.dirs, a.out)
-            print(exercise_table(load_results(a.dirs)).to_markdown(index=False))
+            df = load_results(a.dirs)
+            print(exercise_table(df).to_markdown(index=False))
+            scaling = scaling_table(df)
+            if scaling is not None:
+                print("\nScaling across world sizes:\n" + scaling.to_markdown(index=False))
             print("\nwrote " + ", ".join(str(f) for f in files.values()))
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)

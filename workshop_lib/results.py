@@ -107,9 +107,56 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     return fig
 
 
+def _per_gpu_peak(row) -> float | None:
+    """The largest rank's peak: GPU (NVML) MiB, or host RSS MiB on a CPU-only run."""
+    ranks = row.get("per_rank_memory") if isinstance(row.get("per_rank_memory"), list) else [row]
+    key = "gpu_peak_mib" if ranks[0].get("gpu_peak_mib") is not None else "host_peak_rss_mib"
+    vals = [r[key] for r in ranks if r.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Runs of the same experiment, model and recipe side by side across world sizes (None if all runs have
+    one world size). Scaling efficiency = (samples/s per GPU) / (samples/s per GPU at the smallest world size)."""
+    if df["world_size"].nunique() < 2:
+        return None
+    t = df.assign(per_gpu=df["train_samples_per_second"] / df["world_size"],
+                  peak=[_per_gpu_peak(r) for _, r in df.iterrows()])
+    t = t.sort_values(["model", "recipe", "experiment", "world_size"])
+    base = t.groupby(["model", "recipe", "experiment"])["per_gpu"].transform("first")
+    gpu = df["gpu_peak_mib"].notna().any()
+    return pd.DataFrame({
+        "experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
+        "global batch": t["global_batch_size"], "samples/s": t["train_samples_per_second"],
+        "samples/s per GPU": t["per_gpu"].round(2), "scaling efficiency": (t["per_gpu"] / base).map("{:.0%}".format),
+        ("peak GPU MiB per GPU" if gpu else "peak host RSS MiB per rank"): t["peak"],
+        "DS est. model states GPU MiB": t["estimated_model_states_gpu_mib"], "train loss": t["train_loss"],
+    })
+
+
+def plot_scaling(df: pd.DataFrame):
+    """Samples/s per GPU and peak memory per GPU against the number of GPUs, one line per experiment."""
+    t = scaling_table(df)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    mem_col = t.columns[8]
+    for key, g in t.groupby(["experiment", "model", "recipe"]):
+        label = key[0] + ("" if t["model"].nunique() == 1 else f" {key[1].split('/')[-1]}")
+        a.plot(g["GPUs"], g["samples/s per GPU"], marker="o", label=label)
+        b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
+    a.set(xlabel="GPUs (ranks)", ylabel="samples/s per GPU", title="Throughput per GPU")
+    b.set(xlabel="GPUs (ranks)", ylabel=mem_col, title="Peak memory per GPU")
+    for ax in (a, b):
+        ax.set_xticks(sorted(t["GPUs"].unique()))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     """Write the exercise table (report.md, report.csv) and the plots (memory_over_time.png,
-    memory_throughput.png) for the runs under `paths` into `out_dir`; return {name: path}."""
+    memory_throughput.png) for the runs under `paths` into `out_dir`, and, when the runs span several world
+    sizes, the scaling table (scaling.md, scaling.csv) and plot (scaling.png); return {name: path}."""
     df = load_results(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,5 +167,11 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     table.to_csv(files["table_csv"], index=False)
     plot_memory_over_time(df).savefig(files["memory_over_time"], dpi=120, bbox_inches="tight")
     plot_memory_and_throughput(df).savefig(files["memory_throughput"], dpi=120, bbox_inches="tight")
+    scaling = scaling_table(df)
+    if scaling is not None:  # runs at several world sizes: the scaling table and plot too
+        files |= {"scaling_md": out / "scaling.md", "scaling_csv": out / "scaling.csv", "scaling": out / "scaling.png"}
+        files["scaling_md"].write_text(scaling.to_markdown(index=False) + "\n")
+        scaling.to_csv(files["scaling_csv"], index=False)
+        plot_scaling(df).savefig(files["scaling"], dpi=120, bbox_inches="tight")
     plt.close("all")
     return files

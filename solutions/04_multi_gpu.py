@@ -1,0 +1,161 @@
+# %% [markdown]
+# # 4. Several GPUs, several nodes
+#
+# **Learning goals**
+# - predict what ZeRO leaves on each of N GPUs from the 16Ψ arithmetic, and check it against DeepSpeed's
+#   estimator and a measurement;
+# - know the three ways to start the ranks on a SLURM cluster (`torchrun`, `srun`, the `deepspeed`
+#   launcher) and what each needs;
+# - submit the workshop's batch jobs from this notebook or a terminal, and read their `results.json` back
+#   into the same tables and plots.
+#
+# With N GPUs, data parallelism runs N copies of the training step on different micro-batches and averages
+# the gradients. Without ZeRO, every copy holds all model states; ZeRO gives each rank 1/N of them. This
+# is where ZeRO pays. On a machine without SLURM or GPUs this notebook starts two processes on the CPU.
+
+# %%
+import os
+from pathlib import Path
+
+import pandas as pd
+import torch
+from IPython.display import Markdown, display
+
+from workshop_lib import env, launch, memory, model, results
+
+COMMON = env.notebook_run_options()
+print(f"device: {env.device_name()}, GPUs: {torch.cuda.device_count()}, SLURM: {launch.slurm_available()}")
+RUNS = Path("runs/04_multi_gpu")
+
+# %% [markdown]
+# ## 1. What ZeRO divides: 16Ψ bytes per parameter
+#
+# Mixed-precision Adam keeps 2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32
+# optimizer states (master weights, momentum, variance) for Ψ parameters. Per GPU, with N GPUs (Rajbhandari
+# et al. 2020, figure 1):
+#
+# | | parameters | gradients | optimizer states | total per GPU |
+# | --- | --- | --- | --- | --- |
+# | no ZeRO (stage 0) | 2Ψ | 2Ψ | 12Ψ | 16Ψ |
+# | stage 1 | 2Ψ | 2Ψ | 12Ψ/N | 4Ψ + 12Ψ/N |
+# | stage 2 | 2Ψ | 2Ψ/N | 12Ψ/N | 2Ψ + 14Ψ/N |
+# | stage 3 | 2Ψ/N | 2Ψ/N | 12Ψ/N | 16Ψ/N |
+
+# %%
+psi = model.count_params(model.DEFAULT_MODEL)
+P, MiB = psi["num_params"], 2**20
+per_gpu = {0: lambda n: 16 * P, 1: lambda n: 4 * P + 12 * P / n, 2: lambda n: 2 * P + 14 * P / n,
+           3: lambda n: 16 * P / n}
+rows = []
+for n in (1, 2, 4, 8):
+    for stage, f in per_gpu.items():
+        est = memory.estimate_model_states(P, psi["largest_layer_params"], stage, num_gpus_per_node=n)
+        rows.append({"GPUs": n, "zero_stage": stage, "16Ψ arithmetic MiB": round(f(n) / MiB),
+                     "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"]})
+arith = pd.DataFrame(rows)
+ax = arith.pivot(index="GPUs", columns="zero_stage", values="16Ψ arithmetic MiB").plot(
+    marker="o", figsize=(6, 3.5), title=f"Model states per GPU, {model.DEFAULT_MODEL} ({P / 1e6:.0f}M params)")
+ax.set(ylabel="MiB per GPU")
+arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "DeepSpeed estimate MiB"])
+
+# %% [markdown]
+# DeepSpeed's estimators count a little more (fp32 gradients during the reduction: 18 bytes/param
+# partitioned instead of 14) and leave stage 1 out; the shape is the same: only stage 3 keeps falling as N
+# grows, because only stage 3 partitions the 16-bit parameters too.
+#
+# ## 2. Three ways to start the ranks
+#
+# Every rank needs `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, and the address of rank 0 (`MASTER_ADDR`,
+# `MASTER_PORT`) to meet the others. The batch scripts in `slurm/` offer three launchers
+# (`WORKSHOP_LAUNCHER=torchrun|srun|deepspeed`), all without ssh between nodes:
+#
+# - **torchrun** (default): `srun` starts one `torchrun` per node; they meet at a c10d rendezvous on the
+#   first node and start one rank per GPU. Restarts and rank numbering are torchrun's.
+# - **srun**: SLURM starts every rank itself (one task per GPU); each takes `RANK=$SLURM_PROCID`,
+#   `WORLD_SIZE=$SLURM_NTASKS`, `LOCAL_RANK=$SLURM_LOCALID`. No extra launcher process.
+# - **deepspeed**: `srun` starts DeepSpeed's launcher on each node with `--no_ssh --node_rank $SLURM_NODEID`
+#   and a hostfile written from the allocation (`node slots=GPUs`): the launcher you know from DeepSpeed's
+#   docs, without its usual ssh fan-out.
+#
+# `MASTER_ADDR` is the first host of `scontrol show hostnames $SLURM_JOB_NODELIST`. The shared set-up also
+# sets the NCCL and rendezvous timeouts, so that a dead rank or an unreachable node ends the job with an
+# error instead of hanging until the time limit:
+
+# %%
+common = (launch.ROOT / "slurm" / "common.sh").read_text()
+print(common[common.index("# workshop_launch"):])
+
+# %% [markdown]
+# A job is one command from a terminal, e.g. `sbatch --nodes=2 slurm/multi_node.slurm stage3`, or from
+# here with `launch.submit(...)` and `launch.wait(...)`. Each job writes `runs/<job name>-<job id>/results.json`
+# (rank 0 writes it, with every rank's peak memory in `per_rank_memory`) and its log to `logs/`.
+#
+# ## 3. Scale out
+#
+# ZeRO-2 and ZeRO-3 at 1 and 2 ranks (and 4 where there are 4 GPUs): on a GPU cluster as SLURM jobs, on
+# one GPU machine with `torchrun`, and on a CPU-only machine as 2 CPU processes of the tiny model. Each rank
+# keeps micro-batch 4 x accumulation 4, so the global batch grows with the number of ranks.
+
+# %%
+gpus = torch.cuda.device_count()
+# WORKSHOP_NOTEBOOK_SLURM=1 (on a cluster's login node): submit GPU jobs. Else ranks on this machine: one
+# per GPU with 2+ GPUs, or 2 CPU processes of the tiny model.
+use_slurm = os.environ.get("WORKSHOP_NOTEBOOK_SLURM") == "1" and launch.slurm_available()
+on_gpus = use_slurm or gpus >= 2
+sizes = [1, 2, 4] if use_slurm else ([n for n in (1, 2, 4) if n <= gpus] if on_gpus else [1, 2])
+extra = ["--max-steps", "16" if on_gpus else "4"] + ([] if on_gpus and not COMMON["tiny"] else ["--tiny"])
+extra += ["--random-weights"] if COMMON["random_weights"] else []
+for experiment in ["stage2", "stage3"]:
+    for n in sizes:
+        out = RUNS / f"{experiment}-{n}"
+        if use_slurm:
+            job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
+                                env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
+            r = launch.wait(job, "multi_gpu", output_dir=out)
+        else:
+            r = launch.run_local(experiment, n, out, *extra, "--overwrite", env={} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""})
+        print(f"{experiment} x{n}: {r['train_samples_per_second']} samples/s, loss {r['train_loss']}")
+
+# %%
+df = results.load_results(RUNS)
+scaling = results.scaling_table(df)
+display(Markdown(scaling.to_markdown(index=False)))
+results.plot_scaling(df);
+
+# %% [markdown] tags=["exercise"]
+# ## Exercises
+#
+# | experiment | GPUs | global batch | samples/s | samples/s per GPU | peak memory per GPU MiB | DS estimate MiB |
+# | --- | --- | --- | --- | --- | --- | --- |
+# | stage2 | 1 | | | | | |
+# | stage2 | 2 | | | | | |
+# | stage3 | 1 | | | | | |
+# | stage3 | 2 | | | | | |
+#
+# 1. By the 16Ψ arithmetic, how many MiB of model states per GPU do ZeRO-2 and ZeRO-3 need for
+#    Qwen3-0.6B on 2 GPUs, and how much less than on 1?
+# 2. Did the measured peak per GPU fall by as much? What else is on the GPU?
+# 3. The global batch doubled from 1 to 2 GPUs. What would you change to keep it at 16, and what would
+#    that do to the number of optimizer steps per epoch?
+
+# %% tags=["solution"]
+display(Markdown(scaling.to_markdown(index=False)))
+a = arith.set_index(["GPUs", "zero_stage"])["16Ψ arithmetic MiB"]
+for stage in (2, 3):
+    print(f"1. ZeRO-{stage}: {a[(1, stage)]:,} MiB on 1 GPU, {a[(2, stage)]:,} MiB per GPU on 2 "
+          f"({a[(1, stage)] - a[(2, stage)]:,} MiB less).")
+mem = scaling.columns[8]
+for exp, g in scaling.groupby("experiment"):
+    first, last = g.iloc[0], g.iloc[-1]
+    print(f"2. {exp}: {mem} {first[mem]:,.0f} at {first.GPUs} -> {last[mem]:,.0f} at {last.GPUs} ranks. "
+          "Activations, logits and communication buffers are not partitioned by ZeRO; they stay per rank.")
+print("3. Halve the accumulation (4 x 2 x 2 GPUs = 16) or the micro-batch: the same global batch, so the same "
+      "steps per epoch as on one GPU; with accumulation unchanged, steps per epoch halve instead.")
+
+# %% [markdown]
+# ## Summary
+# - ZeRO divides model states across ranks: stage 2 the gradients and optimizer states, stage 3 the
+#   parameters too; only stage 3's share keeps falling with N.
+# - Batch jobs: `sbatch slurm/multi_gpu.slurm` (one node) and `sbatch --nodes=N slurm/multi_node.slurm`
+#   (N nodes), with torchrun, srun or the deepspeed launcher, no ssh; results come back as `results.json`
+#   and into the same tables and plots (`workshop report runs/*` adds the scaling table).
