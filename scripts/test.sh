@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (.venv) and run every test: unit tests, every experiment through
-# `workshop run --tiny` on the CPU with real DeepSpeed, and every notebook of course/ and solutions/
-# executed by nbmake on the tiny model. About 15-25 minutes on 2 cores, most of it DeepSpeed runs.
+# `workshop run --tiny` on the CPU with real DeepSpeed, the batch scripts on a SLURM cluster where one
+# answers (.ci/run starts one), and every notebook of course/ and solutions/
+# executed by nbmake on the tiny model. About 20 minutes on 2 cores, most of it DeepSpeed runs.
 #   bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -69,3 +69,35 @@ def test_unreachable_master_fails_instead_of_hanging():
     rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", job_name="multi_node_badmaster",
                              env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid"})
     assert rc != 0 and r is None
+
+
+def test_a_rank_that_dies_ends_the_job():
+    """SIGKILL rank 1 mid-training: the job must fail soon (srun --kill-on-bad-exit), not hang to its limit."""
+    import glob
+    import signal
+    import time
+
+    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    e |= {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent), "WORKSHOP_DIST_TIMEOUT_S": "60"}
+    job = subprocess.Popen(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--job-name", "multi_node_kill",
+                            "slurm/multi_node.slurm", "stage2", "--max-steps", "200"], cwd=ROOT, env=e,
+                           stdout=subprocess.PIPE, text=True)
+    victim, deadline = None, time.time() + 600
+    while victim is None and time.time() < deadline and job.poll() is None:
+        if glob.glob(str(ROOT / "runs" / "multi_node_kill-*" / "train_log.csv")):  # training has started
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"workshop_lib.cli" in cmd and b"RANK=1" in environ and any(b"multi_node_kill" in c for c in cmd):
+                    victim = int(pid)
+        time.sleep(1)
+    assert victim, "rank 1 never started training"
+    killed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+    rc = job.wait(timeout=300)
+    jid = job.stdout.read().strip().split(";")[0]
+    assert rc != 0 and time.time() - killed_at < 240
+    assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
