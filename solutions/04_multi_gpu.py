@@ -122,6 +122,17 @@ scaling = results.scaling_table(df)
 display(Markdown(scaling.to_markdown(index=False)))
 results.plot_scaling(df);
 
+# %% [markdown]
+# For comparison, the same two experiments on one host with 4 H200 GPUs (Qwen3-0.6B, 16 steps;
+# `docs/h200/README.md` has the commands and what the numbers show):
+
+# %%
+reference = launch.ROOT / "docs" / "h200" / "x4" / "runs"
+if reference.exists():
+    ref = results.load_results(reference)
+    display(Markdown(results.scaling_table(ref).to_markdown(index=False)))
+    results.plot_scaling(ref);
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
@@ -155,7 +166,9 @@ print("3. Halve the accumulation (4 x 2 x 2 GPUs = 16) or the micro-batch: the s
 # %% [markdown]
 # ## Summary
 # - ZeRO divides model states across ranks: stage 2 the gradients and optimizer states, stage 3 the
-#   parameters too; only stage 3's share keeps falling with N.
+#   parameters too: 2Ψ + 14Ψ/N bytes per GPU for stage 2, 16Ψ/N for stage 3 (Ψ parameters).
+# - What is not model states (activations, logits, buffers) stays on every rank: on 4 H200s the peak per
+#   GPU stopped falling at about 17 GiB for Qwen3-0.6B, and stage 3 ran at half stage 2's speed.
 # - Batch jobs: `sbatch slurm/multi_gpu.slurm` (one node) and `sbatch --nodes=N slurm/multi_node.slurm`
 #   (N nodes), with torchrun, srun or the deepspeed launcher, no ssh; results come back as `results.json`
 #   and into the same tables and plots (`workshop report runs/*` adds the scaling table).

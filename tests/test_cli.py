@@ -99,7 +99,7 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
                         "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2", "--output-dir", tmp_path],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -115,3 +115,17 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
     scaling = pd.read_csv(tmp_path / "report" / "scaling.csv")
     assert list(scaling["GPUs"]) == [1, 2] and list(scaling["scaling efficiency"])[0] == "100%"
     assert (tmp_path / "report" / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_failed_local_launch_names_the_cause_and_keeps_its_log(tmp_path):
+    from workshop_lib import launch
+    from workshop_lib.errors import WorkshopError
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "launch.log").write_text("an earlier launch\n")
+    with pytest.raises(WorkshopError) as e:
+        launch.run_local("stage9", 2, tmp_path / "x", env={"CUDA_VISIBLE_DEVICES": ""})
+    first_lines = str(e.value).splitlines()[:3]
+    assert any("invalid choice: 'stage9'" in ln for ln in first_lines), first_lines
+    log = (tmp_path / "x" / "launch.log").read_text()
+    assert log.startswith("an earlier launch\n") and "--standalone --nproc_per_node 2" in log

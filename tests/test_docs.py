@@ -1,5 +1,5 @@
-"""Figures in the docs come from committed runs: the README's H100 excerpt and docs/h100/report.csv must
-match the results.json files they were made from."""
+"""Figures in the docs come from committed runs: the README's H100 excerpt, docs/h100/report.csv and the
+H200 scaling tables must match the results.json files they were made from."""
 
 import json
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.results import exercise_table, load_results
+from workshop_lib.results import exercise_table, load_results, scaling_table
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "docs" / "h100"
@@ -29,3 +29,34 @@ def test_readme_excerpt_matches_the_runs():
         r = json.loads((H100 / "runs" / f"bloom-560m-classic-{exp}" / "results.json").read_text())
         assert abs(float(sps) - r["train_samples_per_second"]) < 0.06
         assert abs(int(peak.replace(",", "")) - r["gpu_peak_mib"]) < 1
+
+
+H200 = ROOT / "docs" / "h200"
+
+
+def test_h200_scaling_tables_match_the_committed_runs():
+    """Each row of docs/h200/README.md's tables against the scaling table `workshop report` makes from the runs."""
+    text = (H200 / "README.md").read_text()
+    for machine, n_rows in (("x4", 6), ("x2", 4)):
+        section = text.split(f"## {machine[1]} x H200")[1].split("##")[0]
+        rows = re.findall(r"^\| (stage[23]) \| (\d) \| \d+ \| ([\d.]+) \| ([\d.]+) \| (\d+)% \| ([\d,]+) \|", section, re.M)
+        scaling = scaling_table(load_results(H200 / machine / "runs"))
+        committed = pd.read_csv(H200 / machine / "scaling.csv")
+        assert len(rows) == len(scaling) == len(committed) == n_rows
+        assert list(scaling["samples/s per GPU"]) == list(committed["samples/s per GPU"])
+        for exp, gpus, sps, per_gpu, eff, peak in rows:
+            r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
+            assert abs(float(sps) - r["samples/s"]) < 0.006 and abs(float(per_gpu) - r["samples/s per GPU"]) < 0.006
+            assert f"{eff}%" == r["scaling efficiency"]
+            assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1
+
+
+def test_readme_h200_excerpt_matches_the_runs():
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (stage[23]) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d,]+) \|", readme, re.M)
+    scaling = scaling_table(load_results(H200 / "x4" / "runs"))
+    assert len(rows) == 6
+    for exp, gpus, sps, per_gpu, peak in rows:
+        r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
+        assert abs(float(sps) - r["samples/s"]) < 0.06 and abs(float(per_gpu) - r["samples/s per GPU"]) < 0.06
+        assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1

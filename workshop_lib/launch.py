@@ -18,18 +18,27 @@ ROOT = Path(__file__).resolve().parent.parent  # the workshop folder: slurm/, ru
 
 
 def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args: str, env: dict | None = None) -> dict:
-    """`torchrun --nproc_per_node NPROC -m workshop_lib.cli run EXPERIMENT ...` on this machine; returns
-    rank 0's results dict. On a CPU the ranks talk through gloo; on GPUs one rank per GPU (NCCL).
-    `env` adds variables (e.g. {"CUDA_VISIBLE_DEVICES": ""} to keep the ranks on the CPU).
+    """`torchrun --standalone --nproc_per_node NPROC -m workshop_lib.cli run EXPERIMENT ...` on this machine
+    (`--standalone`: a free local port for the rendezvous); returns rank 0's results dict. On a CPU the ranks
+    talk through gloo; on GPUs one rank per GPU (NCCL). `env` adds variables (e.g. {"CUDA_VISIBLE_DEVICES": ""}
+    to keep the ranks on the CPU). Every rank's output is appended to OUTPUT_DIR/launch.log.
 
     Raises:
         WorkshopError: the launch failed (its last output lines are in the message).
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "-m",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), "-m",
            "workshop_lib.cli", "run", experiment, "--output-dir", str(output_dir), *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | (env or {}))
-    if p.returncode != 0:
-        raise WorkshopError(f"{' '.join(cmd[2:])} failed (exit {p.returncode}):\n{p.stderr[-2000:]}",
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=os.environ | (env or {}))
+    log = Path(output_dir) / "launch.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:  # appended: an earlier launch's log stays
+        f.write(f"$ {' '.join(cmd)}\n{p.stdout}\n")
+    if p.returncode != 0:  # the ranks' own error lines first: torchrun's failure summary ends the output
+        causes = [ln for ln in p.stdout.splitlines() if "error:" in ln.lower() or ln.startswith("To fix:")
+                  or ln.endswith(("Error", "Exception")) or "Error: " in ln][:12]
+        raise WorkshopError(f"{' '.join(cmd[2:])} failed (exit {p.returncode}); its output is in {log}.\n"
+                            + "\n".join(dict.fromkeys(causes)) + f"\n... last lines:\n{p.stdout[-1200:]}",
                             "read the error above; `workshop run` prints a 'To fix' line for bad input.")
     return json.loads((Path(output_dir) / "results.json").read_text())
 
