@@ -135,18 +135,23 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def plot_scaling(df: pd.DataFrame):
-    """Samples/s per GPU and peak memory per GPU against the number of GPUs, one line per experiment."""
+    """Samples/s per GPU and peak memory per GPU against the number of GPUs, one line per experiment;
+    dashed, DeepSpeed's estimate of the model states per GPU (the part ZeRO divides)."""
     t = scaling_table(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     mem_col = t.columns[8]
     for key, g in t.groupby(["experiment", "model", "recipe"]):
         label = key[0] + ("" if t["model"].nunique() == 1 else f" {key[1].split('/')[-1]}")
         a.plot(g["GPUs"], g["samples/s per GPU"], marker="o", label=label)
-        b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
+        line, = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
+        if g["DS est. model states GPU MiB"].notna().all() and mem_col.startswith("peak GPU"):
+            b.plot(g["GPUs"], g["DS est. model states GPU MiB"], ls="--", color=line.get_color(),
+                   label=f"{label}: DS est. model states")
     a.set(xlabel="GPUs (ranks)", ylabel="samples/s per GPU", title="Throughput per GPU")
     b.set(xlabel="GPUs (ranks)", ylabel=mem_col, title="Peak memory per GPU")
     for ax in (a, b):
         ax.set_xticks(sorted(t["GPUs"].unique()))
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
