@@ -68,14 +68,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{res['train_samples_per_second']} samples/s, {gpu}, "
                       f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
         else:
-            from .results import exercise_table, load_results, scaling_table, write_report
+            from .results import write_report
 
             files = write_report(a.dirs, a.out)
-            df = load_results(a.dirs)
-            print(exercise_table(df).to_markdown(index=False))
-            scaling = scaling_table(df)
-            if scaling is not None:
-                print("\nScaling across world sizes:\n" + scaling.to_markdown(index=False))
+            print(files["table_md"].read_text(), end="")
+            if "scaling_md" in files:
+                print("\nScaling across world sizes:\n" + files["scaling_md"].read_text(), end="")
             print("\nwrote " + ", ".join(str(f) for f in files.values()))
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)

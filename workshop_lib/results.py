@@ -139,9 +139,8 @@ def plot_scaling(df: pd.DataFrame):
     dashed, DeepSpeed's estimate of the model states per GPU (the part ZeRO divides)."""
     t = scaling_table(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    mem_col = t.columns[8]
-    for key, g in t.groupby(["experiment", "model", "recipe"]):
-        label = key[0] + ("" if t["model"].nunique() == 1 else f" {key[1].split('/')[-1]}")
+    mem_col = next(c for c in t.columns if c.startswith("peak "))
+    for label, g in t.groupby(_labels(t)):  # one line per experiment (and model, recipe where they vary)
         a.plot(g["GPUs"], g["samples/s per GPU"], marker="o", label=label)
         line, = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
         if g["DS est. model states GPU MiB"].notna().all() and mem_col.startswith("peak GPU"):
