@@ -47,6 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _end_process_group() -> None:
+    """Destroy the process group the run started (a multi-rank launch), once training succeeded. Left to
+    interpreter shutdown, gloo's worker threads can abort a finished rank ("terminate called without an
+    active exception", pytorch/pytorch#190489), and srun --kill-on-bad-exit then fails the whole job."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -67,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
                       f"{res['train_samples_per_second']} samples/s, {gpu}, "
                       f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
+            _end_process_group()
         else:
             from .results import write_report
 
