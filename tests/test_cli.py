@@ -1,13 +1,18 @@
-"""Every experiment through `workshop run --tiny` on the CPU (real DeepSpeed), then `workshop report`."""
+"""Every experiment through `workshop run --tiny` (real DeepSpeed; on the CPU, or on a GPU where there is
+one), then `workshop report`."""
 
 import json
 import math
 
 import pandas as pd
 import pytest
+import torch
 
 from conftest import workshop
-from workshop_lib.train import EXPERIMENTS
+from workshop_lib.config import EXPERIMENTS
+
+pytestmark = pytest.mark.slow
+GPU = torch.cuda.is_available()
 
 REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_optimizer", "offload_param",
             "world_size", "micro_batch_size_per_gpu", "gradient_accumulation_steps", "global_batch_size",
@@ -30,18 +35,23 @@ def test_every_experiment_writes_its_results(runs, exp):
     d = runs / exp
     r = json.loads((d / "results.json").read_text())
     assert not [k for k in REQUIRED if k not in r]
-    stage, off_opt, off_par = EXPERIMENTS[exp]
-    assert (r["experiment"], r["zero_stage"], r["offload_optimizer"], r["offload_param"]) == (exp, stage, off_opt, off_par)
+    e = EXPERIMENTS[exp]
+    assert (r["experiment"], r["zero_stage"], r["offload_optimizer"], r["offload_param"]) == \
+           (exp, e.zero_stage, e.offload_optimizer, e.offload_param)
+    assert r["config"]["experiment"] == exp and r["config"]["seed"] == 42 and r["model"] == r["config"]["model"]
+    assert r["data_stats"]["train"]["source"].startswith("bundled SQuAD")
+    assert not (d / "RUNNING").exists()
     assert r["world_size"] == 1 and r["global_batch_size"] == 16 and r["steps_per_epoch"] == 4  # 64 / 16
     assert len(r["eval_loss"]) == r["epochs"] == 2 and all(math.isfinite(x) for x in r["eval_loss"])
     assert 0 < r["train_loss"] < 9 and r["train_samples_per_second"] > 0 and r["train_tokens_per_second"] > 0
-    assert r["gpu_peak_mib"] is None and r["mfu"] is None and r["host_peak_rss_mib"] > 100  # CPU machine
+    assert (r["gpu_peak_mib"] is not None) == GPU and r["host_peak_rss_mib"] > 100
+    assert r["precision"] == ("bf16" if GPU and torch.cuda.is_bf16_supported() else "fp16" if GPU else "fp32")
     assert r["data_stats"]["train"]["used"] == 64
-    assert (d / "ds_config.json").exists() == (stage is not None)
-    if stage is not None:
+    assert (d / "ds_config.json").exists() == e.deepspeed
+    if e.deepspeed:
         cfg = json.loads((d / "ds_config.json").read_text())
-        assert cfg["zero_optimization"]["stage"] == stage and cfg["train_batch_size"] == 16
-        assert ("offload_optimizer" in cfg["zero_optimization"]) == off_opt
+        assert cfg["zero_optimization"]["stage"] == e.zero_stage and cfg["train_batch_size"] == 16
+        assert ("offload_optimizer" in cfg["zero_optimization"]) == (e.offload_optimizer != "none")
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
     assert len(pd.read_csv(d / "memory.csv")) >= 2
@@ -51,15 +61,16 @@ def test_zero_stages_train_the_same_model(runs):
     """Same data, order and fp32 Adam maths: ZeRO partitioning must not change what is learnt."""
     loss = {e: json.loads((runs / e / "results.json").read_text())["train_loss"] for e in EXPERIMENTS}
     ds_runs = [loss[e] for e in EXPERIMENTS if e != "baseline"]
-    assert max(ds_runs) - min(ds_runs) < 0.002, loss
-    assert abs(loss["baseline"] - loss["stage0"]) < 0.01, loss  # torch AdamW vs DeepSpeed's AdamW
+    # fp32 on the CPU: the same to 0.002; bf16 on a GPU rounds differently in each stage's kernels
+    assert max(ds_runs) - min(ds_runs) < (0.05 if GPU else 0.002), loss
+    assert abs(loss["baseline"] - loss["stage0"]) < (0.05 if GPU else 0.01), loss  # torch vs DeepSpeed AdamW
     first = json.loads((runs / "baseline" / "train_log.csv").with_name("results.json").read_text())
     assert first["eval_loss"][-1] < 8.3  # it learns: log(4096) = 8.32 is a uniform guess
 
 
 def test_report_writes_tables_and_plots(runs, tmp_path):
     p = workshop("report", runs, "--out", tmp_path / "report")
-    assert "| stage3_offload" in p.stdout
+    assert "| stage3_offload" in p.stdout and "Qwen/Qwen3-0.6B (tiny)" in p.stdout
     table = pd.read_csv(tmp_path / "report" / "report.csv")
     assert sorted(table["experiment"]) == sorted(EXPERIMENTS)
     for png in ("memory_over_time.png", "memory_throughput.png"):
@@ -78,8 +89,9 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
     assert p.returncode == 2 and "stage2_offload" in p.stderr
     p = workshop("run", "stage2", "--tiny", "--train-file", tmp_path / "missing.json", check=False)
     assert p.returncode == 2 and "does not exist" in p.stderr and "To fix:" in p.stderr
-    p = workshop("run", "stage2", check=False)  # no GPU, no --tiny
-    assert p.returncode == 2 and "--tiny" in p.stderr
+    if not GPU:
+        p = workshop("run", "stage2", check=False)  # no GPU, no --tiny
+        assert p.returncode == 2 and "--tiny" in p.stderr
     done = runs / "stage2" / "results.json"
     before = done.read_text()
     p = workshop("run", "stage2", "--tiny", "--output-dir", done.parent, check=False)

@@ -72,3 +72,16 @@ def test_any_squad_file_can_be_named(tmp_path):
     (tmp_path / "mine.json").write_text(json.dumps(rows))
     ds = load_squad("train", data_file=str(tmp_path / "mine.json"))
     assert ds[0]["answers"]["text"] == ["Paris"]
+
+
+def test_a_wrong_answer_start_is_repaired_and_a_missing_answer_dropped(tmp_path, tok):
+    context = "The cat sat. " * 60 + "Paris is the capital of France. " + "The dog ran. " * 60
+    qas = [{"id": "moved", "question": "What is the capital of France?",
+            "answers": [{"text": "Paris", "answer_start": 3}]},  # points at "cat", not at "Paris"
+           {"id": "absent", "question": "What is the capital of Spain?",
+            "answers": [{"text": "Madrid", "answer_start": 0}]}]
+    (tmp_path / "f.json").write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    ds, stats = tokenize_squad(load_squad("train", data_file=str(tmp_path / "f.json")), tok, max_length=64)
+    assert (stats.total, stats.used, stats.answer_start_repaired, stats.answer_not_in_context) == (2, 1, 1, 0 + 1)
+    assert stats.context_shortened == 1 and stats.source.startswith("file ")
+    assert "Paris is the capital" in tok.decode(ds[0]["input_ids"])  # the window is around the real answer

@@ -20,15 +20,17 @@ def test_stage_and_batch_arithmetic(stage):
 
 
 def test_offload_sections():
-    z2 = build_ds_config(2, offload_optimizer=True)["zero_optimization"]
+    z2 = build_ds_config(2, offload_optimizer="cpu")["zero_optimization"]
     assert z2["offload_optimizer"]["device"] == "cpu" and "offload_param" not in z2
-    z3 = build_ds_config(3, offload_optimizer=True, offload_param=True)["zero_optimization"]
+    z3 = build_ds_config(3, offload_optimizer="cpu", offload_param="cpu")["zero_optimization"]
     assert z3["offload_param"]["device"] == "cpu" and z3["offload_optimizer"]["device"] == "cpu"
 
 
 @pytest.mark.parametrize("kwargs, expected", [
-    (dict(zero_stage=0, offload_optimizer=True), "stage 1, 2 or 3"),
-    (dict(zero_stage=2, offload_param=True), "needs ZeRO stage 3"),
+    (dict(zero_stage=0, offload_optimizer="cpu"), "stage 1, 2 or 3"),
+    (dict(zero_stage=2, offload_param="cpu"), "needs ZeRO stage 3"),
+    (dict(zero_stage=3, offload_param="nvme"), "nvme_path"),
+    (dict(zero_stage=2, offload_optimizer="gpu"), "Unknown offload device"),
     (dict(zero_stage=4), "0, 1, 2 or 3"),
     (dict(zero_stage=1, precision="fp8"), "Unknown precision"),
 ])

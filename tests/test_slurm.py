@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
     if os.environ.get("WORKSHOP_REQUIRE_SLURM") == "1":

@@ -2,7 +2,11 @@
 
     workshop run stage2_offload --tiny                # one experiment, results in runs/stage2_offload-tiny-<time>
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
+    workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
+
+torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
+Exit status: 0 done; 2 bad input (one message ending in "To fix: ..."); 130 / 143 stopped by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -11,36 +15,19 @@ import argparse
 import sys
 
 from .errors import WorkshopError
-from .train import EXPERIMENTS, RECIPES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\nTo fix: see `{self.prog} --help`.\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
+    p = _Parser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
                                 "and measure memory and speed.")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="run one experiment", description="Run one experiment and write "
-                       "results.json, memory.csv, train_log.csv and ds_config.json into the output directory.")
-    r.add_argument("experiment", choices=list(EXPERIMENTS), metavar="EXPERIMENT",
-                   help=f"one of: {', '.join(EXPERIMENTS)}")
-    r.add_argument("--tiny", action="store_true", help="tiny model of the same family (CPU-friendly, no download)")
-    r.add_argument("--model", help="hub name or local path (default: the recipe's, Qwen/Qwen3-0.6B or "
-                   "bigscience/bloom-560m for classic)")
-    r.add_argument("--recipe", choices=list(RECIPES), default="default")
-    r.add_argument("--random-weights", action="store_true",
-                   help="the published architecture with random weights (no download; for memory and speed)")
-    r.add_argument("--train-file", help="SQuAD-format JSON to train on instead of SQuAD")
-    r.add_argument("--eval-file", help="SQuAD-format JSON to evaluate on instead of SQuAD dev")
-    r.add_argument("--num-train-samples", type=int, metavar="N", help="questions to train on (default 500)")
-    r.add_argument("--num-eval-samples", type=int, metavar="N", help="questions to evaluate on (default 50)")
-    r.add_argument("--epochs", type=int, metavar="N", help="default 3")
-    r.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimizer steps")
-    r.add_argument("--micro-batch-size", type=int, metavar="N", help="train_micro_batch_size_per_gpu (default 4)")
-    r.add_argument("--gradient-accumulation-steps", type=int, metavar="N", help="default 4")
-    r.add_argument("--loss-on", choices=["answer", "all"], help="answer tokens only, or every token")
-    r.add_argument("--output-dir", metavar="DIR", help="default runs/<experiment>[-tiny]-<date-time>")
-    r.add_argument("--overwrite", action="store_true", help="replace a finished run in --output-dir")
-    r.add_argument("--allow-cpu", action="store_true", help="run a full-size model without a GPU (slow)")
-    r.add_argument("--seed", type=int, default=42)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report}", parser_class=_Parser)
+    # `run` only names itself here: its options are generated from RunConfig by config.parse_run_args.
+    sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
     rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
@@ -57,39 +44,53 @@ def _end_process_group() -> None:
         dist.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+def run(argv: list[str]) -> int:
+    from .config import parse_run_args
+
+    cfg = parse_run_args(argv)
+    from .env import world
+    from .rundir import RunInterrupted
+    from .train import run_experiment
+
     try:
-        if a.command == "run":
-            from .train import run_experiment
+        res = run_experiment(cfg)
+    except RunInterrupted as e:
+        if world()[0] == 0:
+            print(f"\nworkshop: {e}", file=sys.stderr)  # on a line of its own, after any progress bar
+        return e.exit_code
+    if world()[0] == 0:
+        gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
+        print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
+              f"{res['train_samples_per_second']} samples/s, {gpu}, "
+              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
+    _end_process_group()
+    return 0
 
-            res = run_experiment(
-                a.experiment, tiny=a.tiny, model=a.model, recipe=a.recipe, train_file=a.train_file,
-                eval_file=a.eval_file, num_train_samples=a.num_train_samples, num_eval_samples=a.num_eval_samples,
-                epochs=a.epochs, max_steps=a.max_steps, micro_batch_size=a.micro_batch_size,
-                gradient_accumulation_steps=a.gradient_accumulation_steps, loss_on=a.loss_on,
-                random_weights=a.random_weights, output_dir=a.output_dir, overwrite=a.overwrite,
-                allow_cpu=a.allow_cpu, seed=a.seed)
-            from .env import world
 
-            if world()[0] == 0:
-                gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
-                print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
-                      f"{res['train_samples_per_second']} samples/s, {gpu}, "
-                      f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
-            _end_process_group()
-        else:
-            from .results import write_report
+def report(a: argparse.Namespace) -> int:
+    from .results import write_report
 
-            files = write_report(a.dirs, a.out)
-            print(files["table_md"].read_text(), end="")
-            if "scaling_md" in files:
-                print("\nScaling across world sizes:\n" + files["scaling_md"].read_text(), end="")
-            print("\nwrote " + ", ".join(str(f) for f in files.values()))
+    files = write_report(a.dirs, a.out)
+    print(files["table_md"].read_text(), end="")
+    if "scaling_md" in files:
+        print("\nScaling across world sizes:\n" + files["scaling_md"].read_text(), end="")
+    print("\nwrote " + ", ".join(str(f) for f in files.values()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    try:
+        if argv[:1] == ["run"]:
+            return run(argv[1:])
+        return report(parser.parse_args(argv))
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:  # before a run installed its own handler: nothing was written
+        print("workshop: interrupted (SIGINT); nothing was written.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ labels on every non-padding token.
 
 Long examples: an answer is never truncated away. When a sequence would exceed `max_length` tokens, the
 context is cut to a window of tokens around the answer; when even the question and the answer do not fit,
-the example is dropped. Both counts are reported in `DataStats`.
+the example is dropped. An `answer_start` that does not point at the answer text is repaired to the nearest
+occurrence of the text in the context; an answer the context does not contain is dropped (the window could
+lose it). Every count is reported in `DataStats`.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ PROMPT = "Question: {question} Context: {context} Answer: {answer}"
 class DataStats:
     """What tokenisation did to a split. Counts are examples (questions); tokens are non-padding tokens."""
 
+    source: str = ""  # the file, the hub, or the bundled subset
     total: int = 0
     used: int = 0
     dropped: int = 0  # question + answer alone longer than max_length
     context_shortened: int = 0  # context cut to a window around the answer
+    answer_start_repaired: int = 0  # answer_start moved to where the answer text is in the context
+    answer_not_in_context: int = 0  # dropped: the answer text is nowhere in the context
     tokens: int = 0  # sum of sequence lengths of the used examples
     max_tokens: int = 0
 
@@ -54,10 +59,14 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
     "answer_start": [...]}), in file order.
 
     Raises:
-        WorkshopError: the file is missing, is not JSON, is not in the SQuAD layout, or holds a question
-            without an answer (SQuAD v2 "impossible" questions cannot be trained on here).
+        WorkshopError: the file is missing or a directory, is not JSON, is not in the SQuAD layout, or holds
+            a question without an answer (SQuAD v2 "impossible" questions cannot be trained on here) or with
+            an answer text that is not a non-empty string.
     """
     path = Path(path)
+    if path.is_dir():
+        raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
+                            f"give the file itself, e.g. {path / 'train-v1.1.json'}.")
     if not path.is_file():
         raise WorkshopError(f"Data file {path} does not exist.",
                             "give the path of a SQuAD v1.1 JSON file, or leave --train-file out to use the "
@@ -83,13 +92,18 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
                             f"{path}: question {qa.get('id', '?')!r} ({qa.get('question', '')[:60]!r}) has no answer.",
                             "every question needs at least one answer {\"text\", \"answer_start\"}; remove "
                             "unanswerable (SQuAD v2 'is_impossible') questions from the file.")
+                    bad = [a.get("text") for a in answers if not (isinstance(a.get("text"), str) and a["text"].strip())]
+                    if bad:
+                        raise WorkshopError(
+                            f"{path}: question {qa.get('id', '?')!r} has an answer text {bad[0]!r}, not a non-empty string.",
+                            "give every answer its text as it appears in the context, or remove the question.")
                     rows["id"].append(str(qa["id"]))
                     rows["title"].append(article.get("title", ""))
                     rows["context"].append(para["context"])
                     rows["question"].append(qa["question"])
                     rows["answers"].append({"text": [a["text"] for a in answers],
                                             "answer_start": [int(a["answer_start"]) for a in answers]})
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:
         raise WorkshopError(f"{path}: a record lacks the field {e} of the SQuAD layout.",
                             "each article needs 'paragraphs', each paragraph 'context' and 'qas', each question "
                             "'id', 'question' and 'answers'.") from e
@@ -107,12 +121,13 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
     subset bundled with this package (the same rows, in the same order). Prints one line saying which.
 
     Raises:
-        WorkshopError: see `read_squad_json`; or `split` is unknown.
+        WorkshopError: see `read_squad_json`; `split` is unknown; `num_samples` is below 1 or more than the
+            source holds (say so rather than train on fewer than results.json would claim).
     """
     if split not in BUNDLED_FILES:
         raise WorkshopError(f"Unknown split {split!r}.", "use 'train' or 'validation'.")
     if data_file:
-        ds, source = read_squad_json(data_file), f"file {data_file}"
+        ds, source = read_squad_json(data_file), f"file {Path(data_file).resolve()}"
     else:
         ds = None
         if hub_reachable():
@@ -123,14 +138,31 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
                 ds = None
         if ds is None:
             ds = read_squad_json(BUNDLED_FILES[split])
-            source = f"bundled SQuAD v1.1 subset ({BUNDLED_FILES[split].name}; hub not used)"
+            source = f"bundled SQuAD v1.1 subset ({BUNDLED_FILES[split]}; hub not used)"
     if num_samples is not None:
+        option = "--num-train-samples" if split == "train" else "--num-eval-samples"
         if num_samples < 1:
-            raise WorkshopError(f"num_samples must be at least 1, got {num_samples}.", "pass a positive number.")
-        ds = ds.select(range(min(num_samples, len(ds))))
+            raise WorkshopError(f"num_samples must be at least 1, got {num_samples}.", f"pass {option} N with N >= 1.")
+        if num_samples > len(ds):
+            raise WorkshopError(f"{num_samples:,} {split} questions asked for; the {source} holds {len(ds):,}.",
+                                f"pass {option} {len(ds)} or fewer, or a larger file.")
+        ds = ds.select(range(num_samples))
+    ds.info.description = source  # where the rows came from; results.json's data_stats record it
     if verbose:
         print(f"SQuAD {split}: {len(ds)} questions from {source}")
     return ds
+
+
+def locate_answer(context: str, answer: str, start: int) -> int | None:
+    """Character offset of `answer` in `context`: `start` when it points there, else the occurrence nearest
+    to `start`, else None (the context does not contain the answer)."""
+    if context[start:start + len(answer)] == answer:
+        return start
+    found, i = [], context.find(answer)
+    while i >= 0:
+        found.append(i)
+        i = context.find(answer, i + 1)
+    return min(found, key=lambda j: abs(j - start)) if found else None
 
 
 def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str = "answer") -> dict | None:
@@ -176,12 +208,20 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
                    loss_on: str = "answer") -> tuple[datasets.Dataset, DataStats]:
     """Tokenise SQuAD rows into {"input_ids", "attention_mask", "labels"} (unpadded, each of length L_i).
 
-    Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened, tokens).
-    Padding is left to the collator (`workshop_lib.train.make_collator`), per batch or to a fixed length.
+    Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened,
+    answer_start_repaired, answer_not_in_context, tokens). Padding is left to the collator (`make_collator`).
     """
-    stats = DataStats(total=len(ds))
+    stats = DataStats(source=ds.info.description or "", total=len(ds))
     out = {"input_ids": [], "attention_mask": [], "labels": []}
     for ex in ds:
+        text, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
+        found = locate_answer(ex["context"], text, start)
+        if found is None:
+            stats.answer_not_in_context += 1
+            continue
+        if found != start:
+            stats.answer_start_repaired += 1
+            ex = ex | {"answers": {"text": [text], "answer_start": [found]}}
         enc = encode_example(ex, tokenizer, max_length, loss_on)
         if enc is None:
             stats.dropped += 1
@@ -194,5 +234,17 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
         out["attention_mask"].append([1] * len(enc["input_ids"]))
         out["labels"].append(enc["labels"])
     if not stats.used:
-        raise WorkshopError(f"No example fits in max_length={max_length} tokens.", "raise --max-length.")
+        raise WorkshopError(f"No example fits in max_length={max_length} tokens, or none has its answer in its "
+                            "context.", "raise --max-length, or check the file's answers.")
     return datasets.Dataset.from_dict(out), stats
+
+
+def make_collator(tokenizer, padding: str = "longest", max_length: int = 512):
+    """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) per batch to a
+    multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length` tokens for
+    "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}: [B, L] int64."""
+    from transformers import DataCollatorForSeq2Seq
+
+    if padding == "max_length":
+        return DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
+    return DataCollatorForSeq2Seq(tokenizer, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)

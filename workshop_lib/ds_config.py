@@ -21,37 +21,46 @@ from .errors import WorkshopError
 Auto = str  # the literal "auto": the HF Trainer integration fills it from TrainingArguments
 
 
-def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_param: bool = False,
+def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
                     precision: str = "auto", train_micro_batch_size_per_gpu: int | Auto = "auto",
-                    gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None) -> dict:
+                    gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
+                    nvme_path: str | None = None) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
         zero_stage: 0 (plain data parallel, DeepSpeed's engine only), 1, 2 or 3.
-        offload_optimizer: optimizer states and the Adam step on the CPU (stages 1-3).
-        offload_param: parameters on the CPU too (stage 3 only).
+        offload_optimizer: "none", "cpu" (optimizer states and the Adam step in host memory; stages 1-3)
+            or "nvme" (states swapped to `nvme_path`, ZeRO-Infinity; stage 3).
+        offload_param: "none", "cpu" or "nvme": the parameters too (stage 3 only).
         precision: "bf16", "fp16", "fp32", or "auto" (the Trainer's --bf16/--fp16 decide).
         train_micro_batch_size_per_gpu, gradient_accumulation_steps: sequences per GPU per forward pass,
             and passes per optimizer step; ints, or "auto".
         world_size: number of GPUs (ranks). With ints above, train_batch_size is written out as
             micro x accumulation x world_size, so every rank of a multi-process launch agrees.
+        nvme_path: a directory on a local NVMe drive, for "nvme" offload.
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
         TrainingArguments (lr, betas, eps, weight decay); the learning-rate schedule is the Trainer's.
 
     Raises:
-        WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3,
-            an unknown precision or stage).
+        WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3, NVMe
+            offload below stage 3 or without nvme_path, an unknown device, precision or stage).
     """
     if zero_stage not in (0, 1, 2, 3):
         raise WorkshopError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}.", "pick one of 0-3.")
-    if offload_optimizer and zero_stage == 0:
+    for device in (offload_optimizer, offload_param):
+        if device not in ("none", "cpu", "nvme"):
+            raise WorkshopError(f"Unknown offload device {device!r}.", "use none, cpu or nvme.")
+    if offload_optimizer != "none" and zero_stage == 0:
         raise WorkshopError("Optimizer offload needs ZeRO stage 1, 2 or 3; stage 0 keeps the optimizer on the GPU.",
                             "use stage1_offload, stage2_offload or stage3_offload.")
-    if offload_param and zero_stage != 3:
+    if offload_param != "none" and zero_stage != 3:
         raise WorkshopError("Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
                             "use stage3_offload, or offload the optimizer only.")
+    if "nvme" in (offload_optimizer, offload_param) and (zero_stage != 3 or not nvme_path):
+        raise WorkshopError("NVMe offload (ZeRO-Infinity) needs ZeRO stage 3 and an nvme_path.",
+                            "use stage 3 and pass --nvme-path DIR on a local NVMe drive.")
     if precision not in ("auto", "bf16", "fp16", "fp32"):
         raise WorkshopError(f"Unknown precision {precision!r}.", "use bf16, fp16, fp32 or auto.")
     batch = "auto"
@@ -63,10 +72,9 @@ def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_pa
     if zero_stage == 3:
         zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
                  "stage3_gather_16bit_weights_on_model_save": True}
-    if offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if offload_param:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+        if device != "none":
+            zero[key] = {"device": device, "pin_memory": True} | ({"nvme_path": nvme_path} if device == "nvme" else {})
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
     fp16, bf16 = half[precision]
     return {
@@ -88,10 +96,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: bool = False, offload_pa
 
 
 # The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).
-SHIPPED = {"ds_zero0.json": (0, False, False), "ds_zero1.json": (1, False, False),
-           "ds_zero2.json": (2, False, False), "ds_zero3.json": (3, False, False),
-           "ds_zero1_offload.json": (1, True, False), "ds_zero2_offload.json": (2, True, False),
-           "ds_zero3_offload.json": (3, True, True)}
+SHIPPED = {"ds_zero0.json": (0, "none", "none"), "ds_zero1.json": (1, "none", "none"),
+           "ds_zero2.json": (2, "none", "none"), "ds_zero3.json": (3, "none", "none"),
+           "ds_zero1_offload.json": (1, "cpu", "none"), "ds_zero2_offload.json": (2, "cpu", "none"),
+           "ds_zero3_offload.json": (3, "cpu", "cpu")}
 
 
 def shipped_configs() -> dict[str, str]:

@@ -38,17 +38,30 @@ def device_name() -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
-def pick_precision(recipe: str) -> str:
-    """'bf16', 'fp16' or 'fp32' for this machine and recipe.
-
-    classic: fp16 on a GPU, as the original workshop. default: bf16 where the GPU supports it (Ampere and
-    newer; no loss scaling needed), else fp16. On the CPU: fp32 (DeepSpeed's CPU path and the tiny model).
-    """
+def pick_precision(preferred: str) -> str:
+    """The precision a run uses on this machine: `preferred` ("bf16", "fp16" or "fp32", the recipe's or
+    --precision) on a GPU, fp16 where bf16 is asked for and the GPU lacks it (before Ampere), fp32 on the CPU
+    (DeepSpeed's CPU path and the tiny model)."""
     if not torch.cuda.is_available():
         return "fp32"
-    if recipe != "classic" and torch.cuda.is_bf16_supported():
-        return "bf16"
-    return "fp16"
+    if preferred == "bf16" and not torch.cuda.is_bf16_supported():
+        print("This GPU has no bf16 (needs Ampere or newer): training in fp16 with loss scaling instead.")
+        return "fp16"
+    return preferred
+
+
+def pick_attention(requested: str, precision: str) -> str | None:
+    """The attn_implementation to build the model with: None for "default" (the model's own: sdpa where
+    supported, BLOOM eager), or `requested`; flash_attention_2 only where installed, on a GPU, in 16-bit
+    (else the model's own)."""
+    if requested == "default":
+        return None
+    if requested == "flash_attention_2":
+        from transformers.utils import is_flash_attn_2_available
+
+        if not (torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()):
+            return None
+    return requested
 
 
 def peak_flops() -> float | None:
@@ -102,6 +115,90 @@ def sanitize_cuda_arch_list() -> None:
         if clean != archs:
             print(f"TORCH_CUDA_ARCH_LIST {archs!r} -> {clean!r} (DeepSpeed's op builder needs plain numbers)")
             os.environ["TORCH_CUDA_ARCH_LIST"] = clean
+
+
+def init_distributed() -> None:
+    """Start the process group now, under a launcher with WORLD_SIZE > 1 (NCCL on GPUs, gloo on the CPU),
+    so ranks can wait for each other before the Trainer exists (rank 0 prepares the output directory while
+    the others wait). The Trainer and DeepSpeed find it started and use it. A world of one: nothing.
+    Collectives time out after WORKSHOP_DIST_TIMEOUT_S seconds (default 1800): a dead rank fails the job."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if world()[2] == 1 or dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing in a world of one)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def deepspeed_ops(offload_optimizer: str, offload_param: str = "none") -> list[str]:
+    """The DeepSpeed op builders a run JIT-compiles on this machine: the optimizer (CPU Adam with offload,
+    fused Adam otherwise), async I/O for NVMe offload, and on the CPU the shared-memory collectives."""
+    ops = ["FusedAdamBuilder" if offload_optimizer == "none" else "CPUAdamBuilder"]
+    ops += ["AsyncIOBuilder"] if "nvme" in (offload_optimizer, offload_param) else []
+    return ops + ([] if torch.cuda.is_available() else ["ShareMemCommBuilder"])
+
+
+def _builders(names: list[str]):
+    from deepspeed.accelerator import get_accelerator
+
+    return [b for b in map(get_accelerator().create_op_builder, names) if b is not None]
+
+
+def check_deepspeed_ops(names: list[str]) -> None:
+    """Stop, with the fix, when one of the named DeepSpeed ops cannot be built here (a quick check).
+
+    Raises:
+        WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio).
+    """
+    from .errors import WorkshopError
+
+    for builder in _builders(names):
+        if not builder.is_compatible(verbose=False):
+            fix = ("install libaio (apt-get install libaio-dev, or conda install libaio), then reinstall deepspeed"
+                   if builder.name == "async_io" else
+                   "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
+                   "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment")
+            raise WorkshopError(f"DeepSpeed's {builder.name} op cannot be built on this machine (see `ds_report`).",
+                                fix + ".")
+
+
+def build_deepspeed_ops(names: list[str]) -> None:
+    """Build (once per machine, cached in the torch extensions folder) or load each named DeepSpeed op now,
+    saying what is built and how long it took, rather than a minute of silence inside the first step.
+
+    Raises:
+        WorkshopError: a lock left by a killed build blocks it (see `workshop_lib.rundir.wait_for_file_lock`;
+            WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600).
+    """
+    import time
+    from pathlib import Path
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    from .rundir import wait_for_file_lock
+
+    for builder in _builders(names):
+        build_dir = Path(_get_build_directory(builder.name, verbose=False))
+        built = (build_dir / f"{builder.name}.so").exists()
+        wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
+                           timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
+        if not built:
+            print(f"Building DeepSpeed's {builder.name} op, once on this machine (cached in {build_dir}); "
+                  "about a minute ...", flush=True)
+        t0 = time.perf_counter()
+        builder.load(verbose=False)
+        if not built:
+            print(f"Built {builder.name} in {time.perf_counter() - t0:.0f} s.", flush=True)
 
 
 def world() -> tuple[int, int, int]:

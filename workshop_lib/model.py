@@ -77,8 +77,8 @@ def architecture_config(model_name: str):
         d = {k: v for k, v in d.items() if not k.startswith("_")}
         return AutoConfig.for_model(d.pop("model_type"), **d)
     try:
-        return AutoConfig.from_pretrained(model_name)
-    except OSError as e:
+        return AutoConfig.from_pretrained(model_name, trust_remote_code=False)
+    except (OSError, ValueError) as e:
         raise _not_cached(model_name) from e
 
 
@@ -88,17 +88,90 @@ def tiny_config(model_name: str, vocab_size: int):
     for k, v in TINY_DIMS.items():
         if hasattr(cfg, k) or k in getattr(cfg, "attribute_map", {}):
             setattr(cfg, k, v)
+    if getattr(cfg, "layer_types", None):  # one entry per layer (Qwen3): keep the first layers' kinds
+        cfg.layer_types = cfg.layer_types[:cfg.num_hidden_layers]
     cfg.vocab_size = vocab_size
     return cfg
 
 
-def _not_cached(model_name: str) -> WorkshopError:
+def _not_cached(model_name: str, tiny: bool = False) -> WorkshopError:
+    shipped = ", ".join(SHIPPED_CONFIGS)
+    if tiny:
+        return WorkshopError(
+            f"--tiny builds a small model from {model_name!r}'s config, which is not in the Hugging Face cache, "
+            "and the hub is not reachable (or HF_HUB_OFFLINE=1).",
+            f"use a model whose config is shipped ({shipped}), or on a machine with internet run "
+            f"`hf download {model_name} config.json` (same HF_HOME as here).")
     return WorkshopError(
-        f"Model {model_name!r} is neither a local directory nor in the Hugging Face cache, and the hub is "
-        "not reachable (or HF_HUB_OFFLINE=1).",
+        f"Model {model_name!r} is not in the Hugging Face cache, and the hub is not reachable (or HF_HUB_OFFLINE=1).",
         f"on a machine with internet run `hf download {model_name}` (same HF_HOME as here), or pass "
-        f"--random-weights to build the published architecture with random weights "
-        f"(shipped for {', '.join(SHIPPED_CONFIGS)}), or --tiny.")
+        f"--random-weights to build the published architecture with random weights (shipped for {shipped}), "
+        "or --tiny.")
+
+
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def is_local_path(model_name: str) -> bool:
+    """True when `model_name` names a directory rather than a hub repository ("org/name")."""
+    return (Path(model_name).expanduser().exists() or model_name.startswith((".", "/", "~"))
+            or model_name.count("/") > 1)
+
+
+def check_model_source(model_name: str, tiny: bool = False, random_weights: bool = False) -> None:
+    """Check, without loading anything, that `model_name` can be built the way asked: a local directory has
+    a config.json, weights (unless `random_weights` or `tiny`) and a tokenizer (unless one is made); a hub
+    name is shipped or cached when the hub is unreachable; no model needs custom code.
+
+    Raises:
+        WorkshopError: each case its own message: a local path that does not exist or is no model directory,
+            a directory without weights, without a tokenizer, a model that needs `trust_remote_code`
+            (the workshop never runs a model's own Python code), a hub model neither cached nor reachable.
+    """
+    builds = "--tiny builds a small model from its config.json" if tiny else ""
+    if is_local_path(model_name):
+        path = Path(model_name).expanduser()
+        if not path.is_dir():
+            raise WorkshopError(f"Model directory {model_name} does not exist{' (it is a file)' if path.exists() else ''}.",
+                                "give a directory written by save_pretrained (config.json, weights, tokenizer), "
+                                f"or a hub name such as {DEFAULT_MODEL}" + (f"; {builds}." if tiny else "."))
+        config = path / "config.json"
+        if not config.is_file():
+            raise WorkshopError(f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
+                                "give the directory that model.save_pretrained(...) wrote.")
+        _check_no_custom_code(json.loads(config.read_text()), model_name)
+        if tiny:
+            return
+        if not random_weights and not any(next(path.glob(w), None) for w in WEIGHTS):
+            raise WorkshopError(f"{model_name} has a config.json but no weights (*.safetensors or pytorch_model*.bin).",
+                                "copy the weights there (model.save_pretrained writes them), or pass "
+                                "--random-weights to train its architecture from random weights.")
+        if not random_weights and not any((path / t).is_file() for t in TOKENIZER_FILES):
+            raise WorkshopError(f"{model_name} has weights but no tokenizer ({', '.join(TOKENIZER_FILES)}).",
+                                f"save the tokenizer there too: AutoTokenizer.from_pretrained(<source>)"
+                                f".save_pretrained('{model_name}').")
+        return
+    if model_name in SHIPPED_CONFIGS and (tiny or random_weights):
+        return
+    if not hub_reachable():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_name, "config.json")
+        if not isinstance(cached, str):
+            raise _not_cached(model_name, tiny)
+        _check_no_custom_code(json.loads(Path(cached).read_text()), model_name)
+
+
+def _check_no_custom_code(config: dict, model_name: str) -> None:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if config.get("model_type") not in CONFIG_MAPPING_NAMES:
+        raise WorkshopError(
+            f"{model_name} is a {config.get('model_type')!r} model, which transformers does not implement"
+            + (" (its config.json points to the model's own Python code, auto_map); the workshop never runs "
+               "downloaded code (trust_remote_code stays off)." if "auto_map" in config else "."),
+            f"use a model whose architecture transformers supports natively, such as {DEFAULT_MODEL}.")
 
 
 def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False, random_weights: bool = False,
@@ -120,7 +193,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     "tokenizer"}.
 
     Raises:
-        WorkshopError: the model or tokenizer is not available offline.
+        WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,16 +205,18 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     elif random_weights:
         config = architecture_config(model_name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=not hub_reachable())
+            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=not hub_reachable(),
+                                                      trust_remote_code=False)
             tok_source = model_name
         except (OSError, ValueError):
             tokenizer = local_tokenizer(LOCAL_VOCAB)
     else:
         offline = not hub_reachable()  # fail at once from the cache instead of retrying the network
         try:
-            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=offline)
+            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=offline, trust_remote_code=False)
             model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attn_implementation,
-                                                         dtype=torch.float32, local_files_only=offline)
+                                                         dtype=torch.float32, local_files_only=offline,
+                                                         trust_remote_code=False)
             tok_source = model_name
         except OSError as e:
             raise _not_cached(model_name) from e

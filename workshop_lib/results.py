@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from . import rundir
 from .errors import WorkshopError
 
 # The columns of the exercise table: results.json key -> column title (units in the title).
@@ -24,29 +27,99 @@ TABLE = {
 }
 
 
-def find_runs(paths) -> list[Path]:
-    """Run directories (holding results.json) among `paths` and, one or two levels down, inside them."""
-    runs: list[Path] = []
+@dataclass
+class RunResults:
+    """What results.json holds: one finished run (written by `run_experiment`, rank 0). Memory in MiB
+    (`memory` module: NVML, torch's allocator, host RSS), speeds per second of `train_runtime_seconds`,
+    losses in nats per label token. `config` is the whole resolved `RunConfig`."""
+
+    experiment: str
+    recipe: str
+    model: str  # hub name or path the architecture (and weights) came from
+    tiny: bool
+    random_weights: bool
+    zero_stage: int | None  # None: no DeepSpeed
+    offload_optimizer: str  # none | cpu | nvme
+    offload_param: str
+    precision: str  # bf16 | fp16 | fp32, as run on this machine
+    attn_implementation: str
+    loss_on: str
+    padding: str
+    world_size: int
+    micro_batch_size_per_gpu: int
+    gradient_accumulation_steps: int
+    global_batch_size: int  # micro x accumulation x world_size, sequences per optimizer step
+    epochs: float  # as configured, or the fraction reached when max_steps ended the run
+    max_steps: int | None
+    steps_per_epoch: int
+    global_steps: int
+    train_loss: float  # mean over all optimizer steps
+    train_loss_per_epoch: list[float]
+    eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
+    train_samples_per_second: float
+    eval_samples_per_second: float
+    train_tokens_per_second: float  # non-padding tokens
+    mfu: float | None  # fraction of the GPUs' dense 16-bit peak (metrics.mfu); None on a CPU
+    num_params: int
+    gpu_peak_allocated_mib: float | None  # torch.cuda.max_memory_allocated, rank 0
+    gpu_peak_mib: float | None  # NVML, rank 0, over training
+    gpu_mean_mib: float | None
+    gpu_min_mib: float | None
+    host_peak_rss_mib: float
+    per_rank_memory: list[dict]  # every rank's peaks, with rank, local_rank and host
+    estimated_model_states_gpu_mib: float  # DeepSpeed's estimator for the same config
+    estimated_model_states_cpu_mib: float
+    estimator: str
+    data_stats: dict  # per split: total, used, dropped, context_shortened, answer_start_repaired, ... tokens
+    device: str
+    versions: dict
+    wall_seconds: float
+    train_runtime_seconds: float
+    tokenizer: str
+    output_dir: str
+    config: dict
+
+
+def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Finished run directories among `paths` and, one or two levels down, inside them; and the
+    directories holding an unfinished run, each with a sentence on why it is left out.
+
+    Raises:
+        WorkshopError: a path does not exist.
+    """
+    runs, skipped = [], []
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
-        if (p / "results.json").is_file():
-            runs.append(p)
-        elif p.is_dir():
-            runs += sorted(q.parent for q in [*p.glob("*/results.json"), *p.glob("*/*/results.json")])
-    return runs
+        if not p.exists():
+            raise WorkshopError(f"{p} does not exist.", "give run directories (e.g. runs/*) or folders holding them.")
+        found = {f.parent for pattern in ("", "*/", "*/*/") for name in rundir.RUN_FILES
+                 for f in p.glob(pattern + name)}
+        for d in sorted(found):
+            what, info = rundir.state(d)
+            if what == "finished":
+                runs.append(d)
+            elif what == "unfinished":
+                skipped.append((d, rundir.describe_unfinished(info)))
+    return runs, skipped
 
 
 def load_results(paths) -> pd.DataFrame:
-    """One row per run found under `paths` (see `find_runs`), columns = results.json keys + `run_dir`.
+    """One row per finished run found under `paths` (see `find_runs`), columns = results.json keys +
+    `run_dir`; a tiny model's name gets " (tiny)". Unfinished runs are named on stderr and left out.
 
     Raises:
-        WorkshopError: no results.json under any of `paths`.
+        WorkshopError: a path does not exist, or no finished run is under any of `paths`.
     """
-    runs = find_runs(paths)
+    runs, skipped = find_runs(paths)
+    for d, why in skipped:
+        print(f"skipped {d}: {why}", file=sys.stderr)
     if not runs:
-        raise WorkshopError(f"No results.json found under {paths}.",
+        raise WorkshopError(f"No finished run (results.json) under {', '.join(map(str, paths)) if not isinstance(paths, (str, Path)) else paths}.",
                             "give the output directories of finished `workshop run`s (e.g. runs/*).")
     rows = [json.loads((r / "results.json").read_text()) | {"run_dir": str(r)} for r in runs]
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if "tiny" in df:
+        df["model"] = [f"{m} (tiny)" if t is True else m for m, t in zip(df["model"], df["tiny"])]
+    return df
 
 
 def exercise_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,241 @@
+"""The run contract: every bad input stops with exit status 2, one message ending in a "To fix:" line, no
+traceback, and the output directory exactly as it was; a run in progress is marked, results are atomic,
+--overwrite replaces a run whole, SIGINT / SIGTERM end a run with one line and 130 / 143.
+
+The bad-input cases run `workshop` in this process (`cli.main`: fast, the same code path as the command);
+the signal tests start the real command in a subprocess and are marked slow."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop_lib import cli, rundir
+from workshop_lib.config import EXPERIMENTS, RunConfig, parse_run_args, resolve
+from workshop_lib.errors import WorkshopError
+
+ROOT = Path(__file__).resolve().parent.parent
+SQUAD = {"data": [{"title": "T", "paragraphs": [{"context": "Paris is the capital of France.", "qas": [
+    {"id": "a", "question": "What is the capital of France?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+
+
+def snapshot(path: Path):
+    """Every file under `path` with its content hash, or None when `path` does not exist."""
+    if not path.exists():
+        return None
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(path.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """Local model directories: complete (tiny Qwen3 saved with its tokenizer), without weights, without a
+    tokenizer, and one whose config needs custom code."""
+    from workshop_lib.model import load_model_and_tokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    net, tok, _ = load_model_and_tokenizer("Qwen/Qwen3-0.6B", tiny=True)
+    net.save_pretrained(root / "complete")
+    tok.save_pretrained(root / "complete")
+    (root / "no_weights").mkdir()
+    shutil.copy(root / "complete" / "config.json", root / "no_weights")
+    net.save_pretrained(root / "no_tokenizer")
+    (root / "custom").mkdir()
+    cfg = json.loads((root / "complete" / "config.json").read_text())
+    (root / "custom" / "config.json").write_text(json.dumps(
+        cfg | {"model_type": "my_qwen", "auto_map": {"AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}}))
+    shutil.copy(root / "complete" / "model.safetensors", root / "custom")
+    return root
+
+
+def data_file(tmp_path, mutate=None) -> Path:
+    d = json.loads(json.dumps(SQUAD))
+    if mutate:
+        mutate(d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0])
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+def finished_run(tmp_path) -> Path:
+    out = tmp_path / "done"
+    out.mkdir()
+    (out / "train_log.csv").write_text("step,loss\n1,8.0\n")
+    rundir.write_json_atomic(out / "results.json", {"experiment": "baseline"})
+    return out
+
+
+def readonly_dir(tmp_path) -> Path:
+    if os.geteuid() == 0:  # root writes through permission bits: sysfs refuses new files even to root
+        return Path("/sys/workshop-run")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    return ro / "run"
+
+
+def workshop_main(argv) -> int:
+    """`workshop ARGV` in this process: its exit status (argparse's own errors exit through SystemExit)."""
+    try:
+        return cli.main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code
+
+
+T = "--tiny"
+# (name, arguments as a function of tmp_path and the model dirs, words the message must hold)
+BAD = [
+    ("unknown experiment", lambda t, m: ["stage9", T], "stage2_offload"),
+    ("micro-batch 0", lambda t, m: ["baseline", T, "--micro-batch-size", "0"], "train_micro_batch_size_per_gpu"),
+    ("epochs 0", lambda t, m: ["baseline", T, "--epochs", "0"], "epochs must be at least 1"),
+    ("accumulation 0", lambda t, m: ["baseline", T, "--gradient-accumulation-steps", "0"], "gradient_accumulation_steps"),
+    ("max-steps 0", lambda t, m: ["baseline", T, "--max-steps", "0"], "max_steps must be at least 1"),
+    ("not an int", lambda t, m: ["baseline", T, "--epochs", "two"], "invalid int value"),
+    ("unknown option", lambda t, m: ["baseline", T, "--epoch", "2"], "unrecognized"),
+    ("more questions than the file", lambda t, m: ["baseline", T, "--train-file", data_file(t),
+                                                   "--num-train-samples", "100000"], "holds 1."),
+    ("more questions than bundled SQuAD", lambda t, m: ["baseline", T, "--num-train-samples", "100000"], "holds 11,877"),
+    ("train file is a directory", lambda t, m: ["baseline", T, "--train-file", t], "is a directory"),
+    ("train file missing", lambda t, m: ["baseline", T, "--train-file", t / "missing.json"], "does not exist"),
+    ("answer text null", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=None))],
+     "not a non-empty string"),
+    ("answer text blank", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=" "))],
+     "not a non-empty string"),
+    ("output dir is a file", lambda t, m: ["baseline", T, "--output-dir", data_file(t)], "is a file"),
+    ("output dir not writable", lambda t, m: ["baseline", T, "--output-dir", readonly_dir(t)], "cannot be written"),
+    ("finished run there", lambda t, m: ["baseline", T, "--output-dir", finished_run(t)], "--overwrite"),
+    ("model path missing", lambda t, m: ["baseline", "--model", t / "nonexistent"], "does not exist"),
+    ("model path missing, tiny", lambda t, m: ["baseline", T, "--model", t / "nonexistent"], "does not exist"),
+    ("model without weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_weights"], "no weights"),
+    ("model without tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_tokenizer"], "no tokenizer"),
+    ("model with custom code", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "custom"], "trust_remote_code"),
+    ("hub model not cached", lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
+     "hf download no-such-org/no-such-model"),
+]
+
+
+@pytest.mark.parametrize("name, args, expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, tmp_path, model_dirs, capsys,
+                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default output directory, runs/..., would be created here
+    argv = [str(a) for a in args(tmp_path, model_dirs)]
+    if "--output-dir" not in argv:
+        argv += ["--output-dir", str(tmp_path / "out")]
+    out = Path(argv[argv.index("--output-dir") + 1])
+    before = snapshot(out)
+    rc = workshop_main(["run", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert expected in err and "To fix:" in err and "Traceback" not in err, err
+    assert snapshot(out) == before and not (tmp_path / "runs").exists()
+    if "nonexistent" in str(argv):
+        assert "hf download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
+
+
+def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsys):
+    assert workshop_main(["report", tmp_path / "nope"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "train_log.csv").write_text("step,loss\n")
+    rundir.write_json_atomic(killed / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename,
+                                                      "started": "2026-11-22T03:00:00"})
+    assert workshop_main(["report", tmp_path]) == 2
+    err = capsys.readouterr().err
+    assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
+
+
+def test_a_killed_runs_directory_is_refused_until_overwrite(tmp_path):
+    out = tmp_path / "killed"
+    out.mkdir()
+    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename,
+                                                   "started": "2026-11-22T03:00:00"})
+    with pytest.raises(WorkshopError, match="process is gone.*\nTo fix: pass --overwrite"):
+        rundir.check(out, overwrite=False)
+    rundir.check(out, overwrite=True)
+    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": os.getpid(), "host": os.uname().nodename,
+                                                   "started": "2026-11-22T03:00:00"})
+    with pytest.raises(WorkshopError, match="still in progress"):  # a live run is never removed
+        rundir.check(out, overwrite=True)
+
+
+def test_stale_op_build_lock_is_reported_with_the_fix(tmp_path, capsys):
+    lock = tmp_path / "lock"
+    lock.touch()
+    t0 = time.monotonic()
+    with pytest.raises(WorkshopError, match=f"rm {lock}"):
+        rundir.wait_for_file_lock(lock, "DeepSpeed's cpu_adam op", timeout_s=0.6, notice_after_s=0.2, poll_s=0.1)
+    assert time.monotonic() - t0 < 5
+    assert f"Waiting for {lock}" in capsys.readouterr().out
+
+
+def test_config_resolves_from_the_recipe_and_the_command_line():
+    cfg = resolve(parse_run_args(["stage2", "--tiny", "--micro-batch-size", "8", "--recipe", "classic",
+                                  "--output-dir", "/tmp/x"]))
+    assert (cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps, cfg.padding, cfg.precision) == \
+           (8, 4, "max_length", "fp16")
+    assert (cfg.num_train_samples, cfg.epochs, cfg.learning_rate) == (64, 2, 1e-3)  # --tiny's
+    assert resolve(RunConfig("stage3_offload", epochs=1)).output_dir.startswith("runs/stage3_offload-")
+    assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu"}
+
+
+def _start(args, tmp_path):
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_training(out: Path, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        log = out / "train_log.csv"
+        if (out / rundir.MARKER).exists() and log.exists() and len(log.read_text().splitlines()) > 1:  # a step
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"training never started: {proc.communicate()}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(sig, code, tmp_path):
+    """SIGTERM (SLURM's time limit) or SIGINT (Ctrl-C) mid-training, in an --overwrite run over a finished
+    one: the old results are gone (never mixed with the new logs), the new logs kept, the directory marked
+    unfinished, `workshop report` skips it, and a plain rerun is refused."""
+    out = finished_run(tmp_path)
+    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out, "--overwrite"], tmp_path)
+    _wait_for_training(out, proc)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr[-2000:]
+    assert "Traceback" not in stderr
+    last = [ln for ln in stderr.splitlines() if "workshop:" in ln]
+    assert len(last) == 1 and last[0].startswith(f"workshop: stopped by {sig.name} at step"), stderr[-2000:]
+    assert "--overwrite" in last[0] and "Removed the previous run" in stdout
+    assert not (out / "results.json").exists() and (out / "train_log.csv").exists()
+    marker = json.loads((out / rundir.MARKER).read_text())
+    assert marker["status"] == "interrupted" and marker["signal"] == sig.name and marker["step"] >= 1
+    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and f"stopped by {sig.name}" in p.stderr and "--overwrite" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "report", tmp_path], capture_output=True, text=True)
+    assert p.returncode == 2 and f"skipped {out}" in p.stderr
+
+
+@pytest.mark.slow
+def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    _wait_for_training(out, proc)
+    proc.kill()
+    proc.wait()
+    with pytest.raises(WorkshopError, match=f"pid {proc.pid} .*whose process is gone|whose process is gone.*pid {proc.pid}"):
+        rundir.check(out, overwrite=False)

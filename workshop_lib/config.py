@@ -1,0 +1,259 @@
+"""Every setting of a run, declared once: experiments, recipes and `RunConfig` (introduced in `01_baseline`).
+
+- `Experiment`: what DeepSpeed does in a run: the ZeRO stage and where optimizer states and parameters live.
+- `Recipe`: a named set of training defaults: model, precision, attention, padding, batching, sizes.
+- `RunConfig`: one run's settings, each with its help text and unit. `workshop run` is generated from it
+  (`transformers.HfArgumentParser`, as in the HF examples), notebooks build it directly, and results.json
+  stores it resolved (every field filled in) under "config". A field left None takes the recipe's value.
+
+A new experiment or recipe is one entry in `EXPERIMENTS` or `RECIPES`; no code branches on a name.
+This module imports neither torch nor transformers at import time, so `workshop --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+from .errors import WorkshopError
+
+Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What DeepSpeed does: `zero_stage` None is the HF Trainer alone (torch AdamW, no DeepSpeed)."""
+
+    name: str
+    zero_stage: int | None
+    offload_optimizer: Offload = "none"  # optimizer states and the Adam step (stages 1-3)
+    offload_param: Offload = "none"  # parameters (stage 3 only)
+    summary: str = ""
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.zero_stage is not None
+
+
+EXPERIMENTS = {e.name: e for e in [
+    Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
+    Experiment("stage0", 0, summary="DeepSpeed's engine, nothing partitioned"),
+    Experiment("stage1", 1, summary="optimizer states partitioned across GPUs"),
+    Experiment("stage2", 2, summary="+ gradients partitioned"),
+    Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
+    Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
+    Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
+    Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
+]}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Training defaults. Global batch = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
+    world_size (4 x 4 x 1 GPU = 16 sequences per optimizer step)."""
+
+    name: str
+    model: str
+    precision: Literal["bf16", "fp16", "fp32"]  # on a GPU; bf16 falls back to fp16 where unsupported; CPU: fp32
+    attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"]  # "default": the model's own
+    padding: Literal["longest", "max_length"]  # per batch (multiple of 8), or every sequence to max_length
+    batching: Literal["random", "group_by_length"]  # group_by_length: similar lengths together, less padding
+    loss_on: Literal["answer", "all"]  # answer tokens only, or every token
+    activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
+    max_length: int = 512  # tokens per sequence
+    train_micro_batch_size_per_gpu: int = 4  # sequences per GPU per forward pass
+    gradient_accumulation_steps: int = 4  # forward passes per optimizer step
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    epochs: int = 3
+    num_train_samples: int = 500  # questions
+    num_eval_samples: int = 50
+
+
+RECIPES = {r.name: r for r in [
+    # The original workshop exactly: BLOOM-560m, prompts padded to 512 tokens, fp16, loss on every token.
+    Recipe("classic", "bigscience/bloom-560m", precision="fp16", attn_implementation="default",
+           padding="max_length", batching="random", loss_on="all"),
+    # Same data and optimizer; no fixed padding, similar lengths batched, bf16, FlashAttention-2 where
+    # installed, loss on the answers.
+    Recipe("default", "Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
+           padding="longest", batching="group_by_length", loss_on="answer"),
+]}
+# --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds; a larger learning
+# rate, since a 0.35M-parameter random model barely moves at 5e-5 in 8 steps.
+TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3}
+
+
+def _opt(help: str, **kw):
+    return field(default=None, metadata={"help": help, **kw})
+
+
+def _recipe_opt(name: str, help: str, **kw):
+    """An optional field whose default comes from the recipe; its help shows the recipes' values."""
+    default = getattr(RECIPES["default"], name)
+    others = [f"; recipe {r.name}: {getattr(r, name)}" for r in RECIPES.values() if getattr(r, name) != default]
+    tiny = [f"; --tiny: {TINY[name]}"] if name in TINY else []
+    return _opt(f"{help} (default: {default}{''.join(others + tiny)})", **kw)
+
+
+@dataclass
+class RunConfig:
+    """One run's settings. Fields left None take the recipe's value (`RECIPES`), or `TINY`'s with --tiny;
+    `resolve` fills them in and validates everything."""
+
+    experiment: str = field(metadata={"help": "one of: " + ", ".join(EXPERIMENTS) + " (or first, without --experiment)"})
+    recipe: str = field(default="default", metadata={"help": "one of: " + ", ".join(RECIPES)})
+    tiny: bool = field(default=False, metadata={
+        "help": "a ~0.35M-parameter model of the same family, 64 train / 16 eval questions (CPU-friendly)"})
+    model: str | None = _opt("hub name or local directory (default: the recipe's)")
+    random_weights: bool = field(default=False, metadata={
+        "help": "the published architecture with random weights (no download; for memory and speed)"})
+    train_file: str | None = _opt("SQuAD v1.1-format JSON to train on (default: SQuAD train)")
+    eval_file: str | None = _opt("SQuAD v1.1-format JSON to evaluate on (default: SQuAD dev)")
+    num_train_samples: int | None = _recipe_opt("num_train_samples", "questions to train on, the file's first N")
+    num_eval_samples: int | None = _recipe_opt("num_eval_samples", "questions to evaluate on")
+    epochs: int | None = _recipe_opt("epochs", "passes over the training questions")
+    max_steps: int | None = _opt("stop after N optimizer steps (overrides epochs)")
+    train_micro_batch_size_per_gpu: int | None = _recipe_opt(
+        "train_micro_batch_size_per_gpu", "sequences per GPU per forward pass", aliases=["--micro-batch-size"])
+    gradient_accumulation_steps: int | None = _recipe_opt("gradient_accumulation_steps", "forward passes per optimizer step")
+    learning_rate: float | None = _recipe_opt("learning_rate", "peak learning rate, linear decay to 0")
+    weight_decay: float | None = _recipe_opt("weight_decay", "AdamW weight decay")
+    max_length: int | None = _recipe_opt(
+        "max_length", "tokens per sequence at most; longer contexts are cut around the answer")
+    loss_on: Literal["answer", "all"] | None = _recipe_opt("loss_on", "answer: loss on the answer tokens; all: on every token")
+    precision: Literal["bf16", "fp16", "fp32"] | None = _recipe_opt(
+        "precision", "16-bit type on a GPU (bf16 falls back to fp16 where unsupported); the CPU trains in fp32")
+    attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"] | None = _recipe_opt(
+        "attn_implementation", "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's")
+    padding: Literal["longest", "max_length"] | None = _recipe_opt("padding", "pad per batch, or every sequence to max_length")
+    batching: Literal["random", "group_by_length"] | None = _recipe_opt("batching", "batch order: random, or similar lengths together")
+    activation_checkpointing: bool | None = _recipe_opt(
+        "activation_checkpointing", "true: recompute activations in the backward pass (less memory, slower)")
+    nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme")
+    output_dir: str | None = _opt("where to write (default runs/<experiment>[-tiny]-<date-time>)")
+    overwrite: bool = field(default=False, metadata={
+        "help": "remove the run (finished or killed) in --output-dir and start again"})
+    allow_cpu: bool = field(default=False, metadata={"help": "run a full-size model without a GPU (slow)"})
+    seed: int = field(default=42, metadata={"help": "random seed for the model's initialisation and the data order"})
+
+
+RECIPE_FIELDS = [f.name for f in fields(Recipe) if f.name != "name"]
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """A copy of `cfg` with every recipe field filled in, the output directory chosen, and every field
+    validated. Touches nothing: paths are only looked at (the output directory's writability is probed
+    with an anonymous temporary file, which leaves no trace).
+
+    Raises:
+        WorkshopError: the first bad field, named, with the fix: an unknown experiment or recipe, a
+            non-positive size or count, max_steps < 1, a data file that is missing or a directory, an
+            output path that is a file or not writable, an offload to nvme without --nvme-path.
+    """
+    if cfg.experiment not in EXPERIMENTS:
+        raise WorkshopError(f"Unknown experiment {cfg.experiment!r}.", f"use one of: {', '.join(EXPERIMENTS)}.")
+    if cfg.recipe not in RECIPES:
+        raise WorkshopError(f"Unknown recipe {cfg.recipe!r}.", f"use one of: {', '.join(RECIPES)}.")
+    rec = asdict(RECIPES[cfg.recipe]) | (TINY if cfg.tiny else {})
+    cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
+    for name in ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
+                 "gradient_accumulation_steps", "max_length"):
+        if getattr(cfg, name) < 1:
+            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
+                                f"pass --{name.replace('_', '-')} N with N >= 1.")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise WorkshopError(f"max_steps must be at least 1, got {cfg.max_steps}.",
+                            "leave --max-steps out to train for --epochs, or pass a number >= 1.")
+    if cfg.max_length < 32:
+        raise WorkshopError(f"max_length {cfg.max_length} leaves no room for a question and its answer.",
+                            "pass --max-length 32 or more (the recipes use 512).")
+    if not cfg.learning_rate > 0 or cfg.weight_decay < 0:
+        raise WorkshopError(f"learning_rate must be > 0 and weight_decay >= 0, got {cfg.learning_rate} and "
+                            f"{cfg.weight_decay}.", "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.")
+    exp = EXPERIMENTS[cfg.experiment]
+    if "nvme" in (exp.offload_optimizer, exp.offload_param):
+        if not cfg.nvme_path or not Path(cfg.nvme_path).is_dir():
+            raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
+                                "pass --nvme-path DIR, a directory on a local NVMe drive.")
+        _check_writable(Path(cfg.nvme_path), "nvme_path")
+    for name in ("train_file", "eval_file"):
+        path = getattr(cfg, name)
+        if path is None:
+            continue
+        if Path(path).is_dir():
+            raise WorkshopError(f"{name} {path} is a directory, not a SQuAD JSON file.",
+                                f"give the file itself, e.g. --{name.replace('_', '-')} {Path(path) / 'train-v1.1.json'}.")
+        if not Path(path).is_file():
+            raise WorkshopError(f"{name} {path} does not exist.",
+                                f"give the path of a SQuAD v1.1 JSON file, or leave --{name.replace('_', '-')} "
+                                "out to use SQuAD itself.")
+        cfg = replace(cfg, **{name: str(Path(path).resolve())})
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if cfg.output_dir is None:
+        if world_size > 1:
+            raise WorkshopError("Several ranks need one output directory, and none was given.",
+                                "pass --output-dir DIR (the batch scripts pass runs/<job name>-<job id>).")
+        from datetime import datetime
+
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise WorkshopError(f"output_dir {out} is a file, not a directory; nothing was changed.",
+                            "pass --output-dir with a directory path (it is created if missing).")
+    _check_writable(out, "output_dir")
+    return cfg
+
+
+def _check_writable(path: Path, name: str) -> None:
+    """Raise WorkshopError unless a file can be created in `path` or, if it does not exist yet, in its
+    nearest existing parent (where it would be created). An anonymous temporary file, gone at close."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise WorkshopError(f"{name} {path} cannot be written here ({probe}: {e.strerror}).",
+                            f"pass a --{name.replace('_', '-')} in a directory you can write to "
+                            "(your home or scratch directory).") from e
+
+
+def parse_run_args(argv: list[str]) -> RunConfig:
+    """`workshop run EXPERIMENT [--option value ...]` -> RunConfig (unresolved), through HfArgumentParser.
+    A bad option or value prints argparse's message with a "To fix:" line and exits with status 2."""
+    import argparse
+
+    from transformers import HfArgumentParser
+
+    class Help(argparse.ArgumentDefaultsHelpFormatter):  # "(default: X)" only where X says something
+        def _get_help_string(self, action):
+            return action.help if action.default in (None, False, argparse.SUPPRESS) else super()._get_help_string(action)
+
+    class Parser(HfArgumentParser):
+        def error(self, message):
+            self.exit(2, f"workshop run: error: {message}\nTo fix: see `workshop run --help` for the options.\n")
+
+    if argv and not argv[0].startswith("-"):  # the experiment is positional on the command line
+        argv = ["--experiment", argv[0], *argv[1:]]
+    parser = Parser(RunConfig, prog="workshop run", usage="workshop run EXPERIMENT [options]", formatter_class=Help,
+                    allow_abbrev=False,
+                    description="Run one experiment; write results.json, memory.csv, train_log.csv and, with "
+                    "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
+                    + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + ".")
+    cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return cfg
+
+
+if __name__ == "__main__":  # python -m workshop_lib.config stage2 --tiny: print the resolved config
+    import json
+
+    print(json.dumps(asdict(resolve(parse_run_args(sys.argv[1:]))), indent=2))

@@ -1,0 +1,186 @@
+"""Output directories that never mix two runs, and runs that end cleanly on SIGINT / SIGTERM (introduced in
+`01_baseline`; `run_experiment` uses it, `workshop report` reads `state`).
+
+A run directory is in one of three states:
+- finished: results.json and no RUNNING file (results.json is written atomically, then RUNNING removed);
+- unfinished: a RUNNING file (JSON: pid, host, start time, and, once it ended badly, the signal or error),
+  or logs without results.json (a run from before RUNNING files, killed);
+- empty: nothing of a run (it may hold other files, which a run leaves alone).
+
+A run refuses a directory holding a run unless `overwrite`, which removes that run whole before the new one
+starts; it always refuses one whose run is still alive on this host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from .errors import WorkshopError
+
+MARKER = "RUNNING"
+RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of these: the directory holds a run
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised in the main thread by SIGINT or SIGTERM while a run is in progress; `signum` says which.
+    A KeyboardInterrupt, so a notebook treats it as an interrupted cell."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write `obj` as JSON to `path` through a temporary file and a rename: readers see the old file or the
+    whole new one, never half of it, even if the process dies while writing."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _alive(pid: int, host: str) -> bool:
+    """True when the process `pid` runs on this host (a marker from another host is taken as alive)."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def state(out: str | os.PathLike) -> tuple[str, dict]:
+    """("finished" | "unfinished" | "empty", the RUNNING marker's content or {})."""
+    out = Path(out)
+    marker = out / MARKER
+    if marker.is_file():
+        try:
+            return "unfinished", json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return "unfinished", {}
+    if (out / "results.json").is_file():
+        return "finished", {}
+    if any((out / f).exists() for f in RUN_FILES):
+        return "unfinished", {}
+    return "empty", {}
+
+
+def describe_unfinished(info: dict) -> str:
+    """One sentence on an unfinished run from its marker: who started it, and how it ended."""
+    if not info:
+        return "a run that never finished (logs, no results.json)"
+    who = f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
+    if info.get("status") == "interrupted":
+        return f"a run stopped by {info.get('signal')} at step {info.get('step')} ({who})"
+    if info.get("status") == "failed":
+        return f"a run that failed ({who}): {info.get('error', '')[:200]}"
+    alive = _alive(int(info.get("pid", 0)), info.get("host", ""))
+    return f"a run {'still in progress' if alive else 'whose process is gone (killed)'} ({who})"
+
+
+def check(out: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse `out` when it holds a run that must not be replaced. Reads only.
+
+    Raises:
+        WorkshopError: a finished or unfinished run is there and `overwrite` is False; a run there is still
+            alive on this host (even with `overwrite`).
+    """
+    out = Path(out)
+    what, info = state(out)
+    if what == "finished" and not overwrite:
+        raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed.",
+                            "pass another --output-dir, or --overwrite to replace it.")
+    if what == "unfinished":
+        if info.get("status") == "running" and _alive(int(info.get("pid", 0)), info.get("host", "")):
+            raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
+                                "wait for it to end, or stop it, or pass another --output-dir.")
+        if not overwrite:
+            raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
+                                "pass --overwrite to discard it and start again, or another --output-dir.")
+
+
+def claim(out: str | os.PathLike, overwrite: bool) -> None:
+    """Make `out` this run's: check it, remove a previous run there when `overwrite`, create it, and write
+    the RUNNING marker. Call on rank 0 only, after every input was validated and loaded."""
+    out = Path(out)
+    check(out, overwrite)
+    if state(out)[0] != "empty":
+        shutil.rmtree(out)
+        print(f"Removed the previous run in {out} (--overwrite).")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                                     "started": datetime.now().isoformat(timespec="seconds")})
+
+
+def mark_ended(out: str | os.PathLike, **how) -> None:
+    """Record in the RUNNING marker how an unfinished run ended (status "interrupted" or "failed", ...)."""
+    marker = Path(out) / MARKER
+    if marker.is_file():
+        write_json_atomic(marker, json.loads(marker.read_text()) | how |
+                          {"ended": datetime.now().isoformat(timespec="seconds")})
+
+
+def finish(out: str | os.PathLike, results: dict) -> None:
+    """Write results.json atomically, then remove the marker: the directory now holds a finished run."""
+    write_json_atomic(Path(out) / "results.json", results)
+    (Path(out) / MARKER).unlink(missing_ok=True)
+
+
+@contextmanager
+def interruptible():
+    """Turn SIGINT and SIGTERM into `RunInterrupted` in the main thread for the duration (SLURM sends SIGTERM
+    at a time limit or preemption), and restore the previous handlers after. Elsewhere than the main thread
+    it changes nothing."""
+    def raise_interrupted(signum, frame):
+        raise RunInterrupted(signum)
+
+    try:
+        previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
+                       poll_s: float = 1.0) -> None:
+    """Wait while `lock` exists (torch's JIT-build lock for a DeepSpeed op). After `notice_after_s` say what
+    is waited for and how to clear a stale lock; after `timeout_s` stop.
+
+    torch's lock file records no owner, so a build killed midway leaves it behind and every later build of
+    that op waits on it forever, silently. This function is what makes that wait visible and finite.
+
+    Raises:
+        WorkshopError: the lock is still there after `timeout_s` seconds.
+    """
+    lock = Path(lock)
+    t0, told = time.monotonic(), False
+    while lock.exists():
+        waited = time.monotonic() - t0
+        if waited > timeout_s:
+            raise WorkshopError(f"{lock} has blocked the build of {what} for {waited:.0f} s: a build that was "
+                                "killed midway leaves this lock behind.",
+                                f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}")
+        if waited > notice_after_s and not told:
+            print(f"Waiting for {lock}: another process is building {what}, or a build killed earlier left this "
+                  f"lock (then: rm {lock}). Giving up after {timeout_s:.0f} s.", flush=True)
+            told = True
+        time.sleep(poll_s)
