@@ -16,7 +16,8 @@
 from IPython.display import Markdown, display
 
 from workshop_lib import env, results
-from workshop_lib.train import RECIPES, run_experiment
+from workshop_lib.config import RECIPES, RunConfig
+from workshop_lib.train import run_experiment
 
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
 COMMON = env.notebook_run_options()
@@ -27,13 +28,16 @@ RECIPES["default"]
 # %% [markdown]
 # ## 1. One run
 #
-# `run_experiment` loads the data and the model, trains with the HF `Trainer`, evaluates after every epoch,
-# samples memory in a background thread, and writes `results.json`, `memory.csv` (the time series),
+# A run is described by a `RunConfig`: the experiment's name and the settings you change; every field left
+# out comes from the recipe shown above (`workshop run --help` lists the same fields, with their units).
+# `run_experiment` checks every setting before it writes anything, loads the data and the model, trains
+# with the HF `Trainer`, evaluates after every epoch, samples memory in a background thread, and writes
+# `results.json` (with the whole resolved configuration under `config`), `memory.csv` (the time series) and
 # `train_log.csv` (one row per optimizer step) into its output directory. The same function is behind
 # `workshop run baseline` on the command line.
 
 # %%
-base = run_experiment("baseline", output_dir=f"{RUNS}/baseline", **COMMON)
+base = run_experiment(RunConfig("baseline", output_dir=f"{RUNS}/baseline", **COMMON))
 {k: base[k] for k in ("train_loss", "eval_loss", "train_samples_per_second", "train_tokens_per_second",
                       "steps_per_epoch", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib")}
 
@@ -56,7 +60,7 @@ log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o"
 # token. Run it, then compare.
 
 # %%
-classic = run_experiment("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON)
+classic = run_experiment(RunConfig("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON))
 df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
 display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 results.plot_memory_over_time(df);
@@ -80,8 +84,8 @@ results.plot_memory_over_time(df);
 # activations it must hold at once.
 
 # %%
-big = run_experiment("baseline", micro_batch_size=16, gradient_accumulation_steps=1,
-                     output_dir=f"{RUNS}/baseline_mb16", **COMMON)
+big = run_experiment(RunConfig("baseline", train_micro_batch_size_per_gpu=16, gradient_accumulation_steps=1,
+                               output_dir=f"{RUNS}/baseline_mb16", **COMMON))
 print(f"4 x 4: loss {base['train_loss']}, {base['train_samples_per_second']} samples/s, peak "
       f"{base['gpu_peak_mib']} MiB;  16 x 1: loss {big['train_loss']}, {big['train_samples_per_second']} "
       f"samples/s, peak {big['gpu_peak_mib']} MiB")

@@ -14,6 +14,7 @@ from IPython.display import Markdown, display
 
 from workshop_lib import env, results
 from workshop_lib.ds_config import build_ds_config
+from workshop_lib.config import RunConfig
 from workshop_lib.train import run_experiment
 
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
@@ -45,7 +46,7 @@ print(json.dumps(build_ds_config(zero_stage=3, precision="bf16", train_micro_bat
 
 # %%
 for experiment in ["baseline", "stage1", "stage2", "stage3"]:
-    run_experiment(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON)
+    run_experiment(RunConfig(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON))
 df = results.load_results(RUNS).set_index("experiment").loc[["baseline", "stage1", "stage2", "stage3"]].reset_index()
 display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 

@@ -15,6 +15,7 @@
 from IPython.display import Markdown, display
 
 from workshop_lib import env, results
+from workshop_lib.config import RunConfig
 from workshop_lib.train import run_experiment
 
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
@@ -25,7 +26,7 @@ ORDER = ["stage2", "stage2_offload", "stage3", "stage3_offload"]
 
 # %%
 for experiment in ORDER:
-    run_experiment(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON)
+    run_experiment(RunConfig(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON))
 df = results.load_results(RUNS).set_index("experiment").loc[ORDER].reset_index()
 display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 results.plot_memory_and_throughput(df);

@@ -60,3 +60,12 @@ def test_readme_h200_excerpt_matches_the_runs():
         r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
         assert abs(float(sps) - r["samples/s"]) < 0.06 and abs(float(per_gpu) - r["samples/s per GPU"]) < 0.06
         assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1
+
+
+def test_readme_lists_every_experiment():
+    """The README's experiments table against config.EXPERIMENTS: an experiment added in one is in both."""
+    from workshop_lib.config import EXPERIMENTS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## The experiments")[1].split("```")[0]
+    assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(EXPERIMENTS)

@@ -182,6 +182,17 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
             "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
 
 
+def _activation_checkpointing(on: bool) -> dict:
+    """TrainingArguments' switch for it: `activation_checkpointing` from transformers 5.2x, before that
+    `gradient_checkpointing` (5.17 on the GPU machines), which 5.2x deprecates; nothing when off."""
+    from transformers import TrainingArguments
+
+    if not on:
+        return {}
+    new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+    return {"activation_checkpointing" if new else "gradient_checkpointing": True}
+
+
 def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eval_ds, world_size: int):
     """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments."""
     from transformers import Trainer, TrainingArguments
@@ -203,7 +214,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         deepspeed=ds_config, seed=cfg.seed,
         dataloader_num_workers=0, include_num_input_tokens_seen="non_padding",
         ddp_timeout=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)),  # a dead rank fails, never hangs
-        train_sampling_strategy=cfg.batching, activation_checkpointing=cfg.activation_checkpointing)
+        train_sampling_strategy=cfg.batching, **_activation_checkpointing(cfg.activation_checkpointing))
     return Trainer(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                    data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length), processing_class=tokenizer,
                    callbacks=[_step_log_callback(out / "train_log.csv")])
