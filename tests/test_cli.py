@@ -19,7 +19,9 @@ REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_opti
             "epochs", "steps_per_epoch", "train_loss", "eval_loss", "train_samples_per_second",
             "eval_samples_per_second", "train_tokens_per_second", "mfu", "gpu_peak_allocated_mib", "gpu_peak_mib",
             "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib", "estimated_model_states_gpu_mib",
-            "estimated_model_states_cpu_mib", "data_stats", "device", "versions", "wall_seconds"]
+            "estimated_model_states_cpu_mib", "data_stats", "device", "versions", "wall_seconds", "warmup_steps",
+            "steady_steps", "steady_step_time_s", "steady_train_samples_per_second", "steady_train_tokens_per_second",
+            "gpu_util_pct", "config"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +56,8 @@ def test_every_experiment_writes_its_results(runs, exp):
         assert ("offload_optimizer" in cfg["zero_optimization"]) == (e.offload_optimizer != "none")
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
+    assert (r["warmup_steps"], r["steady_steps"]) == (2, 6) and r["steady_train_tokens_per_second"] > 0
+    assert log["step_time_s"].notna().sum() == 8 and log["tokens"].sum() == r["data_stats"]["train"]["tokens"] * 2
     assert len(pd.read_csv(d / "memory.csv")) >= 2
 
 
@@ -83,6 +87,26 @@ def test_activation_checkpointing_recomputes_the_same_model(runs, tmp_path):
     plain = json.loads((runs / "stage2" / "results.json").read_text())
     assert r["config"]["activation_checkpointing"] and not plain["config"]["activation_checkpointing"]
     assert abs(r["train_loss"] - plain["train_loss"]) < (0.05 if GPU else 1e-4)
+
+
+def test_micro_batches_sized_in_tokens(tmp_path):
+    workshop("run", "stage2", "--tiny", "--batching", "token_budget", "--max-tokens-per-micro-batch", "2048",
+             "--gradient-accumulation-steps", "1", "--drop-attention-mask", "true", "--output-dir", tmp_path)
+    r = json.loads((tmp_path / "results.json").read_text())
+    log = pd.read_csv(tmp_path / "train_log.csv")
+    # 64 questions of ~280 tokens, 2,048 padded tokens a micro-batch: about 7 per step, some 10 steps an epoch
+    assert 6 <= r["steps_per_epoch"] <= 14 and r["global_steps"] == 2 * r["steps_per_epoch"]
+    assert r["global_batch_size"] == round(64 / r["steps_per_epoch"], 1)
+    assert (log["tokens"].dropna() <= 2048).all() and log["tokens"].sum() == 2 * r["data_stats"]["train"]["tokens"]
+    assert r["eval_loss"][-1] < 8.3
+
+
+def test_bench_runs_rows_and_the_plain_pytorch_ceiling(tmp_path):
+    workshop("bench", "--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "classic", "16k tokens ZeRO-2")
+    table = pd.read_csv(tmp_path / "bench.csv")
+    assert list(table["row"]) == ["classic", "16k tokens ZeRO-2", "plain PyTorch (ceiling)"]
+    assert (table["steady tokens/s"] > 0).all() and "plain PyTorch" in (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_classic_recipe_pads_to_512(tmp_path):

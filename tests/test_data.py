@@ -85,3 +85,39 @@ def test_a_wrong_answer_start_is_repaired_and_a_missing_answer_dropped(tmp_path,
     assert (stats.total, stats.used, stats.answer_start_repaired, stats.answer_not_in_context) == (2, 1, 1, 0 + 1)
     assert stats.context_shortened == 1 and stats.source.startswith("file ")
     assert "Paris is the capital" in tok.decode(ds[0]["input_ids"])  # the window is around the real answer
+
+
+def test_token_budget_batches_hold_every_sequence_once_within_the_budget():
+    import random
+
+    from workshop_lib.data import TokenBudgetBatchSampler
+
+    rng = random.Random(0)
+    lengths = [rng.randint(30, 600) for _ in range(3000)] + [5000]  # one longer than the budget: alone
+    s = TokenBudgetBatchSampler(lengths, 4096, seed=1)
+    first, second = list(s), list(s)
+    assert sorted(i for b in first for i in b) == list(range(len(lengths)))
+    assert len(first) == len(second) == len(s) and first != second  # same batches, a new order each epoch
+    assert sorted(map(sorted, first)) == sorted(map(sorted, second))
+    for b in first:
+        assert len(b) == 1 or len(b) * -(-max(lengths[i] for i in b) // 8) * 8 <= 4096
+    real = sum(lengths[:-1]) / sum(len(b) * -(-max(lengths[i] for i in b) // 8) * 8 for b in first if len(b) > 1)
+    assert real > 0.9  # similar lengths together: little padding
+
+
+def test_dropping_the_attention_mask_of_right_padded_batches_is_exact(tok):
+    """Causal attention never looks at the pads after a sequence, and pads carry label -100: the loss is the
+    same with and without the mask (what lets SDPA use its flash kernel on a GPU)."""
+    import torch
+
+    from workshop_lib.data import make_collator
+    from workshop_lib.model import load_model_and_tokenizer
+
+    net, tok, _ = load_model_and_tokenizer("Qwen/Qwen3-0.6B", tiny=True)
+    ds, _ = tokenize_squad(load_squad("train", 6), tok, max_length=512)
+    feats = [ds[i] for i in range(6)]
+    with_mask, without = make_collator(tok)(feats), make_collator(tok, attention_mask=False)(feats)
+    assert "attention_mask" not in without and (with_mask["attention_mask"] == 0).any()  # really padded
+    with torch.no_grad():
+        a, b = net(**with_mask).loss, net(**without).loss
+    assert torch.allclose(a, b, atol=1e-5), (a, b)

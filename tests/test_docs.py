@@ -69,3 +69,18 @@ def test_readme_lists_every_experiment():
     readme = (ROOT / "README.md").read_text()
     table = readme.split("## The experiments")[1].split("```")[0]
     assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(EXPERIMENTS)
+
+
+def test_h100_bench_table_matches_its_runs():
+    """docs/h100/bench/bench.csv, row by row, against the results.json of the run behind it."""
+    from workshop_lib.bench import run_dir_name
+
+    bench = ROOT / "docs" / "h100" / "bench"
+    table = pd.read_csv(bench / "bench.csv")
+    rows = table[table["row"] != "plain PyTorch (ceiling)"]
+    assert len(rows) == 8
+    for _, row in rows.iterrows():
+        r = json.loads((bench / "runs" / run_dir_name(row["row"]) / "results.json").read_text())
+        assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 30 and r["warmup_steps"] == 10
+        assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == \
+               (r["steady_train_tokens_per_second"], r["mfu"], r["gpu_util_pct"])

@@ -1,8 +1,10 @@
 """workshop_lib: the small library behind the DeepSpeed fine-tuning workshop.
 
-One module per concept: `data` (SQuAD prompts), `model` (hub, random-weight and tiny models), `ds_config`
-(DeepSpeed configs), `memory` (sampler and estimates), `train` (`run_experiment`), `results` (tables, plots),
-`cli` (`workshop run`, `workshop report`).
+One module per concept: `config` (RunConfig, experiments, recipes), `data` (SQuAD prompts, collator),
+`model` (hub, random-weight and tiny models), `ds_config` (DeepSpeed configs), `env` (the machine, ranks,
+DeepSpeed ops), `memory` (sampler and estimates), `metrics` (MFU), `train` (`run_experiment`), `rundir`
+(output directories, signals), `results` (RunResults, tables, plots), `launch` (torchrun, SLURM), `cli`
+(`workshop run`, `workshop report`).
 """
 
 from .errors import WorkshopError

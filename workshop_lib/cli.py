@@ -4,6 +4,7 @@
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
     workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
+    workshop bench --out docs/h100/bench              # recipes and ZeRO settings vs a plain PyTorch loop, one GPU
 
 torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
 Exit status: 0 done; 2 bad input (one message ending in "To fix: ..."); 130 / 143 stopped by SIGINT / SIGTERM.
@@ -25,9 +26,15 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
                                 "and measure memory and speed.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,bench,report}", parser_class=_Parser)
     # `run` only names itself here: its options are generated from RunConfig by config.parse_run_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
+    bench = sub.add_parser("bench", help="every recipe and ZeRO setting against a plain PyTorch loop, one GPU")
+    bench.add_argument("--out", default="bench", metavar="DIR", help="where to write (default bench/)")
+    bench.add_argument("--model", help="hub name or local directory (default: each recipe's)")
+    bench.add_argument("--max-steps", type=int, default=30, metavar="N", help="optimizer steps per row (default 30)")
+    bench.add_argument("--tiny", action="store_true", help="the tiny model (a CPU check of the benchmark itself)")
+    bench.add_argument("--only", nargs="+", metavar="ROW", help="only these rows (labels of bench.VARIANTS)")
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
     rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
@@ -84,7 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["run"]:
             return run(argv[1:])
-        return report(parser.parse_args(argv))
+        a = parser.parse_args(argv)
+        if a.command == "bench":
+            from .bench import run_bench
+
+            run_bench(a.out, a.model, a.max_steps, a.tiny, a.only)
+            _end_process_group()
+            return 0
+        return report(a)
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)
         return 2

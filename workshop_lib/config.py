@@ -61,8 +61,11 @@ class Recipe:
     precision: Literal["bf16", "fp16", "fp32"]  # on a GPU; bf16 falls back to fp16 where unsupported; CPU: fp32
     attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"]  # "default": the model's own
     padding: Literal["longest", "max_length"]  # per batch (multiple of 8), or every sequence to max_length
-    batching: Literal["random", "group_by_length"]  # group_by_length: similar lengths together, less padding
+    batching: Literal["random", "group_by_length", "token_budget"]  # token_budget: max_tokens_per_micro_batch
     loss_on: Literal["answer", "all"]  # answer tokens only, or every token
+    liger_kernel: bool = False  # Liger-Kernel's fused linear + cross-entropy (no full logits), on a GPU only
+    drop_attention_mask: bool = False  # right-padded causal batches need none (pad labels are -100): exact
+    max_tokens_per_micro_batch: int = 16384  # padded tokens per micro-batch, with batching "token_budget"
     activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
     max_length: int = 512  # tokens per sequence
     train_micro_batch_size_per_gpu: int = 4  # sequences per GPU per forward pass
@@ -70,7 +73,7 @@ class Recipe:
     learning_rate: float = 5e-5
     weight_decay: float = 0.01
     epochs: int = 3
-    num_train_samples: int = 500  # questions
+    num_train_samples: int | None = 500  # questions; None: all the data holds
     num_eval_samples: int = 50
 
 
@@ -114,7 +117,8 @@ class RunConfig:
         "help": "the published architecture with random weights (no download; for memory and speed)"})
     train_file: str | None = _opt("SQuAD v1.1-format JSON to train on (default: SQuAD train)")
     eval_file: str | None = _opt("SQuAD v1.1-format JSON to evaluate on (default: SQuAD dev)")
-    num_train_samples: int | None = _recipe_opt("num_train_samples", "questions to train on, the file's first N")
+    num_train_samples: int | None = _recipe_opt("num_train_samples", "questions to train on, the file's first N "
+                                                "(None: all)")
     num_eval_samples: int | None = _recipe_opt("num_eval_samples", "questions to evaluate on")
     epochs: int | None = _recipe_opt("epochs", "passes over the training questions")
     max_steps: int | None = _opt("stop after N optimizer steps (overrides epochs)")
@@ -131,7 +135,17 @@ class RunConfig:
     attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"] | None = _recipe_opt(
         "attn_implementation", "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's")
     padding: Literal["longest", "max_length"] | None = _recipe_opt("padding", "pad per batch, or every sequence to max_length")
-    batching: Literal["random", "group_by_length"] | None = _recipe_opt("batching", "batch order: random, or similar lengths together")
+    batching: Literal["random", "group_by_length", "token_budget"] | None = _recipe_opt(
+        "batching", "random; group_by_length: similar lengths together; token_budget: micro-batches of similar "
+        "lengths sized by --max-tokens-per-micro-batch")
+    max_tokens_per_micro_batch: int | None = _recipe_opt(
+        "max_tokens_per_micro_batch", "padded tokens per micro-batch with --batching token_budget")
+    liger_kernel: bool | None = _recipe_opt(
+        "liger_kernel", "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, "
+        "where installed)")
+    drop_attention_mask: bool | None = _recipe_opt(
+        "drop_attention_mask", "true: no attention mask for right-padded batches (exact: causal attention never "
+        "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
     activation_checkpointing: bool | None = _recipe_opt(
         "activation_checkpointing", "true: recompute activations in the backward pass (less memory, slower)")
     nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme")
@@ -162,8 +176,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     rec = asdict(RECIPES[cfg.recipe]) | (TINY if cfg.tiny else {})
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for name in ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
-                 "gradient_accumulation_steps", "max_length"):
-        if getattr(cfg, name) < 1:
+                 "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
                                 f"pass --{name.replace('_', '-')} N with N >= 1.")
     if cfg.max_steps is not None and cfg.max_steps < 1:

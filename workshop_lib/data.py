@@ -239,12 +239,66 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     return datasets.Dataset.from_dict(out), stats
 
 
-def make_collator(tokenizer, padding: str = "longest", max_length: int = 512):
-    """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) per batch to a
-    multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length` tokens for
-    "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}: [B, L] int64."""
+def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, attention_mask: bool = True):
+    """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per
+    batch to a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length`
+    tokens for "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}:
+    [B, L] int64; without "attention_mask" when `attention_mask` is False, which is exact for a causal model:
+    every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label."""
     from transformers import DataCollatorForSeq2Seq
 
+    tokenizer.padding_side = "right"
     if padding == "max_length":
-        return DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
-    return DataCollatorForSeq2Seq(tokenizer, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)
+        pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
+    else:
+        pad = DataCollatorForSeq2Seq(tokenizer, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)
+    if attention_mask:
+        return pad
+
+    def without_mask(features):
+        batch = pad(features)
+        del batch["attention_mask"]
+        return batch
+
+    return without_mask
+
+
+class TokenBudgetBatchSampler:
+    """Micro-batches sized in tokens, not questions: sequences of similar length together, as many as fit
+    `max_tokens` once padded (batch size x its longest sequence, rounded up to a multiple of 8 as the
+    collator pads), so a micro-batch of short questions holds many and one of long questions few.
+
+    The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (similar
+    lengths, yet a random mix, as transformers' LengthGroupedSampler does) and cut into batches; each pass
+    (`__iter__`, one per epoch) yields the same batches in a new random order, so every epoch has the same
+    number of optimizer steps. Under several ranks the Trainer's accelerator deals them out round-robin.
+
+    Args:
+        lengths: tokens of each sequence (L_i); max_tokens: padded tokens per micro-batch at most (a
+            sequence longer than that is a batch of its own); seed: as TrainingArguments.seed.
+    """
+
+    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048):
+        import random
+
+        self.rng = random.Random(seed)
+        order = list(range(len(lengths)))
+        self.rng.shuffle(order)
+        self.batches: list[list[int]] = []
+        for i in range(0, len(order), chunk):
+            batch, longest = [], 0
+            for j in sorted(order[i:i + chunk], key=lambda k: lengths[k], reverse=True):
+                if batch and -(-max(longest, lengths[j]) // 8) * 8 * (len(batch) + 1) > max_tokens:
+                    self.batches.append(batch)
+                    batch, longest = [], 0
+                batch.append(j)
+                longest = max(longest, lengths[j])
+            self.batches.append(batch)
+
+    def __iter__(self):
+        order = list(self.batches)
+        self.rng.shuffle(order)
+        return iter(order)
+
+    def __len__(self) -> int:
+        return len(self.batches)

@@ -64,6 +64,19 @@ def pick_attention(requested: str, precision: str) -> str | None:
     return requested
 
 
+def liger_available() -> bool:
+    """True on a GPU where Liger-Kernel is installed (its Triton kernels need one); the CPU path keeps plain
+    PyTorch. Says so where a GPU run asked for it and it is missing."""
+    import importlib.util
+
+    if not torch.cuda.is_available():
+        return False
+    if importlib.util.find_spec("liger_kernel") is None:
+        print("Liger-Kernel is not installed (pip install liger-kernel): plain PyTorch layers and loss instead.")
+        return False
+    return True
+
+
 def peak_flops() -> float | None:
     """Dense 16-bit peak FLOP/s of this GPU (see PEAK_FLOPS), or None on the CPU or an unknown GPU."""
     if not torch.cuda.is_available():

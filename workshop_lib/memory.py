@@ -7,6 +7,7 @@ Three views of GPU memory, from the outside in:
 - `torch_allocated_mib`: bytes in live PyTorch tensors (`torch.cuda.memory_allocated`), below the cache.
 - `gpu_peak_allocated_mib`: `torch.cuda.max_memory_allocated`, the exact peak of the above between samples.
 Host memory is this process's resident set size (`psutil`), in MiB: with offload, where the optimizer lives.
+GPU utilisation is NVML's: the percentage of the last sample period in which a kernel ran on the GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import psutil
 import torch
 
 MiB = 2**20
-FIELDS = ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib"]
+FIELDS = ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib", "gpu_util_pct"]
 
 
 def _nvml_handle(local_device: int):
@@ -48,8 +49,8 @@ class MemorySampler:
             trainer.train()
         mem.summary()  # {"gpu_peak_mib": ..., "gpu_mean_mib": ..., ...}
 
-    CSV columns: time_s (since start), gpu_used_mib (NVML), torch_allocated_mib, host_rss_mib; GPU columns
-    are empty without a GPU. Each row is flushed as written, so a crash keeps everything sampled so far.
+    CSV columns: time_s (since `t0`, the perf_counter at entry), gpu_used_mib (NVML), torch_allocated_mib,
+    host_rss_mib, gpu_util_pct (NVML); GPU columns are empty without a GPU. Each row is flushed as written, so a crash keeps everything sampled so far.
     """
 
     def __init__(self, csv_path: str | os.PathLike, interval_s: float = 0.2, device: int | None = None):
@@ -64,12 +65,13 @@ class MemorySampler:
         """One row of readings (MiB), taken now."""
         rss = self._proc.memory_info().rss  # this rank alone: not the compilers of a JIT op build
         row = {"time_s": round(time.perf_counter() - self._t0, 3), "gpu_used_mib": None,
-               "torch_allocated_mib": None, "host_rss_mib": round(rss / MiB, 1)}
+               "torch_allocated_mib": None, "host_rss_mib": round(rss / MiB, 1), "gpu_util_pct": None}
         if self.gpu:
             import pynvml
 
             row["gpu_used_mib"] = round(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used / MiB, 1)
             row["torch_allocated_mib"] = round(torch.cuda.memory_allocated(self.device) / MiB, 1)
+            row["gpu_util_pct"] = pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
         return row
 
     def _run(self):
@@ -88,7 +90,7 @@ class MemorySampler:
             w.writerow(row)
 
     def __enter__(self):
-        self._t0 = time.perf_counter()
+        self.t0 = self._t0 = time.perf_counter()
         if self.gpu:
             self._handle = _nvml_handle(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -108,6 +110,14 @@ class MemorySampler:
         return summarize(self.rows) | {
             "gpu_peak_allocated_mib": (round(torch.cuda.max_memory_allocated(self.device) / MiB, 1)
                                        if self.gpu else None)}
+
+
+def mean_gpu_util(rows: list[dict], t_from: float = 0.0, t_to: float = float("inf")) -> float | None:
+    """Mean NVML GPU utilisation, percent, of the samples taken between t_from and t_to seconds (None
+    without a GPU or without samples there)."""
+    util = [float(r["gpu_util_pct"]) for r in rows if r.get("gpu_util_pct") not in (None, "")
+            and t_from <= float(r["time_s"]) <= t_to]
+    return round(sum(util) / len(util), 1) if util else None
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -1,16 +1,17 @@
-"""Training metrics from a run's logs: steps per epoch, per-epoch losses, model FLOPs and MFU (introduced in
-`01_baseline`)."""
+"""Training metrics from a run's logs: steps per epoch, per-epoch losses, steady-state throughput, model
+FLOPs and MFU (introduced in `01_baseline`)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 
-def steps_per_epoch(num_sequences: int, micro_batch_size: int, gradient_accumulation_steps: int,
-                    world_size: int) -> int:
-    """Optimizer steps in one pass over `num_sequences`: ceil(ceil(n / (micro x world)) / accumulation),
-    as the Trainer counts them (a last partial micro-batch and a last partial accumulation both step)."""
-    return math.ceil(math.ceil(num_sequences / (micro_batch_size * world_size)) / gradient_accumulation_steps)
+def steps_per_epoch(micro_batches: int, gradient_accumulation_steps: int, world_size: int) -> int:
+    """Optimizer steps in one pass over the data: ceil(ceil(micro-batches / world_size) / accumulation), as
+    the Trainer counts them (a last partial round of micro-batches and a last partial accumulation both
+    step). Micro-batches: ceil(sequences / micro-batch size), or the token-budget sampler's count."""
+    return math.ceil(math.ceil(micro_batches / world_size) / gradient_accumulation_steps)
 
 
 def per_epoch(logs: list[dict], key: str) -> list[float]:
@@ -21,17 +22,47 @@ def per_epoch(logs: list[dict], key: str) -> list[float]:
     return [round(sum(v) / len(v), 4) for _, v in sorted(by_epoch.items())]
 
 
-def flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_len: float) -> float:
-    """Model FLOPs to train on one token: 6N for the forward and backward matmuls + 12·L·H·S for the
-    attention scores (Chowdhery et al. 2022, PaLM, appendix B); S = mean tokens per sequence, padding
-    excluded. Activation recomputation is not counted (that is hardware FLOPs, not model FLOPs)."""
-    return 6 * num_params + 12 * num_layers * hidden_size * seq_len
+def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch_size: int,
+                 warmup_steps: int | None = None) -> dict:
+    """Throughput once warm: the first `warmup_steps` optimizer steps (default: the first third, rounded
+    down; none of 1 or 2 steps) are left out, as they hold CUDA context, allocator, kernel autotuning and
+    DeepSpeed set-up costs. Then the median step time (robust to the odd slow step), samples/s = global
+    batch / median step time, and tokens/s = the median of the steps' own tokens/s (batches of similar
+    lengths differ in size).
+
+    Args:
+        step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in
+            each step, all ranks.
+
+    Returns {"warmup_steps", "steady_steps", "steady_step_time_s", "steady_train_samples_per_second",
+    "steady_train_tokens_per_second"}; the figures are None when no step is left after the warm-up.
+    """
+    n = len(step_times_s)
+    warm = n // 3 if warmup_steps is None else min(warmup_steps, n)
+    times, tokens = step_times_s[warm:], step_tokens[warm:]
+    out = {"warmup_steps": warm, "steady_steps": len(times), "steady_step_time_s": None,
+           "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None}
+    if times:
+        med = statistics.median(times)
+        out |= {"steady_step_time_s": round(med, 4),
+                "steady_train_samples_per_second": round(global_batch_size / med, 2),
+                "steady_train_tokens_per_second": round(statistics.median(k / t for k, t in zip(tokens, times)), 1)}
+    return out
 
 
-def mfu(tokens_per_second: float, flops_per_token: float, peak_flops_per_gpu: float | None,
+def flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float) -> float:
+    """Model FLOPs to train on one token: 6N for the forward and backward matmuls (N counts a tied
+    embedding once: it is the LM head's matmul) + 12·L·H·Q·T for the attention scores and their use
+    (Chowdhery et al. 2022, PaLM, appendix B), with H·Q = `attention_width` = heads x head dim (Qwen3-0.6B:
+    16 x 128 = 2,048, not its hidden size 1,024) and T = mean tokens per sequence, padding excluded.
+    Activation recomputation is not counted (that is hardware FLOPs, not model FLOPs)."""
+    return 6 * num_params + 12 * num_layers * attention_width * seq_len
+
+
+def mfu(tokens_per_second: float | None, flops_per_token: float, peak_flops_per_gpu: float | None,
         world_size: int) -> float | None:
     """Model FLOPs utilisation, a fraction: tokens/s x FLOPs/token / (peak FLOP/s per GPU x GPUs); None
-    where the peak is unknown (the CPU, an unlisted GPU)."""
-    if not peak_flops_per_gpu:
+    where the peak is unknown (the CPU, an unlisted GPU) or there is no throughput."""
+    if not peak_flops_per_gpu or tokens_per_second is None:
         return None
     return tokens_per_second * flops_per_token / (peak_flops_per_gpu * world_size)

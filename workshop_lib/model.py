@@ -189,8 +189,8 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
         attn_implementation: "eager", "sdpa", "flash_attention_2", or None for the best the model
             supports (sdpa where available; BLOOM has eager only).
 
-    `info` is a dict: {"num_params", "largest_layer_params", "num_layers", "hidden_size", "attn_implementation",
-    "tokenizer"}.
+    `info` is a dict: {"num_params", "largest_layer_params", "num_layers", "hidden_size", "attention_width"
+    (heads x head dim), "attn_implementation", "tokenizer"}.
 
     Raises:
         WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first).
@@ -232,8 +232,11 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
             config._attn_implementation = attn_implementation
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     largest = max(p.numel() for p in model.parameters())  # the embedding matrix, for these models
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
-            "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,
+            "num_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
+            "attention_width": c.num_attention_heads * head_dim,
             "attn_implementation": model.config._attn_implementation, "tokenizer": tok_source}
     return model, tokenizer, info
 

@@ -20,7 +20,9 @@ TABLE = {
     "world_size": "GPUs", "micro_batch_size_per_gpu": "micro-batch", "global_batch_size": "global batch",
     "steps_per_epoch": "steps/epoch",
     "train_loss": "train loss", "eval_loss": "eval loss per epoch",
-    "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s", "mfu": "MFU",
+    "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s",
+    "steady_train_tokens_per_second": "steady tokens/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
+    "gpu_util_pct": "GPU util %",
     "gpu_peak_mib": "GPU peak MiB", "gpu_mean_mib": "GPU mean MiB", "gpu_min_mib": "GPU min MiB",
     "gpu_peak_allocated_mib": "torch peak alloc MiB",
     "estimated_model_states_gpu_mib": "DS est. model states GPU MiB", "host_peak_rss_mib": "host peak RSS MiB",
@@ -58,8 +60,14 @@ class RunResults:
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
     train_samples_per_second: float
     eval_samples_per_second: float
-    train_tokens_per_second: float  # non-padding tokens
-    mfu: float | None  # fraction of the GPUs' dense 16-bit peak (metrics.mfu); None on a CPU
+    train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)
+    warmup_steps: int  # optimizer steps left out of the steady-state figures (metrics.steady_state)
+    steady_steps: int
+    steady_step_time_s: float | None  # median seconds per optimizer step after the warm-up
+    steady_train_samples_per_second: float | None  # global batch / median step time
+    steady_train_tokens_per_second: float | None  # median of the steps' non-padding tokens/s
+    mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
+    gpu_util_pct: float | None  # NVML utilisation of rank 0's GPU over the steady steps, mean percent
     num_params: int
     gpu_peak_allocated_mib: float | None  # torch.cuda.max_memory_allocated, rank 0
     gpu_peak_mib: float | None  # NVML, rank 0, over training

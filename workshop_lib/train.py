@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
-from . import env, metrics, rundir
+from . import env, memory, metrics, rundir
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
-from .data import load_squad, make_collator, tokenize_squad
+from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import build_ds_config
 from .errors import WorkshopError
 from .memory import MemorySampler, estimate_model_states
@@ -44,6 +44,10 @@ from .results import RunResults
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
 # fixed eval batch keeps eval losses comparable when the training micro-batch changes.
 EVAL_BATCH_SIZE = 4
+# Liger-Kernel's fused linear + cross-entropy alone: the other kernels (RoPE, RMSNorm, SwiGLU) measured slower
+# than PyTorch's on the H100 (`workshop bench`, docs/h100/bench).
+LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
+                   "fused_linear_cross_entropy": True}
 
 
 def run_experiment(config: RunConfig | str, /, **settings) -> dict:
@@ -112,7 +116,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         torch.cuda.set_device(env.world()[1])
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
-    return replace(cfg, precision=precision,
+    return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
@@ -150,8 +154,8 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     trainer = None
     try:
         trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
-        train_out, mem, wall = train(trainer, out, rank, cfg.experiment)
-        results = record(cfg, exp, trainer, train_out, mem, wall, info, estimate, train_ds, train_stats,
+        train_out, mem, steps, wall = train(trainer, out, rank, cfg.experiment)
+        results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
                          eval_stats, world_size)
     except BaseException as e:
         step = trainer.state.global_step if trainer is not None else 0
@@ -214,15 +218,30 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         deepspeed=ds_config, seed=cfg.seed,
         dataloader_num_workers=0, include_num_input_tokens_seen="non_padding",
         ddp_timeout=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)),  # a dead rank fails, never hangs
-        train_sampling_strategy=cfg.batching, **_activation_checkpointing(cfg.activation_checkpointing))
-    return Trainer(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                   data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length), processing_class=tokenizer,
-                   callbacks=[_step_log_callback(out / "train_log.csv")])
+        train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
+        use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
+        **_activation_checkpointing(cfg.activation_checkpointing))
+    trainer_class = Trainer
+    if cfg.batching == "token_budget":
+        batches = TokenBudgetBatchSampler([len(x) for x in train_ds["input_ids"]], cfg.max_tokens_per_micro_batch,
+                                          cfg.seed)
+
+        class trainer_class(Trainer):  # noqa: N801 - the Trainer, with micro-batches sized in tokens
+            def get_train_dataloader(self):
+                from torch.utils.data import DataLoader
+
+                return self.accelerator.prepare(DataLoader(
+                    self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator,
+                    num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
+    return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                         data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length,
+                                                     attention_mask=not cfg.drop_attention_mask),
+                         processing_class=tokenizer)
 
 
 def train(trainer, out: Path, rank: int, experiment: str):
-    """Trainer.train() under the memory sampler (and a final evaluation if max_steps ended the run before
-    the first epoch's). Returns (TrainOutput, MemorySampler, wall seconds).
+    """Trainer.train() under the memory sampler, each step timed (and a final evaluation if max_steps ended
+    the run before the first epoch's). Returns (TrainOutput, MemorySampler, step log callback, wall seconds).
 
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
@@ -230,6 +249,8 @@ def train(trainer, out: Path, rank: int, experiment: str):
     t0 = time.perf_counter()
     try:
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
+            steps = _step_log_callback(out / "train_log.csv", mem.t0)
+            trainer.add_callback(steps)
             train_out = trainer.train()
             if not any("eval_loss" in h for h in trainer.state.log_history):
                 trainer.evaluate()
@@ -238,20 +259,27 @@ def train(trainer, out: Path, rank: int, experiment: str):
                             "train_log.csv in the output directory show how far it got.",
                             "lower --micro-batch-size (and raise --gradient-accumulation-steps to keep the "
                             "global batch), or use CPU offload (stage2_offload, stage3_offload).") from e
-    return train_out, mem, time.perf_counter() - t0
+    return train_out, mem, steps, time.perf_counter() - t0
 
 
-def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampler, wall: float, info: dict,
+def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampler, steps, wall: float, info: dict,
            estimate: dict, train_ds, train_stats, eval_stats, world_size: int) -> dict:
-    """The results of a finished run, every rank's memory gathered (a collective: every rank calls it)."""
+    """The results of a finished run, every rank's memory gathered (a collective: every rank calls it).
+    MFU is computed from the steady-state tokens/s (`metrics.steady_state`)."""
     rank, local_rank, _ = env.world()
     history = trainer.state.log_history
     evals = [h for h in history if "eval_loss" in h]
     m = train_out.metrics
     tokens_per_s = trainer.state.num_input_tokens_seen / m["train_runtime"]
-    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["hidden_size"],
+    micro_batches = _micro_batches(cfg, train_ds)
+    per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
+    global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
+                    else cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world_size)
+    steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
+    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
                                     train_stats.tokens / train_stats.used)
-    mfu = metrics.mfu(tokens_per_s, flops, env.peak_flops(), world_size)
+    mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), world_size)
+    warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
     return asdict(RunResults(
@@ -261,16 +289,17 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         loss_on=cfg.loss_on, padding=cfg.padding, world_size=world_size,
         micro_batch_size_per_gpu=cfg.train_micro_batch_size_per_gpu,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        global_batch_size=cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world_size,
+        global_batch_size=round(global_batch, 1) if cfg.batching == "token_budget" else int(global_batch),
         epochs=cfg.epochs if not cfg.max_steps else round(trainer.state.epoch, 3), max_steps=cfg.max_steps,
-        steps_per_epoch=metrics.steps_per_epoch(len(train_ds), cfg.train_micro_batch_size_per_gpu,
-                                                cfg.gradient_accumulation_steps, world_size),
+        steps_per_epoch=per_epoch,
         global_steps=trainer.state.global_step, train_loss=round(m["train_loss"], 4),
         train_loss_per_epoch=metrics.per_epoch([h for h in history if "loss" in h], "loss"),
         eval_loss=[round(h["eval_loss"], 4) for h in evals],
         train_samples_per_second=round(m["train_samples_per_second"], 2),
         eval_samples_per_second=round(evals[-1]["eval_samples_per_second"], 2),
-        train_tokens_per_second=round(tokens_per_s, 1), mfu=round(mfu, 4) if mfu is not None else None,
+        train_tokens_per_second=round(tokens_per_s, 1), **steady,
+        mfu=round(mfu, 4) if mfu is not None else None,
+        gpu_util_pct=memory.mean_gpu_util(mem.rows, warm_end, steps.step_ends[-1] if steps.step_ends else 0.0),
         num_params=info["num_params"],
         **{k: mine[k] for k in ("gpu_peak_allocated_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
                                 "host_peak_rss_mib")},  # rank 0's; every rank's in per_rank_memory
@@ -281,25 +310,51 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         config=asdict(cfg)))
 
 
-def _step_log_callback(path: Path):
-    """A TrainerCallback appending every Trainer log (each step's loss, each epoch's eval loss) to a CSV."""
+def _micro_batches(cfg: RunConfig, train_ds) -> int:
+    """Micro-batches in one pass over the training set, all ranks together."""
+    if cfg.batching == "token_budget":
+        return len(TokenBudgetBatchSampler([len(x) for x in train_ds["input_ids"]], cfg.max_tokens_per_micro_batch))
+    return -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
+
+
+def _step_log_callback(path: Path, t0: float):
+    """A TrainerCallback appending every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
+    rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
+    an evaluation, to this step's end) and its non-padding tokens, all ranks; each epoch's eval loss. `time_s`
+    counts from `t0`, the memory sampler's start, so the two CSVs share one clock. The callback keeps
+    `step_times`, `step_tokens` and `step_ends` for the steady-state figures."""
     from transformers import TrainerCallback
 
-    fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm",
-              "num_input_tokens_seen"]
+    fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
+              "tokens", "num_input_tokens_seen"]
 
     class StepLog(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
+            self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
+            self.step_times, self.step_tokens, self.step_ends = [], [], []
             if state.is_world_process_zero:
                 self.f = path.open("w", newline="")
                 self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
                 self.w.writeheader()
 
+        def on_step_end(self, args, state, control, **kw):
+            now = time.perf_counter()
+            self.step_times.append(now - self.last)
+            self.step_tokens.append(state.num_input_tokens_seen - self.seen)
+            self.step_ends.append(now - t0)
+            self.last, self.seen = now, state.num_input_tokens_seen
+
+        def on_evaluate(self, args, state, control, **kw):
+            self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
+
         def on_log(self, args, state, control, logs=None, **kw):
-            if state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs):
-                self.w.writerow(logs | {"step": state.global_step, "time_s": round(time.perf_counter() - self.t0, 3)})
-                self.f.flush()
+            if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
+                return
+            row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - t0, 3)}
+            if "loss" in logs and self.step_times:
+                row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
+            self.w.writerow(row)
+            self.f.flush()
 
         def on_train_end(self, args, state, control, **kw):
             if state.is_world_process_zero:

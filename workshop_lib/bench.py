@@ -1,0 +1,153 @@
+"""The speed benchmark: every recipe and ZeRO setting side by side on one GPU, in one process and one call,
+against a plain PyTorch training loop on the same model and data as the ceiling (`workshop bench`; its H100
+run is in docs/h100/bench).
+
+Every figure is steady state: the first third of the optimizer steps is warm-up and left out, then the
+median step time (`metrics.steady_state`). Speeds are comparable only within one benchmark call.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .config import EXPERIMENTS, RunConfig, resolve
+
+# (row label, RunConfig fields): the recipes, the default's ZeRO settings, and one lever off at a time
+TOKENS = dict(batching="token_budget", gradient_accumulation_steps=1, drop_attention_mask=True)
+VARIANTS = [
+    ("classic", dict(experiment="baseline", recipe="classic")),
+    ("default (4 x 4 sequences)", dict(experiment="baseline")),
+    ("16k tokens", dict(experiment="baseline", **TOKENS)),
+    ("16k tokens ZeRO-2", dict(experiment="stage2", **TOKENS)),
+    ("16k tokens ZeRO-2 Liger", dict(experiment="stage2", liger_kernel=True, **TOKENS)),
+    ("32k tokens ZeRO-2 Liger", dict(experiment="stage2", liger_kernel=True, max_tokens_per_micro_batch=32768,
+                                     **TOKENS)),
+    ("16k tokens ZeRO-2 + CPU offload Liger", dict(experiment="stage2_offload", liger_kernel=True, **TOKENS)),
+    ("16k tokens ZeRO-3 Liger", dict(experiment="stage3", liger_kernel=True, **TOKENS)),
+]
+CEILING = dict(liger_kernel=True, **TOKENS)  # the plain loop's levers
+COLUMNS = {"steady_train_tokens_per_second": "steady tokens/s", "steady_train_samples_per_second": "steady samples/s",
+           "steady_step_time_s": "s/step", "mfu": "MFU", "gpu_util_pct": "GPU util %",
+           "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_mib": "GPU peak MiB", "train_loss": "train loss"}
+
+
+def run_dir_name(label: str) -> str:
+    """A row's run directory under OUT/runs: "16k tokens ZeRO-2 + CPU offload" -> 16k_tokens_ZeRO-2_plus_CPU_offload."""
+    return label.replace("+", "plus").replace(",", "").replace("(", "").replace(")", "").replace(" ", "_")
+
+
+def ceiling(cfg: RunConfig, steps: int) -> dict:
+    """A plain PyTorch training loop on the model and data of `cfg` (resolved): the weights in the run's
+    16-bit type, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
+    no Trainer, no DeepSpeed, `steps` optimizer steps timed with a CUDA sync. The fastest this model and
+    data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
+    import torch
+
+    from . import env, metrics
+    from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+    from .model import load_model_and_tokenizer
+
+    cuda = torch.cuda.is_available()
+    net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
+                                              attn_implementation=None)
+    ds, stats = tokenize_squad(load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok,
+                               cfg.max_length, cfg.loss_on)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
+    net = net.to("cuda" if cuda else "cpu", dtype)
+    if cfg.liger_kernel:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        from .train import LIGER_FLCE_ONLY
+
+        _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
+    collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask)
+    batches = list(TokenBudgetBatchSampler([len(x) for x in ds["input_ids"]], cfg.max_tokens_per_micro_batch,
+                                           cfg.seed))
+    times, tokens = [], []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    for i in range(steps):
+        batch = {k: v.to(net.device) for k, v in collate([ds[j] for j in batches[i % len(batches)]]).items()}
+        t0 = time.perf_counter()
+        net(**batch).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
+    steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
+    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
+                                    stats.tokens / stats.used)
+    mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), 1)
+    peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    del net, opt
+    if cuda:
+        torch.cuda.empty_cache()
+    return steady | {"mfu": round(mfu, 4) if mfu is not None else None, "gpu_peak_allocated_mib": peak}
+
+
+def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
+              only: list[str] | None = None, num_train_samples: int = 4096) -> dict[str, Path]:
+    """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch") for `max_steps` optimizer
+    steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (enough for
+    the steps; tokenising all of them for every row would take longer than the steps), and write the table
+    (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
+    directory beside them.
+    Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from .errors import WorkshopError
+    from .train import run_experiment
+
+    out = Path(out_dir)
+    rows = []
+    for label, fields in VARIANTS:
+        if only and label not in only:
+            continue
+        cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
+                        num_train_samples=None if tiny else num_train_samples,
+                        output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True)
+        print(f"\n=== {label} ===", flush=True)
+        try:
+            r = run_experiment(cfg)
+            rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
+        except WorkshopError as e:
+            rows.append({"row": label, "error": str(e).splitlines()[0]})
+    print("\n=== plain PyTorch (ceiling) ===", flush=True)
+    from .train import check_machine
+
+    base = check_machine(resolve(RunConfig("baseline", **CEILING, model=model, tiny=tiny, random_weights=not tiny,
+                                           num_train_samples=None if tiny else num_train_samples,
+                                           output_dir=str(out / "runs" / "ceiling"))), EXPERIMENTS["baseline"])
+    rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
+                                                     if k in COLUMNS}})
+    df = pd.DataFrame(rows)
+    tps = df.set_index("row")["steady_train_tokens_per_second"]
+    nan = float("nan")
+    best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
+    ratios = {f"{best} / classic": tps[best] / tps.get("classic", nan),
+              f"{best} / plain PyTorch": tps[best] / tps.get("plain PyTorch (ceiling)", nan)}
+    table = df.rename(columns=COLUMNS)
+    files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
+    out.mkdir(parents=True, exist_ok=True)
+    files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
+        f"- {k} (steady tokens/s): {v:.2f}x" for k, v in ratios.items()) + "\n")
+    table.to_csv(files["csv"], index=False)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")
+    a.set(xlabel="steady-state training tokens/s (non-padding)", title="Throughput")
+    b.barh(df["row"], 100 * df["mfu"].fillna(0))
+    b.set(xlabel="MFU, % of the GPU's dense bf16 peak", title="Model FLOPs utilisation")
+    b.set_yticklabels([])
+    for ax in (a, b):
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(files["png"], dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    print(files["md"].read_text())
+    return files
