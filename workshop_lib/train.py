@@ -81,7 +81,7 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
             return _run(cfg, exp)
         except rundir.RunInterrupted as e:
             out = Path(cfg.output_dir)
-            if (out / rundir.MARKER).exists():
+            if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
                 e.args = (f"stopped by {e.args[0]} at step {getattr(e, 'step', 0)}; kept what it logged in {out} "
                           f"(train_log.csv, memory.csv), marked unfinished ({out / rundir.MARKER}). To start "
                           "again: the same command with --overwrite.",)
