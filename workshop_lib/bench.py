@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .config import EXPERIMENTS, RunConfig, resolve
 
-# (row label, RunConfig fields): the recipes, the default's ZeRO settings, and one lever off at a time
+# (row label, RunConfig fields): the two recipes as they are, then the candidate levers for the default
+# (micro-batches of 16k or 32k padded tokens, no attention mask, Liger) under ZeRO-2, offload and ZeRO-3
 TOKENS = dict(batching="token_budget", gradient_accumulation_steps=1, drop_attention_mask=True)
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),

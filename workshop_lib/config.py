@@ -195,18 +195,12 @@ def resolve(cfg: RunConfig) -> RunConfig:
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")
         _check_writable(Path(cfg.nvme_path), "nvme_path")
+    from .data import check_squad_path  # here, not at the top: it imports `datasets`, and --help stays quick
+
     for name in ("train_file", "eval_file"):
-        path = getattr(cfg, name)
-        if path is None:
-            continue
-        if Path(path).is_dir():
-            raise WorkshopError(f"{name} {path} is a directory, not a SQuAD JSON file.",
-                                f"give the file itself, e.g. --{name.replace('_', '-')} {Path(path) / 'train-v1.1.json'}.")
-        if not Path(path).is_file():
-            raise WorkshopError(f"{name} {path} does not exist.",
-                                f"give the path of a SQuAD v1.1 JSON file, or leave --{name.replace('_', '-')} "
-                                "out to use SQuAD itself.")
-        cfg = replace(cfg, **{name: str(Path(path).resolve())})
+        if getattr(cfg, name) is not None:
+            path = check_squad_path(getattr(cfg, name), f"--{name.replace('_', '-')}")
+            cfg = replace(cfg, **{name: str(path.resolve())})
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if cfg.output_dir is None:
         if world_size > 1:

@@ -52,6 +52,23 @@ class DataStats:
         return asdict(self) | {"mean_tokens": round(self.tokens / max(self.used, 1), 1)}
 
 
+def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> Path:
+    """`path` as a Path, when it names an existing file (read by `read_squad_json`; checked by
+    `config.resolve` before anything is loaded).
+
+    Raises:
+        WorkshopError: the path does not exist, or is a directory; the fix names `option`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
+                            f"give the file itself, e.g. {option} {path / 'train-v1.1.json'}.")
+    if not path.is_file():
+        raise WorkshopError(f"Data file {path} does not exist.",
+                            f"give the path of a SQuAD v1.1 JSON file, or leave {option} out to use SQuAD itself.")
+    return path
+
+
 def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
     """Read a file in the SQuAD v1.1 JSON layout into rows like Hugging Face's `squad` dataset.
 
@@ -63,14 +80,7 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
             a question without an answer (SQuAD v2 "impossible" questions cannot be trained on here) or with
             an answer text that is not a non-empty string.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
-                            f"give the file itself, e.g. {path / 'train-v1.1.json'}.")
-    if not path.is_file():
-        raise WorkshopError(f"Data file {path} does not exist.",
-                            "give the path of a SQuAD v1.1 JSON file, or leave --train-file out to use the "
-                            "bundled SQuAD subset.")
+    path = check_squad_path(path)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         articles = raw["data"]
