@@ -8,46 +8,57 @@ median step time (`metrics.steady_state`). Speeds are comparable only within one
 
 from __future__ import annotations
 
+import gc
+import re
 import time
 from pathlib import Path
 
 from .config import EXPERIMENTS, RunConfig, resolve
 
-# (row label, RunConfig fields): the two recipes as they are, then the candidate levers for the default
-# (micro-batches of 16k or 32k padded tokens, no attention mask, Liger) under ZeRO-2, offload and ZeRO-3
-TOKENS = dict(batching="token_budget", gradient_accumulation_steps=1, drop_attention_mask=True)
+# (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
+# sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
+# changing one lever of "default ZeRO-2"
+BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4,
+              drop_attention_mask=False, logits_on="all", torch_compile=False, reduce_bucket_size=0)
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
-    ("default (4 x 4 sequences)", dict(experiment="baseline")),
-    ("16k tokens", dict(experiment="baseline", **TOKENS)),
-    ("16k tokens ZeRO-2", dict(experiment="stage2", **TOKENS)),
-    ("16k tokens ZeRO-2 Liger", dict(experiment="stage2", liger_kernel=True, **TOKENS)),
-    ("32k tokens ZeRO-2 Liger", dict(experiment="stage2", liger_kernel=True, max_tokens_per_micro_batch=32768,
-                                     **TOKENS)),
-    ("16k tokens ZeRO-2 + CPU offload Liger", dict(experiment="stage2_offload", liger_kernel=True, **TOKENS)),
-    ("16k tokens ZeRO-3 Liger", dict(experiment="stage3", liger_kernel=True, **TOKENS)),
+    ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
+    ("default", dict(experiment="baseline")),
+    ("default ZeRO-2", dict(experiment="stage2")),
+    ("default ZeRO-2 + CPU offload", dict(experiment="stage2_offload")),
+    ("default ZeRO-3", dict(experiment="stage3")),
+    ("A/B: ZeRO-2, 16k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=16384)),
+    ("A/B: ZeRO-2, 16k tokens, without torch.compile", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                            torch_compile=False)),
+    ("A/B: ZeRO-2, 16k tokens, all logits", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                 logits_on="all")),
+    ("A/B: ZeRO-2, 16k tokens, Liger instead", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                    logits_on="all", liger_kernel=True)),
+    ("A/B: ZeRO-2, 2 data loader workers", dict(experiment="stage2", dataloader_num_workers=2)),
+    ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
 ]
-CEILING = dict(liger_kernel=True, **TOKENS)  # the plain loop's levers
 COLUMNS = {"steady_train_tokens_per_second": "steady tokens/s", "steady_train_samples_per_second": "steady samples/s",
            "steady_step_time_s": "s/step", "mfu": "MFU", "gpu_util_pct": "GPU util %",
            "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_mib": "GPU peak MiB", "train_loss": "train loss"}
 
 
 def run_dir_name(label: str) -> str:
-    """A row's run directory under OUT/runs: "16k tokens ZeRO-2 + CPU offload" -> 16k_tokens_ZeRO-2_plus_CPU_offload."""
-    return label.replace("+", "plus").replace(",", "").replace("(", "").replace(")", "").replace(" ", "_")
+    """A row's run directory under OUT/runs: "A/B: ZeRO-2, 16k tokens" -> A_B_ZeRO-2_16k_tokens,
+    "default ZeRO-2 + CPU offload" -> default_ZeRO-2_plus_CPU_offload."""
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", label.replace("+", "plus")).strip("_")
 
 
 def ceiling(cfg: RunConfig, steps: int) -> dict:
     """A plain PyTorch training loop on the model and data of `cfg` (resolved): the weights in the run's
-    16-bit type, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
+    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
     no Trainer, no DeepSpeed, `steps` optimizer steps timed with a CUDA sync. The fastest this model and
     data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
     import torch
 
     from . import env, metrics
     from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-    from .model import load_model_and_tokenizer
+    from .model import compile_layers, compute_logits_where_labelled, load_model_and_tokenizer
+    from .train import logits_fraction
 
     cuda = torch.cuda.is_available()
     net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
@@ -56,6 +67,10 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
                                cfg.max_length, cfg.loss_on)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
     net = net.to("cuda" if cuda else "cpu", dtype)
+    if cfg.logits_on == "labelled":
+        compute_logits_where_labelled(net)
+    if cfg.torch_compile:
+        compile_layers(net)
     if cfg.liger_kernel:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -63,7 +78,8 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
 
         _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
-    collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask)
+    collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
+                            labelled_positions=cfg.logits_on == "labelled")
     batches = list(TokenBudgetBatchSampler([len(x) for x in ds["input_ids"]], cfg.max_tokens_per_micro_batch,
                                            cfg.seed))
     times, tokens = [], []
@@ -81,27 +97,28 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
         tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
     steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
     flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
-                                    stats.tokens / stats.used)
+                                    stats.tokens / stats.used, info["lm_head_params"], logits_fraction(cfg, stats))
     mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), 1)
     peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
     del net, opt
+    torch._dynamo.reset()
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return steady | {"mfu": round(mfu, 4) if mfu is not None else None, "gpu_peak_allocated_mib": peak}
 
 
 def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
-              only: list[str] | None = None, num_train_samples: int = 4096) -> dict[str, Path]:
+              only: list[str] | None = None, num_train_samples: int | None = None) -> dict[str, Path]:
     """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch") for `max_steps` optimizer
-    steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (enough for
-    the steps; tokenising all of them for every row would take longer than the steps), and write the table
+    steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (None: each
+    recipe's), and write the table
     (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
     directory beside them.
     Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from .errors import WorkshopError
     from .train import run_experiment
 
     out = Path(out_dir)
@@ -110,33 +127,40 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         if only and label not in only:
             continue
         cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
-                        num_train_samples=None if tiny else num_train_samples,
+                        num_train_samples=num_train_samples,
                         output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True)
         print(f"\n=== {label} ===", flush=True)
         try:
             r = run_experiment(cfg)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
-        except WorkshopError as e:
-            rows.append({"row": label, "error": str(e).splitlines()[0]})
+        except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
+            rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
     from .train import check_machine
 
-    base = check_machine(resolve(RunConfig("baseline", **CEILING, model=model, tiny=tiny, random_weights=not tiny,
-                                           num_train_samples=None if tiny else num_train_samples,
+    base = check_machine(resolve(RunConfig("baseline", model=model, tiny=tiny, random_weights=not tiny,
+                                           num_train_samples=num_train_samples,
                                            output_dir=str(out / "runs" / "ceiling"))), EXPERIMENTS["baseline"])
-    rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
-                                                     if k in COLUMNS}})
+    try:
+        rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
+                                                         if k in COLUMNS}})
+    except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
+        rows.append({"row": "plain PyTorch (ceiling)", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
     df = pd.DataFrame(rows)
     tps = df.set_index("row")["steady_train_tokens_per_second"]
     nan = float("nan")
     best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
-    ratios = {f"{best} / classic": tps[best] / tps.get("classic", nan),
-              f"{best} / plain PyTorch": tps[best] / tps.get("plain PyTorch (ceiling)", nan)}
+    target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
+    ratios = {f"{target} / classic": tps[target] / tps.get("classic", nan),
+              f"{target} / plain PyTorch (ceiling)": tps[target] / tps.get("plain PyTorch (ceiling)", nan),
+              "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
+                  "default before (4 x 4 sequences)", nan),
+              f"fastest row ({best}) / classic": tps[best] / tps.get("classic", nan)}
     table = df.rename(columns=COLUMNS)
     files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
     out.mkdir(parents=True, exist_ok=True)
     files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
-        f"- {k} (steady tokens/s): {v:.2f}x" for k, v in ratios.items()) + "\n")
+        f"- {k} (steady tokens/s): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
     table.to_csv(files["csv"], index=False)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")

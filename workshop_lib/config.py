@@ -64,6 +64,10 @@ class Recipe:
     batching: Literal["random", "group_by_length", "token_budget"]  # token_budget: max_tokens_per_micro_batch
     loss_on: Literal["answer", "all"]  # answer tokens only, or every token
     liger_kernel: bool = False  # Liger-Kernel's fused linear + cross-entropy (no full logits), on a GPU only
+    logits_on: Literal["all", "labelled"] = "all"  # labelled: LM head only where the loss has targets (exact)
+    torch_compile: bool = False  # torch.compile each transformer block, on a GPU only
+    dataloader_num_workers: int = 0  # processes preparing micro-batches beside training (0: in the loop)
+    reduce_bucket_size: int = 0  # DeepSpeed gradient bucket, elements; 0: "auto" (transformers: hidden_size²)
     drop_attention_mask: bool = False  # right-padded causal batches need none (pad labels are -100): exact
     max_tokens_per_micro_batch: int = 16384  # padded tokens per micro-batch, with batching "token_budget"
     activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
@@ -81,14 +85,21 @@ RECIPES = {r.name: r for r in [
     # The original workshop exactly: BLOOM-560m, prompts padded to 512 tokens, fp16, loss on every token.
     Recipe("classic", "bigscience/bloom-560m", precision="fp16", attn_implementation="default",
            padding="max_length", batching="random", loss_on="all"),
-    # Same data and optimizer; no fixed padding, similar lengths batched, bf16, FlashAttention-2 where
-    # installed, loss on the answers.
+    # Same data and optimizer, sized for a busy GPU: micro-batches of up to 32,768 tokens of similar-length
+    # questions (no fixed padding, no attention mask), one per optimizer step; the LM head only where the
+    # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
+    # bucket size instead of transformers' hidden_size²; bf16; all the questions.
+    # Every lever is an A/B row of `workshop bench` (docs/h100/bench).
     Recipe("default", "Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
-           padding="longest", batching="group_by_length", loss_on="answer"),
+           padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
+           torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
+           gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, num_train_samples=None),
 ]}
-# --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds; a larger learning
-# rate, since a 0.35M-parameter random model barely moves at 5e-5 in 8 steps.
-TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3}
+# --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
+# 4,096 tokens (~14 of the tiny tokenizer's ~280-token questions, some 5 steps an epoch); a larger learning
+# rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps.
+TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3,
+        "max_tokens_per_micro_batch": 4096}
 
 
 def _opt(help: str, **kw):
@@ -143,6 +154,18 @@ class RunConfig:
     liger_kernel: bool | None = _recipe_opt(
         "liger_kernel", "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, "
         "where installed)")
+    logits_on: Literal["all", "labelled"] | None = _recipe_opt(
+        "logits_on", "all: the LM head projects every position onto the vocabulary, as transformers does; "
+        "labelled: only the positions the loss has a target for (exact; with loss on the answers, a few of them)")
+    torch_compile: bool | None = _recipe_opt(
+        "torch_compile", "true: torch.compile each transformer block (fuses its small kernels; GPU only, the "
+        "first steps compile)")
+    dataloader_num_workers: int | None = _recipe_opt(
+        "dataloader_num_workers", "processes that collate micro-batches while the GPU trains (0: in the "
+        "training loop)")
+    reduce_bucket_size: int | None = _recipe_opt(
+        "reduce_bucket_size", "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
+        "parameters; 0: transformers' auto, hidden_size²")
     drop_attention_mask: bool | None = _recipe_opt(
         "drop_attention_mask", "true: no attention mask for right-padded batches (exact: causal attention never "
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
@@ -180,6 +203,12 @@ def resolve(cfg: RunConfig) -> RunConfig:
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
                                 f"pass --{name.replace('_', '-')} N with N >= 1.")
+    if cfg.reduce_bucket_size < 0:
+        raise WorkshopError(f"reduce_bucket_size must be 0 (auto) or more, got {cfg.reduce_bucket_size}.",
+                            "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0.")
+    if cfg.dataloader_num_workers < 0:
+        raise WorkshopError(f"dataloader_num_workers must be 0 or more, got {cfg.dataloader_num_workers}.",
+                            "pass --dataloader-num-workers 0 (collate in the training loop) or a few processes.")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise WorkshopError(f"max_steps must be at least 1, got {cfg.max_steps}.",
                             "leave --max-steps out to train for --epochs, or pass a number >= 1.")
@@ -189,6 +218,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if not cfg.learning_rate > 0 or cfg.weight_decay < 0:
         raise WorkshopError(f"learning_rate must be > 0 and weight_decay >= 0, got {cfg.learning_rate} and "
                             f"{cfg.weight_decay}.", "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.")
+    if cfg.liger_kernel and cfg.logits_on == "labelled":
+        raise WorkshopError("liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
+                            "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")
     exp = EXPERIMENTS[cfg.experiment]
     if "nvme" in (exp.offload_optimizer, exp.offload_param):
         if not cfg.nvme_path or not Path(cfg.nvme_path).is_dir():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
@@ -46,6 +46,7 @@ class DataStats:
     answer_start_repaired: int = 0  # answer_start moved to where the answer text is in the context
     answer_not_in_context: int = 0  # dropped: the answer text is nowhere in the context
     tokens: int = 0  # sum of sequence lengths of the used examples
+    labelled_tokens: int = 0  # tokens that carry a label (the loss's targets): the answers, or all with loss_on all
     max_tokens: int = 0
 
     def as_dict(self) -> dict:
@@ -219,8 +220,27 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     """Tokenise SQuAD rows into {"input_ids", "attention_mask", "labels"} (unpadded, each of length L_i).
 
     Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened,
-    answer_start_repaired, answer_not_in_context, tokens). Padding is left to the collator (`make_collator`).
+    answer_start_repaired, answer_not_in_context, tokens, labelled_tokens). Padding is left to the collator
+    (`make_collator`). The result is kept for the process (keyed by the questions' ids, the tokenizer's
+    vocabulary and the settings), so the experiments of one notebook or benchmark tokenise once.
     """
+    import hashlib
+
+    vocab = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else str(tokenizer.get_vocab())
+    key = hashlib.sha256("\n".join([ds.info.description or "", vocab, str(max_length), loss_on,
+                                     *ds["id"]]).encode()).hexdigest()
+    if key not in _TOKENIZED:
+        if len(_TOKENIZED) >= 4:  # a train and an eval split of two settings at most
+            _TOKENIZED.pop(next(iter(_TOKENIZED)))
+        _TOKENIZED[key] = _tokenize_squad(ds, tokenizer, max_length, loss_on)
+    out, stats = _TOKENIZED[key]
+    return out, replace(stats)
+
+
+_TOKENIZED: dict = {}
+
+
+def _tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int, loss_on: str) -> tuple[datasets.Dataset, DataStats]:
     stats = DataStats(source=ds.info.description or "", total=len(ds))
     out = {"input_ids": [], "attention_mask": [], "labels": []}
     for ex in ds:
@@ -239,6 +259,7 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
         stats.used += 1
         stats.context_shortened += enc["shortened"]
         stats.tokens += len(enc["input_ids"])
+        stats.labelled_tokens += sum(y != -100 for y in enc["labels"])
         stats.max_tokens = max(stats.max_tokens, len(enc["input_ids"]))
         out["input_ids"].append(enc["input_ids"])
         out["attention_mask"].append([1] * len(enc["input_ids"]))
@@ -249,28 +270,36 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     return datasets.Dataset.from_dict(out), stats
 
 
-def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, attention_mask: bool = True):
+def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, attention_mask: bool = True,
+                  labelled_positions: bool = False):
     """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per
     batch to a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length`
     tokens for "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}:
     [B, L] int64; without "attention_mask" when `attention_mask` is False, which is exact for a causal model:
-    every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label."""
+    every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label.
+    With `labelled_positions`, also "labelled_positions": [K] int64, the flat positions whose next token
+    has a label (`model.labelled_positions_of`), found here on the CPU so the GPU need not be waited for."""
     from transformers import DataCollatorForSeq2Seq
+
+    from .model import labelled_positions_of
 
     tokenizer.padding_side = "right"
     if padding == "max_length":
         pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
     else:
         pad = DataCollatorForSeq2Seq(tokenizer, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)
-    if attention_mask:
+    if attention_mask and not labelled_positions:
         return pad
 
-    def without_mask(features):
+    def collate(features):
         batch = pad(features)
-        del batch["attention_mask"]
+        if not attention_mask:
+            del batch["attention_mask"]
+        if labelled_positions:
+            batch["labelled_positions"] = labelled_positions_of(batch["labels"])
         return batch
 
-    return without_mask
+    return collate
 
 
 class TokenBudgetBatchSampler:

@@ -190,7 +190,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
             supports (sdpa where available; BLOOM has eager only).
 
     `info` is a dict: {"num_params", "largest_layer_params", "num_layers", "hidden_size", "attention_width"
-    (heads x head dim), "attn_implementation", "tokenizer"}.
+    (heads x head dim), "lm_head_params" (vocabulary x hidden size), "attn_implementation", "tokenizer"}.
 
     Raises:
         WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first).
@@ -237,6 +237,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
             "num_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
             "attention_width": c.num_attention_heads * head_dim,
+            "lm_head_params": model.get_output_embeddings().weight.numel(),
             "attn_implementation": model.config._attn_implementation, "tokenizer": tok_source}
     return model, tokenizer, info
 
@@ -256,3 +257,66 @@ def count_params(model_name: str = DEFAULT_MODEL) -> dict:
     return {"num_params": sum(p.numel() for p in model.parameters()),
             "largest_layer_params": max(p.numel() for p in model.parameters()),
             "num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size}
+
+
+def compute_logits_where_labelled(model) -> None:
+    """Make `model`'s loss compute vocabulary logits only at the positions that carry a label (in place).
+
+    A causal LM's forward projects every position's hidden state onto the whole vocabulary: [B, L, V]
+    16-bit logits, then an fp32 copy for the loss (transformers' `ForCausalLMLoss`): for a Qwen3-0.6B
+    micro-batch of 16,384 tokens, 16,384 x 151,936 x 6 bytes = 14.9 GB, while with the loss on the answers
+    only a few positions per question have a target (`DataStats.labelled_tokens`). Here the hidden states [B, L, H] are gathered at the labelled
+    positions first, [K, H], and only those are projected, [K, V]: the same loss, exactly (same fp32
+    upcast, same sum / num_items_in_batch or mean as `ForCausalLMLoss`), without the full logits'
+    memory and with 1 - K/(B*L) of the LM head's matmuls skipped. The idea is transformers' own
+    `logits_to_keep`, per token instead of per position.
+
+    Only a forward with `labels` changes (then `logits` holds the [K, V] rows); without labels, as in
+    `generate`, the model's own forward runs. The positions come with the batch (`labelled_positions`, made
+    on the CPU by `data.make_collator`), or are found on the GPU, which stalls the CPU until the forward
+    pass is done (measured in `workshop bench`). Works for any `*ForCausalLM` whose `base_model` returns
+    `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2).
+    """
+    import types
+
+    import torch.nn.functional as F
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    own_forward = model.forward
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None,
+                labelled_positions=None, **kwargs):
+        if labels is None:
+            return own_forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+        if labelled_positions is None:  # found here, which waits for the GPU; the collator's come for free
+            labelled_positions = labelled_positions_of(labels)
+        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, labelled_positions)  # [K, H]
+        targets = labels.reshape(-1).index_select(0, labelled_positions + 1)  # position t predicts token t + 1
+        logits = self.get_output_embeddings()(hidden).float()
+        if num_items_in_batch is None:
+            loss = F.cross_entropy(logits, targets)
+        else:
+            loss = F.cross_entropy(logits, targets, reduction="sum") / num_items_in_batch
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def compile_layers(model) -> int:
+    """torch.compile each transformer block of `model` in place (regional compilation: one graph, reused
+    by every block; dynamic shapes after the first new one), so each block's many small element-wise
+    kernels (norms, rotary embedding, SwiGLU) fuse. The blocks are the classes the model lists in
+    `_no_split_modules`. Returns how many blocks were compiled. GPU only; the first steps compile."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    for block in blocks:
+        block.compile()
+    return len(blocks)
+
+
+def labelled_positions_of(labels):
+    """Flat indices into [B, L] (row-major, b x L + t) of the positions t whose next token has a label:
+    [K] int64, for `compute_logits_where_labelled`. labels: [B, L], -100 where there is no target."""
+    b, t = (labels[:, 1:] != -100).nonzero(as_tuple=True)
+    return b * labels.shape[1] + t

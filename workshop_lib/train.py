@@ -38,14 +38,14 @@ from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_s
 from .ds_config import build_ds_config
 from .errors import WorkshopError
 from .memory import MemorySampler, estimate_model_states
-from .model import check_model_source, load_model_and_tokenizer
+from .model import check_model_source, compile_layers, compute_logits_where_labelled, load_model_and_tokenizer
 from .results import RunResults
 
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
 # fixed eval batch keeps eval losses comparable when the training micro-batch changes.
 EVAL_BATCH_SIZE = 4
-# Liger-Kernel's fused linear + cross-entropy alone: the other kernels (RoPE, RMSNorm, SwiGLU) measured slower
-# than PyTorch's on the H100 (`workshop bench`, docs/h100/bench).
+# Liger-Kernel's fused linear + cross-entropy alone (an option; the default recipe computes the labelled
+# logits only): its other kernels (RoPE, RMSNorm, SwiGLU) are what torch.compile fuses in the default recipe.
 LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
                    "fused_linear_cross_entropy": True}
 
@@ -116,7 +116,12 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         torch.cuda.set_device(env.world()[1])
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
+    compile_ = cfg.torch_compile and torch.cuda.is_available() and (exp.zero_stage or 0) < 3
+    if cfg.torch_compile and torch.cuda.is_available() and not compile_ and env.world()[0] == 0:
+        print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
+              "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
     return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
+                   torch_compile=compile_,
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
@@ -132,6 +137,10 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                                     attn_implementation=attn)
+    if cfg.logits_on == "labelled":
+        compute_logits_where_labelled(net)
+    if cfg.torch_compile:
+        compile_layers(net)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
     eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
     gpus_per_node = max(torch.cuda.device_count(), 1)
@@ -206,7 +215,9 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
     if exp.deepspeed:
         ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
                                     cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
-                                    world_size, nvme_path=cfg.nvme_path)
+                                    world_size, nvme_path=cfg.nvme_path,
+                                    reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
+                                    or "auto")
         if env.world()[0] == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(
@@ -214,9 +225,10 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=1, save_strategy="no", report_to="none",
+        prediction_loss_only=True,  # the eval loss is all the runs use; no logits kept
         bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
         deepspeed=ds_config, seed=cfg.seed,
-        dataloader_num_workers=0, include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=cfg.dataloader_num_workers, include_num_input_tokens_seen="non_padding",
         ddp_timeout=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
@@ -235,7 +247,8 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                     num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
     return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                          data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length,
-                                                     attention_mask=not cfg.drop_attention_mask),
+                                                     attention_mask=not cfg.drop_attention_mask,
+                                                     labelled_positions=cfg.logits_on == "labelled"),
                          processing_class=tokenizer)
 
 
@@ -277,7 +290,8 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
                     else cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world_size)
     steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
     flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
-                                    train_stats.tokens / train_stats.used)
+                                    train_stats.tokens / train_stats.used, info["lm_head_params"],
+                                    logits_fraction(cfg, train_stats))
     mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
@@ -308,6 +322,11 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg)))
+
+
+def logits_fraction(cfg: RunConfig, stats) -> float:
+    """The share of positions whose logits the run computes: all, or the labelled ones (`DataStats`)."""
+    return stats.labelled_tokens / stats.tokens if cfg.logits_on == "labelled" else 1.0
 
 
 def _micro_batches(cfg: RunConfig, train_ds) -> int:
@@ -385,6 +404,7 @@ def _release(trainer) -> None:
         trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
         unset_hf_deepspeed_config()
         AcceleratorState._reset_state(reset_partial_state=True)
+        torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
