@@ -43,7 +43,8 @@ def test_every_experiment_writes_its_results(runs, exp):
     assert r["config"]["experiment"] == exp and r["config"]["seed"] == 42 and r["model"] == r["config"]["model"]
     assert r["data_stats"]["train"]["source"].startswith("bundled SQuAD")
     assert not (d / "RUNNING").exists()
-    assert r["world_size"] == 1 and r["global_batch_size"] == 16 and r["steps_per_epoch"] == 4  # 64 / 16
+    # 64 questions in 4 micro-batches of up to 6,144 tokens (--tiny), one per step
+    assert r["world_size"] == 1 and r["global_batch_size"] == 16 and r["steps_per_epoch"] == 4
     assert len(r["eval_loss"]) == r["epochs"] == 2 and all(math.isfinite(x) for x in r["eval_loss"])
     assert 0 < r["train_loss"] < 9 and r["train_samples_per_second"] > 0 and r["train_tokens_per_second"] > 0
     assert (r["gpu_peak_mib"] is not None) == GPU and r["host_peak_rss_mib"] > 100
@@ -52,7 +53,8 @@ def test_every_experiment_writes_its_results(runs, exp):
     assert (d / "ds_config.json").exists() == e.deepspeed
     if e.deepspeed:
         cfg = json.loads((d / "ds_config.json").read_text())
-        assert cfg["zero_optimization"]["stage"] == e.zero_stage and cfg["train_batch_size"] == 16
+        # token-budget micro-batches: DeepSpeed's sequence count is bookkeeping (micro x accumulation x ranks)
+        assert cfg["zero_optimization"]["stage"] == e.zero_stage and cfg["train_batch_size"] == 4 * 1 * 1
         assert ("offload_optimizer" in cfg["zero_optimization"]) == (e.offload_optimizer != "none")
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
@@ -151,8 +153,8 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
                        capture_output=True, text=True, timeout=600, env=os.environ | cpu)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads((tmp_path / "results.json").read_text())
-    assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (2, 32, 2)  # 64 / (4 x 4 x 2)
-    assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 32
+    assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (2, 32, 2)  # 4 token-budget micro-batches / 2 ranks
+    assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 4 * 1 * 2
     assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.rank1.csv").exists()
     assert [m["rank"] for m in r["per_rank_memory"]] == [0, 1]
     assert all(m["host_peak_rss_mib"] > 100 for m in r["per_rank_memory"])

@@ -36,10 +36,11 @@ def sbatch(script, *args, env=None, job_name=None):
 
 @pytest.fixture(scope="module")
 def one_process_loss(tmp_path_factory):
-    """Train loss of one process with the multi-node runs' global batch: 4 x 8 x 1 = 4 x 4 x 2 = 32."""
+    """Train loss of one process with the multi-node runs' global batch: 2 token-budget micro-batches per
+    step, by accumulation here (2 x 1 rank), by the ranks there (1 x 2 ranks); 32 questions either way."""
     out = tmp_path_factory.mktemp("one")
     subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2",
-                    "--gradient-accumulation-steps", "8", "--output-dir", out], check=True, capture_output=True)
+                    "--gradient-accumulation-steps", "2", "--output-dir", out], check=True, capture_output=True)
     return json.loads((out / "results.json").read_text())["train_loss"]
 
 

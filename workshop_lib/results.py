@@ -198,18 +198,28 @@ def _per_gpu_peak(row) -> float | None:
 
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     """Runs of the same experiment, model and recipe side by side across world sizes (None if all runs have
-    one world size). Scaling efficiency = (samples/s per GPU) / (samples/s per GPU at the smallest world size)."""
+    one world size). Scaling efficiency = (throughput per GPU) / (throughput per GPU at the smallest world
+    size), from the steady-state tokens/s (`metrics.steady_state`: median step after warm-up) where the runs
+    have it, else (runs made before it was recorded) from the whole-run samples/s, warm-up included."""
     if df["world_size"].nunique() < 2:
         return None
+    steady = "steady_train_tokens_per_second" in df and df["steady_train_tokens_per_second"].notna().all()
     t = df.assign(per_gpu=df["train_samples_per_second"] / df["world_size"],
                   peak=[_per_gpu_peak(r) for _, r in df.iterrows()])
+    if steady:
+        t = t.assign(tok_per_gpu=t["steady_train_tokens_per_second"] / t["world_size"])
     t = t.sort_values(["model", "recipe", "experiment", "world_size"])
-    base = t.groupby(["model", "recipe", "experiment"])["per_gpu"].transform("first")
+    speed = "tok_per_gpu" if steady else "per_gpu"
+    base = t.groupby(["model", "recipe", "experiment"])[speed].transform("first")
     gpu = df["gpu_peak_mib"].notna().any()
-    return pd.DataFrame({
-        "experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
-        "global batch": t["global_batch_size"], "samples/s": t["train_samples_per_second"],
-        "samples/s per GPU": t["per_gpu"].round(2), "scaling efficiency": (t["per_gpu"] / base).map("{:.0%}".format),
+    cols = {"experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
+            "global batch": t["global_batch_size"], "samples/s": t["train_samples_per_second"],
+            "samples/s per GPU": t["per_gpu"].round(2)}
+    if steady:
+        cols |= {"steady tokens/s": t["steady_train_tokens_per_second"],
+                 "steady tokens/s per GPU": t["tok_per_gpu"].round(1)}
+    return pd.DataFrame(cols | {
+        "scaling efficiency": (t[speed] / base).map("{:.0%}".format),
         ("peak GPU MiB per GPU" if gpu else "peak host RSS MiB per rank"): t["peak"],
         "DS est. model states GPU MiB": t["estimated_model_states_gpu_mib"], "train loss": t["train_loss"],
     })
@@ -221,13 +231,14 @@ def plot_scaling(df: pd.DataFrame):
     t = scaling_table(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     mem_col = next(c for c in t.columns if c.startswith("peak "))
+    speed = "steady tokens/s per GPU" if "steady tokens/s per GPU" in t else "samples/s per GPU"
     for label, g in t.groupby(_labels(t)):  # one line per experiment (and model, recipe where they vary)
-        a.plot(g["GPUs"], g["samples/s per GPU"], marker="o", label=label)
+        a.plot(g["GPUs"], g[speed], marker="o", label=label)
         line, = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
         if g["DS est. model states GPU MiB"].notna().all() and mem_col.startswith("peak GPU"):
             b.plot(g["GPUs"], g["DS est. model states GPU MiB"], ls="--", color=line.get_color(),
                    label=f"{label}: DS est. model states")
-    a.set(xlabel="GPUs (ranks)", ylabel="samples/s per GPU", title="Throughput per GPU")
+    a.set(xlabel="GPUs (ranks)", ylabel=speed, title="Throughput per GPU")
     b.set(xlabel="GPUs (ranks)", ylabel=mem_col, title="Peak memory per GPU")
     for ax in (a, b):
         ax.set_xticks(sorted(t["GPUs"].unique()))
