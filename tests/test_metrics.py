@@ -22,3 +22,5 @@ def test_flops_per_token_counts_attention_by_heads_times_head_dim():
     assert f == pytest.approx(6 * n + 12 * 28 * 2048 * 256)
     assert metrics.mfu(50_000, f, 989e12, 1) == pytest.approx(50_000 * f / 989e12)
     assert metrics.mfu(None, f, 989e12, 1) is None and metrics.mfu(50_000, f, None, 1) is None
+    head = 151_936 * 1024  # the tied LM head, vocabulary x hidden
+    assert metrics.flops_per_token(n, 28, 2048, 256, head, 0.03) == pytest.approx(f - 6 * 0.97 * head)

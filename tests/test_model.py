@@ -22,3 +22,35 @@ def test_tiny_model_is_the_same_family(name, family):
 def test_model_not_cached_offline_names_the_fix():
     with pytest.raises(WorkshopError, match="--random-weights"):
         load_model_and_tokenizer("no-such-org/no-such-model")
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-0.6B", "bigscience/bloom-560m"])
+def test_logits_where_labelled_give_the_same_loss_and_gradients(name):
+    """Answer-only labels: the loss (mean, and sum / num_items_in_batch as the Trainer asks) and every
+    gradient equal the full-logits forward's, with the positions from the collator or found on the fly;
+    without labels (generate) the model's own forward runs."""
+    from workshop_lib.data import load_squad, make_collator, tokenize_squad
+    from workshop_lib.model import compute_logits_where_labelled
+
+    model, tok, _ = load_model_and_tokenizer(name, tiny=True)
+    ds, stats = tokenize_squad(load_squad("train", 6, verbose=False), tok)
+    batch = make_collator(tok, labelled_positions=True)([ds[i] for i in range(6)])
+    positions = batch.pop("labelled_positions")
+    assert len(positions) == (batch["labels"][:, 1:] != -100).sum() == stats.labelled_tokens
+    n = torch.tensor(len(positions))
+
+    def loss_and_grads(**kw):
+        model.zero_grad()
+        loss = model(**batch, **kw).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    full = [loss_and_grads(), loss_and_grads(num_items_in_batch=n)]
+    logits_all = model(input_ids=batch["input_ids"]).logits
+    compute_logits_where_labelled(model)
+    for kw, (loss, grads) in zip([{}, {"num_items_in_batch": n}], full):
+        for extra in ({}, {"labelled_positions": positions}):
+            loss2, grads2 = loss_and_grads(**kw, **extra)
+            assert torch.allclose(loss, loss2, atol=1e-6)
+            assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, grads2))
+    assert torch.equal(model(input_ids=batch["input_ids"]).logits, logits_all)  # no labels: the whole [B, L, V]

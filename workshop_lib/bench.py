@@ -66,7 +66,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     ds, stats = tokenize_squad(load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok,
                                cfg.max_length, cfg.loss_on)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
-    net = net.to("cuda" if cuda else "cpu", dtype)
+    net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
     if cfg.logits_on == "labelled":
         compute_logits_where_labelled(net)
     if cfg.torch_compile:

@@ -288,6 +288,7 @@ def compute_logits_where_labelled(model) -> None:
                 labelled_positions=None, **kwargs):
         if labels is None:
             return own_forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        kwargs.setdefault("use_cache", False)  # a loss needs no KV cache (and a cache recompiles compiled blocks)
         hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
         if labelled_positions is None:  # found here, which waits for the GPU; the collator's come for free
             labelled_positions = labelled_positions_of(labels)
