@@ -1,17 +1,17 @@
 """Where one optimizer step's time goes: torch.profiler over a few steady-state steps of one experiment.
-    python scripts/profile_steps.py OUT_DIR EXPERIMENT [RunConfig field=value ...]
-Writes OUT_DIR/profile.txt (the operators by GPU time and by CPU time) and a Chrome trace (trace.json.gz)."""
+    python scripts/profile_steps.py OUT_DIR EXPERIMENT [workshop run options, e.g. --max-tokens-per-micro-batch 16384]
+Writes OUT_DIR/profile.txt (the operators by GPU time and by CPU time) and a Chrome trace (trace.json)."""
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
 from workshop_lib import train
-from workshop_lib.config import RunConfig
+from workshop_lib.config import parse_run_args
 
-out, experiment, *pairs = sys.argv[1:]
-fields = {k: eval(v) if v[:1].isdigit() or v in ("True", "False", "None") else v for k, v in (p.split("=") for p in pairs)}
+out, *run_args = sys.argv[1:]
 WAIT, ACTIVE = 10, 3
 prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
                               schedule=torch.profiler.schedule(wait=WAIT, warmup=1, active=ACTIVE, repeat=1))
@@ -30,8 +30,8 @@ class Profile(TrainerCallback):
 
 build = train.build_trainer
 train.build_trainer = lambda *a, **k: (t := build(*a, **k), t.add_callback(Profile()))[0]
-r = train.run_experiment(RunConfig(experiment, random_weights=True, max_steps=WAIT + ACTIVE + 3,
-                                   output_dir=f"{out}/run", overwrite=True, **fields))
+r = train.run_experiment(replace(parse_run_args(run_args), random_weights=True, max_steps=WAIT + ACTIVE + 3,
+                                output_dir=f"{out}/run", overwrite=True))
 ka = prof.key_averages()
 text = (f"steady step time {r['steady_step_time_s']} s, {r['steady_train_tokens_per_second']} tokens/s; "
         f"{ACTIVE} steps profiled\n\nby GPU time\n" + ka.table(sort_by="self_cuda_time_total", row_limit=30)

@@ -55,10 +55,10 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
     import torch
 
-    from . import env, metrics
+    from . import metrics
     from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-    from .model import compile_layers, compute_logits_where_labelled, load_model_and_tokenizer
-    from .train import logits_fraction
+    from .model import load_model_and_tokenizer
+    from .train import apply_speed_levers, run_mfu
 
     cuda = torch.cuda.is_available()
     net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
@@ -67,10 +67,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
                                cfg.max_length, cfg.loss_on)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
     net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
-    if cfg.logits_on == "labelled":
-        compute_logits_where_labelled(net)
-    if cfg.torch_compile:
-        compile_layers(net)
+    apply_speed_levers(net, cfg)
     if cfg.liger_kernel:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -96,9 +93,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
         tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
     steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
-    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
-                                    stats.tokens / stats.used, info["lm_head_params"], logits_fraction(cfg, stats))
-    mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), 1)
+    mfu = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
     peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
     del net, opt
     torch._dynamo.reset()

@@ -265,8 +265,8 @@ def compute_logits_where_labelled(model) -> None:
     A causal LM's forward projects every position's hidden state onto the whole vocabulary: [B, L, V]
     16-bit logits, then an fp32 copy for the loss (transformers' `ForCausalLMLoss`): for a Qwen3-0.6B
     micro-batch of 16,384 tokens, 16,384 x 151,936 x 6 bytes = 14.9 GB, while with the loss on the answers
-    only a few positions per question have a target (`DataStats.labelled_tokens`). Here the hidden states [B, L, H] are gathered at the labelled
-    positions first, [K, H], and only those are projected, [K, V]: the same loss, exactly (same fp32
+    only a few positions per question have a target (`DataStats.labelled_tokens`). Here the hidden states
+    [B, L, H] are gathered at the labelled positions first, [K, H], and only those are projected, [K, V]: the same loss, exactly (same fp32
     upcast, same sum / num_items_in_batch or mean as `ForCausalLMLoss`), without the full logits'
     memory and with 1 - K/(B*L) of the LM head's matmuls skipped. The idea is transformers' own
     `logits_to_keep`, per token instead of per position.

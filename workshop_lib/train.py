@@ -116,10 +116,12 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         torch.cuda.set_device(env.world()[1])
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
-    compile_ = cfg.torch_compile and torch.cuda.is_available() and (exp.zero_stage or 0) < 3
-    if cfg.torch_compile and torch.cuda.is_available() and not compile_ and env.world()[0] == 0:
-        print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-              "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
+    compile_ = cfg.torch_compile and torch.cuda.is_available()
+    if compile_ and (exp.zero_stage or 0) >= 3:
+        compile_ = False
+        if env.world()[0] == 0:
+            print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
+                  "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
     return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
                    torch_compile=compile_,
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
@@ -137,10 +139,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                                     attn_implementation=attn)
-    if cfg.logits_on == "labelled":
-        compute_logits_where_labelled(net)
-    if cfg.torch_compile:
-        compile_layers(net)
+    apply_speed_levers(net, cfg)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
     eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
     gpus_per_node = max(torch.cuda.device_count(), 1)
@@ -289,10 +288,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
                     else cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world_size)
     steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
-    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
-                                    train_stats.tokens / train_stats.used, info["lm_head_params"],
-                                    logits_fraction(cfg, train_stats))
-    mfu = metrics.mfu(steady["steady_train_tokens_per_second"], flops, env.peak_flops(), world_size)
+    mfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
@@ -324,9 +320,21 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         config=asdict(cfg)))
 
 
-def logits_fraction(cfg: RunConfig, stats) -> float:
-    """The share of positions whose logits the run computes: all, or the labelled ones (`DataStats`)."""
-    return stats.labelled_tokens / stats.tokens if cfg.logits_on == "labelled" else 1.0
+def apply_speed_levers(net, cfg: RunConfig) -> None:
+    """The recipe's changes to the model itself, in place: logits only where labelled, compiled blocks."""
+    if cfg.logits_on == "labelled":
+        compute_logits_where_labelled(net)
+    if cfg.torch_compile:
+        compile_layers(net)
+
+
+def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None, world_size: int) -> float | None:
+    """MFU of a run (`metrics.mfu`) from its steady tokens/s, the model's `info` and the data's `DataStats`:
+    mean sequence length, and the share of positions whose logits the run computes (all, or the labelled)."""
+    fraction = stats.labelled_tokens / stats.tokens if cfg.logits_on == "labelled" else 1.0
+    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
+                                    stats.tokens / stats.used, info["lm_head_params"], fraction)
+    return metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
 
 
 def _micro_batches(cfg: RunConfig, train_ds) -> int:
