@@ -34,6 +34,9 @@ VARIANTS = [
                                                  logits_on="all")),
     ("A/B: ZeRO-2, 16k tokens, Liger instead", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
                                                     logits_on="all", liger_kernel=True)),
+    ("A/B: ZeRO-2, 48k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=49152)),
+    ("A/B: ZeRO-2, 2 x 32k tokens (accumulation 2)", dict(experiment="stage2", gradient_accumulation_steps=2)),
+    ("A/B: ZeRO-2, bf16 overflow check (DeepSpeed's default)", dict(experiment="stage2", check_grad_overflow=True)),
     ("A/B: ZeRO-2, 2 data loader workers", dict(experiment="stage2", dataloader_num_workers=2)),
     ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
 ]
@@ -109,7 +112,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (None: each
     recipe's), and write the table
     (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
-    directory beside them.
+    directory beside them. bench.csv is rewritten after every row, so a benchmark stopped part-way (a time
+    limit) keeps the rows it finished.
     Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
     import matplotlib.pyplot as plt
     import pandas as pd
@@ -130,6 +134,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).rename(columns=COLUMNS).to_csv(out / "bench.csv", index=False)
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
     from .train import check_machine
 

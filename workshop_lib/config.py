@@ -68,6 +68,7 @@ class Recipe:
     torch_compile: bool = False  # torch.compile each transformer block, on a GPU only
     dataloader_num_workers: int = 0  # processes preparing micro-batches beside training (0: in the loop)
     reduce_bucket_size: int = 0  # DeepSpeed gradient bucket, elements; 0: "auto" (transformers: hidden_size²)
+    check_grad_overflow: bool = True  # bf16 under DeepSpeed: check every gradient for inf/NaN before each step
     drop_attention_mask: bool = False  # right-padded causal batches need none (pad labels are -100): exact
     max_tokens_per_micro_batch: int = 16384  # padded tokens per micro-batch, with batching "token_budget"
     activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
@@ -88,12 +89,14 @@ RECIPES = {r.name: r for r in [
     # Same data and optimizer, sized for a busy GPU: micro-batches of up to 32,768 tokens of similar-length
     # questions (no fixed padding, no attention mask), one per optimizer step; the LM head only where the
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
-    # bucket size instead of transformers' hidden_size²; bf16; all the questions.
+    # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
+    # (bf16 has fp32's range: no loss scale to adjust); all the questions.
     # Every lever is an A/B row of `workshop bench` (docs/h100/bench).
     Recipe("default", "Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
            padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
            torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
-           gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, num_train_samples=None),
+           gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, check_grad_overflow=False,
+           num_train_samples=None),
 ]}
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
 # 6,144 tokens (~20 of the tiny tokenizer's ~280-token questions, some 4 steps an epoch); a larger learning
@@ -166,6 +169,9 @@ class RunConfig:
     reduce_bucket_size: int | None = _recipe_opt(
         "reduce_bucket_size", "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
         "parameters; 0: transformers' auto, hidden_size²")
+    check_grad_overflow: bool | None = _recipe_opt(
+        "check_grad_overflow", "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
+        "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)")
     drop_attention_mask: bool | None = _recipe_opt(
         "drop_attention_mask", "true: no attention mask for right-padded batches (exact: causal attention never "
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")

@@ -24,7 +24,8 @@ Auto = str  # the literal "auto": the HF Trainer integration fills it from Train
 def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
                     precision: str = "auto", train_micro_batch_size_per_gpu: int | Auto = "auto",
                     gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
-                    nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto") -> dict:
+                    nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
+                    check_grad_overflow: bool = True) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -41,6 +42,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         reduce_bucket_size: gradient elements reduced together (stages 1-3), or "auto": the HF integration
             sets hidden_size², 1M elements for Qwen3-0.6B, which under stage 1-2 means one reduction call per
             parameter tensor; DeepSpeed's own default is 500M (`workshop bench` measures both).
+        check_grad_overflow: bf16 only: DeepSpeed checks every gradient tensor for inf/NaN before each
+            optimizer step and skips the step if one is found (its default, True). bf16 has fp32's exponent
+            range, so no loss scale depends on it; False saves one check per parameter tensor per step
+            (`workshop bench` measures it). fp16 always checks: its loss scale needs it.
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
@@ -87,7 +92,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         "gradient_clipping": "auto",
         # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
         "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
-        "bf16": {"enabled": bf16},
+        "bf16": {"enabled": bf16} | ({} if check_grad_overflow else {"check_grad_overflow": False}),
         "optimizer": {"type": "AdamW",
                       "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
         # No "scheduler" section: the Trainer then drives DeepSpeed with its own schedule (linear decay),

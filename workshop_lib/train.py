@@ -216,7 +216,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                                     cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
                                     world_size, nvme_path=cfg.nvme_path,
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
-                                    or "auto")
+                                    or "auto", check_grad_overflow=cfg.check_grad_overflow)
         if env.world()[0] == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(
