@@ -230,7 +230,7 @@ def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
     scores = score_model(net.eval(), tokenizer, cfg.score_questions, cfg.eval_file, max_length=cfg.max_length)[0]
     net.to("cpu").train()
     print(f"Before fine-tuning: exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on {scores['num_questions']} "
-          "SQuAD dev questions.")
+          "SQuAD questions.")
     return scores
 
 
@@ -540,6 +540,9 @@ def _release(trainer) -> None:
         trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
         unset_hf_deepspeed_config()
         AcceleratorState._reset_state(reset_partial_state=True)
+        # set by accelerate's Accelerator for a DeepSpeed run and never unset: a later Trainer in this process
+        # (a baseline run, an evaluation) would build a DeepSpeed engine from it
+        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
         torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
         gc.collect()
         if torch.cuda.is_available():
