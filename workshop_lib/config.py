@@ -183,7 +183,7 @@ class RunConfig:
     save_steps: int = field(default=100, metadata={
         "help": "optimizer steps between checkpoints, with --save-strategy steps"})
     save_total_limit: int = field(default=2, metadata={
-        "help": "checkpoints kept, the newest (a ZeRO checkpoint holds weights and Adam states: 16 bytes/param)"})
+        "help": "checkpoints kept, the newest (each holds fp32 weights, Adam's moments and the model: 14-16 bytes/param)"})
     score_questions: int = field(default=0, metadata={
         "help": "SQuAD dev questions to answer by generation before and after training; results.json gets "
         "em and f1 (0: none)"})
