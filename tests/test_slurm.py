@@ -57,13 +57,22 @@ def test_single_node_batch_job_as_printed():
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
-def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss):
+def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss, tmp_path):
     rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", env={"WORKSHOP_LAUNCHER": launcher},
                              job_name=f"multi_node_{launcher}")
     assert rc == 0, log[-3000:]
     assert (r["world_size"], r["global_batch_size"]) == (2, 32)
     assert sorted(m["host"] for m in r["per_rank_memory"]) == ["n1", "n2"]
     assert abs(r["train_loss"] - one_process_loss) < 1e-3, (r["train_loss"], one_process_loss)
+    if launcher == "torchrun":  # its checkpoint (step 2, the end) holds 2 ranks' ZeRO-2 partitions
+        from workshop_lib import evaluation
+
+        run = ROOT / "runs" / f"multi_node_{launcher}-{job}"
+        subprocess.run([sys.executable, "-m", "workshop_lib.cli", "export", run, tmp_path / "exported"], check=True,
+                       capture_output=True)
+        (a, _), (b, _) = evaluation.load_model(tmp_path / "exported"), evaluation.load_model(run)
+        sa, sb = a.state_dict(), b.state_dict()
+        assert max((sa[k] - sb[k]).abs().max().item() for k in sa) == 0.0  # fp32 on the CPU: the same weights
 
 
 def test_missing_environment_fails_fast_with_the_fix():
