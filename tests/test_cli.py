@@ -236,6 +236,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     assert p.returncode == 2 and "learning_rate 0.001 then, 0.002 now" in p.stderr and half.exists(), p.stderr
     p = workshop(*args, "--resume")
     assert f"Skipped {half}" in p.stdout and f"Resuming from {last} (step {n})" in p.stdout, p.stdout
+    assert (out / f"memory.before-resume-at-step-{n}.csv").exists()  # the killed attempt's memory log, kept
     r, ref = (json.loads((d / "results.json").read_text()) for d in (out, runs / "stage2"))
     log, ref_log = (pd.read_csv(d / "train_log.csv") for d in (out, runs / "stage2"))
     assert list(log["step"]) == list(ref_log["step"])  # every step logged once, the evaluations at 4 and 8

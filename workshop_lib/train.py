@@ -209,13 +209,18 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
 
 def resume_point(out: Path, rank: int) -> Path | None:
     """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
-    and removes the checkpoints interrupted while being written (never loaded: `checkpoint.step_of`)."""
+    removes the checkpoints interrupted while being written (never loaded: `checkpoint.step_of`), and keeps
+    the interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on)."""
     complete, broken = checkpoint.find_checkpoints(out)
     if rank == 0:
+        step = checkpoint.step_of(complete[-1]) if complete else 0
+        for f in out.glob("memory*.csv"):
+            if ".before-resume-" not in f.name:
+                f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
         for b in broken:
             print(f"Skipped {b}: interrupted while being written (no trainer_state.json of its step); removed.")
             shutil.rmtree(b, ignore_errors=True)
-        print(f"Resuming from {complete[-1]} (step {checkpoint.step_of(complete[-1])})." if complete else
+        print(f"Resuming from {complete[-1]} (step {step})." if complete else
               f"No complete checkpoint in {out / checkpoint.CHECKPOINTS}: training starts from step 0.")
     return complete[-1] if complete else None
 
