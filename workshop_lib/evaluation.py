@@ -142,6 +142,7 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     """
     from .rundir import write_json_atomic
 
+    model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
         raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
                             "pass --output-dir DIR.")
