@@ -270,3 +270,18 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     proc.wait()
     with pytest.raises(WorkshopError, match=f"pid {proc.pid} .*whose process is gone|whose process is gone.*pid {proc.pid}"):
         rundir.check(out, overwrite=False)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["export", "{t}/missing", "{t}/out"], "does not exist"),
+    (["export", "{t}", "{t}/out"], "holds no complete checkpoint"),
+    (["eval", "{t}/missing"], "does not exist"),
+    (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
+    (["ask", "{t}", "--question", " ", "--context", "Paris is in France."], "must both hold text"),
+], ids=["export missing", "export no checkpoint", "eval missing", "eval 0 questions", "ask blank question"])
+def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    assert workshop_main([a.format(t=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "To fix:" in err and "Traceback" not in err, err
+    assert snapshot(tmp_path) == before
