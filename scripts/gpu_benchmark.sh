@@ -17,6 +17,7 @@ for pair in "${pairs[@]}"; do
     dir="$out/$(basename "$model")-$recipe-$exp"
     if [ -f "$dir/results.json" ]; then echo "skip $dir (done)"; continue; fi
     workshop run "$exp" --model "$model" --recipe "$recipe" --random-weights --max-steps "${MAX_STEPS:-16}" \
+      --save-strategy no \
       --output-dir "$dir" 2>&1 | grep -vE "it/s\]|s/it\]" || echo "FAILED: $exp $model $recipe"
   done
 done

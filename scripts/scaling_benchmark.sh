@@ -19,7 +19,7 @@ for exp in ${EXPERIMENTS:-stage2 stage3}; do
     if [ "$n" -gt "$gpus" ]; then echo "skip $dir: this machine has $gpus GPU(s)"; continue; fi
     if [ -f "$dir/results.json" ]; then echo "skip $dir (done)"; continue; fi
     python -m torch.distributed.run --standalone --nproc_per_node "$n" -m workshop_lib.cli run "$exp" \
-      --model "${MODEL:-Qwen/Qwen3-0.6B}" --random-weights --max-steps "${MAX_STEPS:-24}" \
+      --model "${MODEL:-Qwen/Qwen3-0.6B}" --random-weights --save-strategy no --max-steps "${MAX_STEPS:-24}" \
       --output-dir "$dir" 2>&1 | grep -vE "it/s\]|s/it\]" || echo "FAILED: $dir"
   done
 done

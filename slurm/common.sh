@@ -50,10 +50,36 @@ TINY=(); [ "${WORKSHOP_TINY:-0}" = 1 ] && TINY=(--tiny)
 echo "job $SLURM_JOB_ID: $NNODES node(s) x $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT," \
      "launcher ${WORKSHOP_LAUNCHER:-torchrun}, output $WORKSHOP_OUTPUT_DIR"
 
-# workshop_launch EXPERIMENT [workshop run arguments]: start every rank with the chosen launcher.
+# --- preemption and time limits ---------------------------------------------------------------------
+# The scripts ask for SIGUSR1 to this shell before the time limit (#SBATCH --signal=B:USR1@120) and may be
+# requeued (--requeue); SLURM also signals before a preemption. The trap creates OUTPUT_DIR/STOP, which
+# every rank on every node reads at its next optimizer step: they save a checkpoint there and exit 75.
+# The job then requeues itself; the next start passes --resume (always) and continues from the checkpoint.
+# The same job id, so the same output directory and log (--open-mode=append).
+PREEMPTED=0
+trap 'PREEMPTED=1; echo "job $SLURM_JOB_ID: SIGUSR1 (time limit or preemption ahead): checkpointing at the next step"
+      touch "$WORKSHOP_OUTPUT_DIR/STOP"' USR1
+
+# workshop_launch EXPERIMENT [workshop run arguments]: start every rank with the chosen launcher, resuming
+# the run in WORKSHOP_OUTPUT_DIR if there is one; requeue the job if SLURM asked it to stop.
 workshop_launch() {
-  local exp=$1; shift
-  local run=(-m workshop_lib.cli run "$exp" "${TINY[@]}" --output-dir "$WORKSHOP_OUTPUT_DIR" "$@")
+  local exp=$1 rc=0; shift
+  local run=(-m workshop_lib.cli run "$exp" "${TINY[@]}" --output-dir "$WORKSHOP_OUTPUT_DIR" --resume "$@")
+  _launch "${run[@]}" &
+  local pid=$!
+  while :; do  # a trapped signal cuts `wait` short: wait again until the launcher has ended
+    wait "$pid" && rc=0 || rc=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  if [ "$PREEMPTED" = 1 ] && [ "$rc" != 0 ]; then
+    echo "job $SLURM_JOB_ID: stopped with a checkpoint (exit $rc); requeued, the next start resumes"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  return "$rc"
+}
+
+_launch() {
+  local run=("$@")
   case ${WORKSHOP_LAUNCHER:-torchrun} in
     torchrun)   # one torchrun per node; c10d rendezvous at MASTER_ADDR, no ssh
       srun --kill-on-bad-exit=1 --ntasks-per-node=1 python -m torch.distributed.run \

@@ -99,6 +99,8 @@ def test_token_budget_batches_hold_every_sequence_once_within_the_budget():
     assert sorted(i for b in first for i in b) == list(range(len(lengths)))
     assert len(first) == len(second) == len(s) and first != second  # same batches, a new order each epoch
     assert sorted(map(sorted, first)) == sorted(map(sorted, second))
+    s.set_epoch(1)  # what a run resumed in its second epoch asks: the order an uninterrupted run saw
+    assert list(s) == second
     for b in first:
         assert len(b) == 1 or len(b) * -(-max(lengths[i] for i in b) // 8) * 8 <= 4096
     real = sum(lengths[:-1]) / sum(len(b) * -(-max(lengths[i] for i in b) // 8) * 8 for b in first if len(b) > 1)

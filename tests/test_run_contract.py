@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import cli, rundir
+from workshop_lib import checkpoint, cli, rundir
 from workshop_lib.config import EXPERIMENTS, RunConfig, parse_run_args, resolve
 from workshop_lib.errors import WorkshopError
 
@@ -154,14 +154,15 @@ def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsy
     assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
 
 
-def test_a_killed_runs_directory_is_refused_until_overwrite(tmp_path):
+def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
     out = tmp_path / "killed"
     out.mkdir()
     rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename,
                                                    "started": "2026-11-22T03:00:00"})
-    with pytest.raises(WorkshopError, match="process is gone.*\nTo fix: pass --overwrite"):
+    with pytest.raises(WorkshopError, match="process is gone.*\nTo fix: pass --resume to continue it"):
         rundir.check(out, overwrite=False)
     rundir.check(out, overwrite=True)
+    rundir.check(out, overwrite=False, resume=True)
     rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": os.getpid(), "host": os.uname().nodename,
                                                    "started": "2026-11-22T03:00:00"})
     with pytest.raises(WorkshopError, match="still in progress"):  # a live run is never removed
@@ -205,11 +206,11 @@ def _wait_for_training(out: Path, proc, timeout=300):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(sig, code, tmp_path):
-    """SIGTERM (SLURM's time limit) or SIGINT (Ctrl-C) mid-training, in an --overwrite run over a finished
-    one: the old results are gone (never mixed with the new logs), the new logs kept, the directory marked
-    unfinished, `workshop report` skips it, and a plain rerun is refused."""
+def test_sigint_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(tmp_path):
+    """SIGINT (Ctrl-C) mid-training, in an --overwrite run over a finished one: the old results are gone
+    (never mixed with the new logs), the new logs kept, the directory marked unfinished, `workshop report`
+    skips it, and a plain rerun is refused."""
+    sig, code = signal.SIGINT, 130
     out = finished_run(tmp_path)
     proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out, "--overwrite"], tmp_path)
     _wait_for_training(out, proc)
@@ -231,6 +232,36 @@ def test_a_signal_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(sig
 
 
 @pytest.mark.slow
+def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
+    """SIGTERM (SLURM's time limit, a preemption) mid-training: a complete checkpoint at the step it
+    stopped at, one line saying how to continue, exit status 75, the directory marked preempted; a plain
+    rerun is refused and points to --resume."""
+    out = tmp_path / "run"
+    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out],
+                  tmp_path)
+    _wait_for_training(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == rundir.EXIT_PREEMPTED == 75, stderr[-2000:]
+    last = [ln for ln in stderr.splitlines() if "workshop:" in ln]
+    assert len(last) == 1 and last[0].startswith("workshop: stopped by SIGTERM at step") and "--resume" in last[0]
+    marker = json.loads((out / rundir.MARKER).read_text())
+    assert marker["status"] == "preempted" and marker["step"] >= 1
+    assert checkpoint.find_checkpoints(out) == ([out / "checkpoints" / f"checkpoint-{marker['step']}"], [])
+    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
+
+
+def test_a_resume_with_another_world_size_is_refused(tmp_path):
+    cfg = {"experiment": "stage2", "recipe": "default", "save_steps": 10}
+    checkpoint.write_run_config(tmp_path, cfg, world_size=2)
+    checkpoint.check_same_run(tmp_path, cfg | {"save_steps": 5}, world_size=2)  # how often to save may change
+    with pytest.raises(WorkshopError, match="world_size 2 then, 1 now.*\nTo fix: resume with the settings"):
+        checkpoint.check_same_run(tmp_path, cfg, world_size=1)
+
+
+@pytest.mark.slow
 def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     out = tmp_path / "run"
     proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
@@ -239,3 +270,18 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     proc.wait()
     with pytest.raises(WorkshopError, match=f"pid {proc.pid} .*whose process is gone|whose process is gone.*pid {proc.pid}"):
         rundir.check(out, overwrite=False)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["export", "{t}/missing", "{t}/out"], "does not exist"),
+    (["export", "{t}", "{t}/out"], "holds no complete checkpoint"),
+    (["eval", "{t}/missing"], "does not exist"),
+    (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
+    (["ask", "{t}", "--question", " ", "--context", "Paris is in France."], "must both hold text"),
+], ids=["export missing", "export no checkpoint", "eval missing", "eval 0 questions", "ask blank question"])
+def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    assert workshop_main([a.format(t=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "To fix:" in err and "Traceback" not in err, err
+    assert snapshot(tmp_path) == before

@@ -19,11 +19,16 @@ if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).
     pytest.skip("no SLURM cluster here (start one with: bash .ci/slurm_cluster.sh start)", allow_module_level=True)
 
 
+def job_env(env=None) -> dict:
+    """The environment of a submission: this Python's environment, the tiny model, short timeouts."""
+    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    return e | {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
+                "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
+
+
 def sbatch(script, *args, env=None, job_name=None):
     """Submit with --wait from the repo root; return (exit code, job id, log text, results dict or None)."""
-    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
-    e |= {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
-          "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
+    e = job_env(env)
     name = ["--job-name", job_name] if job_name else []
     p = subprocess.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", *name, f"slurm/{script}.slurm", *args],
                        cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200)
@@ -52,13 +57,22 @@ def test_single_node_batch_job_as_printed():
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
-def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss):
+def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss, tmp_path):
     rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", env={"WORKSHOP_LAUNCHER": launcher},
                              job_name=f"multi_node_{launcher}")
     assert rc == 0, log[-3000:]
     assert (r["world_size"], r["global_batch_size"]) == (2, 32)
     assert sorted(m["host"] for m in r["per_rank_memory"]) == ["n1", "n2"]
     assert abs(r["train_loss"] - one_process_loss) < 1e-3, (r["train_loss"], one_process_loss)
+    if launcher == "torchrun":  # its checkpoint (step 2, the end) holds 2 ranks' ZeRO-2 partitions
+        from workshop_lib import evaluation
+
+        run = ROOT / "runs" / f"multi_node_{launcher}-{job}"
+        subprocess.run([sys.executable, "-m", "workshop_lib.cli", "export", run, tmp_path / "exported"], check=True,
+                       capture_output=True)
+        (a, _), (b, _) = evaluation.load_model(tmp_path / "exported"), evaluation.load_model(run)
+        sa, sb = a.state_dict(), b.state_dict()
+        assert max((sa[k] - sb[k]).abs().max().item() for k in sa) == 0.0  # fp32 on the CPU: the same weights
 
 
 def test_missing_environment_fails_fast_with_the_fix():
@@ -79,10 +93,8 @@ def test_a_rank_that_dies_ends_the_job():
     import signal
     import time
 
-    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
-    e |= {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent), "WORKSHOP_DIST_TIMEOUT_S": "60"}
     job = subprocess.Popen(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--job-name", "multi_node_kill",
-                            "slurm/multi_node.slurm", "stage2", "--max-steps", "200"], cwd=ROOT, env=e,
+                            "slurm/multi_node.slurm", "stage2", "--max-steps", "200"], cwd=ROOT, env=job_env(),
                            stdout=subprocess.PIPE, text=True)
     victim, deadline = None, time.time() + 600
     while victim is None and time.time() < deadline and job.poll() is None:
@@ -103,3 +115,43 @@ def test_a_rank_that_dies_ends_the_job():
     jid = job.stdout.read().strip().split(";")[0]
     assert rc != 0 and time.time() - killed_at < 240
     assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
+
+
+def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resumes(tmp_path):
+    """SIGUSR1 to the batch shell, as SLURM sends it before the time limit (the scripts' --signal=B:USR1@120;
+    sent here once training runs, with scancel --signal=USR1 --batch, so the test need not wait for a
+    limit): the rank checkpoints at its next step and exits 75, the job requeues itself, its next start
+    resumes, and the job ends with the train and eval losses of an uninterrupted run."""
+    import time
+
+    args = ["--epochs", "4"]  # 16 steps: training still runs when the signal comes
+    name = "stage2_requeue"
+    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", "--job-name", name, "slurm/stage2.slurm", *args],
+                           cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    jid, deadline = "", time.time() + 600
+    while not jid and time.time() < deadline:
+        jid = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
+        time.sleep(0.5)
+    log_path = ROOT / "runs" / f"{name}-{jid}" / "train_log.csv"
+    while time.time() < deadline and not (log_path.exists() and len(log_path.read_text().splitlines()) > 3):
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
+    ref = tmp_path / "ref"
+    subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", *args, "--output-dir", ref],
+                   check=True, capture_output=True)
+    while job.poll() is None and time.time() < deadline:  # SLURM holds a requeued job ~2 min: release it now
+        state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
+        if "PENDING" in state and "BeginTime" in state:
+            subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
+            break
+        time.sleep(1)
+    rc = job.wait(timeout=900)
+    log = (ROOT / "logs" / f"{name}-{jid}.out").read_text()
+    assert rc == 0, job.stdout.read() + log[-3000:]
+    assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
+    assert log.count("Resuming from") == 1, log[-3000:]
+    r = json.loads((ROOT / "runs" / f"{name}-{jid}" / "results.json").read_text())
+    want = json.loads((ref / "results.json").read_text())
+    # CPU fp32, one process either way: measured identical
+    assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (want["global_steps"], want["train_loss"],
+                                                                    want["eval_loss"])

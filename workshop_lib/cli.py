@@ -1,13 +1,20 @@
-"""`workshop run` and `workshop report`: the command line over `run_experiment` and `write_report`.
+"""`workshop run`, `report`, `export`, `eval` and `ask`: the command line over `run_experiment`,
+`write_report`, `checkpoint.export` and `evaluation`.
 
     workshop run stage2_offload --tiny                # one experiment, results in runs/stage2_offload-tiny-<time>
+    workshop run stage2 --tiny --output-dir runs/x --resume   # continue runs/x from its last checkpoint
+    workshop export runs/x runs/x-exported            # a ZeRO checkpoint -> a Hugging Face model directory
+    workshop eval runs/x --num-questions 100          # answers, EM and F1 on SQuAD dev questions
+    workshop ask runs/x --question "..." --context "..."
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
     workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
     workshop bench --out docs/h100/bench              # recipes and ZeRO settings vs a plain PyTorch loop, one GPU
 
 torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
-Exit status: 0 done; 2 bad input (one message ending in "To fix: ..."); 130 / 143 stopped by SIGINT / SIGTERM.
+Exit status: 0 done; 2 bad input (one message ending in "To fix: ..."); 130 stopped by SIGINT (143, 138 by
+SIGTERM, SIGUSR1 before training); 75 stopped by SIGTERM or SIGUSR1 during training, with a checkpoint
+(continue with --resume).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
                                 "and measure memory and speed.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,bench,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,bench,report,export,eval,ask}",
+                           parser_class=_Parser)
     # `run` only names itself here: its options are generated from RunConfig by config.parse_run_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
     bench = sub.add_parser("bench", help="every recipe and ZeRO setting against a plain PyTorch loop, one GPU")
@@ -38,6 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
     rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
+    exp = sub.add_parser("export", help="a ZeRO checkpoint (any stage, any world size) -> a Hugging Face model "
+                         "directory, through DeepSpeed's zero_to_fp32")
+    exp.add_argument("source", metavar="CHECKPOINT_OR_RUN_DIR", help="checkpoint-N, or a run (its last checkpoint)")
+    exp.add_argument("out", metavar="OUT", help="new directory for the model")
+    ev = sub.add_parser("eval", help="generate answers for SQuAD dev questions; exact match and F1")
+    ev.add_argument("model", metavar="MODEL_OR_RUN_DIR", help="a run directory (its model/), a model directory "
+                    "or a hub name")
+    ev.add_argument("--num-questions", type=int, default=500, metavar="N", help="the first N dev questions (default 500)")
+    ev.add_argument("--output-dir", metavar="DIR", help="where predictions.jsonl and squad_scores.json go "
+                    "(default: MODEL_OR_RUN_DIR)")
+    ev.add_argument("--eval-file", metavar="JSON", help="SQuAD v1.1-format JSON (default: SQuAD dev)")
+    ev.add_argument("--batch-size", type=int, default=16, metavar="N", help="prompts per generate call (default 16)")
+    ev.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="answer length cap (default 32)")
+    ask = sub.add_parser("ask", help="one answer from a model to a question about a context")
+    ask.add_argument("model", metavar="MODEL_OR_RUN_DIR")
+    ask.add_argument("--question", required=True)
+    ask.add_argument("--context", required=True, help="the paragraph that holds the answer")
     return p
 
 
@@ -69,7 +94,11 @@ def run(argv: list[str]) -> int:
         gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
         print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
               f"{res['train_samples_per_second']} samples/s, {gpu}, "
-              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json")
+              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json, the model in "
+              f"{res['output_dir']}/model")
+        if res["em"] is not None:
+            print(f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
+                  f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)")
     _end_process_group()
     return 0
 
@@ -97,6 +126,29 @@ def main(argv: list[str] | None = None) -> int:
 
             run_bench(a.out, a.model, a.max_steps, a.tiny, a.only)
             _end_process_group()
+            return 0
+        if a.command == "export":
+            from .checkpoint import export
+
+            print(f"wrote {export(a.source, a.out)} (fp32 safetensors, config, tokenizer)")
+            return 0
+        if a.command == "eval":
+            from .evaluation import evaluate_squad
+
+            for name in ("num_questions", "batch_size", "max_new_tokens"):
+                if getattr(a, name) < 1:
+                    raise WorkshopError(f"{name} must be at least 1, got {getattr(a, name)}.",
+                                        f"pass --{name.replace('_', '-')} N with N >= 1.")
+            s = evaluate_squad(a.model, a.output_dir, a.num_questions, eval_file=a.eval_file,
+                               batch_size=a.batch_size, max_new_tokens=a.max_new_tokens)
+            print(f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
+                  f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
+                  f"{a.output_dir or a.model}/predictions.jsonl and squad_scores.json")
+            return 0
+        if a.command == "ask":
+            from .evaluation import ask
+
+            print(ask(a.model, a.question, a.context))
             return 0
         return report(a)
     except WorkshopError as e:

@@ -181,6 +181,18 @@ class RunConfig:
     output_dir: str | None = _opt("where to write (default runs/<experiment>[-tiny]-<date-time>)")
     overwrite: bool = field(default=False, metadata={
         "help": "remove the run (finished or killed) in --output-dir and start again"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue the unfinished run in --output-dir from its last complete checkpoint (start fresh "
+        "when there is none); refused when a setting differs"})
+    save_strategy: Literal["no", "steps", "epoch"] = field(default="epoch", metadata={
+        "help": "when to write a checkpoint into OUTPUT_DIR/checkpoints (HF Trainer's save_strategy)"})
+    save_steps: int = field(default=100, metadata={
+        "help": "optimizer steps between checkpoints, with --save-strategy steps"})
+    save_total_limit: int = field(default=2, metadata={
+        "help": "checkpoints kept, the newest (each holds fp32 weights, Adam's moments and the model: 14-16 bytes/param)"})
+    score_questions: int = field(default=0, metadata={
+        "help": "SQuAD dev questions to answer by generation before and after training; results.json gets "
+        "em and f1 (0: none)"})
     allow_cpu: bool = field(default=False, metadata={"help": "run a full-size model without a GPU (slow)"})
     seed: int = field(default=42, metadata={"help": "random seed for the model's initialisation and the data order"})
 
@@ -215,6 +227,16 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if cfg.dataloader_num_workers < 0:
         raise WorkshopError(f"dataloader_num_workers must be 0 or more, got {cfg.dataloader_num_workers}.",
                             "pass --dataloader-num-workers 0 (collate in the training loop) or a few processes.")
+    for name in ("save_steps", "save_total_limit"):
+        if getattr(cfg, name) < 1:
+            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
+                                f"pass --{name.replace('_', '-')} N with N >= 1 (or --save-strategy no).")
+    if cfg.score_questions < 0:
+        raise WorkshopError(f"score_questions must be 0 or more, got {cfg.score_questions}.",
+                            "pass --score-questions 0 (no scoring) or a number of dev questions.")
+    if cfg.resume and cfg.overwrite:
+        raise WorkshopError("--resume continues the run in --output-dir and --overwrite discards it; choose one.",
+                            "drop --overwrite to continue the run, or --resume to start again.")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise WorkshopError(f"max_steps must be at least 1, got {cfg.max_steps}.",
                             "leave --max-steps out to train for --epochs, or pass a number >= 1.")

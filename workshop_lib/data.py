@@ -32,6 +32,8 @@ BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
                  "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
 PROMPT = "Question: {question} Context: {context} Answer: {answer}"
+# Its pieces, tokenised one by one (training: `encode_example`; generation: `prompt_ids`).
+PROMPT_HEAD, PROMPT_TAIL = "Question: {question} Context:", " Answer:"
 
 
 @dataclass
@@ -176,6 +178,18 @@ def locate_answer(context: str, answer: str, start: int) -> int | None:
     return min(found, key=lambda j: abs(j - start)) if found else None
 
 
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def prompt_ids(question: str, context: str, tokenizer, max_length: int = 512) -> list[int]:
+    """Token ids of a question's prompt without its answer, pieced together as `encode_example` does, for
+    generating the answer: at most `max_length` tokens, the context cut at its end where longer (the answer's
+    position is unknown at generation time)."""
+    head, tail = _ids(tokenizer, PROMPT_HEAD.format(question=question)), _ids(tokenizer, PROMPT_TAIL)
+    return head + _ids(tokenizer, f" {context}")[:max(0, max_length - len(head) - len(tail))] + tail
+
+
 def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str = "answer") -> dict | None:
     """Token ids and labels of one SQuAD row; None when the question and answer alone exceed max_length.
 
@@ -188,12 +202,9 @@ def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str
     answer, start = example["answers"]["text"][0], example["answers"]["answer_start"][0]
     context = example["context"]
 
-    def ids(text):
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    head = ids(f"Question: {example['question']} Context:")
-    tail = ids(" Answer:")
-    answer_ids = ids(f" {answer}") + [tokenizer.eos_token_id]
+    head = _ids(tokenizer, PROMPT_HEAD.format(question=example["question"]))
+    tail = _ids(tokenizer, PROMPT_TAIL)
+    answer_ids = _ids(tokenizer, f" {answer}") + [tokenizer.eos_token_id]
     enc = tokenizer(f" {context}", add_special_tokens=False, return_offsets_mapping=True)
     ctx_ids, offsets = enc["input_ids"], enc["offset_mapping"]
     budget = max_length - len(head) - len(tail) - len(answer_ids)
@@ -309,8 +320,10 @@ class TokenBudgetBatchSampler:
 
     The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (similar
     lengths, yet a random mix, as transformers' LengthGroupedSampler does) and cut into batches; each pass
-    (`__iter__`, one per epoch) yields the same batches in a new random order, so every epoch has the same
-    number of optimizer steps. Under several ranks the Trainer's accelerator deals them out round-robin.
+    (`__iter__`, one per epoch) yields the same batches in a random order that depends on `seed` and the
+    epoch alone (`set_epoch`, which the Trainer calls), so every epoch has the same number of optimizer steps
+    and a run resumed mid-epoch from a checkpoint sees the batches an uninterrupted run would. Under several
+    ranks the Trainer's accelerator deals them out round-robin.
 
     Args:
         lengths: tokens of each sequence (L_i); max_tokens: padded tokens per micro-batch at most (a
@@ -320,9 +333,9 @@ class TokenBudgetBatchSampler:
     def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048):
         import random
 
-        self.rng = random.Random(seed)
+        self.seed, self.epoch = seed, 0
         order = list(range(len(lengths)))
-        self.rng.shuffle(order)
+        random.Random(seed).shuffle(order)
         self.batches: list[list[int]] = []
         for i in range(0, len(order), chunk):
             batch, longest = [], 0
@@ -334,9 +347,15 @@ class TokenBudgetBatchSampler:
                 longest = max(longest, lengths[j])
             self.batches.append(batch)
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
     def __iter__(self):
+        import random
+
         order = list(self.batches)
-        self.rng.shuffle(order)
+        random.Random(self.seed + 1 + self.epoch).shuffle(order)  # seed itself made the batches
+        self.epoch += 1  # the next pass, where nothing calls set_epoch
         return iter(order)
 
     def __len__(self) -> int:

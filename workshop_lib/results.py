@@ -86,6 +86,12 @@ class RunResults:
     tokenizer: str
     output_dir: str
     config: dict
+    # SQuAD v1.1 exact match and F1 in percent of answers generated for --score-questions dev questions
+    # (`evaluation`), by the model before training and by OUTPUT_DIR/model after; None when not scored
+    em: float | None = None
+    f1: float | None = None
+    em_before: float | None = None
+    f1_before: float | None = None
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:

@@ -8,7 +8,15 @@ A run directory is in one of three states:
 - empty: nothing of a run (it may hold other files, which a run leaves alone).
 
 A run refuses a directory holding a run unless `overwrite`, which removes that run whole before the new one
-starts; it always refuses one whose run is still alive on this host.
+starts, or `resume`, which continues an unfinished one from its last complete checkpoint; it always refuses
+one whose run is still alive on this host.
+
+Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (what SLURM sends
+at a time limit, a preemption, or `--signal=USR1@N` before one) during training ask for a stop at the next
+optimizer step boundary, after a checkpoint (`RunPreempted`, exit status 75, EX_TEMPFAIL: "try again"; the
+same command with --resume continues); before training starts, they stop at once like SIGINT. A file
+OUTPUT_DIR/STOP asks for the same stop as SIGUSR1: the batch scripts create it when SLURM signals them, which
+reaches every rank on every node whatever the launcher (torchrun would die of a SIGUSR1 of its own).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pathlib import Path
 from .errors import WorkshopError
 
 MARKER = "RUNNING"
+STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; removed when a run starts
 RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of these: the directory holds a run
 
 
@@ -40,6 +49,25 @@ class RunInterrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+EXIT_PREEMPTED = 75  # sysexits.h EX_TEMPFAIL: stopped with a checkpoint; the batch scripts requeue on it
+
+
+class RunPreempted(RunInterrupted):
+    """Raised after SIGTERM or SIGUSR1 stopped training at a step boundary with a checkpoint saved."""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PREEMPTED
+
+
+class StopRequest:
+    """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary;
+    None when none did. `training` is True while steps run (`interruptible` defers the signal only then)."""
+
+    signum: int | None = None
+    training: bool = False
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
@@ -87,42 +115,48 @@ def describe_unfinished(info: dict) -> str:
     who = f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
     if info.get("status") == "interrupted":
         return f"a run stopped by {info.get('signal')} at step {info.get('step')} ({who})"
+    if info.get("status") == "preempted":
+        return f"a run stopped by {info.get('signal')} with a checkpoint at step {info.get('step')} ({who})"
     if info.get("status") == "failed":
         return f"a run that failed ({who}): {info.get('error', '')[:200]}"
     alive = _alive(int(info.get("pid", 0)), info.get("host", ""))
     return f"a run {'still in progress' if alive else 'whose process is gone (killed)'} ({who})"
 
 
-def check(out: str | os.PathLike, overwrite: bool) -> None:
-    """Refuse `out` when it holds a run that must not be replaced. Reads only.
+def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
+    """Refuse `out` when it holds a run that must not be replaced or continued. Reads only.
 
     Raises:
-        WorkshopError: a finished or unfinished run is there and `overwrite` is False; a run there is still
-            alive on this host (even with `overwrite`).
+        WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
+            neither `overwrite` nor `resume`; a run there is still alive on this host (whatever the options).
     """
     out = Path(out)
     what, info = state(out)
     if what == "finished" and not overwrite:
-        raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed.",
+        raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
+                            + (" There is nothing to resume." if resume else ""),
                             "pass another --output-dir, or --overwrite to replace it.")
     if what == "unfinished":
         if info.get("status") == "running" and _alive(int(info.get("pid", 0)), info.get("host", "")):
             raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
                                 "wait for it to end, or stop it, or pass another --output-dir.")
-        if not overwrite:
+        if not (overwrite or resume):
             raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
-                                "pass --overwrite to discard it and start again, or another --output-dir.")
+                                "pass --resume to continue it from its last checkpoint, --overwrite to discard it "
+                                "and start again, or another --output-dir.")
 
 
-def claim(out: str | os.PathLike, overwrite: bool) -> None:
-    """Make `out` this run's: check it, remove a previous run there when `overwrite`, create it, and write
-    the RUNNING marker. Call on rank 0 only, after every input was validated and loaded."""
+def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
+    """Make `out` this run's: check it, remove a previous run there when `overwrite` (keep it when
+    `resume`), create it, and write the RUNNING marker. Call on rank 0 only, after every input was
+    validated and loaded."""
     out = Path(out)
-    check(out, overwrite)
-    if state(out)[0] != "empty":
+    check(out, overwrite, resume)
+    if state(out)[0] != "empty" and not resume:
         shutil.rmtree(out)
         print(f"Removed the previous run in {out} (--overwrite).")
     out.mkdir(parents=True, exist_ok=True)
+    (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
     write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
                                      "started": datetime.now().isoformat(timespec="seconds")})
 
@@ -143,14 +177,19 @@ def finish(out: str | os.PathLike, results: dict) -> None:
 
 @contextmanager
 def interruptible():
-    """Turn SIGINT and SIGTERM into `RunInterrupted` in the main thread for the duration (SLURM sends SIGTERM
-    at a time limit or preemption), and restore the previous handlers after. Elsewhere than the main thread
-    it changes nothing."""
+    """Turn SIGINT, SIGTERM and SIGUSR1 into `RunInterrupted` in the main thread for the duration, except
+    SIGTERM and SIGUSR1 while `StopRequest.training`: those are recorded in `StopRequest.signum` for the
+    training loop to stop at the next step boundary with a checkpoint. Restores the previous handlers after.
+    Elsewhere than the main thread it changes nothing."""
     def raise_interrupted(signum, frame):
+        if signum != signal.SIGINT and StopRequest.training:
+            StopRequest.signum = signum  # the training loop checkpoints and stops at the next step boundary
+            return
         raise RunInterrupted(signum)
 
+    StopRequest.signum, StopRequest.training = None, False
     try:
-        previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     except ValueError:  # not the main thread
         previous = {}
     try:

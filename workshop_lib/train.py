@@ -8,12 +8,16 @@ A run is a short sequence of named stages, each a function of its concept's modu
     data       data.load_squad                                          SQuAD rows (a bad file stops here)
     model      model.load_model_and_tokenizer, data.tokenize_squad      model, tokenizer, tokenised data
     engine     build_trainer (after env.build_deepspeed_ops, rundir.claim)  HF Trainer (+ DeepSpeed)
-    train      train                                                    Trainer.train under the memory sampler
+    train      train                                                    Trainer.train under the memory sampler,
+                                                                        checkpoints; from one with --resume
+    save       save_model                                               OUTPUT_DIR/model, loadable by
+                                                                        from_pretrained
     record     record, rundir.finish                                    results.json, atomically
 
 Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
-the output directory as it was. SIGINT and SIGTERM stop it with `rundir.RunInterrupted`, the directory
-marked unfinished.
+the output directory as it was. SIGINT stops it with `rundir.RunInterrupted`; SIGTERM and SIGUSR1 during
+training with `rundir.RunPreempted` after a checkpoint at the next step boundary; the directory is marked
+unfinished either way, and `--resume` continues it from its last complete checkpoint.
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
 of one), from `workshop run`, and under a launcher (torchrun, deepspeed, srun), where each rank calls it
@@ -25,6 +29,7 @@ from __future__ import annotations
 import csv
 import gc
 import os
+import shutil
 import socket
 import time
 from dataclasses import asdict, replace
@@ -32,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from . import env, memory, metrics, rundir
+from . import checkpoint, env, memory, metrics, rundir
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import build_ds_config
@@ -62,26 +67,35 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
 
     Writes into the output directory: results.json (rank 0, last, atomically), memory.csv (time series,
     MiB; memory.rankN.csv for other ranks), train_log.csv (one row per optimizer step and evaluation),
-    ds_config.json (DeepSpeed runs), and RUNNING while the run is in progress.
+    ds_config.json (DeepSpeed runs), run_config.json (the settings, for --resume), checkpoints/checkpoint-N
+    (`checkpoint`), model/ (the fine-tuned model: safetensors, config, generation config, tokenizer), and
+    RUNNING while the run is in progress.
 
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
             experiment, a GPU too small, an output directory holding a run (nothing is written in these
             cases), or an out-of-memory error during training (the logs so far are kept).
-        RunInterrupted: SIGINT or SIGTERM; the message says what was kept.
+        RunInterrupted: SIGINT, or a signal before training started; the message says what was kept.
+        RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message says how to resume.
     """
     cfg = config if isinstance(config, RunConfig) else RunConfig(config, **settings)
     with rundir.interruptible():
         cfg = resolve(cfg)
         exp = EXPERIMENTS[cfg.experiment]
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
-        rundir.check(cfg.output_dir, cfg.overwrite)
+        rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
         try:
             cfg = check_machine(cfg, exp)
+            if cfg.resume:
+                checkpoint.check_same_run(cfg.output_dir, asdict(cfg), env.world()[2])
             return _run(cfg, exp)
         except rundir.RunInterrupted as e:
             out = Path(cfg.output_dir)
-            if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
+            if isinstance(e, rundir.RunPreempted):
+                e.args = (f"stopped by {e.args[0]} at step {e.step} with a checkpoint in "
+                          f"{out / checkpoint.CHECKPOINTS}; marked unfinished ({out / rundir.MARKER}). To continue: "
+                          "the same command with --resume.",)
+            elif hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
                 e.args = (f"stopped by {e.args[0]} at step {getattr(e, 'step', 0)}; kept what it logged in {out} "
                           f"(train_log.csv, memory.csv), marked unfinished ({out / rundir.MARKER}). To start "
                           "again: the same command with --overwrite.",)
@@ -139,6 +153,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                                     attn_implementation=attn)
+    before = score_before_training(net, tokenizer, cfg) if cfg.score_questions and rank == 0 else {}
     apply_speed_levers(net, cfg)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
     eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
@@ -157,18 +172,28 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
             env.build_deepspeed_ops(ops)
     env.barrier()  # every rank validated the directory before rank 0 changes it
     if rank == 0:
-        rundir.claim(out, cfg.overwrite)
+        rundir.claim(out, cfg.overwrite, cfg.resume)
+        checkpoint.write_run_config(out, asdict(cfg), world_size)
     env.barrier()
+    resume_from = resume_point(out, rank) if cfg.resume else None
     trainer = None
     try:
         trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
-        train_out, mem, steps, wall = train(trainer, out, rank, cfg.experiment)
+        train_out, mem, steps, wall = train(trainer, out, rank, cfg.experiment, resume_from)
+        save_model(trainer, out, rank)
         results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
                          eval_stats, world_size)
+        if cfg.score_questions and rank == 0:
+            from .evaluation import evaluate_squad
+
+            after = evaluate_squad(out, out, cfg.score_questions, eval_file=cfg.eval_file, max_length=cfg.max_length)
+            results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
     except BaseException as e:
         step = trainer.state.global_step if trainer is not None else 0
         if rank == 0:
-            if isinstance(e, rundir.RunInterrupted):
+            if isinstance(e, rundir.RunPreempted):
+                rundir.mark_ended(out, status="preempted", signal=e.args[0], step=step)
+            elif isinstance(e, rundir.RunInterrupted):
                 rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
             else:
                 rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
@@ -180,6 +205,57 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     if rank == 0:
         rundir.finish(out, results)
     return results
+
+
+def resume_point(out: Path, rank: int) -> Path | None:
+    """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
+    removes the checkpoints interrupted while being written (never loaded: `checkpoint.step_of`), and keeps
+    the interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on)."""
+    complete, broken = checkpoint.find_checkpoints(out)
+    if rank == 0:
+        step = checkpoint.step_of(complete[-1]) if complete else 0
+        for f in out.glob("memory*.csv"):
+            if ".before-resume-" not in f.name:
+                f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
+        for b in broken:
+            print(f"Skipped {b}: interrupted while being written (no trainer_state.json of its step); removed.")
+            shutil.rmtree(b, ignore_errors=True)
+        print(f"Resuming from {complete[-1]} (step {step})." if complete else
+              f"No complete checkpoint in {out / checkpoint.CHECKPOINTS}: training starts from step 0.")
+    return complete[-1] if complete else None
+
+
+def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
+    """SQuAD EM and F1 of the model as loaded, before fine-tuning (`evaluation.score_model` on
+    `cfg.score_questions` dev questions; on the GPU where there is one, then back to the CPU)."""
+    from .evaluation import score_model
+
+    if torch.cuda.is_available():
+        net.to("cuda")
+    scores = score_model(net.eval(), tokenizer, cfg.score_questions, cfg.eval_file, max_length=cfg.max_length)[0]
+    net.to("cpu").train()
+    print(f"Before fine-tuning: exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on {scores['num_questions']} "
+          "SQuAD questions.")
+    return scores
+
+
+def save_model(trainer, out: Path, rank: int) -> Path:
+    """Write the fine-tuned model to OUTPUT_DIR/model: model.safetensors, config.json,
+    generation_config.json and the tokenizer, which `AutoModelForCausalLM.from_pretrained` and
+    `AutoTokenizer.from_pretrained` load (Trainer.save_model; under ZeRO-3 the engine gathers the partitioned
+    weights first, `stage3_gather_16bit_weights_on_model_save`: a collective, so every rank calls this).
+    Written to a temporary directory and renamed by rank 0: model/ is whole or absent. Returns its path."""
+    final, tmp = out / "model", out / ".model.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    env.barrier()
+    trainer.save_model(str(tmp))
+    env.barrier()
+    if rank == 0:
+        (tmp / "training_args.bin").unlink(missing_ok=True)  # a pickle of TrainingArguments: not the model's
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    return final
 
 
 def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
@@ -207,7 +283,7 @@ def _activation_checkpointing(on: bool) -> dict:
 
 def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eval_ds, world_size: int):
     """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments."""
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
     out = Path(cfg.output_dir)
     ds_config = None
@@ -220,10 +296,11 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         if env.world()[0] == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(
-        output_dir=str(out / "trainer"), per_device_train_batch_size=cfg.train_micro_batch_size_per_gpu,
+        output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=cfg.train_micro_batch_size_per_gpu,
         per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=1, save_strategy="no", report_to="none",
+        max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=1, report_to="none",
+        save_strategy=cfg.save_strategy, save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
         prediction_loss_only=True,  # the eval loss is all the runs use; no logits kept
         bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
         deepspeed=ds_config, seed=cfg.seed,
@@ -232,7 +309,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
-    trainer_class = Trainer
+    trainer_class, callbacks = Trainer, []
     if cfg.batching == "token_budget":
         batches = TokenBudgetBatchSampler([len(x) for x in train_ds["input_ids"]], cfg.max_tokens_per_micro_batch,
                                           cfg.seed)
@@ -244,26 +321,46 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                 return self.accelerator.prepare(DataLoader(
                     self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator,
                     num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
-    return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+
+        class EpochOrder(TrainerCallback):
+            """Each epoch's batch order, also for an epoch resumed mid-way under several ranks, where the
+            Trainer's own set_epoch does not reach the sampler (wrapped twice by accelerate)."""
+
+            def on_epoch_begin(self, args, state, control, **kw):
+                batches.set_epoch(int(state.epoch or 0))  # state.epoch: e + steps done / steps per epoch
+
+        callbacks.append(EpochOrder())
+    return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds, callbacks=callbacks,
                          data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length,
                                                      attention_mask=not cfg.drop_attention_mask,
                                                      labelled_positions=cfg.logits_on == "labelled"),
                          processing_class=tokenizer)
 
 
-def train(trainer, out: Path, rank: int, experiment: str):
-    """Trainer.train() under the memory sampler, each step timed (and a final evaluation if max_steps ended
-    the run before the first epoch's). Returns (TrainOutput, MemorySampler, step log callback, wall seconds).
+def train(trainer, out: Path, rank: int, experiment: str, resume_from: Path | None = None):
+    """Trainer.train() under the memory sampler, each step timed, from the checkpoint `resume_from` if given
+    (and a final evaluation if max_steps ended the run before the first epoch's). Returns (TrainOutput,
+    MemorySampler, step log callback, wall seconds).
 
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
+        RunPreempted: SIGTERM or SIGUSR1 reached a rank; every rank stopped at the same step boundary after
+            the Trainer saved a checkpoint there.
     """
     t0 = time.perf_counter()
     try:
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
             steps = _step_log_callback(out / "train_log.csv", mem.t0)
+            stop = _stop_callback(out / rundir.STOP_FILE)
             trainer.add_callback(steps)
-            train_out = trainer.train()
+            trainer.add_callback(stop)
+            rundir.StopRequest.training = True
+            try:
+                train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+            finally:
+                rundir.StopRequest.training = False
+            if stop.signum and trainer.state.global_step < trainer.state.max_steps:
+                raise rundir.RunPreempted(stop.signum)
             if not any("eval_loss" in h for h in trainer.state.log_history):
                 trainer.evaluate()
     except torch.cuda.OutOfMemoryError as e:
@@ -281,8 +378,11 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     rank, local_rank, _ = env.world()
     history = trainer.state.log_history
     evals = [h for h in history if "eval_loss" in h]
-    m = train_out.metrics
-    tokens_per_s = trainer.state.num_input_tokens_seen / m["train_runtime"]
+    m = train_out.metrics  # of this Trainer.train() call: after a resume, the steps since the checkpoint
+    tokens_per_s = sum(steps.step_tokens) / m["train_runtime"]
+    # Every step is logged (logging_steps=1) and a resumed run's log history comes back with its checkpoint:
+    # their mean is the whole run's train loss (the Trainer's own covers the steps since the resume only).
+    step_losses = [h["loss"] for h in history if "loss" in h]
     micro_batches = _micro_batches(cfg, train_ds)
     per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
@@ -302,7 +402,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         global_batch_size=round(global_batch, 1) if cfg.batching == "token_budget" else int(global_batch),
         epochs=cfg.epochs if not cfg.max_steps else round(trainer.state.epoch, 3), max_steps=cfg.max_steps,
         steps_per_epoch=per_epoch,
-        global_steps=trainer.state.global_step, train_loss=round(m["train_loss"], 4),
+        global_steps=trainer.state.global_step, train_loss=round(sum(step_losses) / len(step_losses), 4),
         train_loss_per_epoch=metrics.per_epoch([h for h in history if "loss" in h], "loss"),
         eval_loss=[round(h["eval_loss"], 4) for h in evals],
         train_samples_per_second=round(m["train_samples_per_second"], 2),
@@ -347,9 +447,10 @@ def _micro_batches(cfg: RunConfig, train_ds) -> int:
 def _step_log_callback(path: Path, t0: float):
     """A TrainerCallback appending every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
     rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
-    an evaluation, to this step's end) and its non-padding tokens, all ranks; each epoch's eval loss. `time_s`
-    counts from `t0`, the memory sampler's start, so the two CSVs share one clock. The callback keeps
-    `step_times`, `step_tokens` and `step_ends` for the steady-state figures."""
+    an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
+    eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
+    resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
+    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures."""
     from transformers import TrainerCallback
 
     fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
@@ -360,9 +461,14 @@ def _step_log_callback(path: Path, t0: float):
             self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
             self.step_times, self.step_tokens, self.step_ends = [], [], []
             if state.is_world_process_zero:
+                kept = []
+                if state.global_step and path.is_file():  # resumed: the rows up to the checkpoint's step
+                    with path.open(newline="") as f:
+                        kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
                 self.f = path.open("w", newline="")
                 self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
                 self.w.writeheader()
+                self.w.writerows(kept)
 
         def on_step_end(self, args, state, control, **kw):
             now = time.perf_counter()
@@ -373,6 +479,8 @@ def _step_log_callback(path: Path, t0: float):
 
         def on_evaluate(self, args, state, control, **kw):
             self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
+
+        on_save = on_evaluate  # nor is writing a checkpoint
 
         def on_log(self, args, state, control, logs=None, **kw):
             if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
@@ -388,6 +496,31 @@ def _step_log_callback(path: Path, t0: float):
                 self.f.close()
 
     return StepLog()
+
+
+def _stop_callback(stop_file: Path):
+    """A TrainerCallback that, at every optimizer step's end, asks all ranks whether one received SIGTERM or
+    SIGUSR1 (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at
+    the same step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum`
+    keeps the signal."""
+    import signal
+
+    import torch.distributed as dist
+    from transformers import TrainerCallback
+
+    class StopAtStepBoundary(TrainerCallback):
+        signum = None
+
+        def on_step_end(self, args, state, control, **kw):
+            asked = rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0)
+            asked = torch.tensor([int(asked)], device=args.device)
+            if dist.is_available() and dist.is_initialized():
+                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+            if asked.item():
+                self.signum = int(asked.item())
+                control.should_save = control.should_training_stop = True
+
+    return StopAtStepBoundary()
 
 
 def _gather_per_rank(summary: dict) -> list[dict]:
@@ -412,6 +545,9 @@ def _release(trainer) -> None:
         trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
         unset_hf_deepspeed_config()
         AcceleratorState._reset_state(reset_partial_state=True)
+        # set by accelerate's Accelerator for a DeepSpeed run and never unset: a later Trainer in this process
+        # (a baseline run, an evaluation) would build a DeepSpeed engine from it
+        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
         torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
         gc.collect()
         if torch.cuda.is_available():

@@ -1,0 +1,188 @@
+# %% [markdown]
+# # 3b. The fine-tuned model: saved, resumed, exported, scored
+#
+# **Learning goals**
+# - find the model a run saves, reload it with `from_pretrained`, and check it is the model that was trained;
+# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is 16 bytes per parameter;
+# - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses;
+# - turn ZeRO-3 shards into a Hugging Face model (`zero_to_fp32`);
+# - generate answers before and after fine-tuning and score them with SQuAD's exact match and F1.
+#
+# Every run writes `OUTPUT_DIR/model/` when it ends and `OUTPUT_DIR/checkpoints/checkpoint-N/` while it
+# trains (the HF Trainer's `save_strategy`, `save_steps`, `save_total_limit`; with DeepSpeed, the engine's own
+# checkpoint format). `workshop_lib.checkpoint` finds, checks and exports checkpoints; `workshop_lib.evaluation`
+# reloads, generates and scores.
+#
+# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+
+# %%
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import display
+
+from workshop_lib import checkpoint, env, evaluation
+from workshop_lib.config import RunConfig
+from workshop_lib.data import load_squad
+from workshop_lib.train import run_experiment
+
+COMMON = env.notebook_run_options()  # the tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it)
+print(f"device: {env.device_name()}, run options: {COMMON}")
+RUNS = Path("runs/03b_the_fine_tuned_model")
+
+# %% [markdown]
+# ## 1. The saved model
+#
+# ZeRO-3 with the optimizer and the parameters offloaded: the hardest case to save, since no rank holds the
+# whole model. On save, DeepSpeed gathers the partitioned weights (`stage3_gather_16bit_weights_on_model_save`
+# in the config it gets). A checkpoint every 2 optimizer steps, the newest 2 kept.
+
+# %%
+zero3 = run_experiment(RunConfig("stage3_offload", output_dir=str(RUNS / "zero3"), save_strategy="steps",
+                                 save_steps=2, **COMMON))
+print(sorted(p.name for p in (RUNS / "zero3" / "model").iterdir()))
+
+# %% [markdown]
+# Reload it as anyone would, without DeepSpeed, and evaluate it on the run's own eval questions with the
+# run's own batching: the eval loss must be the run's last.
+
+# %%
+net, tok = evaluation.load_model(RUNS / "zero3")  # AutoModelForCausalLM / AutoTokenizer.from_pretrained
+log = pd.read_csv(RUNS / "zero3" / "train_log.csv")
+run_last = log["eval_loss"].dropna().iloc[-1]
+reloaded = evaluation.eval_loss(net, tok, zero3["config"])
+print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded:.6f}")
+
+# %% [markdown]
+# ## 2. What a checkpoint holds
+#
+# `global_stepN/` is DeepSpeed's format: for each rank, its ZeRO partition of the optimizer
+# (`*_optim_states.pt`: fp32 master weights, Adam's two moments) and the module's states; beside it the
+# learning-rate schedule, each rank's RNG states and `trainer_state.json` (step, epoch, log history), which
+# the Trainer writes last: a checkpoint without it was interrupted and is never loaded.
+
+# %%
+complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
+last = complete[-1]
+print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
+files = pd.DataFrame([(str(f.relative_to(last)), f.stat().st_size / 2**20) for f in sorted(last.rglob("*"))
+                      if f.is_file()], columns=["file", "MiB"])
+files
+
+# %% [markdown]
+# ## 3. Kill a run, resume it
+#
+# The same run again in a separate process, a checkpoint after every step, killed with SIGKILL (nothing
+# runs on the way out, as when a node dies) once its third checkpoint is written. Then `--resume` (here
+# `resume=True`) continues from its last complete checkpoint.
+
+# %%
+killed = RUNS / "killed"
+flags = ["--tiny"] * COMMON["tiny"] + ["--random-weights"] * COMMON["random_weights"]
+cmd = [sys.executable, "-m", "workshop_lib.cli", "run", "stage3_offload", *flags, "--save-strategy", "steps",
+       "--save-steps", "1", "--output-dir", str(killed), "--overwrite"]
+# a world of its own: not this kernel's rank variables and rendezvous port (env.ensure_distributed_env)
+own = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+proc = subprocess.Popen(cmd, env=own, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+while proc.poll() is None and checkpoint.step_of(killed / "checkpoints" / "checkpoint-3") is None:
+    time.sleep(0.05)
+proc.kill()
+err = proc.communicate()[1]
+assert proc.returncode == -9, f"the run ended by itself before it was killed: {err[-2000:]}"
+kept = checkpoint.find_checkpoints(killed)[0]
+resume_step = checkpoint.step_of(kept[-1])
+print(f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in kept]}; results.json: "
+      f"{(killed / 'results.json').exists()}")
+
+# %%
+resumed = run_experiment(RunConfig("stage3_offload", output_dir=str(killed), save_strategy="steps", save_steps=1,
+                                   resume=True, **{**COMMON, "overwrite": False}))
+both = pd.DataFrame({"uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
+                     "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]]},
+                    index=["train loss", "last eval loss"])
+both
+
+# %% [markdown]
+# ## 4. From ZeRO shards to a Hugging Face model
+#
+# `workshop export CHECKPOINT_OR_RUN_DIR OUT` runs DeepSpeed's own consolidation (`zero_to_fp32`, also saved
+# into every checkpoint as `zero_to_fp32.py`): it merges every rank's partition of the fp32 master weights,
+# whatever the ZeRO stage and the number of GPUs that wrote them.
+
+# %%
+shutil.rmtree(RUNS / "exported", ignore_errors=True)  # a previous execution's
+exported = checkpoint.export(last, RUNS / "exported")
+net2, _ = evaluation.load_model(exported)
+a, b = net.state_dict(), net2.state_dict()
+print(f"{exported}: {sorted(p.name for p in exported.iterdir())}")
+print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for k in a):.2e} "
+      f"(model/ holds the training precision's copy, the export the fp32 master weights)")
+
+# %% [markdown]
+# ## 5. Does it answer? Exact match and F1
+#
+# Loss says little to someone who asks a question. `evaluation.generate_answers` gives the model each
+# question's prompt without its answer ("Question: ... Context: ... Answer:") and lets it write greedily until
+# the end of the line; SQuAD's exact match and F1 (v1.1's official normalisation: lower case, no punctuation,
+# no articles; the max over the gold answers) score what it wrote, through torchmetrics' `SQuAD`.
+#
+# With a GPU and the hub, Qwen3-0.6B is scored on dev questions before and after a fine-tuning epoch. The
+# tiny model (or random weights) cannot learn SQuAD in minutes, so it shows the pipeline by overfitting a
+# handful of training questions, asked again after training: `score_questions` scores the model before and
+# after (`em_before`, `em` in results.json; the answers in predictions.jsonl).
+
+# %%
+real = not COMMON["tiny"] and not COMMON["random_weights"]  # Qwen3-0.6B's own weights
+if real:
+    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, **COMMON)
+else:
+    rows = load_squad("train", 8, verbose=False)
+    handful = RUNS / "handful.json"  # the 8 questions as a SQuAD v1.1 file, for training and for the questions
+    handful.write_text(json.dumps({"data": [{"title": "handful", "paragraphs": [
+        {"context": r["context"], "qas": [{"id": r["id"], "question": r["question"], "answers": [
+            {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}
+        for r in rows]}]}))
+    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), train_file=str(handful), eval_file=str(handful),
+                    num_train_samples=8, num_eval_samples=8, epochs=60, learning_rate=1e-2, save_strategy="no",
+                    score_questions=8, **COMMON)
+scored = run_experiment(cfg)
+print(f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}")
+pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)
+
+# %% [markdown]
+# One question of your own, as `workshop ask runs/... --question ... --context ...` does:
+
+# %%
+row = load_squad("validation" if real else "train", 1, verbose=False)[0]
+print(row["question"], "->", evaluation.ask(RUNS / "scored", row["question"], row["context"]))
+
+# %% [markdown] tags=["exercise"]
+# ## Exercises
+#
+# | | train loss | last eval loss | exact match | F1 |
+# | --- | --- | --- | --- | --- |
+# | ZeRO-3 + offload, uninterrupted | | | | |
+# | the same, killed and resumed | | | | |
+# | the reloaded model/ | | | | |
+# | before fine-tuning (section 5) | | | | |
+# | after fine-tuning (section 5) | | | | |
+#
+# 1. How many bytes per parameter does the last checkpoint take on disk, all files together? Which files hold
+#    most of it, and why?
+# 2. The killed run was resumed from which step? How many steps did the kill cost?
+# 3. Why is a checkpoint without `trainer_state.json` never loaded, and what would go wrong if it were?
+# 4. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
+
+# %% [markdown]
+# ## Summary
+# - Every run writes `model/` (safetensors, config, generation config, tokenizer) that `from_pretrained`
+#   loads, for every ZeRO stage; under ZeRO-3 the weights are gathered on save.
+# - Checkpoints hold all a run needs to continue exactly; `--resume` takes the last complete one, refuses a
+#   changed configuration, and the batch scripts resume by themselves after SLURM's warning signal.
+# - `workshop export` turns ZeRO shards into a model directory; `workshop eval` scores what the model writes.

@@ -1,0 +1,167 @@
+"""The fine-tuned model, judged: its eval loss once reloaded from disk, its answers generated for SQuAD
+questions, and their exact match and F1 (introduced in `03b_the_fine_tuned_model`; `workshop eval`,
+`workshop ask` and `run_experiment --score-questions` call it).
+
+EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, the official evaluate-v1.1.py): a
+prediction and each gold answer are normalised (lower-case; punctuation and the articles a, an, the removed;
+whitespace collapsed); EM is 1 when they are equal, F1 the harmonic mean of the precision and recall of
+their shared tokens; each question takes the max over its gold answers, and the scores are averaged over
+questions, in percent. torchmetrics' `SQuAD` metric implements that script and works offline
+(`evaluate.load("squad")` fetches it from the hub).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .errors import WorkshopError
+
+PREDICTIONS, SCORES = "predictions.jsonl", "squad_scores.json"
+
+
+def model_dir(path: str | os.PathLike) -> Path:
+    """The model directory of `path`: path/model for a run directory, else `path` itself (or a hub name).
+
+    Raises:
+        WorkshopError: `path` is neither a model directory nor a run holding one (`model.check_model_source`).
+    """
+    from .model import check_model_source
+
+    path = Path(path)
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    check_model_source(str(path))
+    return path
+
+
+def load_model(path: str | os.PathLike):
+    """(model, tokenizer) from a run directory, a model directory or a hub name: fp32, in eval mode, on the
+    GPU where there is one.
+
+    Raises:
+        WorkshopError: see `model_dir`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = model_dir(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return net.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tokenizer
+
+
+def eval_loss(net, tokenizer, config: dict) -> float:
+    """The eval loss of `net` (nats per label token) on the eval questions of the run whose resolved
+    settings `config` are given (results.json's "config"): the same questions, tokenisation, collator and
+    eval batch size as the run's own per-epoch evaluation, through the HF Trainer's `evaluate`, without
+    DeepSpeed."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    from .data import load_squad, make_collator, tokenize_squad
+    from .train import EVAL_BATCH_SIZE
+
+    rows = load_squad("validation", config["num_eval_samples"], config["eval_file"], verbose=False)
+    ds, _ = tokenize_squad(rows, tokenizer, config["max_length"], config["loss_on"])
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(output_dir=tmp, per_device_eval_batch_size=EVAL_BATCH_SIZE, report_to="none",
+                                 use_cpu=not torch.cuda.is_available(), prediction_loss_only=True)
+        trainer = Trainer(model=net, args=args, eval_dataset=ds,
+                          data_collator=make_collator(tokenizer, config["padding"], config["max_length"]))
+        return trainer.evaluate()["eval_loss"]
+
+
+@torch.no_grad()
+def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], batch_size: int = 16,
+                     max_new_tokens: int = 32, max_length: int = 512, progress: bool = True) -> list[str]:
+    """Answer each question from its context by greedy generation after its training prompt without the
+    answer ("Question: q Context: c Answer:", `data.prompt_ids`): batches of `batch_size` prompts padded on
+    the left, at most `max_new_tokens` new tokens, stopped at EOS; the answer is the first line of the new
+    text, stripped. Returns one string per question."""
+    from tqdm.auto import tqdm
+
+    from .data import prompt_ids
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow every prompt directly
+    answers = []
+    try:
+        for i in tqdm(range(0, len(questions), batch_size), desc="generating answers", disable=not progress):
+            ids = [prompt_ids(q, c, tokenizer, max_length - max_new_tokens)
+                   for q, c in zip(questions[i:i + batch_size], contexts[i:i + batch_size])]
+            batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(net.device)
+            out = net.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            answers += [t.strip().split("\n")[0].strip() for t in texts]
+    finally:
+        tokenizer.padding_side = side
+    return answers
+
+
+def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
+    """SQuAD v1.1 exact match and F1 of `predictions` against each question's gold `answers` (torchmetrics'
+    `SQuAD`, the official definition: see the module's docstring). Returns {"em", "f1" (percent, 0-100),
+    "num_questions"}."""
+    from torchmetrics.text import SQuAD
+
+    scores = SQuAD()([{"prediction_text": p, "id": str(i)} for i, p in enumerate(predictions)],
+                     [{"answers": {"answer_start": [0] * len(a), "text": a}, "id": str(i)} for i, a in enumerate(answers)])
+    return {"em": round(scores["exact_match"].item(), 2), "f1": round(scores["f1"].item(), 2),
+            "num_questions": len(predictions)}
+
+
+def score_model(net, tokenizer, num_questions: int, eval_file: str | None = None, batch_size: int = 16,
+                max_new_tokens: int = 32, max_length: int = 512) -> tuple[dict, list[dict]]:
+    """Generate answers for the first `num_questions` SQuAD dev questions (`eval_file`: another SQuAD v1.1
+    JSON) and score them. Returns (scores as `squad_scores`, one record per question: id, question,
+    prediction, answers)."""
+    from .data import load_squad
+
+    rows = load_squad("validation", num_questions, eval_file)
+    predictions = generate_answers(net, tokenizer, rows["question"], rows["context"], batch_size, max_new_tokens,
+                                   max_length)
+    golds = [a["text"] for a in rows["answers"]]
+    records = [{"id": i, "question": q, "prediction": p, "answers": a}
+               for i, q, p, a in zip(rows["id"], rows["question"], predictions, golds)]
+    return squad_scores(predictions, golds), records
+
+
+def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None = None, num_questions: int = 500,
+                   **options) -> dict:
+    """`workshop eval`: score the model of a run directory (its model/), a model directory or a hub name on
+    SQuAD dev questions (`score_model`, `options` passed on), and write into `output_dir` (default: `path`)
+    predictions.jsonl (one JSON line per question: id, question, prediction, answers) and squad_scores.json
+    (em, f1, num_questions, model), each atomically. Returns the scores.
+
+    Raises:
+        WorkshopError: no model at `path`; `num_questions` below 1 or more than the dev file holds.
+    """
+    from .rundir import write_json_atomic
+
+    model_dir(path)  # a missing local path is named as such, before the question of where to write
+    if output_dir is None and not Path(path).is_dir():
+        raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
+                            "pass --output-dir DIR.")
+    net, tokenizer = load_model(path)
+    scores, records = score_model(net, tokenizer, num_questions, **options)
+    out = Path(output_dir or path)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{PREDICTIONS}.tmp{os.getpid()}"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.replace(tmp, out / PREDICTIONS)
+    scores["model"] = str(model_dir(path))
+    write_json_atomic(out / SCORES, scores)
+    return scores
+
+
+def ask(path: str | os.PathLike, question: str, context: str, max_new_tokens: int = 32) -> str:
+    """`workshop ask`: the model's answer to one question about `context` (`generate_answers`)."""
+    if not question.strip() or not context.strip():
+        raise WorkshopError("The question and the context must both hold text.",
+                            'pass --question "..." --context "..." (the paragraph the answer is in).')
+    net, tokenizer = load_model(path)
+    return generate_answers(net, tokenizer, [question], [context], 1, max_new_tokens, progress=False)[0]
