@@ -127,7 +127,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
             continue
         cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
                         num_train_samples=num_train_samples,
-                        output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True)
+                        output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True,
+                        save_strategy="no")  # no checkpoint: 8-10 GB a row for Qwen3-0.6B
         print(f"\n=== {label} ===", flush=True)
         try:
             r = run_experiment(cfg)
