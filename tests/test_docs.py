@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from workshop_lib.results import exercise_table, load_results, scaling_table
 
@@ -51,6 +52,15 @@ def test_h200_scaling_tables_match_the_committed_runs():
             assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1
 
 
+def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
+    """docs/h200/default-x4/scaling.csv: steady tokens/s per GPU and efficiency as `workshop report` makes them."""
+    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
+    committed = pd.read_csv(H200 / "default-x4" / "scaling.csv")
+    assert list(committed["GPUs"]) == [1, 2, 4]
+    for col in ("steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU"):
+        assert list(scaling[col]) == list(committed[col])
+
+
 def test_readme_h200_excerpt_matches_the_runs():
     readme = (ROOT / "README.md").read_text()
     rows = re.findall(r"^\| (stage[23]) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d,]+) \|", readme, re.M)
@@ -71,14 +81,15 @@ def test_readme_lists_every_experiment():
     assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(EXPERIMENTS)
 
 
-def test_h100_bench_table_matches_its_runs():
-    """docs/h100/bench/bench.csv, row by row, against the results.json of the run behind it."""
+@pytest.mark.parametrize("name, rows_expected", [("bench", 7), ("bench-levers", 12)])
+def test_h100_bench_table_matches_its_runs(name, rows_expected):
+    """docs/h100/bench*/bench.csv, row by row, against the results.json of the run behind it."""
     from workshop_lib.bench import run_dir_name
 
-    bench = ROOT / "docs" / "h100" / "bench"
+    bench = ROOT / "docs" / "h100" / name
     table = pd.read_csv(bench / "bench.csv")
     rows = table[table["row"] != "plain PyTorch (ceiling)"]
-    assert len(rows) == 12
+    assert len(rows) == rows_expected and (table["row"] == "plain PyTorch (ceiling)").sum() == 1
     for _, row in rows.iterrows():
         r = json.loads((bench / "runs" / run_dir_name(row["row"]) / "results.json").read_text())
         assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24 and r["warmup_steps"] == 8
