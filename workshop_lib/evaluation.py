@@ -142,18 +142,18 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     """
     from .rundir import write_json_atomic
 
-    model_dir(path)  # a missing local path is named as such, before the question of where to write
+    source = model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
         raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
                             "pass --output-dir DIR.")
-    net, tokenizer = load_model(path)
+    net, tokenizer = load_model(source)
     scores, records = score_model(net, tokenizer, num_questions, **options)
     out = Path(output_dir or path)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{PREDICTIONS}.tmp{os.getpid()}"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
     os.replace(tmp, out / PREDICTIONS)
-    scores["model"] = str(model_dir(path))
+    scores["model"] = str(source)
     write_json_atomic(out / SCORES, scores)
     return scores
 

@@ -512,12 +512,13 @@ def _stop_callback(stop_file: Path):
         signum = None
 
         def on_step_end(self, args, state, control, **kw):
-            asked = rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0)
-            asked = torch.tensor([int(asked)], device=args.device)
-            if dist.is_available() and dist.is_initialized():
-                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-            if asked.item():
-                self.signum = int(asked.item())
+            asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0))
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
+                dist.all_reduce(asked_, op=dist.ReduceOp.MAX)
+                asked = int(asked_.item())
+            if asked:
+                self.signum = asked
                 control.should_save = control.should_training_stop = True
 
     return StopAtStepBoundary()
