@@ -23,3 +23,15 @@ def workshop(*args, cwd=None, check=True):
 @pytest.fixture
 def run_cli():
     return workshop
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory):
+    """Every experiment of `config.EXPERIMENTS` run once through `workshop run --tiny` (stage2 also answers 4 dev
+    questions before and after training), in ROOT/<experiment>; shared by every test that reads real runs."""
+    from workshop_lib.config import EXPERIMENTS
+
+    root = tmp_path_factory.mktemp("runs")
+    for exp in EXPERIMENTS:
+        workshop("run", exp, "--tiny", "--output-dir", root / exp, *(["--score-questions", 4] if exp == "stage2" else []))
+    return root

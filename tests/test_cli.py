@@ -29,12 +29,9 @@ REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_opti
             "gpu_util_pct", "config"]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    for exp in EXPERIMENTS:  # stage2 also answers 4 dev questions before and after training
-        workshop("run", exp, "--tiny", "--output-dir", root / exp, *(["--score-questions", 4] if exp == "stage2" else []))
-    return root
+@pytest.fixture
+def runs(tiny_runs):
+    return tiny_runs  # conftest: every experiment once, shared with the lessons' tests
 
 
 @pytest.mark.parametrize("exp", list(EXPERIMENTS))

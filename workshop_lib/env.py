@@ -221,12 +221,18 @@ def world() -> tuple[int, int, int]:
 
 
 def notebook_run_options() -> dict:
-    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite"}.
+    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"}.
 
     tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
     random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
     overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
+    max_steps: on a GPU, `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), or
+    WORKSHOP_MAX_STEPS (0: the recipe's epochs); None (the recipe's epochs) for the tiny model.
     """
+    from .lessons import GPU_MAX_STEPS
+
     tiny = os.environ.get("WORKSHOP_TINY", "auto")
-    return {"tiny": (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1",
-            "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True}
+    tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
+    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", 0 if tiny else GPU_MAX_STEPS)) or None
+    return {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
+            "max_steps": steps}

@@ -1,0 +1,154 @@
+"""What the notebooks share: the runs each one makes, the GPU reference runs beside the learner's own, and
+the tolerance band of those references (used by every notebook 01-04; each notebook's answers, computed from
+its runs, are in this package's modules: `baseline`, `zero_stages`, `offload`, `multi_gpu`).
+
+- `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
+  (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
+- `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
+- `band(metric)`: the relative spread of a metric over repeated runs of one configuration (docs/h100/course/
+  repeat/): the largest |a - b| / mean over the runs measured twice, as a fraction (0.05 = +-5%).
+- `beside(df, notebook, columns)`: the learner's figures with the reference and its band in the next column.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+REFERENCE_DIR = DOCS / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
+
+# run name -> (experiment, RunConfig settings beyond the notebook's common options)
+COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
+    "01_baseline": {
+        "baseline": ("baseline", {}),
+        "baseline_classic": ("baseline", {"recipe": "classic"}),
+        # the same tokens per optimizer step, in 4 micro-batches of a quarter the size
+        "baseline_accum4": ("baseline", {"max_tokens_per_micro_batch": 8192, "gradient_accumulation_steps": 4}),
+    },
+    "02_zero_stages": {
+        "baseline": ("baseline", {}),
+        "stage1": ("stage1", {}),
+        "stage2": ("stage2", {}),
+        "stage3": ("stage3", {}),
+        "baseline_ac": ("baseline", {"activation_checkpointing": True}),
+    },
+    "03_cpu_offload": {
+        "stage2": ("stage2", {}),
+        "stage2_offload": ("stage2_offload", {}),
+        "stage3": ("stage3", {}),
+        "stage3_offload": ("stage3_offload", {}),
+    },
+}
+# On a GPU the notebooks and the reference stop after this many optimizer steps (the first third is warm-up);
+# the tiny CPU runs go by the recipe's epochs. WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
+GPU_MAX_STEPS = 24
+# Metrics shown beside a reference, each with its band.
+BAND_METRICS = ["steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct",
+                "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib",
+                "host_peak_rss_mib", "train_loss"]
+
+
+def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
+    """The `RunConfig` of run `name` of `notebook`, writing to runs_dir/name, with the notebook's `common`
+    options (`env.notebook_run_options()`)."""
+    from ..config import RunConfig
+
+    experiment, settings = COURSE_RUNS[notebook][name]
+    return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **(common | settings))
+
+
+def _load(root: Path) -> pd.DataFrame:
+    from ..results import find_runs, load_results
+
+    if not root.is_dir() or not find_runs(root)[0]:
+        return pd.DataFrame()
+    df = load_results(root)
+    df["run"] = [Path(d).name for d in df["run_dir"]]
+    return df.set_index("run")
+
+
+def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.DataFrame:
+    """The reference runs (one row per run name, indexed by it; results.json columns) of `notebook`'s runs,
+    or all of them; an empty frame where none are on file (a copy of workshop_lib without docs/)."""
+    df = _load(root / "runs")
+    if df.empty or notebook is None:
+        return df
+    return df.loc[[n for n in COURSE_RUNS[notebook] if n in df.index]]
+
+
+def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
+    """The largest relative spread |a - b| / mean(a, b) of `metric` over the runs measured twice (runs/NAME
+    and repeat/NAME), a fraction; None where no run was repeated or the metric is missing."""
+    first, again = _load(root / "runs"), _load(root / "repeat")
+    spreads = []
+    for name in first.index.intersection(again.index) if not again.empty else []:
+        a, b = first.at[name, metric] if metric in first else None, again.at[name, metric] if metric in again else None
+        if pd.notna(a) and pd.notna(b) and (a + b):
+            spreads.append(abs(a - b) / ((a + b) / 2))
+    return max(spreads) if spreads else None
+
+
+def reference_note(root: Path = REFERENCE_DIR) -> str:
+    """One line naming the machine, model and steps the reference figures come from, and how bands are measured."""
+    df = _load(root / "runs")
+    if df.empty:
+        return f"No GPU reference runs on file ({root} is missing): only your own figures are shown."
+    r = df.iloc[0]
+    repeated = len(df.index.intersection(_load(root / "repeat").index))
+    return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
+            f"{int(r['global_steps'])} optimizer steps, steady state = median step after {int(r['warmup_steps'])} "
+            f"warm-up steps; from {root.relative_to(DOCS.parent) if root.is_relative_to(DOCS.parent) else root}. "
+            f"The ± band is the largest spread of {repeated} runs measured twice in the same call.")
+
+
+def _fmt(v, metric: str) -> str:
+    if pd.isna(v):
+        return "n/a"
+    if metric == "mfu":
+        return f"{v:.1%}"
+    return f"{v:,.4f}" if metric in ("train_loss", "steady_step_time_s") else f"{v:,.0f}"
+
+
+def beside(df: pd.DataFrame, notebook: str, metrics: list[str], root: Path = REFERENCE_DIR) -> pd.DataFrame:
+    """A table of the learner's runs (`df` from `results.load_results`, one row per run directory named as in
+    `COURSE_RUNS`) with, after each metric, the reference run's value and its band: "113,220 ± 4%" (no band:
+    no repeat measured). Rows without a reference show "n/a"."""
+    ref = reference(notebook, root)
+    rows = []
+    for _, r in df.iterrows():
+        name = Path(r["run_dir"]).name
+        row = {"run": name}
+        for m in metrics:
+            row[m] = _fmt(r.get(m), m)
+            v = ref.at[name, m] if name in ref.index and m in ref else None
+            b = band(m, root)
+            row[f"{m} (ref)"] = _fmt(v, m) + (f" ± {b:.0%}" if b is not None and pd.notna(v) else "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m workshop_lib.lessons OUT_DIR [--repeat]`: every run of `COURSE_RUNS` as the notebooks run it
+    on this GPU (random weights, GPU_MAX_STEPS steps) into OUT_DIR/runs (OUT_DIR/repeat with --repeat);
+    a finished run is skipped, so an interrupted call resumes."""
+    import sys
+
+    from .. import env
+    from ..rundir import state
+    from ..train import run_experiment
+
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0]) / ("repeat" if "--repeat" in argv else "runs")
+    common = env.notebook_run_options() | {"random_weights": True, "save_strategy": "no"}
+    done = set()
+    for notebook, runs in COURSE_RUNS.items():
+        for name in runs:
+            if name in done or state(out / name)[0] == "finished":
+                continue
+            run_experiment(run_config(notebook, name, out, **common))
+            done.add(name)
+    return 0
+
