@@ -20,13 +20,14 @@ import pandas as pd
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 REFERENCE_DIR = DOCS / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
 
+QUARTER = "quarter"  # a quarter of the recipe's max_tokens_per_micro_batch (its --tiny value with the tiny model)
 # run name -> (experiment, RunConfig settings beyond the notebook's common options)
 COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
     "01_baseline": {
         "baseline": ("baseline", {}),
         "baseline_classic": ("baseline", {"recipe": "classic"}),
         # the same tokens per optimizer step, in 4 micro-batches of a quarter the size
-        "baseline_accum4": ("baseline", {"max_tokens_per_micro_batch": 8192, "gradient_accumulation_steps": 4}),
+        "baseline_accum4": ("baseline", {"max_tokens_per_micro_batch": QUARTER, "gradient_accumulation_steps": 4}),
     },
     "02_zero_stages": {
         "baseline": ("baseline", {}),
@@ -54,9 +55,13 @@ BAND_METRICS = ["steady_train_tokens_per_second", "steady_step_time_s", "mfu", "
 def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     """The `RunConfig` of run `name` of `notebook`, writing to runs_dir/name, with the notebook's `common`
     options (`env.notebook_run_options()`)."""
-    from ..config import RunConfig
+    from ..config import RECIPES, TINY, RunConfig
 
     experiment, settings = COURSE_RUNS[notebook][name]
+    if settings.get("max_tokens_per_micro_batch") == QUARTER:
+        budget = TINY["max_tokens_per_micro_batch"] if common.get("tiny") else \
+            RECIPES[settings.get("recipe", "default")].max_tokens_per_micro_batch
+        settings = settings | {"max_tokens_per_micro_batch": budget // 4}
     return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **(common | settings))
 
 
