@@ -26,7 +26,8 @@ REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_opti
             "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib", "estimated_model_states_gpu_mib",
             "estimated_model_states_cpu_mib", "data_stats", "device", "versions", "wall_seconds", "warmup_steps",
             "steady_steps", "steady_step_time_s", "steady_train_samples_per_second", "steady_train_tokens_per_second",
-            "gpu_util_pct", "config"]
+            "gpu_util_pct", "config", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib",
+            "host_states_rss_mib", "gpu_peak_reserved_mib"]
 
 
 @pytest.fixture
@@ -62,7 +63,13 @@ def test_every_experiment_writes_its_results(runs, exp):
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
     assert (r["warmup_steps"], r["steady_steps"]) == (2, 6) and r["steady_train_tokens_per_second"] > 0
     assert log["step_time_s"].notna().sum() == 8 and log["tokens"].sum() == r["data_stats"]["train"]["tokens"] * 2
-    assert len(pd.read_csv(d / "memory.csv")) >= 2
+    mem = pd.read_csv(d / "memory.csv")
+    assert len(mem) >= 2
+    # memory phases: set-up, then the training window on memory.csv's clock, the states read after step 1
+    assert 0 < r["setup_seconds"] == r["train_begin_s"] < r["train_end_s"] <= mem["time_s"].max() + 0.5
+    assert 0 < r["host_states_rss_mib"] <= r["host_peak_rss_mib"]
+    if GPU:
+        assert 0 < r["gpu_states_allocated_mib"] <= r["gpu_peak_allocated_mib"] <= r["gpu_peak_reserved_mib"] <= r["gpu_peak_mib"]
 
 
 def test_zero_stages_train_the_same_model(runs):

@@ -33,3 +33,31 @@ def test_deepspeed_estimates_follow_the_zero_arithmetic():
     assert s3 < s2 < s0
     off = estimate_model_states(n, 155_582_464, 3, True, True)
     assert off["estimated_model_states_gpu_mib"] < 1000 and off["estimated_model_states_cpu_mib"] > 10_000
+
+
+def test_the_trainer_alone_is_estimated_at_16_bytes_per_parameter():
+    """No DeepSpeed: fp32 weights, fp32 gradients and AdamW's two moments, 4 + 4 + 8 bytes/param, all on the GPU."""
+    n = 596_049_920
+    e = estimate_model_states(n, 155_582_464, None)
+    assert abs(e["estimated_model_states_gpu_mib"] - 16 * n / 2**20) < 0.1 and e["estimated_model_states_cpu_mib"] == 0
+    assert "16 bytes/param" in e["estimator"]
+
+
+def test_phases_split_setup_from_training(tmp_path):
+    """Peaks are those of the training window: memory freed before "train_begin" does not count."""
+    with MemorySampler(tmp_path / "memory.csv", interval_s=0.05) as mem:
+        import time
+
+        block = np.ones(300 * 2**20 // 8)  # set-up: 300 MiB, touched, then freed
+        time.sleep(0.3)
+        del block
+        time.sleep(0.2)
+        mem.mark("train_begin")
+        time.sleep(0.2)
+        mem.mark("states")
+        mem.mark("train_end")
+        time.sleep(0.1)
+    s = mem.summary()
+    setup_peak = max(r["host_rss_mib"] for r in mem.rows if r["time_s"] < s["train_begin_s"])
+    assert s["host_peak_rss_mib"] < setup_peak - 200
+    assert s["setup_seconds"] == s["train_begin_s"] < s["train_end_s"] and s["host_states_rss_mib"] > 0

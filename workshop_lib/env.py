@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import platform
 import socket
@@ -205,13 +207,34 @@ def build_deepspeed_ops(names: list[str]) -> None:
         built = (build_dir / f"{builder.name}.so").exists()
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
                            timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
-        if not built:
-            print(f"Building DeepSpeed's {builder.name} op, once on this machine (cached in {build_dir}); "
-                  "about a minute ...", flush=True)
         t0 = time.perf_counter()
-        builder.load(verbose=False)
         if not built:
-            print(f"Built {builder.name} in {time.perf_counter() - t0:.0f} s.", flush=True)
+            print(f"Building DeepSpeed's {builder.name} op (once on this machine, about a minute) ...", end=" ", flush=True)
+        with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed's own "... built successfully" line
+            builder.load(verbose=False)
+        if not built:
+            print(f"built in {time.perf_counter() - t0:.0f} s, cached in {build_dir}.", flush=True)
+
+
+_QUIET = False
+
+
+def quiet_libraries() -> None:
+    """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
+    FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), accelerate's
+    OMP_NUM_THREADS notice, and accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
+    DeepSpeed its own accumulation on purpose). Everything else, errors included, still shows."""
+    global _QUIET
+    if _QUIET:
+        return
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+    warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
+    logging.getLogger("accelerate.accelerator").addFilter(
+        lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
+    _QUIET = True
 
 
 def world() -> tuple[int, int, int]:

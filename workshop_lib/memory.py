@@ -1,5 +1,11 @@
-"""Memory: a background sampler writing a CSV time series, its summary, and DeepSpeed's estimate
-(introduced in `01_baseline`; the estimate in `02_zero_stages`).
+"""Memory: a background sampler writing a CSV time series, its summary by phase, and the estimate of the
+model states (introduced in `01_baseline`; DeepSpeed's estimators in `02_zero_stages`).
+
+Phases, the same events in every experiment (`MemorySampler.mark`): the sampler starts before the Trainer is
+built (the model still on the CPU); "train_begin" when the first training step starts (model and engine set
+up: DeepSpeed's engine, partitions and optimizer, or the Trainer's model on the GPU); "states" right after the
+first optimizer step (what persists between steps: weights, optimizer states, kept gradient buffers);
+"train_end" after the last step. Peaks, means and minima are taken over the training window only.
 
 Three views of GPU memory, from the outside in:
 - `gpu_used_mib`: what NVML (`pynvml`, the library behind nvidia-smi) reports as used on this rank's GPU:
@@ -58,6 +64,8 @@ class MemorySampler:
         self.gpu = torch.cuda.is_available()
         self.device = torch.cuda.current_device() if (self.gpu and device is None) else device
         self.rows: list[dict] = []
+        self.marks: dict[str, float] = {}  # event -> seconds on this sampler's clock
+        self.states: dict = {}  # readings at the "states" mark
         self._stop = threading.Event()
         self._proc = psutil.Process()
 
@@ -104,12 +112,36 @@ class MemorySampler:
         self._thread.join()
         return False
 
+    def mark(self, event: str) -> None:
+        """Note `event` ("train_begin", "states", "train_end") at the current time. "train_begin" also resets
+        torch's peak statistics, so the peaks are those of the training steps; "states" keeps this moment's
+        readings (torch allocated and host RSS: the model states the run keeps between steps)."""
+        self.marks[event] = round(time.perf_counter() - self._t0, 3)
+        if event == "train_begin" and self.gpu:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if event == "states":
+            row = self.sample()
+            self.states = {"gpu_states_allocated_mib": row["torch_allocated_mib"],
+                           "host_states_rss_mib": row["host_rss_mib"]}
+
     def summary(self) -> dict:
-        """Peak/mean/min of the series, in MiB: gpu_{peak,mean,min}_mib (None without a GPU),
-        gpu_peak_allocated_mib (torch.cuda.max_memory_allocated), host_peak_rss_mib."""
-        return summarize(self.rows) | {
-            "gpu_peak_allocated_mib": (round(torch.cuda.max_memory_allocated(self.device) / MiB, 1)
-                                       if self.gpu else None)}
+        """The run's memory by phase, in MiB (GPU values None without a GPU):
+        gpu_{peak,mean,min}_mib and host_peak_rss_mib: NVML and RSS over the training window (marks
+        "train_begin" to "train_end"; the whole series where they are missing); gpu_peak_allocated_mib and
+        gpu_peak_reserved_mib: torch.cuda.max_memory_allocated / max_memory_reserved since "train_begin";
+        gpu_states_allocated_mib and host_states_rss_mib: at the "states" mark; setup_seconds: sampler start
+        to "train_begin"; train_begin_s, train_end_s: the marks on memory.csv's clock."""
+        t0, t1 = self.marks.get("train_begin", 0.0), self.marks.get("train_end", float("inf"))
+        window = [r for r in self.rows if t0 <= r["time_s"] <= t1] or self.rows
+        gpu = {k: round(f(self.device) / MiB, 1) if self.gpu else None
+               for k, f in (("gpu_peak_allocated_mib", torch.cuda.max_memory_allocated),
+                            ("gpu_peak_reserved_mib", torch.cuda.max_memory_reserved))}
+        return summarize(window) | gpu | {"gpu_states_allocated_mib": None, "host_states_rss_mib": None} | \
+            self.states | {"setup_seconds": self.marks.get("train_begin"), "train_begin_s": self.marks.get("train_begin"),
+                           "train_end_s": self.marks.get("train_end")}
+
+
+TRAINER_ESTIMATE = "HF Trainer + torch AdamW: 16 bytes/param (fp32 weights 4, fp32 gradients 4, Adam m and v 8)"
 
 
 def mean_gpu_util(rows: list[dict], t_from: float = 0.0, t_to: float = float("inf")) -> float | None:
@@ -133,17 +165,24 @@ def summarize(rows: list[dict]) -> dict:
 def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage: int | None,
                           offload_optimizer: bool = False, offload_param: bool = False,
                           num_gpus_per_node: int = 1, num_nodes: int = 1) -> dict:
-    """DeepSpeed's own estimate of the memory for model states (parameters, gradients, Adam states) per GPU
-    and per node's CPU, in MiB, for mixed-precision Adam.
+    """The memory for model states (parameters, gradients, Adam states) per GPU and per node's CPU, in MiB.
 
-    Calls `deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs` for stages None
-    (no DeepSpeed), 0, 1, 2 (without offload: 2 bytes/param of 16-bit weights + 18/N bytes/param of 16-bit
-    and fp32 gradients, fp32 master weights and Adam's two moments) and
-    `deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs` for stage 3. Stages None and 0
-    partition nothing, so they are estimated as one GPU. Activations and logits are not included.
+    zero_stage None (the HF Trainer alone, torch AdamW): what the Trainer holds, 16 bytes/param on the GPU:
+    fp32 weights (4), fp32 gradients (4) and Adam's two fp32 moments (8); under bf16/fp16 autocast, transient
+    16-bit copies of the weights come on top during forward and backward. Nothing on the CPU.
+
+    Otherwise DeepSpeed's own estimate, for mixed-precision Adam: for stages 0, 1, 2
+    `deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs` (without offload: 2 bytes/param
+    of 16-bit weights + 18/N bytes/param of 16-bit and fp32 gradients, fp32 master weights and Adam's two
+    moments; stage 0 partitions nothing, so it is estimated as one GPU; stage 1 keeps whole gradients, so this
+    is a lower bound for it), and `deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs` for
+    stage 3. Activations and logits are not included.
 
     Returns {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}.
     """
+    if zero_stage is None:
+        return {"estimated_model_states_gpu_mib": round(16 * num_params / MiB, 1),
+                "estimated_model_states_cpu_mib": 0.0, "estimator": TRAINER_ESTIMATE}
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
@@ -153,7 +192,7 @@ def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage
             cpu_offload_params=offload_param, zero_init=True, additional_buffer_factor=1.5)
         name = "estimate_zero3_model_states_mem_needs"
     else:
-        # Stages 0 and 1 have no estimator of their own. Stage 0 (and no DeepSpeed) partitions nothing:
+        # Stages 0 and 1 have no estimator of their own. Stage 0 partitions nothing:
         # the stage-2 formula with one GPU. Stage 1 leaves the gradients whole, so stage 2's is a lower bound.
         gpus = (num_gpus_per_node, num_nodes) if zero_stage in (1, 2) else (1, 1)
         cpu, gpu = estimate_zero2_model_states_mem_needs(

@@ -23,9 +23,10 @@ TABLE = {
     "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s",
     "steady_train_tokens_per_second": "steady tokens/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
     "gpu_util_pct": "GPU util %",
+    "gpu_states_allocated_mib": "model states MiB (measured)", "estimated_model_states_gpu_mib": "est. model states GPU MiB",
+    "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_reserved_mib": "torch peak reserved MiB",
     "gpu_peak_mib": "GPU peak MiB", "gpu_mean_mib": "GPU mean MiB", "gpu_min_mib": "GPU min MiB",
-    "gpu_peak_allocated_mib": "torch peak alloc MiB",
-    "estimated_model_states_gpu_mib": "DS est. model states GPU MiB", "host_peak_rss_mib": "host peak RSS MiB",
+    "host_states_rss_mib": "host RSS after step 1 MiB", "host_peak_rss_mib": "host peak RSS MiB",
 }
 
 
@@ -69,15 +70,23 @@ class RunResults:
     mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
     gpu_util_pct: float | None  # NVML utilisation of rank 0's GPU over the steady steps, mean percent
     num_params: int
-    gpu_peak_allocated_mib: float | None  # torch.cuda.max_memory_allocated, rank 0
-    gpu_peak_mib: float | None  # NVML, rank 0, over training
+    # Memory by phase, rank 0 (`memory.MemorySampler.summary`): set-up ends when training begins; the
+    # states are read after the first optimizer step; peaks, means and minima are over the training window.
+    setup_seconds: float | None  # sampler start (before the Trainer is built) to the first training step
+    train_begin_s: float | None  # the training window on memory.csv's clock
+    train_end_s: float | None
+    gpu_states_allocated_mib: float | None  # torch.cuda.memory_allocated after step 1: model states, measured
+    host_states_rss_mib: float | None  # this process's RSS after step 1
+    gpu_peak_allocated_mib: float | None  # torch.cuda.max_memory_allocated over the training window
+    gpu_peak_reserved_mib: float | None  # torch.cuda.max_memory_reserved (allocator cache included) over it
+    gpu_peak_mib: float | None  # NVML (all of the GPU's memory in use) over the training window
     gpu_mean_mib: float | None
     gpu_min_mib: float | None
     host_peak_rss_mib: float
-    per_rank_memory: list[dict]  # every rank's peaks, with rank, local_rank and host
-    estimated_model_states_gpu_mib: float  # DeepSpeed's estimator for the same config
+    per_rank_memory: list[dict]  # every rank's phases and peaks, with rank, local_rank and host
+    estimated_model_states_gpu_mib: float  # `memory.estimate_model_states`: the Trainer's or DeepSpeed's
     estimated_model_states_cpu_mib: float
-    estimator: str
+    estimator: str  # which estimate: DeepSpeed's function, or the HF Trainer's 16 bytes/param
     data_stats: dict  # per split: total, used, dropped, context_shortened, answer_start_repaired, ... tokens
     device: str
     versions: dict
@@ -137,56 +146,114 @@ def load_results(paths) -> pd.DataFrame:
 
 
 def exercise_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The exercise table: one row per run, the columns of `TABLE` (losses rounded, memory in MiB)."""
+    """The exercise table: one row per run, the columns of `TABLE` (losses rounded, memory in MiB). The
+    micro-batch is in sequences, or in tokens for a token-budget run (`batching` "token_budget")."""
     t = df[[c for c in TABLE if c in df]].copy()
+    if "config" in df and "micro_batch_size_per_gpu" in t:
+        t["micro_batch_size_per_gpu"] = [_micro_batch(c, mb) for c, mb in zip(df["config"], t["micro_batch_size_per_gpu"])]
     t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
     t["mfu"] = t["mfu"].map(lambda v: f"{v:.1%}" if pd.notna(v) else "n/a")
     return t.rename(columns=TABLE)
 
 
+def _micro_batch(config, sequences) -> str:
+    if isinstance(config, dict) and config.get("batching") == "token_budget":
+        return f"≤{config['max_tokens_per_micro_batch']:,} tokens"
+    return f"{sequences} seqs"
+
+
 def _labels(df: pd.DataFrame) -> list[str]:
-    """Short run names: experiment, plus model, recipe, micro-batch or GPUs where the runs differ in them."""
+    """Short run names: the run directory's name where they differ, else experiment plus what differs."""
+    names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else []
+    if names and len(set(names)) == len(names):
+        return names
     parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
              ("micro_batch_size_per_gpu", lambda v: f"mb{v}"), ("world_size", lambda v: f"x{v}")]
     varying = [(k, f) for k, f in parts if k in df and df[k].nunique() > 1]
     return [" ".join([r["experiment"], *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
 
 
-def plot_memory_over_time(df: pd.DataFrame, ax=None):
-    """GPU memory used (NVML, MiB; host RSS on a CPU-only machine) against seconds, one line per run."""
-    ax = ax or plt.subplots(figsize=(9, 4.5))[1]
-    gpu = df["gpu_peak_mib"].notna().any()
-    col = "gpu_used_mib" if gpu else "host_rss_mib"
-    if len(df) > 10:
-        ax.set_prop_cycle(color=plt.cm.tab20.colors)
-    for label, (_, row) in zip(_labels(df), df.iterrows()):
+def _has_gpu(df: pd.DataFrame) -> bool:
+    return "gpu_peak_mib" in df and df["gpu_peak_mib"].notna().any()
+
+
+def _grid(n: int, width: float = 4.0, height: float = 2.8):
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=True)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def plot_memory_over_time(df: pd.DataFrame):
+    """Memory against time, one panel per run: NVML's GPU memory in use and PyTorch's allocated memory
+    (MiB), or host RSS (MiB) on a CPU-only machine. Time 0 is the first training step (the end of model and
+    engine set-up, the same event in every run; negative: set-up); the training window is shaded."""
+    gpu = _has_gpu(df)
+    cols = [("gpu_used_mib", "GPU in use (NVML)"), ("torch_allocated_mib", "torch allocated")] if gpu else \
+        [("host_rss_mib", "host RSS")]
+    fig, axes = _grid(len(df))
+    for ax, label, (_, row) in zip(axes, _labels(df), df.iterrows()):
         mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")
-        ax.plot(mem["time_s"], mem[col], label=label)
-    ax.set(xlabel="seconds since training started", ylabel=("GPU used (NVML), MiB" if gpu else "host RSS, MiB"),
-           title="Memory over time" + ("" if gpu else " (no GPU: host memory)"))
-    ax.legend(fontsize=8)
+        begin = row.get("train_begin_s")
+        begin = float(begin) if pd.notna(begin) else 0.0
+        for col, name in cols:
+            ax.plot(mem["time_s"] - begin, mem[col], label=name)
+        end = row.get("train_end_s")
+        if pd.notna(end):
+            ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
+        ax.set(title=label, xlabel="seconds from the first training step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)"))
+    fig.tight_layout()
+    return fig
+
+
+def plot_loss(df: pd.DataFrame):
+    """Training loss per optimizer step (train_log.csv) of every run on one axis, each epoch's eval loss as
+    a marker; nats per label token (which tokens are labelled depends on the recipe's `loss_on`)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for label, (_, row) in zip(_labels(df), df.iterrows()):
+        log = pd.read_csv(Path(row["run_dir"]) / "train_log.csv")
+        train = log.dropna(subset=["loss"])
+        line, = ax.plot(train["step"], train["loss"], label=f"{label} (train)")
+        ev = log.dropna(subset=["eval_loss"])
+        ax.plot(ev["step"], ev["eval_loss"], "o", color=line.get_color(), label=f"{label} (eval)")
+    ax.set(xlabel="optimizer step", ylabel="loss, nats per label token", title="Training and eval loss")
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return ax.figure
+    fig.tight_layout()
+    return fig
 
 
 def plot_memory_and_throughput(df: pd.DataFrame):
-    """Two bar charts side by side: GPU peak/mean/min memory (MiB) and training samples/s, per run."""
+    """Two bar charts side by side, per run: memory by phase (MiB: model states measured after the first
+    step, torch's peak allocated and reserved and NVML's peak over the training steps, with the estimate of
+    the model states as a dashed outline; host peak RSS on a CPU-only machine) and steady-state training
+    tokens/s (median step after warm-up; the whole run's where there is no steady state)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = _labels(df)
     x = range(len(df))
-    if df["gpu_peak_mib"].notna().any():
-        w = 0.27
-        for i, (key, name) in enumerate([("gpu_peak_mib", "peak"), ("gpu_mean_mib", "mean"), ("gpu_min_mib", "min")]):
-            a.bar([j + (i - 1) * w for j in x], df[key], w, label=name)
+    if _has_gpu(df):
+        bars = [(k, TABLE[k]) for k in ("gpu_states_allocated_mib", "gpu_peak_allocated_mib",
+                                         "gpu_peak_reserved_mib", "gpu_peak_mib") if k in df]
+        w = 0.8 / len(bars)
+        for i, (key, name) in enumerate(bars):
+            a.bar([j + (i - (len(bars) - 1) / 2) * w for j in x], df[key], w, label=name)
         a.bar(x, df["estimated_model_states_gpu_mib"], 0.8, fill=False, edgecolor="k", ls="--",
-              label="DeepSpeed estimate, model states")
-        a.set(ylabel="GPU memory, MiB", title="GPU memory per experiment")
+              label="estimated model states")
+        a.set(ylabel="GPU memory, MiB", title="GPU memory per run (training window)")
     else:
         a.bar(x, df["host_peak_rss_mib"], label="host peak RSS")
-        a.set(ylabel="host memory, MiB", title="Memory per experiment (no GPU: host)")
+        a.set(ylabel="host memory, MiB", title="Memory per run (no GPU: host)")
     a.legend(fontsize=8)
-    b.bar(x, df["train_samples_per_second"], color="tab:green")
-    b.set(ylabel="training samples/s", title="Throughput per experiment")
+    steady = df["steady_train_tokens_per_second"] if "steady_train_tokens_per_second" in df else None
+    speed = steady.fillna(df["train_tokens_per_second"]) if steady is not None else df["train_tokens_per_second"]
+    b.bar(x, speed, color="tab:green")
+    b.set(ylabel="training tokens/s (steady state)", title="Throughput per run")
     for ax in (a, b):
         ax.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)

@@ -79,6 +79,7 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
         RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message says how to resume.
     """
     cfg = config if isinstance(config, RunConfig) else RunConfig(config, **settings)
+    env.quiet_libraries()
     with rundir.interruptible():
         cfg = resolve(cfg)
         exp = EXPERIMENTS[cfg.experiment]
@@ -178,8 +179,11 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     resume_from = resume_point(out, rank) if cfg.resume else None
     trainer = None
     try:
-        trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
-        train_out, mem, steps, wall = train(trainer, out, rank, cfg.experiment, resume_from)
+        # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
+        # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
+        with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
+            trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
+            train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from)
         save_model(trainer, out, rank)
         results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
                          eval_stats, world_size)
@@ -337,38 +341,61 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                          processing_class=tokenizer)
 
 
-def train(trainer, out: Path, rank: int, experiment: str, resume_from: Path | None = None):
-    """Trainer.train() under the memory sampler, each step timed, from the checkpoint `resume_from` if given
-    (and a final evaluation if max_steps ended the run before the first epoch's). Returns (TrainOutput,
-    MemorySampler, step log callback, wall seconds).
+def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: Path | None = None):
+    """Trainer.train() with each step timed and the memory phases marked on `mem` (`MemorySampler.mark`:
+    train_begin, states after the first optimizer step, train_end), from the checkpoint `resume_from` if given
+    (and a final evaluation if max_steps ended the run before the first epoch's). Returns (TrainOutput, step
+    log callback, wall seconds since the sampler started).
 
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
         RunPreempted: SIGTERM or SIGUSR1 reached a rank; every rank stopped at the same step boundary after
             the Trainer saved a checkpoint there.
     """
-    t0 = time.perf_counter()
     try:
-        with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
-            steps = _step_log_callback(out / "train_log.csv", mem.t0)
-            stop = _stop_callback(out / rundir.STOP_FILE)
-            trainer.add_callback(steps)
-            trainer.add_callback(stop)
-            rundir.StopRequest.training = True
-            try:
-                train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-            finally:
-                rundir.StopRequest.training = False
-            if stop.signum and trainer.state.global_step < trainer.state.max_steps:
-                raise rundir.RunPreempted(stop.signum)
-            if not any("eval_loss" in h for h in trainer.state.log_history):
-                trainer.evaluate()
+        steps = _step_log_callback(out / "train_log.csv", mem.t0)
+        stop = _stop_callback(out / rundir.STOP_FILE)
+        for callback in (steps, stop, _phase_callback(mem)):
+            trainer.add_callback(callback)
+        rundir.StopRequest.training = True
+        try:
+            train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        finally:
+            rundir.StopRequest.training = False
+        if stop.signum and trainer.state.global_step < trainer.state.max_steps:
+            raise rundir.RunPreempted(stop.signum)
+        if not any("eval_loss" in h for h in trainer.state.log_history):
+            trainer.evaluate()
     except torch.cuda.OutOfMemoryError as e:
         raise WorkshopError(f"The GPU ran out of memory during {experiment} ({e}). memory.csv and "
                             "train_log.csv in the output directory show how far it got.",
-                            "lower --micro-batch-size (and raise --gradient-accumulation-steps to keep the "
-                            "global batch), or use CPU offload (stage2_offload, stage3_offload).") from e
-    return train_out, mem, steps, time.perf_counter() - t0
+                            "lower --max-tokens-per-micro-batch or --micro-batch-size (and raise "
+                            "--gradient-accumulation-steps to keep the global batch), turn on "
+                            "--activation-checkpointing, or use CPU offload (stage2_offload, stage3_offload).") from e
+    return train_out, steps, time.perf_counter() - mem.t0
+
+
+def _phase_callback(mem: MemorySampler):
+    """A TrainerCallback marking the memory phases on `mem`: training begins (after model and engine set-up),
+    the first optimizer step of this train() call has ended (the model states kept between steps), training
+    ends."""
+    from transformers import TrainerCallback
+
+    class Phases(TrainerCallback):
+        first = True
+
+        def on_train_begin(self, args, state, control, **kw):
+            mem.mark("train_begin")
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.first:
+                mem.mark("states")
+                self.first = False
+
+        def on_train_end(self, args, state, control, **kw):
+            mem.mark("train_end")
+
+    return Phases()
 
 
 def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampler, steps, wall: float, info: dict,
@@ -411,13 +438,17 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         mfu=round(mfu, 4) if mfu is not None else None,
         gpu_util_pct=memory.mean_gpu_util(mem.rows, warm_end, steps.step_ends[-1] if steps.step_ends else 0.0),
         num_params=info["num_params"],
-        **{k: mine[k] for k in ("gpu_peak_allocated_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
-                                "host_peak_rss_mib")},  # rank 0's; every rank's in per_rank_memory
+        **{k: mine[k] for k in PHASE_KEYS},  # rank 0's; every rank's in per_rank_memory
         per_rank_memory=_gather_per_rank(mine | {"rank": rank, "local_rank": local_rank, "host": host}),
         **estimate, data_stats={"train": train_stats.as_dict(), "eval": eval_stats.as_dict()},
         device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg)))
+
+
+PHASE_KEYS = ("setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",
+              "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
+              "host_peak_rss_mib")
 
 
 def apply_speed_levers(net, cfg: RunConfig) -> None:
