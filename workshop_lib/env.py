@@ -221,7 +221,8 @@ _QUIET = False
 
 def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
-    FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), accelerate's
+    FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its
+    barrier() device notice, accelerate's
     OMP_NUM_THREADS notice, and accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose). Everything else, errors included, still shows."""
     global _QUIET
@@ -232,6 +233,7 @@ def quiet_libraries() -> None:
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
     _QUIET = True

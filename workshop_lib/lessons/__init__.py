@@ -5,8 +5,9 @@ its runs, are in this package's modules: `baseline`, `zero_stages`, `offload`, `
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
 - `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
-- `band(metric)`: the relative spread of a metric over repeated runs of one configuration (docs/h100/course/
-  repeat/): the largest |a - b| / mean over the runs measured twice, as a fraction (0.05 = +-5%).
+- `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
+  |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
+  on another H100, docs/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
 - `beside(df, notebook, columns)`: the learner's figures with the reference and its band in the next column.
 """
 
@@ -19,6 +20,16 @@ import pandas as pd
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 REFERENCE_DIR = DOCS / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
+# Reference runs measured again: the same model, recipe, data, steps and experiment in docs/h100/runs
+# (scripts/gpu_benchmark.sh with MAX_STEPS=24, another call on another H100 instance).
+REPEATS = {"baseline": DOCS / "h100/runs/Qwen3-0.6B-default-baseline",
+           "stage2": DOCS / "h100/runs/Qwen3-0.6B-default-stage2",
+           "stage2_offload": DOCS / "h100/runs/Qwen3-0.6B-default-stage2_offload",
+           "stage3_offload": DOCS / "h100/runs/Qwen3-0.6B-default-stage3_offload",
+           "baseline_classic": DOCS / "h100/runs/bloom-560m-classic-baseline"}
+# What those earlier runs measured as the reference runs do; their memory was taken over another window (set-up
+# included), so memory has no band until a run is repeated with `--repeat`.
+REPEATS_METRICS = {"steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct", "train_loss"}
 
 QUARTER = "quarter"  # a quarter of the recipe's max_tokens_per_micro_batch (its --tiny value with the tiny model)
 # run name -> (experiment, RunConfig settings beyond the notebook's common options)
@@ -85,14 +96,25 @@ def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.Dat
     return df.loc[[n for n in COURSE_RUNS[notebook] if n in df.index]]
 
 
+def _repeats(root: Path) -> dict[str, dict]:
+    """name -> results.json of the runs measured again: root/repeat/NAME, and `REPEATS` for the committed reference."""
+    import json
+
+    earlier = {n: d for n, d in REPEATS.items() if (d / "results.json").is_file()} if root == REFERENCE_DIR else {}
+    found = {n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
+             for n, d in earlier.items()}
+    return found | {d.name: json.loads((d / "results.json").read_text())
+                    for d in (root / "repeat").glob("*") if (d / "results.json").is_file()}
+
+
 def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
-    """The largest relative spread |a - b| / mean(a, b) of `metric` over the runs measured twice (runs/NAME
-    and repeat/NAME), a fraction; None where no run was repeated or the metric is missing."""
-    first, again = _load(root / "runs"), _load(root / "repeat")
-    spreads = []
-    for name in first.index.intersection(again.index) if not again.empty else []:
-        a, b = first.at[name, metric] if metric in first else None, again.at[name, metric] if metric in again else None
-        if pd.notna(a) and pd.notna(b) and (a + b):
+    """The largest relative spread |a - b| / mean(a, b) of `metric` over the reference runs measured again
+    (`_repeats`), a fraction; None where no run was repeated or the metric is missing in the repeats."""
+    first, spreads = _load(root / "runs"), []
+    for name, again in _repeats(root).items():
+        a = first.at[name, metric] if name in first.index and metric in first else None
+        b = again.get(metric)
+        if a is not None and b is not None and pd.notna(a) and pd.notna(b) and (a + b):
             spreads.append(abs(a - b) / ((a + b) / 2))
     return max(spreads) if spreads else None
 
@@ -103,11 +125,13 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     if df.empty:
         return f"No GPU reference runs on file ({root} is missing): only your own figures are shown."
     r = df.iloc[0]
-    repeated = len(df.index.intersection(_load(root / "repeat").index))
+    repeated = sorted(set(df.index) & set(_repeats(root)))
+    where = root.relative_to(DOCS.parent) if root.is_relative_to(DOCS.parent) else root
     return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
             f"{int(r['global_steps'])} optimizer steps, steady state = median step after {int(r['warmup_steps'])} "
-            f"warm-up steps; from {root.relative_to(DOCS.parent) if root.is_relative_to(DOCS.parent) else root}. "
-            f"The ± band is the largest spread of {repeated} runs measured twice in the same call.")
+            f"warm-up steps; runs in {where}/runs. ± band: the largest spread between two measurements of the "
+            f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
+            "figures without a band were measured once.")
 
 
 def _fmt(v, metric: str) -> str:
