@@ -57,7 +57,8 @@ def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
     """docs/h200/default-x4/scaling.csv: steady tokens/s per GPU and efficiency as `workshop report` makes them."""
     scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
     committed = pd.read_csv(H200 / "default-x4" / "scaling.csv")
-    assert list(committed["GPUs"]) == [1, 2, 4]
+    assert committed.groupby("experiment")["GPUs"].apply(list).to_dict() == {
+        "stage2": [1, 2, 4], "stage3": [1, 2, 4], "stage3_offload": [1, 2]}  # stage3_offload x4: the call's time ran out
     for col in ("steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU"):
         assert list(scaling[col]) == list(committed[col])
 
