@@ -160,6 +160,31 @@ def beside(df: pd.DataFrame, notebook: str, metrics: list[str], root: Path = REF
     return pd.DataFrame(rows)
 
 
+WORDS_PER_MINUTE = 200  # reading speed of technical prose, a common rule of thumb
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def header(notebook: str) -> str:
+    """The line at the top of every notebook: reading time (the notebook's prose and code at
+    `WORDS_PER_MINUTE`) and run time on each machine it was timed on (docs/notebook_times.json, written by
+    scripts/time_notebooks.py), as Markdown."""
+    import json
+
+    src = DOCS.parent / "solutions" / f"{notebook}.py"
+    words = len(src.read_text().split()) if src.exists() else 0
+    parts = [f"**Reading:** about {max(1, round(words / WORDS_PER_MINUTE))} min ({words:,} words)."]
+    times = DOCS / "notebook_times.json"
+    runs = json.loads(times.read_text()) if times.exists() else {}
+    timed = [f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']})"
+             for device, nbs in sorted(runs.items()) if (t := nbs.get(notebook)) and t["returncode"] == 0]
+    parts.append("**Running:** " + ("; ".join(timed) if timed else "not timed yet") +
+                 " (`python scripts/time_notebooks.py` times it on yours).")
+    return " ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m workshop_lib.lessons OUT_DIR [--repeat]`: every run of `COURSE_RUNS` as the notebooks run it
     on this GPU (random weights, GPU_MAX_STEPS steps) into OUT_DIR/runs (OUT_DIR/repeat with --repeat);
