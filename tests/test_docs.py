@@ -65,13 +65,14 @@ def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
 
 def test_readme_h200_excerpt_matches_the_runs():
     readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| (stage[23]) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d,]+) \|", readme, re.M)
-    scaling = scaling_table(load_results(H200 / "x4" / "runs"))
-    assert len(rows) == 6
-    for exp, gpus, sps, per_gpu, peak in rows:
+    rows = re.findall(r"^\| (stage[23]\w*) \| (\d) \| ([\d,]+) \| (\d+%) \| ([\d,]+) \| ([\d,]+) \|", readme, re.M)
+    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
+    assert len(rows) == len(scaling) == 8
+    for exp, gpus, per_gpu, eff, peak, est in rows:
         r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
-        assert abs(float(sps) - r["samples/s"]) < 0.06 and abs(float(per_gpu) - r["samples/s per GPU"]) < 0.06
-        assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1
+        assert abs(int(per_gpu.replace(",", "")) - r["steady tokens/s per GPU"]) <= 0.5 and eff == r["scaling efficiency"]
+        assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) <= 0.5
+        assert abs(int(est.replace(",", "")) - r["DS est. model states GPU MiB"]) <= 0.5
 
 
 def test_readme_lists_every_experiment():
