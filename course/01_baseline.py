@@ -13,16 +13,19 @@
 # *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
 
 # %%
+import pandas as pd
 from IPython.display import Markdown, display
 
-from workshop_lib import env, results
-from workshop_lib.config import RECIPES, RunConfig
+from workshop_lib import env, lessons, results
+from workshop_lib.config import RECIPES
+from workshop_lib.lessons import baseline as answers
 from workshop_lib.train import run_experiment
 
+display(Markdown(lessons.header("01_baseline")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
 COMMON = env.notebook_run_options()
 print(f"device: {env.device_name()}, run options: {COMMON}")
-RUNS = "runs/01_baseline"
+NOTEBOOK, RUNS = "01_baseline", "runs/01_baseline"
 RECIPES["default"]
 
 # %% [markdown]
@@ -30,28 +33,26 @@ RECIPES["default"]
 #
 # A run is described by a `RunConfig`: the experiment's name and the settings you change; every field left
 # out comes from the recipe shown above (`workshop run --help` lists the same fields, with their units).
-# `run_experiment` checks every setting before it writes anything, loads the data and the model, trains
-# with the HF `Trainer`, evaluates after every epoch, samples memory in a background thread, and writes
-# `results.json` (with the whole resolved configuration under `config`), `memory.csv` (the time series) and
-# `train_log.csv` (one row per optimizer step) into its output directory. The same function is behind
-# `workshop run baseline` on the command line.
+# `lessons.run_config` gives the runs of this notebook (`lessons.COURSE_RUNS`), the same ones the GPU
+# reference ran. `run_experiment` checks every setting before it writes anything, loads the data and the
+# model, trains with the HF `Trainer`, evaluates after every epoch, samples memory in a background thread,
+# and writes `results.json` (with the whole resolved configuration under `config`), `memory.csv` (the time
+# series) and `train_log.csv` (one row per optimizer step) into its output directory. The same function is
+# behind `workshop run baseline` on the command line.
 
 # %%
-base = run_experiment(RunConfig("baseline", output_dir=f"{RUNS}/baseline", **COMMON))
-{k: base[k] for k in ("train_loss", "eval_loss", "train_samples_per_second", "train_tokens_per_second",
-                      "steps_per_epoch", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib")}
+base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
+print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
+      f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "
+      f"step: {base['global_batch_size']} questions per step on average, {base['steps_per_epoch']} steps per epoch; "
+      f"this run made {base['global_steps']} steps.")
+print(f"results: {RUNS}/baseline/results.json ({len(base)} keys)")
 
 # %% [markdown]
-# Global batch = micro-batch x gradient accumulation x GPUs = 4 x 4 x 1 = 16 sequences per optimizer step,
-# so 500 questions give ceil(500 / 4) = 125 micro-batches, 32 optimizer steps per epoch (the last one
-# short). The loss per step, from `train_log.csv`:
+# The loss per step, from `train_log.csv` (the eval loss after each epoch, or at the end, as a marker):
 
 # %%
-import pandas as pd
-
-log = pd.read_csv(f"{RUNS}/baseline/train_log.csv")
-ax = log.dropna(subset=["loss"]).plot(x="step", y="loss", figsize=(7, 3), title="training loss per step")
-log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o", ls="");
+results.plot_loss(results.load_results(f"{RUNS}/baseline"));
 
 # %% [markdown]
 # ## 2. The classic recipe
@@ -60,56 +61,64 @@ log.dropna(subset=["eval_loss"]).plot(x="step", y="eval_loss", ax=ax, marker="o"
 # token. Run it, then compare.
 
 # %%
-classic = run_experiment(RunConfig("baseline", recipe="classic", output_dir=f"{RUNS}/baseline_classic", **COMMON))
+classic = run_experiment(lessons.run_config(NOTEBOOK, "baseline_classic", RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
-display(Markdown(results.exercise_table(df).to_markdown(index=False)))
 results.plot_memory_over_time(df);
 
 # %% [markdown]
-# Three measures of GPU memory:
-# - **GPU peak/mean/min MiB** (NVML, what `nvidia-smi` shows): everything on the GPU, including PyTorch's
-#   cache of freed blocks and the CUDA context (~500 MiB). This is what runs out.
-# - **torch peak alloc MiB** (`torch.cuda.max_memory_allocated`): live tensors at their peak.
-# - **DS est. model states** (DeepSpeed's estimator): parameters, gradients and optimizer states only.
+# Memory, measured in phases that mean the same in every run (`workshop_lib.memory`): the clock starts
+# before the Trainer is built, time 0 is the first training step, peaks are over the training steps only.
+# - **GPU peak MiB** (NVML, what `nvidia-smi` shows): everything on the GPU: PyTorch's tensors, its cache
+#   of freed blocks, the CUDA context and library workspaces. This is what runs out.
+# - **torch peak reserved / allocated MiB**: what PyTorch's caching allocator holds, and the part of it in
+#   live tensors at their peak.
+# - **model states MiB (measured)**: allocated memory right after the first optimizer step, when what the
+#   run keeps between steps (weights, optimizer states) is all that is left.
+# - **est. model states GPU MiB**: the estimate; for the baseline, what the Trainer holds with torch AdamW
+#   (16 bytes per parameter: fp32 weights, fp32 gradients, Adam's two moments); DeepSpeed's estimators for
+#   the ZeRO runs of the next notebooks.
 #
-# The gap between the estimate and the peak is mostly **activations**, saved for the backward pass, and the
-# **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
-# 514M values, 1 GiB in fp16 and 2 GiB more when the loss upcasts them to fp32).
+# The gap between the model states and the peak is mostly **activations**, saved for the backward pass, and
+# the **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
+# 514M values: 1 GiB in fp16, 2 GiB more when the loss upcasts them to fp32).
 
 # %% [markdown]
-# ## 3. Micro-batch against gradient accumulation
+# ## 3. Tokens per micro-batch against gradient accumulation
 #
-# The global batch is micro-batch x accumulation. 4 x 4 and 16 x 1 give the same optimizer steps on the
-# same data, so the same loss; they differ in how much work each forward pass hands the GPU and how many
-# activations it must hold at once.
+# The default recipe fills each micro-batch with up to `max_tokens_per_micro_batch` tokens of similar-length
+# questions and takes one optimizer step per micro-batch. A quarter of the tokens per micro-batch and 4
+# micro-batches per step (`baseline_accum4`) trains on about as many tokens per optimizer step; the two
+# differ in how much work each forward pass hands the GPU and how many activations it must hold at once.
 
 # %%
-big = run_experiment(RunConfig("baseline", train_micro_batch_size_per_gpu=16, gradient_accumulation_steps=1,
-                               output_dir=f"{RUNS}/baseline_mb16", **COMMON))
-print(f"4 x 4: loss {base['train_loss']}, {base['train_samples_per_second']} samples/s, peak "
-      f"{base['gpu_peak_mib']} MiB;  16 x 1: loss {big['train_loss']}, {big['train_samples_per_second']} "
-      f"samples/s, peak {big['gpu_peak_mib']} MiB")
+accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
+df = results.load_results(RUNS)
+results.plot_memory_and_throughput(df);
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (the `results.json` files under `runs/01_baseline/`).
+# Fill the table from your own runs (the `results.json` files under `runs/01_baseline/`; on a machine
+# without a GPU, write the host peak RSS in the GPU columns and leave the rest empty).
 #
-# | recipe | train loss | eval loss per epoch | samples/s | steps per epoch | GPU peak MiB | GPU mean MiB | GPU min MiB |
+# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
 # | --- | --- | --- | --- | --- | --- | --- | --- |
-# | default | | | | | | | |
-# | classic | | | | | | | |
+# | baseline | | | | | | | |
+# | baseline_classic | | | | | | | |
+# | baseline_accum4 | | | | | | | |
 #
 # 1. Why are the train losses of the two recipes not comparable?
 # 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
 #    tokens it processes are padding?
-# 3. Which recipe processes more *real* tokens per second (`train_tokens_per_second`), and by how much?
-# 4. Micro-batch 16 x accumulation 1 against 4 x 4: what happened to the loss, to samples/s and to the GPU
-#    peak? Why?
+# 3. Which recipe processes more *real* tokens per second (`steady_train_tokens_per_second`), and by how much?
+# 4. A quarter of the tokens per micro-batch x 4 against the whole budget x 1: what happened to the loss, to
+#    tokens/s and to the peak memory? Why?
+# 5. How many bytes per parameter are the measured model states of the baseline? Why not 16?
+# 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% [markdown]
 # ## Summary
 # - The baseline is the HF `Trainer` alone: all model states, activations and logits live on one GPU.
-# - NVML's peak is what decides an out-of-memory error; the model states (16 bytes per parameter) are a
-#   fraction of it, activations and logits the rest.
+# - NVML's peak is what decides an out-of-memory error; the measured model states are one part of it, the
+#   activations and logits of the training steps the rest; the answers above give the split for your run.
 # - Padding to a fixed length spends compute on nothing; per-batch padding and length grouping avoid it.

@@ -14,8 +14,11 @@
 # %%
 import pandas as pd
 import torch
+from IPython.display import Markdown, display
 
-from workshop_lib import data, env, memory, model
+from workshop_lib import data, env, lessons, memory, model
+
+display(Markdown(lessons.header("00_setup")))
 
 # Without a GPU the tiny model runs on the CPU; WORKSHOP_TINY=1 or 0 forces either way.
 TINY = env.notebook_run_options()["tiny"]
@@ -67,7 +70,8 @@ print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + 
 #
 # A causal LM predicts every next token. We can grade it on **all** tokens (the original workshop) or only
 # on the **answer** (the default here). With `loss_on="all"` most of the gradient goes to reproducing
-# the question and the Wikipedia paragraph, about 98% of the tokens; with `loss_on="answer"` the prompt
+# the question and the Wikipedia paragraph, most of the tokens (the cell below counts them for one example);
+# with `loss_on="answer"` the prompt
 # tokens get the label -100, which `torch.nn.functional.cross_entropy` ignores, so the model is trained to
 # answer. The two losses are therefore on different scales: compare runs only with the same `loss_on`.
 
@@ -75,7 +79,8 @@ print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + 
 _, tokenizer, _ = model.load_model_and_tokenizer(model.DEFAULT_MODEL, tiny=True)
 enc = data.encode_example(ex, tokenizer, max_length=512, loss_on="answer")
 graded = [t for t, label in zip(enc["input_ids"], enc["labels"]) if label != -100]
-print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss: {tokenizer.decode(graded)!r}")
+print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) / len(enc['input_ids']):.0%}): "
+      f"{tokenizer.decode(graded)!r}")
 
 # %% [markdown]
 # ### Long examples
@@ -94,19 +99,25 @@ pd.Series(stats.as_dict())
 # Mixed-precision training with Adam keeps, per parameter: 2 bytes of 16-bit weights, 2 of 16-bit gradients,
 # and 12 of fp32 optimizer state (master weights, momentum, variance): **16 bytes per parameter**, the ZeRO
 # paper's "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators (which also count fp32 gradients) tell us
-# what each ZeRO stage leaves on each GPU. We can compute them from the architecture alone, built on the
+# what each ZeRO stage leaves on each GPU.
+#
+# The HF `Trainer` without DeepSpeed (the baseline) splits its 16 bytes differently: with bf16/fp16
+# autocast it keeps fp32 weights (4), fp32 gradients (4) and Adam's two fp32 moments (8), plus 16-bit
+# copies of the weights made during each forward pass. `estimate_model_states` with `zero_stage=None` gives
+# that (the rows "Trainer" below); notebook 01 measures what it really holds. We can compute them from the architecture alone, built on the
 # `meta` device: no download, no memory.
 
 # %%
 rows = []
 for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
     n = model.count_params(name)
-    for stage, off_opt, off_par in [(0, False, False), (2, False, False), (3, False, False),
+    for stage, off_opt, off_par in [(None, False, False), (0, False, False), (2, False, False), (3, False, False),
                                     (2, True, False), (3, True, True)]:
         for gpus in (1, 4):
             est = memory.estimate_model_states(n["num_params"], n["largest_layer_params"], stage, off_opt,
                                                off_par, num_gpus_per_node=gpus)
-            rows.append({"model": name, "params (M)": n["num_params"] / 1e6, "zero_stage": stage,
+            rows.append({"model": name, "params (M)": n["num_params"] / 1e6,
+                         "zero_stage": "Trainer" if stage is None else stage,
                          "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
                          "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
                          "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
@@ -138,8 +149,11 @@ print(f"1. Qwen3-0.6B: {qwen['num_params']:,} parameters, largest tensor {qwen['
       f"largest {bloom['largest_layer_params']:,}: its {bloom['vocab_size']:,}-token multilingual vocabulary "
       f"makes the embedding {bloom['largest_layer_params'] / bloom['num_params']:.0%} of the model.")
 print(f"2. stage 0, 1 GPU: {s0:,.0f} MiB; stage 3 on 4 GPUs: {s3:,.0f} MiB per GPU ({s3 / s0:.0%}).")
-print("3. ZeRO partitions states across data-parallel GPUs; with one GPU there is nothing to divide by, "
-      "so stage 2 keeps exactly what stage 0 keeps (only offload moves memory off a single GPU).")
+s2 = q[(q.zero_stage == 2) & (q.offload == "-") & (q.GPUs == 1)]["GPU MiB per GPU"].item()
+print(f"3. stage 0: {s0:,.0f} MiB, stage 2: {s2:,.0f} MiB on one GPU"
+      + (". ZeRO partitions states across data-parallel GPUs; with one GPU there is nothing to divide by, so stage 2 "
+         "keeps what stage 0 keeps (only offload moves memory off a single GPU)." if s0 == s2 else
+         ": they differ, which the estimator's formula does not lead us to expect on one GPU; compare its arguments."))
 
 # %% [markdown]
 # ## Summary
