@@ -120,5 +120,5 @@ results.plot_memory_and_throughput(df);
 # ## Summary
 # - The baseline is the HF `Trainer` alone: all model states, activations and logits live on one GPU.
 # - NVML's peak is what decides an out-of-memory error; the measured model states are one part of it, the
-#   activations and logits of the training steps the rest; the answers above give the split for your run.
+#   activations and logits of the training steps the rest (exercise 5 asks for the split in your run).
 # - Padding to a fixed length spends compute on nothing; per-batch padding and length grouping avoid it.
