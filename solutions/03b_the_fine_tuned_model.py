@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from IPython.display import display
+from IPython.display import Markdown, display
 
-from workshop_lib import checkpoint, env, evaluation
+from workshop_lib import checkpoint, env, evaluation, lessons
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
 from workshop_lib.train import run_experiment
 
+display(Markdown(lessons.header("03b_the_fine_tuned_model")))
 COMMON = env.notebook_run_options()  # the tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it)
 print(f"device: {env.device_name()}, run options: {COMMON}")
 RUNS = Path("runs/03b_the_fine_tuned_model")
