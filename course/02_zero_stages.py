@@ -14,15 +14,16 @@ import json
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, results
+from workshop_lib import env, lessons, results
 from workshop_lib.ds_config import build_ds_config
-from workshop_lib.config import RunConfig
+from workshop_lib.lessons import zero_stages as answers
 from workshop_lib.train import run_experiment
 
+display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
 COMMON = env.notebook_run_options()
 print(f"device: {env.device_name()}, run options: {COMMON}")
-RUNS = "runs/02_zero_stages"
+NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 
 # %% [markdown]
 # ## 1. The config
@@ -43,37 +44,53 @@ print(json.dumps(build_ds_config(zero_stage=3, precision="bf16", train_micro_bat
 # %% [markdown]
 # ## 2. Run the stages
 #
-# The baseline first, so that this notebook stands alone, then stages 1, 2, 3. Each run writes its
-# resolved `ds_config.json` beside its results.
+# The baseline first, so that this notebook stands alone, then stages 1, 2, 3 (`lessons.COURSE_RUNS`, the
+# same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
 
 # %%
-for experiment in ["baseline", "stage1", "stage2", "stage3"]:
-    run_experiment(RunConfig(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON))
-df = results.load_results(RUNS).set_index("experiment").loc[["baseline", "stage1", "stage2", "stage3"]].reset_index()
-display(Markdown(results.exercise_table(df).to_markdown(index=False)))
-
-# %%
+ORDER = ["baseline", "stage1", "stage2", "stage3"]
+for name in ORDER:
+    run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
+df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+
+# %% [markdown]
+# ## 3. Activation checkpointing
+#
+# ZeRO partitions model states; it does nothing for the activations that the forward pass saves for the
+# backward pass. Activation (gradient) checkpointing keeps only each transformer block's input and
+# recomputes the rest during the backward pass: less memory, one more forward pass of compute.
+# `--activation-checkpointing true` on the command line, `activation_checkpointing=True` here.
+
+# %%
+run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
+ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
+results.plot_memory_over_time(ac);
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | experiment | train loss | eval loss per epoch | samples/s | steps per epoch | GPU peak MiB | GPU mean MiB | GPU min MiB |
+# Fill the table from your own runs (`runs/02_zero_stages/*/results.json`; without a GPU, write the host peak
+# RSS in the peak column and leave the GPU-only columns empty).
+#
+# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
 # | --- | --- | --- | --- | --- | --- | --- | --- |
 # | baseline | | | | | | | |
 # | stage1 | | | | | | | |
 # | stage2 | | | | | | | |
 # | stage3 | | | | | | | |
+# | baseline_ac | | | | | | | |
 #
-# 1. How much GPU memory (peak) does each stage save against the baseline? How does that compare with
-#    DeepSpeed's estimate of the model states?
+# 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
+#    one GPU? How does that compare with the estimate of the model states?
 # 2. Which stage is slowest, and why?
 # 3. Do the losses agree across stages? Should they?
+# 4. What did activation checkpointing save in memory, and what did it cost in tokens/s?
 
 # %% [markdown]
 # ## Summary
 # - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 each stage still holds everything,
-#   so memory barely moves, and the bookkeeping (buckets, gathers) costs time; stage 3 the most.
-# - The measured peak is dominated by activations and logits, which ZeRO does not touch.
-# - Two ways out on one GPU: move states to the CPU (notebook 3), or add GPUs (notebook 4).
+#   and the bookkeeping (buckets, gathers) costs time; your table shows how much on your machine.
+# - ZeRO does not touch activations and logits; activation checkpointing trades compute for them.
+# - Two ways out for model states on one GPU: move them to the CPU (notebook 3), or add GPUs (notebook 4).

@@ -3,7 +3,7 @@
 #
 # **Learning goals**
 # - offload the optimizer (ZeRO-2 and ZeRO-3) and the parameters (ZeRO-3) to CPU memory;
-# - measure what moves: GPU memory down, host memory up, samples/s down;
+# - measure what moves: GPU memory, host memory and tokens/s, in each phase of a run;
 # - decide when offload is worth it.
 #
 # ZeRO-Offload (Ren et al. 2021) keeps the fp32 optimizer states on the CPU and runs the Adam step there
@@ -14,50 +14,57 @@
 # *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
 
 # %%
+import json
+
 from IPython.display import Markdown, display
 
-from workshop_lib import env, results
-from workshop_lib.config import RunConfig
+from workshop_lib import env, lessons, results
+from workshop_lib.lessons import offload as answers
 from workshop_lib.train import run_experiment
 
+display(Markdown(lessons.header("03_cpu_offload")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
 COMMON = env.notebook_run_options()
 print(f"device: {env.device_name()}, run options: {COMMON}")
-RUNS = "runs/03_cpu_offload"
-ORDER = ["stage2", "stage2_offload", "stage3", "stage3_offload"]
+NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
+ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
 
 # %%
-for experiment in ORDER:
-    run_experiment(RunConfig(experiment, output_dir=f"{RUNS}/{experiment}", **COMMON))
-df = results.load_results(RUNS).set_index("experiment").loc[ORDER].reset_index()
-display(Markdown(results.exercise_table(df).to_markdown(index=False)))
+for name in ORDER:
+    run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
+df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
+results.plot_memory_over_time(df);
 
 # %% [markdown]
-# Host memory matters now: the offloaded optimizer states (12 bytes per parameter, plus pinned buffers)
-# live in the process's RAM, and on a shared node several ranks add up.
-
-# %%
-df[["experiment", "host_peak_rss_mib", "estimated_model_states_cpu_mib", "gpu_peak_mib",
-    "estimated_model_states_gpu_mib"]]
+# Host memory matters now: the offloaded optimizer states (at least 12 bytes per parameter: fp32 master
+# weights and Adam's two moments, plus what DeepSpeed keeps beside them) live in the process's RAM, and on
+# a shared node several ranks add up. `host_states_rss_mib` in results.json is the process's RSS right after
+# the first optimizer step, when those states exist.
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | experiment | train loss | eval loss per epoch | samples/s | steps per epoch | GPU peak MiB | GPU mean MiB | GPU min MiB | host peak RSS MiB |
-# | --- | --- | --- | --- | --- | --- | --- | --- | --- |
-# | stage2 | | | | | | | | |
-# | stage2_offload | | | | | | | | |
-# | stage3 | | | | | | | | |
-# | stage3_offload | | | | | | | | |
+# Fill the table from your own runs (`runs/03_cpu_offload/*/results.json`; without a GPU, leave the GPU
+# columns empty).
 #
-# 1. How many MiB of GPU memory does offloading save at stage 2 and at stage 3, and what does each cost in
-#    samples/s (as a ratio)?
-# 2. Where did the memory go? Compare host peak RSS.
-# 3. When would you use offload in practice?
+# | run | steady tokens/s | model states MiB (measured) | est. model states GPU MiB | torch peak alloc MiB | GPU peak MiB (NVML) | host RSS after step 1 MiB | host peak RSS MiB |
+# | --- | --- | --- | --- | --- | --- | --- | --- |
+# | stage2 | | | | | | | |
+# | stage2_offload | | | | | | | |
+# | stage3 | | | | | | | |
+# | stage3_offload | | | | | | | |
+#
+# 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3,
+#    and what does each cost in tokens/s (as a ratio)?
+# 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and
+#    why more than 12?
+# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed. Explain.
+# 4. When would you use offload in practice?
 
 # %% [markdown]
 # ## Summary
-# - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: GPU memory falls by
-#   about 12 (or 14) bytes per parameter, host memory rises by as much, each step waits for the CPU.
-# - On one GPU, offload, not the ZeRO stage, is what frees GPU memory.
+# - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: the host's memory
+#   grows by at least 12 (or 14) bytes per parameter, and each step waits for the CPU's Adam and PCIe.
+# - What it frees on the GPU is the model states only: where activations and logits make the peak, offload
+#   does not lower it (exercises 1 and 3 ask for your run's figures; the H100 reference shows the case).

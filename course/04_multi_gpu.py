@@ -23,7 +23,9 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import env, launch, memory, model, results
+from workshop_lib import env, launch, lessons, memory, model, results
+
+display(Markdown(lessons.header("04_multi_gpu")))
 
 COMMON = env.notebook_run_options()
 print(f"device: {env.device_name()}, GPUs: {torch.cuda.device_count()}, SLURM: {launch.slurm_available()}")
@@ -62,8 +64,15 @@ arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "
 
 # %% [markdown]
 # DeepSpeed's estimators count a little more (fp32 gradients during the reduction: 18 bytes/param
-# partitioned instead of 14) and leave stage 1 out; the shape is the same: only stage 3 keeps falling as N
-# grows, because only stage 3 partitions the 16-bit parameters too.
+# partitioned instead of 14). DeepSpeed has no estimator for stage 1: `memory.estimate_model_states` gives
+# it the stage-2 figure, a lower bound (stage 1 keeps whole gradients). Which stages' states shrink as N
+# grows, and towards what floor, the cell below computes from the arithmetic.
+
+# %%
+for stage, g in arith.groupby("zero_stage"):
+    a1, a8 = g.set_index("GPUs")["16Ψ arithmetic MiB"][[1, 8]]
+    print(f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
+          + ("" if a8 < a1 else ": nothing is partitioned"))
 #
 # ## 2. Three ways to start the ranks
 #
@@ -96,7 +105,8 @@ print(common[common.index("# workshop_launch"):])
 #
 # ZeRO-2 and ZeRO-3 at 1 and 2 ranks (and 4 where there are 4 GPUs): on a GPU cluster as SLURM jobs, on
 # one GPU machine with `torchrun`, and on a CPU-only machine as 2 CPU processes of the tiny model. Each rank
-# keeps micro-batch 4 x accumulation 4, so the global batch grows with the number of ranks.
+# keeps its micro-batch size (up to `max_tokens_per_micro_batch` tokens), so the global batch grows with
+# the number of ranks: weak scaling.
 
 # %%
 gpus = torch.cuda.device_count()
@@ -116,47 +126,55 @@ for experiment in ["stage2", "stage3"]:
             r = launch.wait(job, "multi_gpu", output_dir=out)
         else:
             r = launch.run_local(experiment, n, out, *extra, "--overwrite", env={} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""})
-        print(f"{experiment} x{n}: {r['train_samples_per_second']} samples/s, loss {r['train_loss']}")
+        print(f"{experiment} x{n}: finished, {out}/results.json")
 
 # %%
 df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
-display(Markdown(scaling.to_markdown(index=False)))
 results.plot_scaling(df);
 
 # %% [markdown]
-# For comparison, the same two experiments on one host with 4 H200 GPUs (Qwen3-0.6B, 16 steps;
-# `docs/h200/README.md` has the commands and what the numbers show):
+# For comparison, ZeRO-2, ZeRO-3 and ZeRO-3 + offload on 1, 2 and 4 GPUs of one host with 4 H200 (the
+# default recipe, Qwen3-0.6B with random weights, 24 steps, steady state; `docs/h200/README.md` has the
+# commands):
 
 # %%
-reference = launch.ROOT / "docs" / "h200" / "x4" / "runs"
-if reference.exists():
-    ref = results.load_results(reference)
-    display(Markdown(results.scaling_table(ref).to_markdown(index=False)))
+reference = launch.ROOT / "docs" / "h200" / "default-x4" / "runs"
+ref = results.load_results(reference) if reference.exists() else None
+if ref is not None:
+    print(f"Reference: {ref['device'].iloc[0]}, {ref['model'].iloc[0]}, runs in {reference.relative_to(launch.ROOT)}")
     results.plot_scaling(ref);
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | experiment | GPUs | global batch | samples/s | samples/s per GPU | peak memory per GPU MiB | DS estimate MiB |
-# | --- | --- | --- | --- | --- | --- | --- |
-# | stage2 | 1 | | | | | |
-# | stage2 | 2 | | | | | |
-# | stage3 | 1 | | | | | |
-# | stage3 | 2 | | | | | |
+# | experiment | ranks | global batch | tokens/s | tokens/s per rank | scaling efficiency | peak memory per rank MiB | DS estimate MiB |
+# | --- | --- | --- | --- | --- | --- | --- | --- |
+# | stage2 | 1 | | | | | | |
+# | stage2 | 2 | | | | | | |
+# | stage3 | 1 | | | | | | |
+# | stage3 | 2 | | | | | | |
+#
+# Several nodes: from the two-node batch job (`sbatch --nodes=2 slurm/multi_node.slurm stage2`, whose
+# results.json lists every rank's host in `per_rank_memory`), or, without a cluster, from the two-process run:
+#
+# | run | nodes (distinct hosts) | ranks | tokens/s | peak memory per rank MiB |
+# | --- | --- | --- | --- | --- |
+# | | | | | |
 #
 # 1. By the 16Ψ arithmetic, how many MiB of model states per GPU do ZeRO-2 and ZeRO-3 need for
 #    Qwen3-0.6B on 2 GPUs, and how much less than on 1?
 # 2. Did the measured peak per GPU fall by as much? What else is on the GPU?
-# 3. The global batch doubled from 1 to 2 GPUs. What would you change to keep it at 16, and what would
-#    that do to the number of optimizer steps per epoch?
+# 3. The global batch doubled from 1 to 2 GPUs. What would you change to keep it as on one GPU, and what
+#    would that do to the number of optimizer steps per epoch?
+# 4. How does the scaling efficiency of your runs compare with the H200 reference, and why may it differ?
 
 # %% [markdown]
 # ## Summary
-# - ZeRO divides model states across ranks: stage 2 the gradients and optimizer states, stage 3 the
-#   parameters too: 2Ψ + 14Ψ/N bytes per GPU for stage 2, 16Ψ/N for stage 3 (Ψ parameters).
-# - What is not model states (activations, logits, buffers) stays on every rank: on 4 H200s the peak per
-#   GPU stopped falling at about 17 GiB for Qwen3-0.6B, and stage 3 ran at half stage 2's speed.
+# - ZeRO divides model states across ranks: stage 1 the optimizer states, stage 2 the gradients too, stage 3
+#   the parameters too: 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N bytes per GPU (Ψ parameters).
+# - What is not model states (activations, logits, buffers) stays on every rank, so the peak per GPU stops
+#   falling where those dominate; the reference table shows where that is for Qwen3-0.6B.
 # - Batch jobs: `sbatch slurm/multi_gpu.slurm` (one node) and `sbatch --nodes=N slurm/multi_node.slurm`
 #   (N nodes), with torchrun, srun or the deepspeed launcher, no ssh; results come back as `results.json`
 #   and into the same tables and plots (`workshop report runs/*` adds the scaling table).
