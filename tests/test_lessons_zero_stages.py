@@ -24,7 +24,8 @@ def _check(r):
         assert any(t.startswith(f"1. {s}:") and f"({d:+,.0f} MiB)" in t for t in text)
     ac = text[-1]
     saved, slower = peak(r["baseline_ac"])[0] < peak(r["baseline"])[0], speed(r["baseline_ac"])[0] < speed(r["baseline"])[0]
-    assert ("as expected" in ac) == (saved and slower)
+    assert ("as expected" in ac) == (saved and slower) and ("no measurable cost" in ac) == (saved and not slower)
+    assert ("saved no memory" in ac) == (not saved)
     assert not any(re.search(r"None|nan", t) for t in text)
     return text
 

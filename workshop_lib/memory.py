@@ -130,13 +130,17 @@ class MemorySampler:
         "train_begin" to "train_end"; the whole series where they are missing); gpu_peak_allocated_mib and
         gpu_peak_reserved_mib: torch.cuda.max_memory_allocated / max_memory_reserved since "train_begin";
         gpu_states_allocated_mib and host_states_rss_mib: at the "states" mark; setup_seconds: sampler start
-        to "train_begin"; train_begin_s, train_end_s: the marks on memory.csv's clock."""
+        to "train_begin"; train_begin_s, train_end_s: the marks on memory.csv's clock; gpu_allocated_at_start_mib:
+        torch allocated at the sampler's start, before this run put anything on the GPU (what else the process
+        holds; 0 for a run alone in its process)."""
         t0, t1 = self.marks.get("train_begin", 0.0), self.marks.get("train_end", float("inf"))
         window = [r for r in self.rows if t0 <= r["time_s"] <= t1] or self.rows
         gpu = {k: round(f(self.device) / MiB, 1) if self.gpu else None
                for k, f in (("gpu_peak_allocated_mib", torch.cuda.max_memory_allocated),
                             ("gpu_peak_reserved_mib", torch.cuda.max_memory_reserved))}
-        return summarize(window) | gpu | {"gpu_states_allocated_mib": None, "host_states_rss_mib": None} | \
+        start = self.rows[0]["torch_allocated_mib"] if self.rows else None  # held before this run began
+        return summarize(window) | gpu | {"gpu_allocated_at_start_mib": start} | \
+            {"gpu_states_allocated_mib": None, "host_states_rss_mib": None} | \
             self.states | {"setup_seconds": self.marks.get("train_begin"), "train_begin_s": self.marks.get("train_begin"),
                            "train_end_s": self.marks.get("train_end")}
 

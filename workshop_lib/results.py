@@ -72,6 +72,7 @@ class RunResults:
     num_params: int
     # Memory by phase, rank 0 (`memory.MemorySampler.summary`): set-up ends when training begins; the
     # states are read after the first optimizer step; peaks, means and minima are over the training window.
+    gpu_allocated_at_start_mib: float | None  # torch allocated before the run began (what else the process holds)
     setup_seconds: float | None  # sampler start (before the Trainer is built) to the first training step
     train_begin_s: float | None  # the training window on memory.csv's clock
     train_end_s: float | None
