@@ -557,6 +557,13 @@ def _stop_callback(stop_file: Path):
                 self.signum = asked
                 control.should_save = control.should_training_stop = True
 
+        def on_epoch_end(self, args, state, control, **kw):
+            # Stopped mid-epoch, the Trainer would evaluate the unfinished epoch before the checkpoint: that
+            # epoch's evaluation comes when the resumed run finishes it, so an interrupted run's evaluations
+            # are those of an uninterrupted one.
+            if self.signum and abs(state.epoch - round(state.epoch)) > 1e-6:
+                control.should_evaluate = False
+
     return StopAtStepBoundary()
 
 
