@@ -10,8 +10,9 @@ MiB = 2**20
 def speed(r: dict) -> tuple[float, str]:
     """(tokens/s, which): the steady-state figure (median step after warm-up) where the run has one, else the
     whole run's."""
-    if r.get("steady_train_tokens_per_second"):
-        return r["steady_train_tokens_per_second"], "steady-state"
+    steady = r.get("steady_train_tokens_per_second")
+    if steady is not None and steady == steady and steady > 0:  # neither missing nor NaN
+        return steady, "steady-state"
     return r["train_tokens_per_second"], "whole-run"
 
 
