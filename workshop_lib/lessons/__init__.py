@@ -147,6 +147,7 @@ def beside(df: pd.DataFrame, notebook: str, metrics: list[str], root: Path = REF
     `COURSE_RUNS`) with, after each metric, the reference run's value and its band: "113,220 ± 4%" (no band:
     no repeat measured). Rows without a reference show "n/a"."""
     ref = reference(notebook, root)
+    bands = {m: band(m, root) for m in metrics}  # each reads every run and repeat: once per metric, not per row
     rows = []
     for _, r in df.iterrows():
         name = Path(r["run_dir"]).name
@@ -154,7 +155,7 @@ def beside(df: pd.DataFrame, notebook: str, metrics: list[str], root: Path = REF
         for m in metrics:
             row[m] = _fmt(r.get(m), m)
             v = ref.at[name, m] if name in ref.index and m in ref else None
-            b = band(m, root)
+            b = bands[m]
             row[f"{m} (ref)"] = _fmt(v, m) + (f" ± {b:.0%}" if b is not None and pd.notna(v) else "")
         rows.append(row)
     return pd.DataFrame(rows)
