@@ -138,7 +138,7 @@ def answers(arith: pd.DataFrame, scaling: pd.DataFrame, ref: pd.DataFrame | None
                "launching, gloo) dominate and the ranks compete for the same cores"
                + (("; above 100% means the one-rank run was the slower to warm up, not that two ranks beat "
                    "linear speed-up") if any(v > 100 for v in eff.values()) else "")
-               + ". Steady-state figures need the GPU runs: the H200 reference below.")
+               + ". Steady-state figures need the GPU runs, such as the H200 reference.")
     else:
         why = (" Below 100%: the gradient all-reduce (ZeRO-2) and the parameter all-gathers (ZeRO-3) that one GPU "
                "did not need, and per-step synchronisation." if all(v < 100 for v in eff.values()) else
@@ -147,7 +147,8 @@ def answers(arith: pd.DataFrame, scaling: pd.DataFrame, ref: pd.DataFrame | None
     m = multi_node_row(df)
     peak = f"{m['peak memory per rank MiB']:,.0f} MiB ({m['memory']})" if m["peak memory per rank MiB"] is not None else "n/a"
     out.append(f"5. several nodes, from {m['source']}: {m['nodes (distinct hosts)']} host(s), {m['ranks']} ranks, "
-               f"{m['tokens/s']:,} tokens/s ({m['tokens/s against 1 rank']} the one-rank run of the same experiment), "
+               f"{m['tokens/s']:,} tokens/s ({m['tokens/s against 1 rank']} the one-rank run of the same experiment"
+               + ("" if gpu else "; CPU processes: not a scaling figure, see 4") + "), "
                f"peak per rank {peak} ({m['run']}). "
                + ("Between real nodes the gradients travel over the network (on GPUs NCCL over InfiniBand or Ethernet, "
                   "here " + ("NCCL" if gpu else "gloo over TCP") + "), slower than the links inside one node."
