@@ -59,7 +59,8 @@ results.plot_memory_over_time(df);
 #    and what does each cost in tokens/s (as a ratio)?
 # 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and
 #    how does that compare with the 12 expected (fp32 master weights and Adam's two moments)?
-# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed. Explain.
+# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak.
+#    Explain from each offload run's model states and its peak (without a GPU: from the reference runs).
 # 4. When would you use offload in practice?
 
 # %% [markdown]

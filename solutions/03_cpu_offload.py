@@ -57,7 +57,8 @@ results.plot_memory_over_time(df);
 #    and what does each cost in tokens/s (as a ratio)?
 # 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and
 #    how does that compare with the 12 expected (fp32 master weights and Adam's two moments)?
-# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed. Explain.
+# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak.
+#    Explain from each offload run's model states and its peak (without a GPU: from the reference runs).
 # 4. When would you use offload in practice?
 
 # %% tags=["solution"]
@@ -66,7 +67,7 @@ cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated
 display(Markdown(lessons.beside(df, NOTEBOOK, cols).to_markdown(index=False)))
 print(lessons.reference_note())
 runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ORDER}
-print("\n".join(answers.answers(runs)))
+print("\n".join(answers.answers(runs, answers.reference_runs(lessons.reference(NOTEBOOK)))))
 
 # %% [markdown]
 # ## Summary
