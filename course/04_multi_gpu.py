@@ -17,6 +17,8 @@
 
 # %%
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +26,8 @@ import torch
 from IPython.display import Markdown, display
 
 from workshop_lib import env, launch, lessons, memory, model, results
+from workshop_lib.lessons import multi_gpu as answers
+from workshop_lib.errors import WorkshopError
 
 display(Markdown(lessons.header("04_multi_gpu")))
 
@@ -69,11 +73,13 @@ arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "
 # grows, and towards what floor, the cell below computes from the arithmetic.
 
 # %%
+floor = {0: 16 * P, 1: 4 * P, 2: 2 * P, 3: 0}  # bytes per GPU as N grows without bound: what is not partitioned
 for stage, g in arith.groupby("zero_stage"):
     a1, a8 = g.set_index("GPUs")["16Ψ arithmetic MiB"][[1, 8]]
     print(f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
-          + ("" if a8 < a1 else ": nothing is partitioned"))
-#
+          + (f", towards {floor[stage] / MiB:,.0f} MiB with many GPUs" if a8 < a1 else ": nothing is partitioned"))
+
+# %% [markdown]
 # ## 2. Three ways to start the ranks
 #
 # Every rank needs `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, and the address of rank 0 (`MASTER_ADDR`,
@@ -111,12 +117,28 @@ print(common[common.index("# workshop_launch"):])
 # %%
 gpus = torch.cuda.device_count()
 # WORKSHOP_NOTEBOOK_SLURM=1 (on a cluster's login node): submit GPU jobs. Else ranks on this machine: one
-# per GPU with 2+ GPUs, or 2 CPU processes of the tiny model.
-use_slurm = os.environ.get("WORKSHOP_NOTEBOOK_SLURM") == "1" and launch.slurm_available()
+# per GPU with 2+ GPUs, or 2 CPU processes of the tiny model; where a SLURM cluster answers (and
+# WORKSHOP_NOTEBOOK_SLURM is not 0), the 2-rank ZeRO-2 run of the tiny model goes to it as a two-node job.
+flag = os.environ.get("WORKSHOP_NOTEBOOK_SLURM")
+use_slurm = flag == "1" and launch.slurm_available()
 on_gpus = use_slurm or gpus >= 2
+two_node_cpu = not on_gpus and flag != "0" and launch.slurm_available()
 sizes = [1, 2, 4] if use_slurm else ([n for n in (1, 2, 4) if n <= gpus] if on_gpus else [1, 2])
 extra = ["--max-steps", "16" if on_gpus else "4"] + ([] if on_gpus and not COMMON["tiny"] else ["--tiny"])
 extra += ["--random-weights"] if COMMON["random_weights"] else []
+
+
+def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | None = None) -> dict:
+    """`sbatch --nodes=2 slurm/multi_node.slurm EXPERIMENT ...` into `out`; waits for it (at most a minute in
+    the queue) and returns its results."""
+    shutil.rmtree(out, ignore_errors=True)  # the job resumes a run in its output directory: start afresh
+    job = launch.submit("multi_node", experiment, *extra, sbatch_options=("--nodes=2", *sbatch_options),
+                        env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())} | (env or {}))
+    r = launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=60)
+    print(f"{experiment} on 2 nodes: SLURM job {job}, ranks on {sorted({m['host'] for m in r['per_rank_memory']})}")
+    return r
+
+
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
@@ -124,50 +146,62 @@ for experiment in ["stage2", "stage3"]:
             job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
                                 env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
             r = launch.wait(job, "multi_gpu", output_dir=out)
+        elif two_node_cpu and experiment == "stage2" and n == 2:
+            try:  # one CPU process per node, the tiny model
+                r = two_node_job(experiment, out, "--gpus-per-node=0",
+                                 env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix})
+            except WorkshopError as e:
+                print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
+                r = launch.run_local(experiment, n, out, *extra, "--overwrite", env={"CUDA_VISIBLE_DEVICES": ""})
         else:
             r = launch.run_local(experiment, n, out, *extra, "--overwrite", env={} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""})
         print(f"{experiment} x{n}: finished, {out}/results.json")
+if use_slurm:  # every GPU of two nodes
+    two_node_job("stage2", RUNS / "stage2-2nodes")
 
 # %%
 df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
-results.plot_scaling(df);
 
 # %% [markdown]
-# For comparison, ZeRO-2, ZeRO-3 and ZeRO-3 + offload on 1, 2 and 4 GPUs of one host with 4 H200 (the
-# default recipe, Qwen3-0.6B with random weights, 24 steps, steady state; `docs/h200/README.md` has the
-# commands):
+# For comparison, the reference runs of the default recipe on one host with 4 H200 GPUs
+# (`docs/h200/default-x4/runs`, steady state; `docs/h200/README.md` has the commands). The cell prints which
+# experiments and GPU counts are on file.
 
 # %%
 reference = launch.ROOT / "docs" / "h200" / "default-x4" / "runs"
 ref = results.load_results(reference) if reference.exists() else None
+print(answers.reference_note(ref, reference.relative_to(launch.ROOT)))
 if ref is not None:
-    print(f"Reference: {ref['device'].iloc[0]}, {ref['model'].iloc[0]}, runs in {reference.relative_to(launch.ROOT)}")
     results.plot_scaling(ref);
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | experiment | ranks | global batch | tokens/s | tokens/s per rank | scaling efficiency | peak memory per rank MiB | DS estimate MiB |
+# | experiment | ranks | global batch | steady tokens/s | tokens/s per rank | scaling efficiency | peak memory per rank MiB | DS est. model states MiB |
 # | --- | --- | --- | --- | --- | --- | --- | --- |
 # | stage2 | 1 | | | | | | |
 # | stage2 | 2 | | | | | | |
 # | stage3 | 1 | | | | | | |
 # | stage3 | 2 | | | | | | |
 #
-# Several nodes: from the two-node batch job (`sbatch --nodes=2 slurm/multi_node.slurm stage2`, whose
-# results.json lists every rank's host in `per_rank_memory`), or, without a cluster, from the two-process run:
+# Several nodes: from the two-node run (`sbatch --nodes=2 slurm/multi_node.slurm stage2`; the cell above
+# submits it where a SLURM cluster answers; its results.json lists every rank's host in `per_rank_memory`),
+# or, without a cluster, from the two-process run on this machine:
 #
-# | run | nodes (distinct hosts) | ranks | tokens/s | peak memory per rank MiB |
-# | --- | --- | --- | --- | --- |
-# | | | | | |
+# | run | nodes (distinct hosts) | ranks | tokens/s | peak memory per rank MiB | tokens/s against 1 rank |
+# | --- | --- | --- | --- | --- | --- |
+# | | | | | | |
 #
-# 1. By the 16Ψ arithmetic, how many MiB of model states per GPU do ZeRO-2 and ZeRO-3 need for
-#    Qwen3-0.6B on 2 GPUs, and how much less than on 1?
-# 2. Did the measured peak per GPU fall by as much? What else is on the GPU?
-# 3. The global batch doubled from 1 to 2 GPUs. What would you change to keep it as on one GPU, and what
+# 1. By the 16Ψ arithmetic, how many MiB of model states per GPU would ZeRO-2 and ZeRO-3 need for
+#    Qwen3-0.6B on 16 GPUs (two nodes of 8), and what fraction of the one-GPU figure is that?
+# 2. From 1 rank to the most ranks you ran, did the measured peak per rank fall by as much as the
+#    arithmetic says the model states fall (for the model your runs trained)? What else is in memory?
+# 3. The global batch grew with the ranks. What would you change to keep it as on one rank, and what
 #    would that do to the number of optimizer steps per epoch?
 # 4. How does the scaling efficiency of your runs compare with the H200 reference, and why may it differ?
+# 5. Several nodes: how did the run with the most hosts compare with one rank of the same experiment, and
+#    what carries the gradients between the nodes?
 
 # %% [markdown]
 # ## Summary

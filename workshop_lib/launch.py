@@ -65,14 +65,24 @@ def submit(script: str, *args: str, sbatch_options: tuple[str, ...] = (), env: d
     return p.stdout.strip().split(";")[0]
 
 
-def wait(job_id: str, job_name: str, output_dir: str | os.PathLike | None = None, poll_s: float = 5.0) -> dict:
+def wait(job_id: str, job_name: str, output_dir: str | os.PathLike | None = None, poll_s: float = 5.0,
+         start_within_s: float | None = None) -> dict:
     """Wait for a job to leave the queue and return its results.json (in output_dir, by default the batch
-    scripts' runs/<job name>-<id>/).
+    scripts' runs/<job name>-<id>/). With `start_within_s`, a job still pending after that many seconds is
+    cancelled (scancel) and reported, instead of waiting for a busy cluster.
 
     Raises:
-        WorkshopError: the job ended without results; the message holds the end of logs/<name>-<id>.out.
+        WorkshopError: the job ended without results (the message holds the end of logs/<name>-<id>.out), or
+            it did not start within `start_within_s` seconds.
     """
-    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip():
+    start = time.monotonic()
+    while state := subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                                  text=True).stdout.strip():
+        if start_within_s is not None and state == "PENDING" and time.monotonic() - start > start_within_s:
+            subprocess.run(["scancel", job_id], capture_output=True)
+            raise WorkshopError(f"Job {job_id} had not started after {start_within_s:.0f} s (the cluster is busy "
+                                "or refuses its resources); cancelled.",
+                                "submit it from a terminal and let it wait in the queue, or run the ranks here.")
         time.sleep(poll_s)
     res = Path(output_dir or ROOT / "runs" / f"{job_name}-{job_id}") / "results.json"
     if not res.exists():
