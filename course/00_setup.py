@@ -145,5 +145,6 @@ estimates
 # ## Summary
 # - `workshop_lib` loads SQuAD (hub or bundled), builds the prompts and the loss mask, and builds models
 #   from the hub, with random weights, or tiny.
-# - Model states cost 16 bytes per parameter in mixed-precision Adam; ZeRO divides them across GPUs, offload
-#   moves them to the CPU. Activations come on top: the next notebooks measure them.
+# - Model states with Adam cost about 16 bytes per parameter: 2 + 2 + 12 in DeepSpeed's mixed precision,
+#   4 + 4 + 8 in the `Trainer` with autocast (plus transient 16-bit copies); ZeRO divides DeepSpeed's across
+#   GPUs, offload moves them to the CPU. Activations come on top: the next notebooks measure them.

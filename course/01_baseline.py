@@ -3,8 +3,8 @@
 #
 # **Learning goals**
 # - fine-tune a causal LM on SQuAD with the plain HF `Trainer`, and read its loss, eval loss and throughput;
-# - measure GPU memory three ways (NVML over time, PyTorch's peak allocation, DeepSpeed's estimate of the
-#   model states) and see that model states are only part of it;
+# - measure GPU memory three ways (NVML over time, PyTorch's peak allocation, the model states measured
+#   after the first step beside their estimate) and see that model states are only part of it;
 # - see what the original workshop's recipe (`classic`: pad to 512 tokens, fp16, loss on all tokens) costs
 #   against the default one (pad per batch, bf16, loss on the answer).
 #
@@ -113,7 +113,8 @@ results.plot_memory_and_throughput(df);
 # 3. Which recipe processes more *real* tokens per second (`steady_train_tokens_per_second`), and by how much?
 # 4. A quarter of the tokens per micro-batch x 4 against the whole budget x 1: what happened to the loss, to
 #    tokens/s and to the peak memory? Why?
-# 5. How many bytes per parameter are the measured model states of the baseline? Why not 16?
+# 5. How many bytes per parameter are the measured model states of the baseline? Is that the estimate's 16?
+#    Why (not)?
 # 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% [markdown]

@@ -4,8 +4,9 @@
 # **Learning goals**
 # - read a DeepSpeed config and know what each ZeRO stage partitions;
 # - run the same fine-tuning under ZeRO-1, -2 and -3 through the HF `Trainer`'s DeepSpeed integration;
-# - explain why, on **one** GPU, ZeRO saves almost no memory and costs speed, and why that changes with
-#   several GPUs (notebook 4).
+# - measure what each stage does on **one** GPU, where it has no other GPU to partition the model states
+#   across, and see why that changes with several GPUs (notebook 4);
+# - trade compute for activation memory with activation checkpointing.
 #
 # *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
 
@@ -83,14 +84,15 @@ results.plot_memory_over_time(ac);
 # | baseline_ac | | | | | | | |
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
-#    one GPU? How does that compare with the estimate of the model states?
+#    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
+#    peak allocated disagree, what makes the difference?
 # 2. Which stage is slowest, and why?
 # 3. Do the losses agree across stages? Should they?
 # 4. What did activation checkpointing save in memory, and what did it cost in tokens/s?
 
 # %% [markdown]
 # ## Summary
-# - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 each stage still holds everything,
-#   and the bookkeeping (buckets, gathers) costs time; your table shows how much on your machine.
+# - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 each stage still holds everything;
+#   what it costs or saves on one machine is in your table and the answers computed from it.
 # - ZeRO does not touch activations and logits; activation checkpointing trades compute for them.
 # - Two ways out for model states on one GPU: move them to the CPU (notebook 3), or add GPUs (notebook 4).
