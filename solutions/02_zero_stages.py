@@ -4,8 +4,8 @@
 # **Learning goals**
 # - read a DeepSpeed config and know what each ZeRO stage partitions;
 # - run the same fine-tuning under ZeRO-1, -2 and -3 through the HF `Trainer`'s DeepSpeed integration;
-# - measure what each stage does on **one** GPU, where it has no other GPU to partition the model states
-#   across, and see why that changes with several GPUs (notebook 4);
+# - measure what each stage saves in memory and costs in speed on **one** GPU, explain what you see, and
+#   predict what changes with several GPUs (notebook 4);
 # - trade compute for activation memory with activation checkpointing.
 
 # %%
@@ -99,7 +99,7 @@ print("\n".join(answers.answers(runs)))
 
 # %% [markdown]
 # ## Summary
-# - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 each stage still holds everything;
-#   what it costs or saves on one machine is in your table and the answers computed from it.
+# - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 there is no partner to share with:
+#   what does each stage still save, and what do its buckets and gathers cost? Your answers above say, for your run.
 # - ZeRO does not touch activations and logits; activation checkpointing trades compute for them.
 # - Two ways out for model states on one GPU: move them to the CPU (notebook 3), or add GPUs (notebook 4).
