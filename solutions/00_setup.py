@@ -140,20 +140,10 @@ estimates
 # | 3 | |
 
 # %% tags=["solution"]
+from workshop_lib.lessons import setup as setup_answers
+
 qwen, bloom = model.count_params(model.DEFAULT_MODEL), model.count_params(model.CLASSIC_MODEL)
-q = estimates[estimates.model == model.DEFAULT_MODEL]
-s0 = q[(q.zero_stage == 0) & (q.GPUs == 1)]["GPU MiB per GPU"].item()
-s3 = q[(q.zero_stage == 3) & (q.offload == "-") & (q.GPUs == 4)]["GPU MiB per GPU"].item()
-print(f"1. Qwen3-0.6B: {qwen['num_params']:,} parameters, largest tensor {qwen['largest_layer_params']:,} "
-      f"(the {qwen['vocab_size']:,} x {qwen['hidden_size']} embedding); BLOOM-560m: {bloom['num_params']:,}, "
-      f"largest {bloom['largest_layer_params']:,}: its {bloom['vocab_size']:,}-token multilingual vocabulary "
-      f"makes the embedding {bloom['largest_layer_params'] / bloom['num_params']:.0%} of the model.")
-print(f"2. stage 0, 1 GPU: {s0:,.0f} MiB; stage 3 on 4 GPUs: {s3:,.0f} MiB per GPU ({s3 / s0:.0%}).")
-s2 = q[(q.zero_stage == 2) & (q.offload == "-") & (q.GPUs == 1)]["GPU MiB per GPU"].item()
-print(f"3. stage 0: {s0:,.0f} MiB, stage 2: {s2:,.0f} MiB on one GPU"
-      + (". ZeRO partitions states across data-parallel GPUs; with one GPU there is nothing to divide by, so stage 2 "
-         "keeps what stage 0 keeps (only offload moves memory off a single GPU)." if s0 == s2 else
-         ": they differ, which the estimator's formula does not lead us to expect on one GPU; compare its arguments."))
+print("\n".join(setup_answers.answers(qwen, bloom, estimates, model.DEFAULT_MODEL)))
 
 # %% [markdown]
 # ## Summary

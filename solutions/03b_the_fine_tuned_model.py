@@ -189,14 +189,9 @@ table = pd.DataFrame(
            "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
     columns=["train loss", "last eval loss", "exact match", "F1"])
 display(table)
-total = files["MiB"].sum() * 2**20
-big = files.sort_values("MiB", ascending=False).iloc[0]
-print(f"1. {total / 2**20:,.1f} MiB for {zero3['num_params']:,} parameters: {total / zero3['num_params']:.1f} bytes "
-      f"per parameter. The largest file is {big.file} ({big.MiB * 2**20 / zero3['num_params']:.1f} bytes per "
-      "parameter): the optimizer's fp32 master weights and Adam's two moments; then model.safetensors, the "
-      "model's own copy.")
-print(f"2. From step {resume_step} of {resumed['global_steps']}: the kill cost only the steps after that "
-      "checkpoint (at most one here, with a checkpoint every step), not the whole run.")
+from workshop_lib.lessons import fine_tuned
+
+print("\n".join(fine_tuned.answers(files, zero3["num_params"], resume_step, resumed, zero3)))
 print("3. The Trainer writes trainer_state.json last, after DeepSpeed's shards (whose save ends with a barrier "
       "of all ranks), the schedule and the RNG states. Without it some shard may be half written: loading it "
       "would fail, or worse, silently mix the weights of two steps.")

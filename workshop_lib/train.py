@@ -578,6 +578,26 @@ def _gather_per_rank(summary: dict) -> list[dict]:
     return out
 
 
+def _release_zero3_globals() -> None:
+    """Drop the two module-level references through which DeepSpeed's ZeRO-3 (0.19.8) keeps a finished run's
+    model, and with it the optimizer's fp32 partitions, alive after `engine.destroy()`: the top module that
+    `DeepSpeedZeRoOffload` pushes on `parameter_offload.FWD_MODULE_STACK` and never pops, and the
+    `functools.lru_cache` on `PartitionedParameterCoordinator.__params_to_release`, whose keys are the
+    coordinator and its submodules. Without this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and
+    Adam moments allocated on the GPU for every later run in the same process (docs/h100/course/README.md)."""
+    try:
+        from deepspeed.runtime.zero import parameter_offload
+        from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
+    except ImportError:
+        return
+    parameter_offload.FWD_MODULE_STACK.clear()
+    fn = vars(PartitionedParameterCoordinator).get("_PartitionedParameterCoordinator__params_to_release")
+    cells = getattr(fn, "__closure__", None) or ()  # the lru_cache sits under DeepSpeed's NVTX wrapper
+    for f in (fn, *(c.cell_contents for c in cells)):
+        if hasattr(f, "cache_clear"):
+            f.cache_clear()
+
+
 def _release(trainer) -> None:
     """Free the engine, optimizer and GPU memory so the next experiment in the same kernel starts clean."""
     from accelerate.state import AcceleratorState
@@ -593,6 +613,7 @@ def _release(trainer) -> None:
         # (a baseline run, an evaluation) would build a DeepSpeed engine from it
         os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
         torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
+        _release_zero3_globals()
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
