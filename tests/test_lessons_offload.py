@@ -41,9 +41,10 @@ def test_answers_agree_with_the_h100_reference_runs():
     saved = {s: r[s]["gpu_peak_allocated_mib"] - r[f"{s}_offload"]["gpu_peak_allocated_mib"] for s in ("stage2", "stage3")}
     line = next(t for t in text if t.startswith("3."))
     assert line.startswith("3. Neither offload") == (max(saved.values()) <= 0)
-    for o in ("stage2_offload", "stage3_offload"):  # no gpu_allocated_at_start_mib in these runs
-        assert f"{r[o]['gpu_states_allocated_mib']:,.0f}" in line
-        assert f"{r[o]['gpu_peak_allocated_mib'] - r[o]['gpu_states_allocated_mib']:,.0f}" in line
+    for o in ("stage2_offload", "stage3_offload"):  # model states net of what the process held at the start
+        assert r[o]["gpu_allocated_at_start_mib"] is not None
+        assert f"{offload.states(r[o]):,.0f}" in line
+        assert f"{r[o]['gpu_peak_allocated_mib'] - offload.states(r[o]):,.0f}" in line
     d3 = r["stage3"]["gpu_peak_allocated_mib"] - r["stage2"]["gpu_peak_allocated_mib"]
     assert f"ZeRO-3 without offload peaked {d3:+,.0f} MiB from ZeRO-2's" in line
     assert ("outweighs the parameters that offload removes" in line) == (
@@ -51,15 +52,20 @@ def test_answers_agree_with_the_h100_reference_runs():
 
 
 def test_fallback_when_offload_did_not_lower_the_model_states():
-    """The H100 reference runs, once as measured (offload's model states did not fall: the fallback), once
-    with stage2's and stage2_offload's model states swapped (they fall: no fallback)."""
+    """The H100 reference runs, once as measured (offload's model states fell: no fallback), once with stage2's
+    and stage2_offload's model states swapped (the fallback, naming what the run began with), and once more
+    without gpu_allocated_at_start_mib (the fallback for runs that did not record it)."""
     r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
     one = next(t for t in _check(r) if t.startswith("1. stage2:"))
-    assert "did not record what the process held" in one
+    assert "Offload was expected" not in one
     k = "gpu_states_allocated_mib"
     r["stage2"][k], r["stage2_offload"][k] = r["stage2_offload"][k], r["stage2"][k]
     one = next(t for t in _check(r) if t.startswith("1. stage2:"))
-    assert "Offload was expected" not in one
+    assert "Offload was expected" in one and f"began with {r['stage2_offload']['gpu_allocated_at_start_mib']:,.0f} MiB" in one
+    for n in ("stage2", "stage2_offload"):
+        del r[n]["gpu_allocated_at_start_mib"]
+    one = next(t for t in _check(r) if t.startswith("1. stage2:"))
+    assert "did not record what the process held" in one
 
 
 def test_answers_agree_with_tiny_runs_on_this_machine(tiny_runs):
@@ -74,4 +80,4 @@ def test_answers_agree_with_tiny_runs_on_this_machine(tiny_runs):
     three = next(t for t in offload.answers(r, ref) if t.startswith("3."))
     assert three == "3. No GPU here, so no GPU memory was freed; on the GPU of the reference runs: " + \
         offload.compare_offloads(ref)[3:]
-    assert f"{ref['stage3_offload']['gpu_peak_allocated_mib'] - ref['stage3_offload']['gpu_states_allocated_mib']:,.0f}" in three
+    assert f"{ref['stage3_offload']['gpu_peak_allocated_mib'] - offload.states(ref['stage3_offload']):,.0f}" in three

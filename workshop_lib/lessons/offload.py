@@ -35,8 +35,8 @@ def _states_fell(s: str, r: dict[str, dict]) -> str:
             + (f"the run began with {held:,.0f} MiB held by earlier work in this process (subtracted), so what DeepSpeed "
                "keeps on the GPU for offload (gradient buckets, staging buffers) may outweigh what left." if held is not None else
                "its runs did not record what the process held when each began (gpu_allocated_at_start_mib), and "
-               "runs made one after another in one process can carry memory over (the H100 course reference runs "
-               "do: docs/h100/course/README.md)."))
+               "runs made one after another in one process could carry memory over (before this workshop freed what "
+               "DeepSpeed's ZeRO-3 keeps: docs/h100/course/README.md)."))
 
 
 def compare_offloads(r: dict[str, dict]) -> str:
