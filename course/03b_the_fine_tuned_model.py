@@ -28,6 +28,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from workshop_lib import checkpoint, env, evaluation, lessons
+from workshop_lib.lessons import fine_tuned
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
 from workshop_lib.train import run_experiment
@@ -72,8 +73,7 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
 last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
-files = pd.DataFrame([(str(f.relative_to(last)), f.stat().st_size / 2**20) for f in sorted(last.rglob("*"))
-                      if f.is_file()], columns=["file", "MiB"])
+files = fine_tuned.checkpoint_files(last)  # every file, its size in MiB
 files
 
 # %% [markdown]

@@ -26,6 +26,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from workshop_lib import checkpoint, env, evaluation, lessons
+from workshop_lib.lessons import fine_tuned
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
 from workshop_lib.train import run_experiment
@@ -70,8 +71,7 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
 last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
-files = pd.DataFrame([(str(f.relative_to(last)), f.stat().st_size / 2**20) for f in sorted(last.rglob("*"))
-                      if f.is_file()], columns=["file", "MiB"])
+files = fine_tuned.checkpoint_files(last)  # every file, its size in MiB
 files
 
 # %% [markdown]
@@ -189,8 +189,6 @@ table = pd.DataFrame(
            "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
     columns=["train loss", "last eval loss", "exact match", "F1"])
 display(table)
-from workshop_lib.lessons import fine_tuned
-
 print("\n".join(fine_tuned.answers(files, zero3["num_params"], resume_step, resumed, zero3)))
 print("3. The Trainer writes trainer_state.json last, after DeepSpeed's shards (whose save ends with a barrier "
       "of all ranks), the schedule and the RNG states. Without it some shard may be half written: loading it "

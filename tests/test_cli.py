@@ -252,8 +252,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     from workshop_lib.lessons import fine_tuned
 
     final = checkpoint.find_checkpoints(out)[0][-1]  # the resumed run rotated `last` out (save_total_limit)
-    files = pd.DataFrame([(str(f.relative_to(final)), f.stat().st_size / 2**20) for f in final.rglob("*") if f.is_file()],
-                         columns=["file", "MiB"])
+    files = fine_tuned.checkpoint_files(final)
     a = fine_tuned.answers(files, r["num_params"], n, r, ref)
     big = files.sort_values("MiB").iloc[-1].file
     assert f"The largest file is {big}" in a[0] and "optim_states" in big and "master weights" in a[0]

@@ -3,6 +3,8 @@ run and the run killed and resumed (results.json dicts)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 MiB = 2**20
@@ -18,12 +20,19 @@ def holds(file: str) -> str:
     return next((v for k, v in HOLDS.items() if k in file), "a file the table above does not explain")
 
 
+def checkpoint_files(ckpt: str | Path) -> pd.DataFrame:
+    """Every file of a checkpoint directory: columns file (path relative to `ckpt`) and MiB, in path order."""
+    ckpt = Path(ckpt)
+    return pd.DataFrame([(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*"))
+                         if f.is_file()], columns=["file", "MiB"])
+
+
 def answers(files: pd.DataFrame, num_params: int, resume_step: int, resumed: dict, uninterrupted: dict) -> list[str]:
     """Answers to 03b's exercises 1 and 2: `files` (columns file, MiB: the last checkpoint's files), the
     checkpoint `resume_step` the killed run resumed from, and the resumed and uninterrupted runs' results."""
-    total = files["MiB"].sum() * MiB
+    total = files["MiB"].sum()
     big = files.sort_values("MiB", ascending=False).iloc[0]
-    out = [f"1. {total / MiB:,.1f} MiB for {num_params:,} parameters: {total / num_params:.1f} bytes per parameter. "
+    out = [f"1. {total:,.1f} MiB for {num_params:,} parameters: {total * MiB / num_params:.1f} bytes per parameter. "
            f"The largest file is {big.file} ({big.MiB * MiB / num_params:.1f} bytes per parameter): {holds(big.file)}."]
     steps = resumed["global_steps"]
     redone = steps - resume_step
