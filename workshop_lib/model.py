@@ -24,7 +24,7 @@ from .errors import WorkshopError
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
 CONFIG_DIR = Path(__file__).parent / "configs" / "models"
-SHIPPED_CONFIGS = {"Qwen/Qwen3-0.6B": CONFIG_DIR / "Qwen3-0.6B.json",
+SHIPPED_CONFIGS = {**{f"Qwen/Qwen3-{s}": CONFIG_DIR / f"Qwen3-{s}.json" for s in ("0.6B", "1.7B", "4B", "8B")},
                    "bigscience/bloom-560m": CONFIG_DIR / "bloom-560m.json"}
 TINY_VOCAB, LOCAL_VOCAB = 4096, 32000
 # Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.35M parameters with a 4096-token vocabulary.
