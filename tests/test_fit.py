@@ -1,0 +1,174 @@
+"""workshop_lib.fit, the "will it fit?" estimate: its model states against DeepSpeed's estimators called here,
+its activations against the paper's formula and a count by hand, its verdicts and advice against its own
+numbers, its errors, and the explorer widget. Fast: parameter counts on the meta device, no training."""
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # before matplotlib is imported: no display needed
+
+import matplotlib.pyplot as plt
+import pytest
+from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+from workshop_lib.errors import WorkshopError
+from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, explorer, layer_activation_bytes,
+                              model_shape, plot, qwen3_constants, smallest_fix)
+from workshop_lib.model import count_params
+
+MiB = 2**20
+H100 = GPUS["H100 80GB"]
+
+
+@pytest.mark.parametrize("model, zero_stage, offload, gpus_per_node, nodes", [
+    ("Qwen/Qwen3-4B", 3, "cpu", 1, 1),  # the workshop's stage3_offload: optimizer and parameters on the CPU
+    ("Qwen/Qwen3-8B", 3, "none", 2, 1),
+    ("Qwen/Qwen3-1.7B", 2, "none", 4, 2),
+    ("Qwen/Qwen3-1.7B", 2, "cpu", 4, 2),  # stage 2 offloads the optimizer only
+])
+def test_model_states_are_deepspeeds_estimate(model, zero_stage, offload, gpus_per_node, nodes):
+    p = count_params(model)
+    if zero_stage == 3:
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
+            p["num_params"], p["largest_layer_params"], gpus_per_node, nodes,
+            cpu_offload=offload == "cpu", cpu_offload_params=offload == "cpu")
+    else:
+        cpu, gpu = estimate_zero2_model_states_mem_needs(p["num_params"], gpus_per_node, nodes,
+                                                         cpu_offload=offload == "cpu")
+    est = estimate(model, zero_stage, offload, gpus_per_node, nodes)
+    assert est["num_params"] == p["num_params"]
+    assert (est["model_states_gpu_mib"], est["model_states_cpu_mib"]) == (round(gpu / MiB, 1), round(cpu / MiB, 1))
+    assert est["estimator"] == f"estimate_zero{zero_stage}_model_states_mem_needs"
+
+
+def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme():
+    p = count_params("Qwen/Qwen3-8B")
+    cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p["num_params"], p["largest_layer_params"], 1, 1)
+    est = estimate("Qwen/Qwen3-8B", 3, "nvme")
+    assert est["model_states_gpu_mib"] == round(gpu / MiB, 1) == round(4 * 622_329_856 / MiB, 1)  # the LM head, fp32
+    assert est["nvme_mib"] == round(cpu / MiB, 1) and est["model_states_cpu_mib"] is None  # host: not estimated
+
+
+def test_layer_activations_are_the_papers_eq1():
+    # Korthikanti et al. 2022, eq. 1, for GPT-3 175B (s=2048, h=12288, a=96), one sequence:
+    # s·b·h = 2048 x 12288 = 25,165,824; 34 + 5·a·s/h = 34 + 5 x 96 x 2048 / 12288 = 34 + 80 = 114.
+    assert layer_activation_bytes(2048, 1, 12288, 96, flash_attention=False) == 25_165_824 * 114
+    assert layer_activation_bytes(2048, 1, 12288, 96, flash_attention=True) == 25_165_824 * 34  # no a·s·s scores
+
+
+def test_qwen3_4b_activations_by_hand():
+    # Qwen3-4B: h=2560, 32 query heads and 8 key/value heads of 128 (widths 4096 and 1024), MLP 9728, 36 layers.
+    # Bytes per token per layer, tensor by tensor, as transformers' Qwen3 keeps them (seen on an H100):
+    norms = 2 * (4 * 2560 + 2 * 2560 + 2 * 2560)  # fp32 input, bf16 normalised, weighted output: 40,960
+    qk_norms = (4 + 2) * 4096 + (4 + 2) * 1024  # fp32 input and bf16 normalised: 30,720
+    sdpa = 2 * 4096 + 2 * 1024 + 2 * 1024 + 2 * 4096 + 4 * 32  # Q, K, V, output, fp32 logsumexp: 20,608
+    mlp = 4 * 2 * 9728  # gate output, SiLU output, up output, down_proj input: 77,824
+    per_token = norms + qk_norms + sdpa + mlp
+    assert per_token == 170_112
+    shape = model_shape("Qwen/Qwen3-4B")
+    assert qwen3_constants(shape, flash_attention=True) == (per_token / 2560, 6)
+    tokens = 2 * 4096  # micro-batch 2 of 4096 tokens
+    final_norm = 8 * tokens * 2560
+    est = estimate("Qwen/Qwen3-4B", train_micro_batch_size_per_gpu=2, max_length=4096)
+    assert est["activations_gpu_mib"] == round((36 * per_token * tokens + final_norm) / MiB, 1)  # 48,004 MiB
+    # Checkpointing keeps each layer's bf16 input, and recomputes one layer at a time in the backward pass.
+    ckpt = estimate("Qwen/Qwen3-4B", train_micro_batch_size_per_gpu=2, max_length=4096, activation_checkpointing=True)
+    assert ckpt["activations_gpu_mib"] == round((36 * 2 * tokens * 2560 + per_token * tokens + final_norm) / MiB, 1)
+    # Eager attention: Q copied, K and V repeated to all 32 heads, o_proj's input; fp32 softmax + its bf16 copy.
+    eager = norms + qk_norms + 4 * 2 * 4096 + mlp + (4 + 2) * 32 * 4096
+    est = estimate("Qwen/Qwen3-4B", max_length=4096, flash_attention=False)
+    assert est["activations_gpu_mib"] == round((36 * eager * 4096 + 8 * 4096 * 2560) / MiB, 1)
+    # Logits: 2 bytes bf16 + 4 bytes fp32 per vocabulary entry, for every token or for the labelled 3%.
+    assert est["logits_gpu_mib"] == round(4096 * 151_936 * 6 * LABELLED_FRACTION / MiB, 1)
+    assert estimate(logits_on="all")["logits_gpu_mib"] == round(4096 * 151_936 * 6 / MiB, 1)  # 3,561 MiB
+
+
+def test_verdicts_follow_from_the_numbers():
+    trainer = estimate("Qwen/Qwen3-8B", zero_stage=None, offload="none")
+    assert trainer["model_states_gpu_mib"] == round(16 * 8_190_735_360 / MiB, 1) == 124_980.7  # 122 GiB
+    assert trainer["model_states_gpu_mib"] > H100 and not trainer["fits"]
+    offload = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu")
+    total = offload["model_states_gpu_mib"] + offload["activations_gpu_mib"] + offload["logits_gpu_mib"]
+    assert offload["total_gpu_mib"] == pytest.approx(total, abs=0.1) and total < H100 and offload["fits"]
+    assert offload["headroom_mib"] == pytest.approx(H100 - total, abs=0.1)
+    assert offload["model_states_cpu_mib"] == round(18 * 1.5 * 8_190_735_360 / MiB, 1)  # DeepSpeed's host column
+    small_host = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu", host_memory_mib=100_000)
+    assert small_host["total_gpu_mib"] == offload["total_gpu_mib"] and not small_host["fits"]
+
+
+def test_explain_proposes_the_first_rung_that_fits_and_estimate_confirms_it():
+    est = estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none")
+    assert not est["fits"] and not estimate("Qwen/Qwen3-8B", zero_stage=3, offload="none")["fits"]
+    fix = smallest_fix(est)
+    assert fix["change"] == "ZeRO-3 + CPU offload" and estimate(**fix["config"])["fits"]
+    text = explain(est)
+    assert "does not fit" in text and f"Smallest change that fits: {fix['change']}" in text
+    alt = text.split("without offload's slower steps, ")[1]  # ZeRO-3 on more GPUs, also confirmed
+    assert alt.startswith("ZeRO-3 on 4 x H100 80GB") and estimate("Qwen/Qwen3-8B", 3, "none", 4)["fits"]
+    assert not estimate("Qwen/Qwen3-8B", 3, "none", 2)["fits"]
+    # Further up: an 8 GB GPU needs activation checkpointing too; a small host needs more nodes.
+    laptop = smallest_fix(estimate("Qwen/Qwen3-8B", 3, "cpu", gpu="laptop GPU 8GB"))
+    assert laptop["config"]["activation_checkpointing"] and laptop["estimate"]["total_gpu_mib"] <= 8192
+    host = smallest_fix(estimate("Qwen/Qwen3-8B", 3, "cpu", host_memory_mib=100_000))
+    assert host["change"] == "ZeRO-3 + CPU offload on 4 nodes x 8 x H100 80GB"
+    assert host["estimate"]["model_states_cpu_mib"] <= 100_000
+    fits = explain(estimate("Qwen/Qwen3-4B"))
+    assert fits.startswith("Qwen/Qwen3-4B with ZeRO-3 + CPU offload on 1 x H100 80GB fits") and "to spare" in fits
+
+
+def test_check_fits_raises_with_the_numbers_and_the_fix():
+    est = estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none")
+    with pytest.raises(WorkshopError) as e:
+        check_fits(model="Qwen/Qwen3-8B", zero_stage=2, offload="none")
+    fix = smallest_fix(est)
+    assert str(e.value) == (
+        f"Qwen/Qwen3-8B with ZeRO-2 needs ~{est['total_gpu_mib']:,.0f} MiB per GPU (model states "
+        f"{est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f} + logits "
+        f"{est['logits_gpu_mib']:,.0f}), the H100 80GB has 81,559 MiB.\n"
+        f"To fix: ZeRO-3 + CPU offload fits (~{fix['estimate']['total_gpu_mib']:,.0f} MiB per GPU).")
+    assert check_fits(model="Qwen/Qwen3-8B", zero_stage=3, offload="cpu")["fits"]
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"zero_stage": 2, "offload": "nvme"}, "needs ZeRO-3"),
+    ({"zero_stage": 1, "offload": "nvme"}, "needs ZeRO-3"),
+    ({"zero_stage": None, "offload": "cpu"}, "HF Trainer alone offloads nothing"),
+    ({"zero_stage": 0, "offload": "cpu"}, "ZeRO-0 offloads nothing"),
+    ({"zero_stage": 4}, "not an option"),
+    ({"offload": "disk"}, "not an option"),
+    ({"model": "gpt2"}, "Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-4B, Qwen/Qwen3-8B"),
+    ({"gpu": "H100"}, "H100 80GB"),
+    ({"max_length": 0}, "max_length=0"),
+    ({"train_micro_batch_size_per_gpu": -1}, "train_micro_batch_size_per_gpu=-1"),
+    ({"gpus_per_node": 0}, "gpus_per_node=0"),
+    ({"nodes": 0}, "nodes=0"),
+    ({"host_memory_mib": 0}, "host_memory_mib=0"),
+])
+def test_impossible_input_raises_workshop_error(kw, says):
+    with pytest.raises(WorkshopError) as e:
+        estimate(**kw)
+    assert says in str(e.value) and "\nTo fix: " in str(e.value)
+
+
+def test_plot_without_widgets():
+    ax = plot(estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none"))
+    assert "GiB" in ax.get_xlabel() and "does not fit" in ax.get_title()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["each GPU", "host, per node"]
+    plt.close(ax.figure)
+
+
+def test_explorer_builds_and_rerenders(capsys):
+    ui = explorer()  # renders once when built
+    assert explain(estimate()) in capsys.readouterr().out
+    ui.controls["model"].value = "Qwen/Qwen3-8B"
+    assert explain(estimate("Qwen/Qwen3-8B")) in capsys.readouterr().out
+    ui.controls["zero_stage"].value = 2
+    ui.controls["offload"].value = "nvme"  # impossible: the message, not a traceback
+    out = capsys.readouterr().out
+    assert "needs ZeRO-3" in out and "\nTo fix: " in out
+    ui.controls["offload"].value = "none"
+    ui.controls["zero_stage"].value = "none"
+    ui.controls["activation_checkpointing"].value = True
+    out = capsys.readouterr().out
+    assert explain(estimate("Qwen/Qwen3-8B", None, "none", activation_checkpointing=True)) in out
+    assert plt.get_fignums() == []  # each render closed its figure

@@ -1,0 +1,371 @@
+"""Will it fit? One GPU's memory for a fine-tuning run, estimated before the run: model states (DeepSpeed's
+estimators), activations (Korthikanti et al. 2022, counted for Qwen3) and logits, against the GPU's memory;
+and an ipywidgets explorer over it (introduced in `03c_models_that_do_not_fit`).
+
+    est = estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none")  # est["fits"] False, est["total_gpu_mib"]
+    explain(est)        # the verdict, and the smallest change up the ladder that fits
+    check_fits(model="Qwen/Qwen3-8B", zero_stage=3)  # raises WorkshopError with the numbers and the fix
+    display(explorer())
+
+All sizes are MiB (2**20 bytes), per GPU unless said per node. Not counted: the CUDA context and libraries'
+workspaces (about 0.5-1 GiB), the caching allocator's fragmentation, transient tensors of the backward pass,
+and ZeRO-3's gathered layers and prefetch buckets beyond DeepSpeed's own estimate: keep a few GiB of headroom.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .errors import WorkshopError
+from .memory import MiB, estimate_model_states
+from .model import SHIPPED_CONFIGS, architecture_config, count_params
+
+MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
+OFFLOADS = ("none", "cpu", "nvme")
+# Total memory as `nvidia-smi --query-gpu=memory.total` prints it, MiB. H100 (80GB HBM3) and H200: read with
+# nvidia-smi on the course's machines. RTX 4090, L40S: nvidia-smi logs in GitHub issues RLinf/RLinf#255 and
+# akash-network/provider-configs#99. A100 80GB: an A800-SXM4-80GB's (the same board) in dexmal/dexbotic#41;
+# A100 40GB: 40 GiB by the same rule, not checked. Laptop GPU: a nominal 8 GiB. CUDA can allocate a little
+# less (the driver keeps some; the CUDA context takes ~0.5 GiB).
+GPUS = {"H200 141GB": 143771, "H100 80GB": 81559, "A100 80GB": 81920, "A100 40GB": 40960, "L40S 48GB": 46068,
+        "RTX 4090 24GB": 24564, "laptop GPU 8GB": 8192}
+# Share of tokens whose logits are computed with logits_on "labelled" (the answers): 54,161 of the bundled
+# SQuAD train set's 2,000,334 tokens = 2.7% (docs/h100/bench/runs/default/results.json), rounded up.
+LABELLED_FRACTION = 0.03
+PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
+
+
+@functools.lru_cache(maxsize=None)
+def model_shape(model: str) -> dict:
+    """`count_params(model)` plus the widths the activations depend on (cached: each model is counted on the
+    meta device once per process). Keys: num_params, largest_layer_params, num_layers, hidden_size,
+    vocab_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size."""
+    c = architecture_config(model)
+    return count_params(model) | {k: getattr(c, k) for k in (
+        "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")}
+
+
+def layer_activation_bytes(s: int, b: int, h: int, a: int, constants=PAPER_CONSTANTS, flash_attention=True) -> float:
+    """Bytes one transformer layer keeps for its backward pass, Korthikanti et al. 2022 ("Reducing Activation
+    Recomputation in Large Transformer Models"), eq. 1: s·b·h·(C + S·a·s/h), s tokens per sequence, b sequences,
+    h hidden size, a attention heads; (C, S) = (34, 5) for the paper's GPT block. Flash attention (and SDPA's
+    flash kernel) keeps no a x s x s attention scores, so the S term drops."""
+    c, score = constants
+    return s * b * h * (c + (0 if flash_attention else score * a * s / h))
+
+
+def qwen3_constants(shape: dict, flash_attention: bool = True) -> tuple[float, float]:
+    """(C, S) of eq. 1 for a Qwen3 block, counted tensor by tensor as the paper's section 4.1 counts a GPT
+    block, for transformers' own Qwen3 code with bf16 weights (as DeepSpeed trains it). The paper's 34 assumes
+    a 4h GeLU MLP, LayerNorm, dropout and full multi-head attention; Qwen3 has a SwiGLU MLP of width
+    intermediate_size, RMSNorm (computed in fp32) also on queries and keys, grouped-query attention (fewer
+    key/value heads) and no dropout. C is about 66.5 for Qwen3-4B and 52.5 for -8B with flash attention.
+    Checked on one H100 (torch 2.11, transformers 5.17, 1 and 3 random bf16 layers, s = 4096, memory allocated
+    by the forward pass): 66.6·h (4B) and 52.6·h (8B) bytes per token per layer with SDPA (its flash kernel
+    keeps what flash_attention_2 keeps: Q, K, V, output, logsumexp), 378.5·h and 247.5·h with eager attention:
+    these counts to 0.3%. torch.compile'd blocks (the default recipe at stages 0-2) kept 42.3·h and 32.9·h, so
+    for them the estimate is ~1.6x high. The HF Trainer alone (fp32 weights, bf16 autocast) keeps its norms'
+    tensors in fp32: more than this count (not measured)."""
+    h, i, a = shape["hidden_size"], shape["intermediate_size"], shape["num_attention_heads"]
+    q, kv = a * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]  # query and key/value widths
+    # Bytes per token. Each of the 2 RMSNorms: its input upcast to fp32 (4h), the normalised bf16 copy (2h) and
+    # the weighted output, the next projections' input (2h).
+    norms = 2 * (4 + 2 + 2) * h
+    # q_norm and k_norm: fp32 input and bf16 normalised copy (4 + 2 bytes); RoPE's products keep only cos, sin.
+    qk_norms = 6 * q + 6 * kv
+    if flash_attention:  # Q, K, V after RoPE (2q + 2kv + 2kv), the output = o_proj's input (2q), fp32 logsumexp (4a)
+        attention = 4 * q + 4 * kv + 4 * a
+    else:  # a copy of Q, K and V repeated to all a heads (repeat_kv), o_proj's input: 4 x 2q
+        attention = 8 * q
+    mlp = 8 * i  # SiLU input (gate output) 2i, SiLU output and up output 2i + 2i, down_proj's input 2i
+    # Eager attention's scores, per token: the fp32 softmax output (4·a·s) and its bf16 copy (2·a·s); the
+    # paper's 5 is softmax output 2 + dropout mask 1 + dropout output 2.
+    return (norms + qk_norms + attention + mlp) / h, 6
+
+
+def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
+                     activation_checkpointing=False) -> tuple[float, str]:
+    """(bytes of activations on one GPU, the formula as a string) for a micro-batch of b sequences of s tokens.
+    Without checkpointing: every layer's eq. 1. With it (paper sections 4-5, full recomputation): each layer
+    keeps only its input, 2·s·b·h, and the backward pass recomputes one layer at a time, adding one layer's
+    full activations. Both add the final RMSNorm, 8·s·b·h. Data parallelism does not shrink activations."""
+    L, h, a = shape["num_layers"], shape["hidden_size"], shape["num_attention_heads"]
+    consts = qwen3_constants(shape, flash_attention)
+    layer = layer_activation_bytes(s, b, h, a, consts, flash_attention)
+    per_layer = f"s·b·h·({consts[0]:.1f}" + ("" if flash_attention else f" + 6·a·s/h, a={a}") + ")"
+    if activation_checkpointing:
+        total, formula = L * 2 * s * b * h + layer, f"{L} x 2·s·b·h + {per_layer} + 8·s·b·h"
+    else:
+        total, formula = L * layer, f"{L} x {per_layer} + 8·s·b·h"
+    attn = "flash attention" if flash_attention else "eager attention"
+    return total + 8 * s * b * h, f"{formula}, s={s} b={b} h={h} (Korthikanti et al. 2022 eq. 1, Qwen3, {attn})"
+
+
+def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, **sizes) -> None:
+    if model not in MODELS:
+        raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
+    if gpu not in GPUS:
+        raise WorkshopError(f"Unknown GPU {gpu!r}.", f"use one of {', '.join(GPUS)}, or add yours to fit.GPUS "
+                            "(MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).")
+    if zero_stage not in (None, 0, 1, 2, 3) or offload not in OFFLOADS or logits_on not in ("all", "labelled"):
+        raise WorkshopError(f"zero_stage={zero_stage!r}, offload={offload!r}, logits_on={logits_on!r}: not an option.",
+                            "zero_stage None (HF Trainer), 0, 1, 2 or 3; offload 'none', 'cpu' or 'nvme'; "
+                            "logits_on 'all' or 'labelled'.")
+    if offload != "none" and zero_stage in (None, 0):
+        who = "The HF Trainer alone" if zero_stage is None else "ZeRO-0"
+        raise WorkshopError(f"{who} offloads nothing: offload needs a ZeRO stage that partitions the optimizer "
+                            "states.", "use zero_stage 1, 2 or 3 with offload='cpu', or offload='none'.")
+    if offload == "nvme" and zero_stage != 3:
+        raise WorkshopError(f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer "
+                            "to the CPU only.", "use zero_stage=3 with offload='nvme', or offload='cpu'.")
+    for name, v in (sizes | ({} if host_memory_mib is None else {"host_memory_mib": host_memory_mib})).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1:
+            raise WorkshopError(f"{name}={v!r}: must be a positive number.", f"give {name} as 1 or more.")
+
+
+def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: str = "cpu", gpus_per_node: int = 1,
+             nodes: int = 1, train_micro_batch_size_per_gpu: int = 1, max_length: int = 4096,
+             activation_checkpointing: bool = False, logits_on: str = "labelled", gpu: str = "H100 80GB",
+             host_memory_mib: float | None = None, flash_attention: bool = True) -> dict:
+    """Memory per GPU (and per node's host) of fine-tuning `model` with Adam, in MiB rounded to 0.1.
+
+    Args:
+        model: one of `MODELS` (the Qwen3 models whose configs ship; counted on the meta device).
+        zero_stage: None (HF Trainer alone, torch AdamW: 16 bytes/param on the GPU), 0, 1, 2 or 3.
+        offload: "none"; "cpu" (the optimizer states to the CPU, at stage 3 the parameters too, as the
+            workshop's stage3_offload does); "nvme" (stage 3 only: the same GPU side as "cpu", the offloaded
+            states on NVMe; the host's pinned buffers are not estimated, model_states_cpu_mib None).
+        gpus_per_node, nodes: the data-parallel world; ZeRO partitions model states over all of it.
+        train_micro_batch_size_per_gpu, max_length: b sequences of s tokens per forward pass (padded to s).
+        activation_checkpointing: recompute each layer's activations in the backward pass.
+        logits_on: "all": s·b·vocab logits in bf16 (2 bytes) and their fp32 upcast for the loss (4);
+            "labelled" (the workshop's default: the LM head only where the loss has a target): the same for
+            `LABELLED_FRACTION` (3%) of the tokens.
+        gpu: a key of `GPUS`. host_memory_mib: the node's memory, to check the offloaded states against.
+        flash_attention: flash attention or SDPA's flash kernel (the workshop's default), else eager.
+
+    Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
+    DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
+    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib,
+    fits (total within the GPU's memory, and the host states within host_memory_mib when given), estimator,
+    activation_formula, and config (the arguments, for `explain`).
+
+    Raises:
+        WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
+            a size below 1.
+    """
+    config = dict(locals())  # the arguments, for explain and smallest_fix
+    _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, gpus_per_node=gpus_per_node, nodes=nodes,
+           train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)
+    shape = model_shape(model)
+    offloads = offload != "none"  # the optimizer states; at stage 3 the parameters too (stage3_offload)
+    states = estimate_model_states(shape["num_params"], shape["largest_layer_params"], zero_stage,
+                                   offload_optimizer=offloads, offload_param=offloads and zero_stage == 3,
+                                   num_gpus_per_node=gpus_per_node, num_nodes=nodes)
+    gpu_states, cpu_states = states["estimated_model_states_gpu_mib"], states["estimated_model_states_cpu_mib"]
+    nvme = None
+    if offload == "nvme":  # DeepSpeed's CPU column of the CPU-offload estimate: the states NVMe holds instead
+        nvme, cpu_states = cpu_states, None
+    s, b = max_length, train_micro_batch_size_per_gpu
+    act, formula = activation_bytes(shape, s, b, flash_attention, activation_checkpointing)
+    logits = s * b * shape["vocab_size"] * (2 + 4) * (1 if logits_on == "all" else LABELLED_FRACTION)
+    total = gpu_states + act / MiB + logits / MiB
+    memory = GPUS[gpu]
+    host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
+    return {"num_params": shape["num_params"], "model_states_gpu_mib": gpu_states, "model_states_cpu_mib": cpu_states,
+            "nvme_mib": nvme, "activations_gpu_mib": round(act / MiB, 1), "logits_gpu_mib": round(logits / MiB, 1),
+            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "fits": total <= memory and host_ok,
+            "headroom_mib": round(memory - total, 1), "estimator": states["estimator"], "activation_formula": formula,
+            "config": config}
+
+
+def setup(config: dict, where: bool = False) -> str:
+    """The run's memory setup in words: "ZeRO-3 + CPU offload + activation checkpointing[ on 2 x H100 80GB]"."""
+    c = config
+    s = ("HF Trainer (torch AdamW)" if c["zero_stage"] is None else f"ZeRO-{c['zero_stage']}") + \
+        {"none": "", "cpu": " + CPU offload", "nvme": " + NVMe offload"}[c["offload"]] + \
+        (" + activation checkpointing" if c["activation_checkpointing"] else "")
+    gpus = f"{c['nodes']} nodes x {c['gpus_per_node']}" if c["nodes"] > 1 else str(c["gpus_per_node"])
+    return s + (f" on {gpus} x {c['gpu']}" if where else "")
+
+
+# Up the ladder one rung at a time; a rung never takes back what the run has (a higher stage, offload,
+# checkpointing). Then each rung on more GPUs, then smaller micro-batches and sequences on the top rung.
+LADDER = [{"zero_stage": 2}, {"zero_stage": 3}, {"zero_stage": 3, "offload": "cpu"},
+          {"zero_stage": 3, "offload": "cpu", "activation_checkpointing": True}]
+WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
+
+
+def _up(config: dict, rung: dict) -> dict:
+    c = dict(config)
+    c["zero_stage"] = max(c["zero_stage"], rung["zero_stage"], key=lambda z: -1 if z is None else z)
+    c["offload"] = rung.get("offload", "none") if c["offload"] == "none" else c["offload"]
+    c["activation_checkpointing"] = c["activation_checkpointing"] or rung.get("activation_checkpointing", False)
+    return c
+
+
+def _first_fit(config: dict, candidates) -> dict | None:
+    for c in candidates:
+        if c != config and (e := estimate(**c))["fits"]:
+            world = (c["gpus_per_node"], c["nodes"]) != (config["gpus_per_node"], config["nodes"])
+            b, s = c["train_micro_batch_size_per_gpu"], c["max_length"]
+            smaller = (b, s) != (config["train_micro_batch_size_per_gpu"], config["max_length"])
+            return {"change": setup(c, where=world) + (f", micro-batch {b} x {s} tokens" if smaller else ""),
+                    "config": c, "estimate": e}
+    return None
+
+
+def _more_gpus(configs: list[dict]) -> list[dict]:
+    c = configs[0]
+    return [dict(r, gpus_per_node=g, nodes=n) for g, n in WORLDS
+            if g * n > c["gpus_per_node"] * c["nodes"] and g >= c["gpus_per_node"] for r in configs]
+
+
+def smallest_fix(est: dict) -> dict | None:
+    """The first configuration up the ladder (ZeRO-2 -> ZeRO-3 -> ZeRO-3 + CPU offload -> + activation
+    checkpointing -> more GPUs -> halved micro-batch, then halved max_length) that `estimate` says fits, as
+    {"change": in words, "config": estimate's arguments, "estimate": its result}; None when none does."""
+    c = est["config"]
+    rungs = [_up(c, rung) for rung in LADDER]
+    top, b, s = rungs[-1], c["train_micro_batch_size_per_gpu"], c["max_length"]
+    smaller = [dict(top, train_micro_batch_size_per_gpu=b >> k) for k in range(1, 7) if b >> k >= 1]
+    smaller += [dict(top, train_micro_batch_size_per_gpu=1, max_length=s >> k) for k in range(1, 7) if s >> k >= 256]
+    return _first_fit(c, rungs + _more_gpus([c] + rungs) + smaller)
+
+
+def _mib(x) -> str:
+    return f"{x:,.0f} MiB"
+
+
+def explain(est: dict) -> str:
+    """One or two sentences: the verdict with its numbers and, when it does not fit, the smallest change that
+    does (`smallest_fix`), and where that change is offload, the number of GPUs that fits without it."""
+    c = est["config"]
+    s = (f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
+         f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
+         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of {_mib(est['gpu_memory_mib'])}")
+    if est["model_states_cpu_mib"]:
+        s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
+            f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
+    if est["fits"]:
+        return s + f"; {_mib(est['headroom_mib'])} to spare."
+    fix = smallest_fix(est)
+    if fix is None:
+        return s + (". Nothing on the ladder fits (ZeRO-3 + CPU offload + activation checkpointing, 128 GPUs, "
+                    "micro-batch 1 of 256 tokens): a GPU with more memory, or a smaller model.")
+    s += f". Smallest change that fits: {fix['change']} (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)"
+    if fix["config"]["offload"] != "none" and c["offload"] == "none":
+        alt = _first_fit(c, _more_gpus([_up(c, LADDER[1])]))  # ZeRO-3 on more GPUs: no CPU Adam, no PCIe copies
+        if alt:
+            s += f"; without offload's slower steps, {alt['change']} (~{_mib(alt['estimate']['total_gpu_mib'])}" \
+                 " per GPU)"
+    return s + "."
+
+
+def check_fits(**kw) -> dict:
+    """`estimate(**kw)` when it fits. Raises: WorkshopError with the numbers, and the smallest change that fits
+    as the "To fix" line, when it does not."""
+    est = estimate(**kw)
+    if est["fits"]:
+        return est
+    c, world = est["config"], est["config"]["gpus_per_node"] * est["config"]["nodes"]
+    who = f"{c['model']} with {setup(c)}" + (f" on {world} GPUs" if world > 1 else "")
+    if est["total_gpu_mib"] > est["gpu_memory_mib"]:
+        parts = f"model states {est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f}"
+        parts += f" + logits {est['logits_gpu_mib']:,.0f}" if est["logits_gpu_mib"] >= 1 else ""
+        problem = (f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), the {c['gpu']} has "
+                   f"{_mib(est['gpu_memory_mib'])}.")
+    else:
+        problem = (f"{who} needs ~{_mib(est['model_states_cpu_mib'])} of host memory per node for its model states, "
+                   f"the node has {_mib(c['host_memory_mib'])}.")
+    fix = smallest_fix(est)
+    raise WorkshopError(problem, f"{fix['change']} fits (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)." if fix
+                        else "nothing on the ladder fits: a GPU with more memory, or a smaller model.")
+
+
+def table(est: dict):
+    """The estimate as a pandas DataFrame: one row per quantity, columns MiB and GiB (None where not estimated)."""
+    import pandas as pd
+
+    rows = {"model states, GPU": est["model_states_gpu_mib"], "activations": est["activations_gpu_mib"],
+            "logits": est["logits_gpu_mib"], "total per GPU": est["total_gpu_mib"],
+            "GPU memory": est["gpu_memory_mib"], "headroom": est["headroom_mib"],
+            "model states, host per node": est["model_states_cpu_mib"], "on NVMe per node": est["nvme_mib"]}
+    return pd.DataFrame({"MiB": rows, "GiB": {k: None if v is None else round(v / 1024, 1) for k, v in rows.items()}})
+
+
+def plot(est: dict, ax=None):
+    """A horizontal stacked bar of one GPU's memory (model states, activations, logits) against a dashed line at
+    the GPU's memory, plus the host's offloaded states per node where there are any; GiB. Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    own = ax is None
+    ax = ax if ax is not None else plt.subplots(figsize=(10, 2.6))[1]
+    c, gib = est["config"], (lambda mib: (mib or 0) / 1024)
+    left = 0.0
+    for label, key, color in (("model states", "model_states_gpu_mib", "tab:blue"),
+                              ("activations", "activations_gpu_mib", "tab:orange"),
+                              ("logits", "logits_gpu_mib", "tab:green")):
+        ax.barh(0, gib(est[key]), left=left, color=color, label=label)
+        left += gib(est[key])
+    ax.vlines(gib(est["gpu_memory_mib"]), -0.45, 0.45, colors="black", linestyles="--", label=f"{c['gpu']} memory")
+    ticks = ["each GPU"]
+    for label, key in (("host, per node", "model_states_cpu_mib"), ("NVMe, per node", "nvme_mib")):
+        if est[key]:
+            ax.barh(len(ticks), gib(est[key]), color="tab:purple", label=None if len(ticks) > 1 else
+                    "model states off the GPU (DeepSpeed's CPU column)")
+            ticks.append(label)
+    if est["model_states_cpu_mib"] and c["host_memory_mib"]:
+        ax.vlines(gib(c["host_memory_mib"]), 0.55, 1.45, colors="gray", linestyles="--", label="host memory")
+    ax.set_yticks(range(len(ticks)), ticks)
+    ax.set_xlabel("memory (GiB = 1024 MiB)")
+    ax.set_title(f"{c['model']}, {setup(c)}: {'fits' if est['fits'] else 'does not fit'} "
+                 f"({gib(est['total_gpu_mib']):.1f} of {gib(est['gpu_memory_mib']):.1f} GiB per GPU)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not over them
+    if own:
+        ax.figure.tight_layout()
+    return ax
+
+
+def explorer():
+    """An ipywidgets panel over `estimate`: model, ZeRO stage, offload, GPU, GPUs per node, nodes, micro-batch,
+    max_length and activation checkpointing; shows `table`, `plot` and `explain`, or a WorkshopError's message
+    for an impossible combination. Returns the widget (`display(explorer())`); its `.controls` maps estimate's
+    argument names to their widgets."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    wide = {"description_width": "initial"}
+    controls = {
+        "model": w.Dropdown(options=MODELS, value="Qwen/Qwen3-4B", description="model"),
+        "zero_stage": w.Dropdown(options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)], value=3,
+                                 description="ZeRO stage", style=wide),
+        "offload": w.Dropdown(options=OFFLOADS, value="cpu", description="offload"),
+        "gpu": w.Dropdown(options=list(GPUS), value="H100 80GB", description="GPU"),
+        "gpus_per_node": w.IntSlider(value=1, min=1, max=8, description="GPUs per node", style=wide),
+        "nodes": w.IntSlider(value=1, min=1, max=16, description="nodes"),
+        "train_micro_batch_size_per_gpu": w.IntSlider(value=1, min=1, max=64, description="micro-batch", style=wide),
+        "max_length": w.IntSlider(value=4096, min=256, max=32768, step=256, description="max_length (tokens)",
+                                  style=wide),
+        "activation_checkpointing": w.Checkbox(value=False, description="activation checkpointing"),
+    }
+
+    def show(**kw):
+        kw["zero_stage"] = None if kw["zero_stage"] == "none" else kw["zero_stage"]
+        try:
+            est = estimate(**kw)
+        except WorkshopError as e:
+            print(e)
+            return
+        display(table(est))
+        ax = plot(est)
+        display(ax.figure)
+        plt.close(ax.figure)  # shown once, by display; not again at the cell's end
+        print(explain(est))
+
+    out = w.interactive_output(show, controls)
+    c = list(controls.values())
+    panel = w.VBox([w.HBox(c[:4]), w.HBox(c[4:6]), w.HBox(c[6:]), out])
+    panel.controls = controls
+    return panel
