@@ -16,7 +16,7 @@ if ! python -c "import torch" 2>/dev/null; then
   fi
   echo "  done in ${SECONDS} s"
 fi
-if ! python -c "import workshop_lib, pytest, nbmake" 2>/dev/null; then
+if ! python -c "import workshop_lib, pytest, nbmake, xdist" 2>/dev/null; then
   installing "the workshop and its dependencies (deepspeed, transformers, datasets, accelerate, jupyterlab, pytest, ...)"
   quiet pip install -q -e ".[test]"
   echo "  done in ${SECONDS} s. DeepSpeed builds its ops (CPU Adam, fused Adam) on their first use, about a minute each."

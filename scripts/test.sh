@@ -10,4 +10,6 @@ source scripts/setup.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
 python scripts/make_course.py --check
 jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py
-pytest -q -p no:cacheprovider --durations=25 tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200
+# Two workers (WORKSHOP_TEST_WORKERS): a SLURM test waiting on its job leaves a core to the notebooks;
+# tests that share a resource stay in one worker (tests/conftest.py).
+pytest -q -p no:cacheprovider --durations=25 -n "${WORKSHOP_TEST_WORKERS:-2}" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200

@@ -20,6 +20,23 @@ def workshop(*args, cwd=None, check=True):
     return p
 
 
+def pytest_collection_modifyitems(items):
+    """scripts/test.sh runs the suite on two workers (pytest-xdist, `-n 2 --dist loadgroup`): tests that share
+    something run in one worker, one after the other. The SLURM cluster's two one-CPU nodes (test_slurm.py and
+    notebook 04, which submits a job), the session's tiny runs of every experiment (made once, in the worker
+    that holds their readers), and each notebook's course/ and solutions/ versions (both write runs/<notebook>)."""
+    for item in items:
+        if item.path.name == "test_slurm.py" or item.path.stem == "04_multi_gpu":
+            group = "slurm"
+        elif "tiny_runs" in getattr(item, "fixturenames", ()):
+            group = "tiny_runs"
+        elif item.path.suffix == ".ipynb":
+            group = f"notebook-{item.path.stem}"
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def run_cli():
     return workshop

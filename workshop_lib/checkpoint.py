@@ -29,7 +29,7 @@ CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
 RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + world_size), for --resume
 # Settings a resume may change: where and how often to write, and what happens after training.
 MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps", "save_total_limit",
-              "score_questions", "dataloader_num_workers", "nvme_path", "allow_cpu"}
+              "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu"}
 
 
 def step_of(ckpt: str | os.PathLike) -> int | None:

@@ -94,8 +94,8 @@ def run(argv: list[str]) -> int:
         gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
         print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
               f"{res['train_samples_per_second']} samples/s, {gpu}, "
-              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json, the model in "
-              f"{res['output_dir']}/model")
+              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json"
+              + (f", the model in {res['output_dir']}/model" if res["config"]["save_model"] else ""))
         if res["em"] is not None:
             print(f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
                   f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)")

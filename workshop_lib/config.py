@@ -48,6 +48,7 @@ EXPERIMENTS = {e.name: e for e in [
     Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
     Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
     Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
+    Experiment("stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"),
 ]}
 
 
@@ -177,7 +178,8 @@ class RunConfig:
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
     activation_checkpointing: bool | None = _recipe_opt(
         "activation_checkpointing", "true: recompute activations in the backward pass (less memory, slower)")
-    nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme")
+    nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme (default: "
+                                 "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)")
     output_dir: str | None = _opt("where to write (default runs/<experiment>[-tiny]-<date-time>)")
     overwrite: bool = field(default=False, metadata={
         "help": "remove the run (finished or killed) in --output-dir and start again"})
@@ -190,6 +192,9 @@ class RunConfig:
         "help": "optimizer steps between checkpoints, with --save-strategy steps"})
     save_total_limit: int = field(default=2, metadata={
         "help": "checkpoints kept, the newest (each holds fp32 weights, Adam's moments and the model: 14-16 bytes/param)"})
+    save_model: bool = field(default=True, metadata={
+        "help": "write the fine-tuned model to OUTPUT_DIR/model at the end (16-bit weights, 2 bytes/param); false for "
+        "runs that only measure"})
     score_questions: int = field(default=0, metadata={
         "help": "SQuAD dev questions to answer by generation before and after training; results.json gets "
         "em and f1 (0: none)"})
@@ -231,6 +236,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
         if getattr(cfg, name) < 1:
             raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
                                 f"pass --{name.replace('_', '-')} N with N >= 1 (or --save-strategy no).")
+    if cfg.score_questions and not cfg.save_model:
+        raise WorkshopError("--score-questions answers with the saved model, and --save-model is false.",
+                            "pass --save-model true, or --score-questions 0.")
     if cfg.score_questions < 0:
         raise WorkshopError(f"score_questions must be 0 or more, got {cfg.score_questions}.",
                             "pass --score-questions 0 (no scoring) or a number of dev questions.")
@@ -251,7 +259,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
                             "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")
     exp = EXPERIMENTS[cfg.experiment]
     if "nvme" in (exp.offload_optimizer, exp.offload_param):
-        if not cfg.nvme_path or not Path(cfg.nvme_path).is_dir():
+        if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
+            cfg = replace(cfg, nvme_path=os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())
+        if not Path(cfg.nvme_path).is_dir():
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")
         _check_writable(Path(cfg.nvme_path), "nvme_path")

@@ -25,7 +25,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
                     precision: str = "auto", train_micro_batch_size_per_gpu: int | Auto = "auto",
                     gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
                     nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
-                    check_grad_overflow: bool = True) -> dict:
+                    check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
+                    nvme_buffer_count: int = 5) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -46,6 +47,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
             optimizer step and skips the step if one is found (its default, True). bf16 has fp32's exponent
             range, so no loss scale depends on it; False saves one check per parameter tensor per step
             (`workshop bench` measures it). fp16 always checks: its loss scale needs it.
+        nvme_buffer_size: parameter elements per NVMe read/write buffer (offload_param "nvme"); DeepSpeed needs
+            it at least the largest parameter tensor's (Qwen3-0.6B's embedding: 155.6M). Default 1e8, DeepSpeed's.
+        nvme_buffer_count: those buffers, one per parameter tensor in use at once (DeepSpeed's default 5 is
+            fewer than one transformer layer's tensors; `train._nvme_buffers` sizes both for a model).
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
@@ -83,6 +88,16 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
     for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
         if device != "none":
             zero[key] = {"device": device, "pin_memory": True} | ({"nvme_path": nvme_path} if device == "nvme" else {})
+    if offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
+        zero["offload_param"] |= {"buffer_count": nvme_buffer_count, "buffer_size": nvme_buffer_size}
+        # Parameters prefetched or cached for reuse hold their buffers: with the defaults, a Qwen3-1.7B run on an
+        # H100 stopped in its second step with DeepSpeed's "Not enough buffers 0 for swapping 1" (docs/h100/
+        # large-models; DeepSpeed issues #3062, #3506, where its maintainer suggests turning both off)
+        zero |= {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
+    # DeepSpeed's asynchronous I/O to the drive (its defaults, written out to be tuned: `ds_nvme_tune` measures
+    # the best block size and queue depth for a drive)
+    aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "thread_count": 1, "single_submit": False,
+                   "overlap_events": True}} if "nvme" in (offload_optimizer, offload_param) else {}
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
     fp16, bf16 = half[precision]
     return {
@@ -100,7 +115,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,
-    }
+    } | aio
 
 
 # The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).

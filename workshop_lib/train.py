@@ -155,6 +155,11 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=rank == 0)
     from transformers import set_seed
 
+    if torch.cuda.is_available() and not cfg.tiny:  # before a minute of building the model: will it fit?
+        from .model import count_params
+
+        _check_fits(cfg, _estimate(count_params(cfg.model), exp, world_size)["estimated_model_states_gpu_mib"],
+                    local_rank)
     set_seed(cfg.seed)  # before building the model: the same random init in every experiment
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
@@ -163,12 +168,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     apply_speed_levers(net, cfg)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
     eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
-    gpus_per_node = max(torch.cuda.device_count(), 1)
-    estimate = estimate_model_states(info["num_params"], info["largest_layer_params"], exp.zero_stage,
-                                     exp.offload_optimizer != "none", exp.offload_param != "none",
-                                     num_gpus_per_node=min(world_size, gpus_per_node),
-                                     num_nodes=max(1, world_size // gpus_per_node))
-    _check_fits(cfg, estimate["estimated_model_states_gpu_mib"], local_rank)
+    estimate = _estimate(info, exp, world_size)
     if exp.deepspeed:  # JIT-build the ops now, saying so, one rank per node first; the others load them
         ops = env.deepspeed_ops(exp.offload_optimizer, exp.offload_param)
         if local_rank == 0:
@@ -189,7 +189,8 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
             trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
             train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from)
-        save_model(trainer, out, rank)
+        if cfg.save_model:
+            save_model(trainer, out, rank)
         results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
                          eval_stats, world_size)
         if cfg.score_questions and rank == 0:
@@ -211,9 +212,34 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     finally:
         if trainer is not None:
             _release(trainer)
+        if "nvme" in (exp.offload_optimizer, exp.offload_param):  # the swap files: as large as what they hold
+            shutil.rmtree(nvme_swap_dir(cfg), ignore_errors=True)
     if rank == 0:
         rundir.finish(out, results)
     return results
+
+
+def _nvme_buffers(net) -> dict:
+    """ZeRO-Infinity's parameter buffers for `net`: DeepSpeed swaps each parameter tensor from NVMe into a
+    buffer of its own (runtime/swap_tensor/partitioned_param_swapper.py), so a buffer must hold the largest
+    tensor (the embedding: 155.6M elements for Qwen3-0.6B, above DeepSpeed's default 1e8; no larger) and there must be
+    one per tensor in use at once: a transformer layer's, the next layer's being prefetched, and the embedding
+    and LM head (Qwen3: 11 tensors a layer -> 24 buffers; with 5, DeepSpeed stops: "Not enough buffers 0 for
+    swapping 1"). Pinned host memory: count x size x 2 bytes (Qwen3-1.7B: 24 x 311M x 2 = 14 GiB)."""
+    layers = next((m for m in net.modules() if isinstance(m, torch.nn.ModuleList)), [])
+    per_layer = max((len(list(layer.parameters())) for layer in layers), default=5)
+    return {"nvme_buffer_count": 2 * per_layer + 2,
+            "nvme_buffer_size": max(2**20, max(p.numel() for p in net.parameters()))}  # aio: 1 MiB at least
+
+
+def nvme_swap_dir(cfg: RunConfig) -> Path:
+    """This run's folder under --nvme-path for ZeRO-Infinity's swap files (DeepSpeed adds zero_stage_3/<what>/
+    rank<N>), so that two runs sharing a drive never swap into each other's files; removed when the run ends
+    (checkpoints, not swap files, are what a resumed run reads)."""
+    import hashlib
+
+    run = Path(cfg.output_dir).resolve()
+    return Path(cfg.nvme_path) / f"workshop-{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}"
 
 
 def resume_point(out: Path, rank: int) -> Path | None:
@@ -267,6 +293,15 @@ def save_model(trainer, out: Path, rank: int) -> Path:
     return final
 
 
+def _estimate(counts: dict, exp: Experiment, world_size: int) -> dict:
+    """DeepSpeed's estimate of the model states (`memory.estimate_model_states`) for this run's GPUs."""
+    gpus_per_node = max(torch.cuda.device_count(), 1)
+    return estimate_model_states(counts["num_params"], counts["largest_layer_params"], exp.zero_stage,
+                                 exp.offload_optimizer != "none", exp.offload_param != "none",
+                                 num_gpus_per_node=min(world_size, gpus_per_node),
+                                 num_nodes=max(1, world_size // gpus_per_node))
+
+
 def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
     """Refuse a GPU whose memory the model states alone (DeepSpeed's estimate) would fill past 90%."""
     if not torch.cuda.is_available():
@@ -299,7 +334,8 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
     if exp.deepspeed:
         ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
                                     cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
-                                    world_size, nvme_path=cfg.nvme_path,
+                                    world_size, nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
+                                    **_nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow)
         if env.world()[0] == 0:
