@@ -4,14 +4,19 @@
 # Containerfile the clusters use, `workshop run stage2_offload --tiny` inside the image (results.json
 # checked), the image as a SquashFS (what `enroot import` makes for pyxis), and a SLURM job on CI's cluster
 # whose ranks run inside that SquashFS (WORKSHOP_CONTAINER_RUNTIME=podman: pyxis is not in Debian).
-# Run as root, after .ci/slurm_cluster.sh start (SLURM_CONF set):
-#   bash .ci/container.sh [STATE_DIR]        # default /tmp/container-ci; the base image is kept between runs
+# Run as root; the check needs .ci/slurm_cluster.sh started (SLURM_CONF set). .ci/run builds in the
+# background while the tests run, then checks:
+#   bash .ci/container.sh build [STATE_DIR]   # base image (kept between runs) and the image
+#   bash .ci/container.sh check [STATE_DIR]   # run inside, SquashFS, SLURM job inside it
+#   bash .ci/container.sh [all] [STATE_DIR]   # both; STATE_DIR default /tmp/container-ci
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase=all; case ${1:-} in build|check|all) phase=$1; shift ;; esac
 state=${1:-/tmp/container-ci}
 mkdir -p "$state"
 t0=$SECONDS
 step() { echo "container CI: $1 ($((SECONDS - t0)) s)"; }
+if [ "$phase" != check ]; then
 if ! command -v podman >/dev/null || ! command -v mmdebstrap >/dev/null || ! command -v sqfstar >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap squashfs-tools >/dev/null
 fi
@@ -32,6 +37,9 @@ step "building container/Containerfile on $base"
 podman build -q --network host "${mirror[@]}" -f container/Containerfile --build-arg BASE="$base" \
   --build-arg TORCH_CUDA_ARCH_LIST= -t localhost/workshop:ci . >/dev/null
 podman image inspect localhost/workshop:ci --format 'image size: {{.Size}} bytes'
+step "image built"
+fi
+[ "$phase" = build ] && exit 0
 
 step "workshop run stage2_offload --tiny inside the image"
 work=$state/work && rm -rf "$work" && mkdir -p "$work" && cp -r slurm container "$work"/
@@ -46,12 +54,13 @@ PY
 step "the image as a SquashFS"
 cid=$(podman create localhost/workshop:ci)
 rm -f "$state/workshop.sqsh"
-podman export "$cid" | sqfstar -quiet -comp zstd "$state/workshop.sqsh"
+# enroot import's own squashfs options (ENROOT_SQUASH_OPTIONS' default): nothing compressed, fast to write
+podman export "$cid" | sqfstar -quiet -noI -noD -noF -noX -no-duplicates "$state/workshop.sqsh"
 podman rm -f "$cid" >/dev/null
 ls -l "$state/workshop.sqsh"
 
 step "a SLURM job whose ranks run inside the SquashFS"
-cd "$work"
+cd "$work" && mkdir -p logs  # sbatch --output=logs/%x-%j.out: the directory must exist
 rc=0
 job=$(WORKSHOP_CONTAINER="$state/workshop.sqsh" WORKSHOP_CONTAINER_RUNTIME=podman WORKSHOP_TINY=1 \
       sbatch --wait --parsable --gpus-per-node=0 slurm/stage2_offload.slurm --max-steps 2) || rc=$?

@@ -19,6 +19,7 @@ if [[ $image == *.sqsh ]]; then
   mount -t squashfs -o ro "$image" "$mnt" || { echo "podman_run: cannot mount $image (squashfs)." >&2
     echo "To fix: run as root with the squashfs kernel module, or give the image by name (podman images)." >&2; exit 2; }
   trap 'umount "$mnt"; rmdir "$mnt"' EXIT
+  [ -f "$mnt/etc/environment" ] && args+=(--env-file "$mnt/etc/environment")  # the image's ENV (Containerfile)
   podman "${args[@]}" --rootfs "$mnt:O" "$@"
 else
   podman "${args[@]}" "$image" "$@"
