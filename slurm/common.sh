@@ -12,7 +12,8 @@ cd "$SLURM_SUBMIT_DIR"
 if [ -n "${WORKSHOP_MODULES:-}" ]; then module load $WORKSHOP_MODULES; fi
 # An environment already active at submission (sbatch exports it) is used as it is; else WORKSHOP_ENV,
 # a venv directory or a conda environment name (EDIT); else ./.venv made by scripts/setup.sh.
-if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
+if [ -n "${WORKSHOP_CONTAINER:-}" ]; then :  # the container brings its own (--- container --- below)
+elif [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   env_=${WORKSHOP_ENV:-.venv}
   if [ -f "$env_/bin/activate" ]; then source "$env_/bin/activate"
   elif command -v conda >/dev/null && conda env list | awk '{print $1}' | grep -qx "$env_"; then
@@ -21,8 +22,8 @@ if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
             "run 'bash scripts/setup.sh' once on a login node (makes ./.venv), or set WORKSHOP_ENV=<venv dir or conda env>."
   fi
 fi
-python -c "import workshop_lib" 2>/dev/null || fail "workshop_lib is not installed in $(command -v python)." \
-  "pip install -e . in that environment."
+[ -n "${WORKSHOP_CONTAINER:-}" ] || python -c "import workshop_lib" 2>/dev/null || \
+  fail "workshop_lib is not installed in $(command -v python)." "pip install -e . in that environment."
 
 # --- where things go ------------------------------------------------------------------------------
 export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${SLURM_JOB_NAME}-${SLURM_JOB_ID}}
@@ -49,6 +50,30 @@ NPROC_PER_NODE=$(( GPUS_PER_NODE > 0 ? GPUS_PER_NODE : ${WORKSHOP_CPU_PROCS_PER_
 TINY=(); [ "${WORKSHOP_TINY:-0}" = 1 ] && TINY=(--tiny)
 echo "job $SLURM_JOB_ID: $NNODES node(s) x $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT," \
      "launcher ${WORKSHOP_LAUNCHER:-torchrun}, output $WORKSHOP_OUTPUT_DIR"
+
+# --- container (optional) -------------------------------------------------------------------------
+# WORKSHOP_CONTAINER=IMAGE runs every rank inside the image built from container/Containerfile, through
+# WORKSHOP_CONTAINER_RUNTIME (container/README.md):
+#   pyxis (default): srun --container-image=IMAGE (a .sqsh from `enroot import`, or an image name), with this
+#                    directory and HF_HOME mounted at the same paths;
+#   apptainer:       apptainer exec --nv IMAGE (a .sif);
+#   podman:          podman run IMAGE on each node (a .sqsh is mounted and used as the root file system).
+SRUN_CONTAINER=(); PY=(python)
+if [ -n "${WORKSHOP_CONTAINER:-}" ]; then
+  mkdir -p "$HF_HOME"
+  case ${WORKSHOP_CONTAINER_RUNTIME:-pyxis} in
+    pyxis) SRUN_CONTAINER=(--container-image="$WORKSHOP_CONTAINER" --container-workdir="$SLURM_SUBMIT_DIR"
+                           --container-mounts="$SLURM_SUBMIT_DIR:$SLURM_SUBMIT_DIR,$HF_HOME:$HF_HOME") ;;
+    apptainer) PY=(apptainer exec --nv --bind "$SLURM_SUBMIT_DIR,$HF_HOME" --pwd "$SLURM_SUBMIT_DIR"
+                   "$WORKSHOP_CONTAINER" /opt/venv/bin/python) ;;
+    podman) PY=(bash "$SLURM_SUBMIT_DIR/container/podman_run.sh" "$WORKSHOP_CONTAINER" /opt/venv/bin/python) ;;
+    *) fail "unknown WORKSHOP_CONTAINER_RUNTIME=$WORKSHOP_CONTAINER_RUNTIME." "use pyxis (default), apptainer or podman." ;;
+  esac
+  [ "${WORKSHOP_LAUNCHER:-torchrun}" = torchrun ] || [ "${WORKSHOP_CONTAINER_RUNTIME:-pyxis}" = pyxis ] || \
+    fail "WORKSHOP_LAUNCHER=$WORKSHOP_LAUNCHER with WORKSHOP_CONTAINER_RUNTIME=$WORKSHOP_CONTAINER_RUNTIME." \
+         "use the torchrun launcher (default), or pyxis, which runs every launcher inside the container."
+  echo "job $SLURM_JOB_ID: inside container $WORKSHOP_CONTAINER (${WORKSHOP_CONTAINER_RUNTIME:-pyxis})"
+fi
 
 # --- preemption and time limits ---------------------------------------------------------------------
 # The scripts ask for SIGUSR1 to this shell before the time limit (#SBATCH --signal=B:USR1@120) and may be
@@ -82,18 +107,18 @@ _launch() {
   local run=("$@")
   case ${WORKSHOP_LAUNCHER:-torchrun} in
     torchrun)   # one torchrun per node; c10d rendezvous at MASTER_ADDR, no ssh
-      srun --kill-on-bad-exit=1 --ntasks-per-node=1 python -m torch.distributed.run \
+      srun --kill-on-bad-exit=1 --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" -m torch.distributed.run \
         --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
         --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" \
         --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
     srun)       # SLURM starts every rank itself; ranks from its variables
-      srun --kill-on-bad-exit=1 --ntasks-per-node="$NPROC_PER_NODE" bash -c \
+      srun --kill-on-bad-exit=1 --ntasks-per-node="$NPROC_PER_NODE" "${SRUN_CONTAINER[@]}" bash -c \
         'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec python "$@"' \
         _ "${run[@]}" ;;
     deepspeed)  # DeepSpeed's launcher on each node, hostfile from the allocation, --no_ssh
       local hostfile=$WORKSHOP_OUTPUT_DIR.hostfile
       scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/ slots=$NPROC_PER_NODE/" > "$hostfile"
-      srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c \
+      srun --kill-on-bad-exit=1 --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" bash -c \
         'exec deepspeed --hostfile "$0" --no_ssh --node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR" \
            --master_port "$MASTER_PORT" --no_local_rank --module "$@"' \
         "$hostfile" "${run[@]:1}" ;;
