@@ -44,3 +44,16 @@ def test_shipped_json_files_are_generated_from_build_ds_config():
     on_disk = {p.name: p.read_text() for p in (ROOT / "configs").glob("ds_*.json")}
     assert on_disk == shipped, "configs/ is stale. To fix: python -m workshop_lib.ds_config configs"
     assert json.loads(shipped["ds_zero3_offload.json"])["train_batch_size"] == "auto"
+
+
+def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
+    """ZeRO-Infinity: DeepSpeed's async I/O section, one parameter buffer per tensor in use (each at least the
+    largest tensor), and no prefetching or reuse caching, which hold buffers (DeepSpeed issues #3062, #3506)."""
+    cfg = build_ds_config(3, "nvme", "nvme", nvme_path="/tmp", nvme_buffer_size=155_582_464, nvme_buffer_count=24)
+    zero = cfg["zero_optimization"]
+    assert zero["offload_param"] == {"device": "nvme", "pin_memory": True, "nvme_path": "/tmp", "buffer_count": 24,
+                                     "buffer_size": 155_582_464}
+    assert zero["offload_optimizer"]["nvme_path"] == "/tmp"
+    assert zero["stage3_prefetch_bucket_size"] == 0 and zero["stage3_max_reuse_distance"] == 0
+    assert cfg["aio"]["block_size"] == 1_048_576
+    assert "aio" not in build_ds_config(3, "cpu", "cpu")

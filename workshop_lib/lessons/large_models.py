@@ -85,6 +85,86 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
 
 
+# The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
+# checkpointing, so that the model states decide what fits.
+LARGE = {"max_tokens_per_micro_batch": 8192, "activation_checkpointing": False, "save_model": False,
+         "save_strategy": "no"}
+REFERENCE_HOST_MIB = 128 * 1024  # the H100 machine's 128 GiB
+
+
+def this_gpu() -> tuple[str, float]:
+    """(the `fit.GPUS` entry nearest this machine's GPU 0 in memory, host memory MiB); without a GPU, the
+    reference machine's: ("H100 80GB", 128 GiB)."""
+    import psutil
+    import torch
+
+    from ..fit import GPUS
+
+    if not torch.cuda.is_available():
+        return "H100 80GB", REFERENCE_HOST_MIB
+    total = torch.cuda.get_device_properties(0).total_memory / 2**20
+    return min(GPUS, key=lambda g: abs(GPUS[g] - total)), psutil.virtual_memory().total / 2**20
+
+
+def configurations(model: str, gpu: str, host_mib: float) -> pd.DataFrame:
+    """`fit.estimate` of `model` with the reference runs' settings (1 x 8,192 tokens, no activation
+    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one
+    `gpu` with `host_mib` of host memory: one row each, MiB."""
+    from ..fit import estimate
+
+    rows = []
+    for name, stage, offload in [("baseline", None, "none"), ("stage2", 2, "none"), ("stage3", 3, "none"),
+                                 ("stage3_offload", 3, "cpu"), ("stage3_nvme", 3, "nvme")]:
+        e = estimate(model, stage, offload, max_length=LARGE["max_tokens_per_micro_batch"], gpu=gpu,
+                     host_memory_mib=host_mib)
+        rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
+                     "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
+                     "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"], "fits": e["fits"]})
+    return pd.DataFrame(rows)
+
+
+def pick_model(gpu: str, host_mib: float) -> str:
+    """The largest shipped Qwen3 that ZeRO-3 + CPU offload fits on one `gpu` (GPU and host, `configurations`)
+    and the baseline does not: the model this notebook makes fit. The smallest Qwen3 where nothing fails."""
+    from ..fit import MODELS, model_shape
+
+    for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
+        df = configurations(model, gpu, host_mib).set_index("experiment")
+        if df.at["stage3_offload", "fits"] and not df.at["baseline", "fits"]:
+            return model
+    return min(MODELS, key=lambda m: model_shape(m)["num_params"])
+
+
+def answers(offload_run: dict, nvme_run: dict | None, mismatch: dict, fp16) -> list[str]:
+    """The exercises' answers from this notebook's runs (results.json dicts: stage3_offload and stage3_nvme;
+    nvme_run None when it did not run) and drills (`drills.batch_size_mismatch`, `drills.fp16_overflow`)."""
+    from ..memory import MiB
+
+    n = offload_run["num_params"]
+    host = offload_run["host_states_rss_mib"]
+    out = [f"1. ZeRO-3 + CPU offload trained {offload_run['model'] if not offload_run['config']['tiny'] else 'the tiny model'}"
+           f" ({n / 1e6:,.1f}M parameters) with {offload_run['gpu_peak_mib'] or 0:,.0f} MiB GPU peak (NVML) and host RSS "
+           f"{host:,.0f} MiB after step 1: {host * MiB / n:,.1f} bytes/param of host memory, against DeepSpeed's "
+           f"estimate of {offload_run['estimated_model_states_cpu_mib'] * MiB / n:,.1f} (18 x 1.5 buffer factor)"
+           + ("; on a tiny model the process's own libraries dominate the RSS." if host * MiB / n > 100 else ".")]
+    if nvme_run:
+        ratio = nvme_run["steady_train_tokens_per_second"] / offload_run["steady_train_tokens_per_second"]
+        out.append(f"2. NVMe offload: host RSS after step 1 {nvme_run['host_states_rss_mib']:,.0f} MiB against "
+                   f"{host:,.0f} MiB with CPU offload ({nvme_run['host_states_rss_mib'] - host:+,.0f} MiB), at "
+                   f"{ratio:.2f}x its steady tokens/s.")
+    else:
+        out.append("2. NVMe offload did not run here (see the async_io check above).")
+    out.append(f"3. DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x "
+               f"accumulation x world_size); build_ds_config(world_size=...) writes it for the ranks that run.")
+    f16 = fp16[fp16["precision"] == "fp16"]
+    b16 = fp16[fp16["precision"] == "bf16"]
+    out.append(f"4. fp16: {int(f16['skipped'].sum())} of {len(f16)} steps skipped, the loss scale from "
+               f"{f16['loss_scale'].iloc[0]:,.0f} to {f16['loss_scale'].iloc[-1]:,.0f}"
+               + (f", then DeepSpeed stopped: {f16['error'].dropna().iloc[-1]}" if f16['error'].notna().any() else "")
+               + f"; bf16 trained from loss {b16['loss'].iloc[0]:.3f} to {b16['loss'].iloc[-1]:.3f}.")
+    return out
+
+
 def main() -> None:
     for machine, root in REFERENCES.items():
         df = reference_runs(root)
