@@ -20,6 +20,7 @@ def workshop(*args, cwd=None, check=True):
     return p
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items):
     """scripts/test.sh runs the suite on two workers (pytest-xdist, `-n 2 --dist loadgroup`): tests that share
     something run in one worker, one after the other. The SLURM cluster's two one-CPU nodes (test_slurm.py and
@@ -35,6 +36,18 @@ def pytest_collection_modifyitems(items):
         else:
             continue
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    """On an xdist worker with `--dist loadgroup`, refuse to run when the groups did not reach the node ids: every
+    worker would then make its own tiny runs and share the SLURM cluster's nodes with the other."""
+    if getattr(session.config, "workerinput", None) is None or not session.config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist did not group {len(lost)} tests (e.g. {lost[0]}): pytest "
+                                f"{pytest.__version__} keeps node ids that xdist cannot extend.\n"
+                                "To fix: pip install 'pytest<9.2' (pyproject.toml's test extra).")
 
 
 @pytest.fixture

@@ -186,7 +186,7 @@ def test_config_resolves_from_the_recipe_and_the_command_line():
            (8, 4, "max_length", "fp16")
     assert (cfg.num_train_samples, cfg.epochs, cfg.learning_rate) == (64, 2, 1e-3)  # --tiny's
     assert resolve(RunConfig("stage3_offload", epochs=1)).output_dir.startswith("runs/stage3_offload-")
-    assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu"}
+    assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu", "nvme"}
 
 
 def _start(args, tmp_path):

@@ -143,7 +143,9 @@ def answers(offload_run: dict, nvme_run: dict | None, mismatch: dict, fp16) -> l
     n = offload_run["num_params"]
     host = offload_run["host_states_rss_mib"]
     out = [f"1. ZeRO-3 + CPU offload trained {offload_run['model'] if not offload_run['config']['tiny'] else 'the tiny model'}"
-           f" ({n / 1e6:,.1f}M parameters) with {offload_run['gpu_peak_mib'] or 0:,.0f} MiB GPU peak (NVML) and host RSS "
+           f" ({n / 1e6:,.1f}M parameters) with "
+           + (f"{offload_run['gpu_peak_mib']:,.0f} MiB GPU peak (NVML) and " if offload_run["gpu_peak_mib"] else "")
+           + f"host RSS "
            f"{host:,.0f} MiB after step 1: {host * MiB / n:,.1f} bytes/param of host memory, against DeepSpeed's "
            f"estimate of {offload_run['estimated_model_states_cpu_mib'] * MiB / n:,.1f} (18 x 1.5 buffer factor)"
            + ("; on a tiny model the process's own libraries dominate the RSS." if host * MiB / n > 100 else ".")]
@@ -160,7 +162,8 @@ def answers(offload_run: dict, nvme_run: dict | None, mismatch: dict, fp16) -> l
     b16 = fp16[fp16["precision"] == "bf16"]
     out.append(f"4. fp16: {int(f16['skipped'].sum())} of {len(f16)} steps skipped, the loss scale from "
                f"{f16['loss_scale'].iloc[0]:,.0f} to {f16['loss_scale'].iloc[-1]:,.0f}"
-               + (f", then DeepSpeed stopped: {f16['error'].dropna().iloc[-1]}" if f16['error'].notna().any() else "")
+               + (f", then DeepSpeed stopped: \"{f16['error'].dropna().iloc[-1].rstrip('.')}\""
+                  if f16['error'].notna().any() else "")
                + f"; bf16 trained from loss {b16['loss'].iloc[0]:.3f} to {b16['loss'].iloc[-1]:.3f}.")
     return out
 
