@@ -112,8 +112,9 @@ display(df[["model", "steady_train_tokens_per_second", "gpu_peak_mib", "host_pea
 # %% [markdown]
 # ## NVMe offload (ZeRO-Infinity)
 # When the host's memory is too small for the offloaded states, ZeRO-3 can keep them on a local NVMe drive and
-# stream them through pinned buffers. DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report`
-# says whether it can build (`[OKAY]`). Where it cannot, the workshop stops with the fix.
+# stream them through pinned buffers (tensors of 1 MiB and more: the tiny model's parameters all stay in memory).
+# DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
+# (`[OKAY]`). Where it cannot, the workshop stops with the fix.
 
 # %%
 report = subprocess.run(["ds_report"], capture_output=True, text=True).stdout
@@ -136,6 +137,9 @@ if nvme_ok:
 if nvme_run:
     df = results.load_results([f"{RUNS}/stage3_offload", f"{RUNS}/stage3_nvme"])
     display(df[["experiment", "steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib"]])
+    swap = nvme_run["nvme_swap_mib"]  # DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory
+    print(f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
+          f"{swap['optimizer']:,.1f} MiB of optimizer states")
 
 # %% [markdown]
 # ## Two more failure drills

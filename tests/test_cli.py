@@ -59,6 +59,10 @@ def test_every_experiment_writes_its_results(runs, exp):
         # token-budget micro-batches: DeepSpeed's sequence count is bookkeeping (micro x accumulation x ranks)
         assert cfg["zero_optimization"]["stage"] == e.zero_stage and cfg["train_batch_size"] == 4 * 1 * 1
         assert ("offload_optimizer" in cfg["zero_optimization"]) == (e.offload_optimizer != "none")
+    # ZeRO-Infinity's swap files, measured before the run removed them: the tiny model's tensors are all below
+    # DeepSpeed's 1 MiB swap minimum, so only its optimizer states went to NVMe (parameters: test below)
+    nvme = "nvme" in (e.offload_optimizer, e.offload_param)
+    assert (r["nvme_swap_mib"] is not None) == nvme and (not nvme or r["nvme_swap_mib"]["optimizer"] > 0)
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
     assert (r["warmup_steps"], r["steady_steps"]) == (2, 6) and r["steady_train_tokens_per_second"] > 0
@@ -282,3 +286,30 @@ def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
     net, tok = evaluation.load_model(runs / "stage2")
     p = workshop("ask", runs / "stage2", "--question", row["question"], "--context", row["context"])
     assert p.stdout.strip() == evaluation.generate_answers(net, tok, [row["question"]], [row["context"]])[0]
+
+
+@pytest.mark.slow
+def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
+    """stage3_nvme on a Qwen3 with tensors above DeepSpeed's 1 MiB swap minimum (2 layers of width 512, the local
+    32,000-token vocabulary; random weights, on the CPU): parameters and optimizer states both go through the
+    nvme_path's swap files, with the workshop's buffer count and size, for several steps; the files go with the run."""
+    from workshop_lib.model import architecture_config
+
+    cfg = architecture_config("Qwen/Qwen3-0.6B")
+    for k, v in dict(num_hidden_layers=2, hidden_size=512, intermediate_size=1536, num_attention_heads=8,
+                     num_key_value_heads=4, head_dim=64, vocab_size=32_000, layer_types=cfg.layer_types[:2],
+                     bos_token_id=None, eos_token_id=None).items():  # the workshop sets its tokenizer's
+        setattr(cfg, k, v)
+    cfg.save_pretrained(tmp_path / "model")
+    nvme, out = tmp_path / "nvme", tmp_path / "run"
+    nvme.mkdir()
+    workshop("run", "stage3_nvme", "--model", tmp_path / "model", "--random-weights", "--allow-cpu", "--max-steps", 4,
+             "--max-tokens-per-micro-batch", 512, "--num-eval-samples", 8, "--save-strategy", "no",
+             "--nvme-path", nvme, "--output-dir", out)
+    r = json.loads((out / "results.json").read_text())
+    assert r["global_steps"] == 4 and math.isfinite(r["train_loss"]) and r["tokenizer"] == "local BPE"
+    # parameters are swapped in 16 bits: the embedding alone (32,000 x 512) is 31.25 MiB; Adam's fp32 states are
+    # 3 copies of the model
+    assert r["nvme_swap_mib"]["params"] >= 31.25 and r["nvme_swap_mib"]["optimizer"] > 3 * r["num_params"] * 4 / 2**20
+    assert json.loads((out / "ds_config.json").read_text())["zero_optimization"]["offload_param"]["buffer_size"] == 32_000 * 512
+    assert not any(nvme.iterdir())  # the run's swap folder removed

@@ -54,3 +54,14 @@ def test_logits_where_labelled_give_the_same_loss_and_gradients(name):
             assert torch.allclose(loss, loss2, atol=1e-6)
             assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, grads2))
     assert torch.equal(model(input_ids=batch["input_ids"]).logits, logits_all)  # no labels: the whole [B, L, V]
+
+
+def test_a_config_only_directory_with_random_weights_gets_a_real_tokenizer(tmp_path):
+    """A directory with only a config.json (an architecture to try, random weights): transformers 5 builds an empty
+    tokenizer from it rather than raising, which would make every example one token; the workshop's own BPE
+    tokenizer is used instead."""
+    from workshop_lib.model import tiny_config
+
+    tiny_config("Qwen/Qwen3-0.6B", 4096).save_pretrained(tmp_path)
+    _, tok, info = load_model_and_tokenizer(str(tmp_path), random_weights=True)
+    assert info["tokenizer"] == "local BPE" and len(tok("Question: Who wrote Hamlet?").input_ids) > 3

@@ -208,8 +208,12 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
             tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=not hub_reachable(),
                                                       trust_remote_code=False)
             tok_source = model_name
+            # transformers 5 builds an empty tokenizer (1 token, every text encoded to []) from a directory
+            # with a config.json and no tokenizer files, rather than raising: every example would be 1 token
+            if not tokenizer("Question: Who?").input_ids:
+                raise ValueError(f"{model_name} has no tokenizer")
         except (OSError, ValueError):
-            tokenizer = local_tokenizer(LOCAL_VOCAB)
+            tokenizer, tok_source = local_tokenizer(LOCAL_VOCAB), "local BPE"
     else:
         offline = not hub_reachable()  # fail at once from the cache instead of retrying the network
         try:

@@ -102,6 +102,9 @@ class RunResults:
     f1: float | None = None
     em_before: float | None = None
     f1_before: float | None = None
+    # ZeRO-Infinity (offload to nvme): MiB of swap files on this node's nvme_path when training ended, all ranks,
+    # {"params": ..., "optimizer": ...} (`train.nvme_swap_mib`); None without NVMe offload
+    nvme_swap_mib: dict | None = None
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:

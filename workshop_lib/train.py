@@ -242,6 +242,17 @@ def nvme_swap_dir(cfg: RunConfig) -> Path:
     return Path(cfg.nvme_path) / f"workshop-{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}"
 
 
+def nvme_swap_mib(cfg: RunConfig) -> dict:
+    """MiB of ZeRO-Infinity's swap files in this run's `nvme_swap_dir` (every rank of this node), by what they
+    hold: DeepSpeed writes parameters to zero_stage_3/<dtype>params/rank<N> (tensors of 1 MiB and more only,
+    `swap_tensor.utils.MIN_AIO_BYTES`) and optimizer states to zero_stage_3/optimizer/rank<N>.
+    Returns {"params": MiB, "optimizer": MiB}."""
+    root, mib = nvme_swap_dir(cfg) / "zero_stage_3", {"params": 0.0, "optimizer": 0.0}
+    for f in root.rglob("*.swp"):
+        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / 2**20
+    return {k: round(v, 1) for k, v in mib.items()}
+
+
 def resume_point(out: Path, rank: int) -> Path | None:
     """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
     removes the checkpoints interrupted while being written (never loaded: `checkpoint.step_of`), and keeps
@@ -484,7 +495,8 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         **estimate, data_stats={"train": train_stats.as_dict(), "eval": eval_stats.as_dict()},
         device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
-        config=asdict(cfg)))
+        config=asdict(cfg),
+        nvme_swap_mib=nvme_swap_mib(cfg) if "nvme" in (exp.offload_optimizer, exp.offload_param) else None))
 
 
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",

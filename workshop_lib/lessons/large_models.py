@@ -153,7 +153,8 @@ def answers(offload_run: dict, nvme_run: dict | None, mismatch: dict, fp16) -> l
         ratio = nvme_run["steady_train_tokens_per_second"] / offload_run["steady_train_tokens_per_second"]
         out.append(f"2. NVMe offload: host RSS after step 1 {nvme_run['host_states_rss_mib']:,.0f} MiB against "
                    f"{host:,.0f} MiB with CPU offload ({nvme_run['host_states_rss_mib'] - host:+,.0f} MiB), at "
-                   f"{ratio:.2f}x its steady tokens/s.")
+                   f"{ratio:.2f}x its steady tokens/s; on the drive {nvme_run['nvme_swap_mib']['params']:,.1f} MiB "
+                   f"of parameters and {nvme_run['nvme_swap_mib']['optimizer']:,.1f} MiB of optimizer states.")
     else:
         out.append("2. NVMe offload did not run here (see the async_io check above).")
     out.append(f"3. DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x "
