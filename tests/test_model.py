@@ -62,6 +62,12 @@ def test_a_config_only_directory_with_random_weights_gets_a_real_tokenizer(tmp_p
     tokenizer is used instead."""
     from workshop_lib.model import tiny_config
 
+    from workshop_lib.model import check_model_source
+
     tiny_config("Qwen/Qwen3-0.6B", 4096).save_pretrained(tmp_path)
+    with pytest.raises(WorkshopError, match="vocab_size 4,096 is below the 32,000 tokens"):  # ids out of range
+        check_model_source(str(tmp_path), random_weights=True)
+    tiny_config("Qwen/Qwen3-0.6B", 32_000).save_pretrained(tmp_path)
+    check_model_source(str(tmp_path), random_weights=True)
     _, tok, info = load_model_and_tokenizer(str(tmp_path), random_weights=True)
     assert info["tokenizer"] == "local BPE" and len(tok("Question: Who wrote Hamlet?").input_ids) > 3

@@ -126,7 +126,8 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
 
     Raises:
         WorkshopError: each case its own message: a local path that does not exist or is no model directory,
-            a directory without weights, without a tokenizer, a model that needs `trust_remote_code`
+            a directory without weights, without a tokenizer (with `random_weights`: whose vocabulary is smaller
+            than the local tokenizer's), a model that needs `trust_remote_code`
             (the workshop never runs a model's own Python code), a hub model neither cached nor reachable.
     """
     builds = "--tiny builds a small model from its config.json" if tiny else ""
@@ -140,14 +141,21 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         if not config.is_file():
             raise WorkshopError(f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
                                 "give the directory that model.save_pretrained(...) wrote.")
-        _check_no_custom_code(json.loads(config.read_text()), model_name)
+        cfg = json.loads(config.read_text())
+        _check_no_custom_code(cfg, model_name)
         if tiny:
             return
+        has_tokenizer = any((path / t).is_file() for t in TOKENIZER_FILES)
+        if random_weights and not has_tokenizer and cfg.get("vocab_size", LOCAL_VOCAB) < LOCAL_VOCAB:
+            raise WorkshopError(f"{model_name} has no tokenizer, and its vocab_size {cfg['vocab_size']:,} is below the "
+                                f"{LOCAL_VOCAB:,} tokens of the local tokenizer a random model then gets.",
+                                f"set vocab_size to {LOCAL_VOCAB} or more in its config.json, or save a tokenizer "
+                                "there (tokenizer.save_pretrained).")
         if not random_weights and not any(next(path.glob(w), None) for w in WEIGHTS):
             raise WorkshopError(f"{model_name} has a config.json but no weights (*.safetensors or pytorch_model*.bin).",
                                 "copy the weights there (model.save_pretrained writes them), or pass "
                                 "--random-weights to train its architecture from random weights.")
-        if not random_weights and not any((path / t).is_file() for t in TOKENIZER_FILES):
+        if not random_weights and not has_tokenizer:
             raise WorkshopError(f"{model_name} has weights but no tokenizer ({', '.join(TOKENIZER_FILES)}).",
                                 f"save the tokenizer there too: AutoTokenizer.from_pretrained(<source>)"
                                 f".save_pretrained('{model_name}').")
