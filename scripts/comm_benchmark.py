@@ -76,17 +76,18 @@ def main():
     device = torch.device("cuda") if cuda else torch.device("cpu")
     rank, n = dist.get_rank(), dist.get_world_size()
 
+    from workshop_lib.memory import MiB
     from workshop_lib.model import count_params
 
     params = count_params(args.model)["num_params"]
     bucket = min(args.reduce_bucket_size, params)
     rows = []
-    cases = [(op, int(mib * 2**20 / 2), "sweep") for mib in args.sizes_mib for op in OPS]
+    cases = [(op, int(mib * MiB / 2), "sweep") for mib in args.sizes_mib for op in OPS]
     cases += [("reduce_scatter", bucket, "gradient bucket"), ("all_gather", params, "parameters")]
     for op, numel, what in cases:
         sec = time_op(op, numel, device, args.iters, args.warmup)
         size = numel * 2
-        row = {"world_size": n, "op": op, "what": what, "mib": round(size / 2**20, 1),
+        row = {"world_size": n, "op": op, "what": what, "mib": round(size / MiB, 1),
                "ms": None if sec is None else round(sec * 1e3, 3),
                "algbw_gbps": None if sec is None else round(size / sec / 1e9, 1),
                "busbw_gbps": None if sec is None else round(size / sec / 1e9 * OPS[op][1](n), 1)}
@@ -99,7 +100,7 @@ def main():
         df = pd.DataFrame(rows)
         df.to_csv(args.out, index=False)
         print(f"{args.model}: {params:,} parameters, {n} ranks ({'NCCL' if cuda else 'gloo'}); "
-              f"ZeRO-2 moves {params * 2 / 2**20:,.0f} MiB of gradients and of parameters per optimizer step")
+              f"ZeRO-2 moves {params * 2 / MiB:,.0f} MiB of gradients and of parameters per optimizer step")
         print(df.to_string(index=False))
         step = df["ms_per_step"].sum() if "ms_per_step" in df else float("nan")
         print(f"ZeRO-2's collectives, unoverlapped: {step:,.1f} ms per optimizer step; wrote {args.out}")

@@ -12,8 +12,8 @@
 #
 # Notebooks 02 and 03 trained Qwen3-0.6B, which fits one GPU anyway: offload only cost speed there. Here the model
 # is the largest Qwen3 whose ZeRO-3 + CPU offload estimate fits this GPU and its host while the baseline's does
-# not (Qwen3-4B on an 80 GB H100 with 128 GiB of host memory). Without a GPU the runs use the tiny model, the
-# estimates are for the H100 reference machine, and its reference runs are shown beside yours.
+# not (the next cell names it). Without a GPU the runs use the tiny model, the estimates are for the H100 reference
+# machine, and its reference runs are shown beside yours.
 
 # %%
 import subprocess
@@ -110,7 +110,7 @@ display(df[["model", "steady_train_tokens_per_second", "gpu_peak_mib", "host_pea
 # %% [markdown]
 # ## NVMe offload (ZeRO-Infinity)
 # When the host's memory is too small for the offloaded states, ZeRO-3 can keep them on a local NVMe drive and
-# stream them through pinned buffers (tensors of 1 MiB and more: the tiny model's parameters all stay in memory).
+# stream them through pinned buffers (DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory).
 # DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
 # (`[OKAY]`). Where it cannot, the workshop stops with the fix.
 
@@ -135,9 +135,10 @@ if nvme_ok:
 if nvme_run:
     df = results.load_results([f"{RUNS}/stage3_offload", f"{RUNS}/stage3_nvme"])
     display(df[["experiment", "steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib"]])
-    swap = nvme_run["nvme_swap_mib"]  # DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory
+    swap = nvme_run["nvme_swap_mib"]
     print(f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
-          f"{swap['optimizer']:,.1f} MiB of optimizer states")
+          f"{swap['optimizer']:,.1f} MiB of optimizer states"
+          + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else ""))
 
 # %% [markdown]
 # ## Two more failure drills

@@ -38,6 +38,11 @@ class Experiment:
     def deepspeed(self) -> bool:
         return self.zero_stage is not None
 
+    @property
+    def offloads_to_nvme(self) -> bool:
+        """ZeRO-Infinity: optimizer states or parameters swapped to `RunConfig.nvme_path`."""
+        return "nvme" in (self.offload_optimizer, self.offload_param)
+
 
 EXPERIMENTS = {e.name: e for e in [
     Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
@@ -258,7 +263,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise WorkshopError("liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
                             "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")
     exp = EXPERIMENTS[cfg.experiment]
-    if "nvme" in (exp.offload_optimizer, exp.offload_param):
+    if exp.offloads_to_nvme:
         if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
             cfg = replace(cfg, nvme_path=os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())
         if not Path(cfg.nvme_path).is_dir():

@@ -212,7 +212,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     finally:
         if trainer is not None:
             _release(trainer)
-        if "nvme" in (exp.offload_optimizer, exp.offload_param):  # the swap files: as large as what they hold
+        if exp.offloads_to_nvme:  # the swap files: as large as what they hold
             shutil.rmtree(nvme_swap_dir(cfg), ignore_errors=True)
     if rank == 0:
         rundir.finish(out, results)
@@ -249,7 +249,7 @@ def nvme_swap_mib(cfg: RunConfig) -> dict:
     Returns {"params": MiB, "optimizer": MiB}."""
     root, mib = nvme_swap_dir(cfg) / "zero_stage_3", {"params": 0.0, "optimizer": 0.0}
     for f in root.rglob("*.swp"):
-        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / 2**20
+        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / memory.MiB
     return {k: round(v, 1) for k, v in mib.items()}
 
 
@@ -496,7 +496,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg),
-        nvme_swap_mib=nvme_swap_mib(cfg) if "nvme" in (exp.offload_optimizer, exp.offload_param) else None))
+        nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None))
 
 
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",
