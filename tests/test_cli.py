@@ -313,3 +313,26 @@ def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
     assert r["nvme_swap_mib"]["params"] >= 31.25 and r["nvme_swap_mib"]["optimizer"] > 3 * r["num_params"] * 4 / 2**20
     assert json.loads((out / "ds_config.json").read_text())["zero_optimization"]["offload_param"]["buffer_size"] == 32_000 * 512
     assert not any(nvme.iterdir())  # the run's swap folder removed
+    # the preflight's estimate bounds what was written: 2 + 16 bytes/param, less the tensors below 1 MiB
+    from workshop_lib.memory import estimate_nvme_swap
+
+    assert r["nvme_swap_mib"]["optimizer"] <= estimate_nvme_swap(r["num_params"], True, False)
+    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(r["num_params"], False, True)
+
+
+@pytest.mark.slow
+def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_written(tmp_path):
+    """Qwen3-8B's swap files (18 bytes/param, ~137 GiB) against the free space of this machine's temporary drive:
+    refused after the data and the parameter count, before the model is built or the output directory made."""
+    from workshop_lib.memory import MiB, estimate_nvme_swap
+    from workshop_lib.model import count_params
+
+    need = estimate_nvme_swap(count_params("Qwen/Qwen3-8B")["num_params"], True, True)
+    free = shutil.disk_usage(tmp_path).free / MiB
+    if need <= 0.95 * free:
+        pytest.skip(f"this drive has {free:,.0f} MiB free, room for Qwen3-8B's {need:,.0f} MiB of swap files")
+    p = workshop("run", "stage3_nvme", "--model", "Qwen/Qwen3-8B", "--random-weights", "--allow-cpu",
+                 "--nvme-path", tmp_path, "--output-dir", tmp_path / "run", check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert f"about {need:,.0f} MiB of swap files" in p.stderr and "To fix: pass --nvme-path" in p.stderr
+    assert not (tmp_path / "run").exists() and list(tmp_path.iterdir()) == []

@@ -43,10 +43,13 @@ def test_model_states_are_deepspeeds_estimate(model, zero_stage, offload, gpus_p
 
 def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme():
     p = count_params("Qwen/Qwen3-8B")
-    cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p["num_params"], p["largest_layer_params"], 1, 1)
+    _, gpu, _ = estimate_zero3_model_states_mem_needs(p["num_params"], p["largest_layer_params"], 1, 1)
     est = estimate("Qwen/Qwen3-8B", 3, "nvme")
     assert est["model_states_gpu_mib"] == round(gpu / MiB, 1) == round(4 * 622_329_856 / MiB, 1)  # the LM head, fp32
-    assert est["nvme_mib"] == round(cpu / MiB, 1) and est["model_states_cpu_mib"] is None  # host: not estimated
+    # on the drive: 16-bit parameters (2 bytes) and fp32 master weights, gradients, Adam's moments (16)
+    assert est["nvme_mib"] == round(p["num_params"] * 18 / MiB, 1) and est["model_states_cpu_mib"] is None
+    assert estimate("Qwen/Qwen3-8B", 3, "nvme", gpus_per_node=4, nodes=2)["nvme_mib"] == round(p["num_params"] * 9 / MiB, 1)
+    assert "of swap files on each node's NVMe drive" in explain(est)
 
 
 def test_layer_activations_are_the_papers_eq1():

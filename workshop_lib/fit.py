@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 from .errors import WorkshopError
-from .memory import MiB, estimate_model_states
+from .memory import MiB, estimate_model_states, estimate_nvme_swap
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 
 MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
@@ -134,7 +134,8 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
         zero_stage: None (HF Trainer alone, torch AdamW: 16 bytes/param on the GPU), 0, 1, 2 or 3.
         offload: "none"; "cpu" (the optimizer states to the CPU, at stage 3 the parameters too, as the
             workshop's stage3_offload does); "nvme" (stage 3 only: the same GPU side as "cpu", the offloaded
-            states on NVMe; the host's pinned buffers are not estimated, model_states_cpu_mib None).
+            states on NVMe, 18 bytes/param over the nodes, `memory.estimate_nvme_swap`; the host's pinned
+            buffers are not estimated, model_states_cpu_mib None).
         gpus_per_node, nodes: the data-parallel world; ZeRO partitions model states over all of it.
         train_micro_batch_size_per_gpu, max_length: b sequences of s tokens per forward pass (padded to s).
         activation_checkpointing: recompute each layer's activations in the backward pass.
@@ -164,8 +165,8 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
                                    num_gpus_per_node=gpus_per_node, num_nodes=nodes)
     gpu_states, cpu_states = states["estimated_model_states_gpu_mib"], states["estimated_model_states_cpu_mib"]
     nvme = None
-    if offload == "nvme":  # DeepSpeed's CPU column of the CPU-offload estimate: the states NVMe holds instead
-        nvme, cpu_states = cpu_states, None
+    if offload == "nvme":  # the swap files; the host keeps pinned buffers, which are not estimated
+        nvme, cpu_states = estimate_nvme_swap(shape["num_params"], True, True, nodes), None
     s, b = max_length, train_micro_batch_size_per_gpu
     act, formula = activation_bytes(shape, s, b, flash_attention, activation_checkpointing)
     logits = s * b * shape["vocab_size"] * (2 + 4) * (1 if logits_on == "all" else LABELLED_FRACTION)
@@ -247,6 +248,8 @@ def explain(est: dict) -> str:
     if est["model_states_cpu_mib"]:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
             f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
+    if est["nvme_mib"]:
+        s += f", and {_mib(est['nvme_mib'])} of swap files on each node's NVMe drive"
     if est["fits"]:
         return s + f"; {_mib(est['headroom_mib'])} to spare."
     fix = smallest_fix(est)
@@ -313,7 +316,7 @@ def plot(est: dict, ax=None):
     for label, key in (("host, per node", "model_states_cpu_mib"), ("NVMe, per node", "nvme_mib")):
         if est[key]:
             ax.barh(len(ticks), gib(est[key]), color="tab:purple", label=None if len(ticks) > 1 else
-                    "model states off the GPU (DeepSpeed's CPU column)")
+                    "model states off the GPU (host: DeepSpeed's CPU column; NVMe: swap files)")
             ticks.append(label)
     if est["model_states_cpu_mib"] and c["host_memory_mib"]:
         ax.vlines(gib(c["host_memory_mib"]), 0.55, 1.45, colors="gray", linestyles="--", label="host memory")

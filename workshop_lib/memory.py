@@ -166,6 +166,22 @@ def summarize(rows: list[dict]) -> dict:
             "host_peak_rss_mib": max(host) if host else None}
 
 
+# ZeRO-Infinity's swap files per parameter (DeepSpeed's runtime/swap_tensor): the 16-bit parameters (2 bytes) with
+# offload_param nvme; the fp32 master weights, gradients and Adam's exp_avg and exp_avg_sq (16 bytes) with
+# offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
+# (docs/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
+NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
+
+
+def estimate_nvme_swap(num_params: int, offload_optimizer: bool, offload_param: bool, num_nodes: int = 1) -> float:
+    """MiB of ZeRO-Infinity's swap files on each node's drive: the model's parameters (`NVME_PARAM_BYTES`) and
+    optimizer states (`NVME_OPTIMIZER_BYTES`) that go to NVMe, partitioned over the nodes (each rank swaps
+    its own partition to its node's drive). DeepSpeed has no estimator for it; tensors below 1 MiB stay in
+    host memory, so this is an upper bound by a few MiB."""
+    per_param = NVME_PARAM_BYTES * offload_param + NVME_OPTIMIZER_BYTES * offload_optimizer
+    return round(num_params * per_param / num_nodes / MiB, 1)
+
+
 def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage: int | None,
                           offload_optimizer: bool = False, offload_param: bool = False,
                           num_gpus_per_node: int = 1, num_nodes: int = 1) -> dict:

@@ -155,11 +155,14 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=rank == 0)
     from transformers import set_seed
 
-    if torch.cuda.is_available() and not cfg.tiny:  # before a minute of building the model: will it fit?
+    # before a minute of building the model: will it fit on the GPU, and its swap files on the drive?
+    if not cfg.tiny and (torch.cuda.is_available() or exp.offloads_to_nvme):
         from .model import count_params
 
-        _check_fits(cfg, _estimate(count_params(cfg.model), exp, world_size)["estimated_model_states_gpu_mib"],
-                    local_rank)
+        counts = count_params(cfg.model)
+        _check_fits(cfg, _estimate(counts, exp, world_size)["estimated_model_states_gpu_mib"], local_rank)
+        if exp.offloads_to_nvme:
+            check_nvme_space(cfg, exp, counts["num_params"], world_size)
     set_seed(cfg.seed)  # before building the model: the same random init in every experiment
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
@@ -323,6 +326,24 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
             f"{cfg.experiment} (DeepSpeed's estimate), more than 90% of this GPU's {total_mib:,.0f} MiB.",
             "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
+
+
+def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_size: int) -> float:
+    """Refuse an NVMe offload whose swap files (`memory.estimate_nvme_swap`: 18 bytes/param for parameters and
+    optimizer states, over the nodes) would not fit in 95% of the free space at `cfg.nvme_path`: DeepSpeed
+    would stop with an I/O error in the first step, after minutes of set-up, with the drive full.
+
+    Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
+    nodes = max(1, world_size // max(torch.cuda.device_count(), 1))
+    need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
+    free = shutil.disk_usage(cfg.nvme_path).free / memory.MiB
+    if need > 0.95 * free:
+        raise WorkshopError(
+            f"{cfg.experiment} would write about {need:,.0f} MiB of swap files for {cfg.model} "
+            f"({num_params / 1e9:.2f}B parameters) to {cfg.nvme_path}, which has {free:,.0f} MiB free.",
+            "pass --nvme-path DIR on a drive with more free space (or set WORKSHOP_NVME_PATH), use more nodes, "
+            "or CPU offload (stage3_offload) where the host's memory holds the states.")
+    return need
 
 
 def _activation_checkpointing(on: bool) -> dict:

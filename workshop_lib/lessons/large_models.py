@@ -62,12 +62,15 @@ def _row(run_dir: Path, gpu: str) -> dict:
             "GPU peak MiB (NVML)": r.get("gpu_peak_mib"), "torch peak alloc MiB": r.get("gpu_peak_allocated_mib"),
             "host peak RSS MiB": r.get("host_peak_rss_mib"),
             "est. states GPU MiB": est["model_states_gpu_mib"], "est. states host MiB": est["model_states_cpu_mib"],
-            "est. total GPU MiB": est["total_gpu_mib"]}
+            "est. total GPU MiB": est["total_gpu_mib"],
+            "NVMe swap MiB": sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
+            "est. NVMe MiB": est["nvme_mib"]}
 
 
 def reference_runs(root: Path) -> pd.DataFrame:
     """One row per run under root/runs (a directory, or only its .log when the run stopped before it wrote
-    one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB) and `fit.estimate`'s figures."""
+    one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB), NVMe swap files at the end (MiB) and
+    `fit.estimate`'s figures."""
     runs = root / "runs"
     if not runs.is_dir():
         return pd.DataFrame()
@@ -83,6 +86,66 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
 
     done = df[df["outcome"] == "trained"]
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
+
+
+NVME_VS_CPU = DOCS / "h100" / "large-models" / "nvme-vs-cpu"  # CPU and NVMe offload of one model in one device call
+
+
+def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
+    """CPU against NVMe offload of one model, both run in one device call (root/runs, `scripts/large_models.sh`),
+    from each run's own logs, so that a run stopped after its training steps (before results.json) counts too:
+    training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
+    (`metrics.steady_state`, the first third of the steps left out, as in results.json), the peak GPU memory
+    (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
+    from ..metrics import steady_state
+
+    rows = []
+    for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
+        cfg = json.loads((run / "run_config.json").read_text())
+        log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
+        steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
+        mem = pd.read_csv(run / "memory.csv")
+        rows.append({"model": cfg["model"], "experiment": cfg["experiment"], "training steps": len(log),
+                     "steady s/step": steady["steady_step_time_s"],
+                     "steady tokens/s": steady["steady_train_tokens_per_second"],
+                     "GPU peak MiB (NVML)": mem["gpu_used_mib"].max(), "host peak RSS MiB": mem["host_rss_mib"].max(),
+                     "results.json": (run / "results.json").is_file()})
+    return pd.DataFrame(rows)
+
+
+def drive_free_gib(machine_txt: Path) -> float:
+    """The free space of the drive `scripts/large_models.sh` swapped to, GiB: the 'Avail' column of the `df -h`
+    line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
+    line = next(x for x in machine_txt.read_text().splitlines() if x.startswith("/"))
+    avail = line.split()[3]
+    return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
+
+
+def nvme_summary(root: Path = NVME_VS_CPU) -> str:
+    """The comparison in sentences, computed from `offload_comparison`, and which shipped Qwen3 models' swap
+    files (`memory.estimate_nvme_swap`) fit the drive of that call (`drive_free_gib`)."""
+    from ..fit import MODELS, model_shape
+    from ..memory import MiB, estimate_nvme_swap
+
+    df = offload_comparison(root).set_index("experiment")
+    cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
+    free = drive_free_gib(root / "machine.txt")
+    swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
+    count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
+    fits = {m: estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024 for m in MODELS}
+    return (f"{cpu['model']}, {nvme['training steps']} training steps each: NVMe offload took "
+            f"{nvme['steady s/step'] / cpu['steady s/step']:.1f}x the steady step time of CPU offload "
+            f"({nvme['steady s/step']:.2f} s against {cpu['steady s/step']:.2f} s; "
+            f"{nvme['steady tokens/s']:,.0f} against {cpu['steady tokens/s']:,.0f} tokens/s), with a host peak RSS "
+            f"of {nvme['host peak RSS MiB']:,.0f} MiB against {cpu['host peak RSS MiB']:,.0f} MiB and a GPU peak of "
+            f"{nvme['GPU peak MiB (NVML)']:,.0f} MiB against {cpu['GPU peak MiB (NVML)']:,.0f} MiB. NVMe offload "
+            f"keeps pinned host buffers to swap the parameters through: {count} x {size:,} elements x 2 bytes = "
+            f"{count * size * 2 / MiB:,.0f} MiB here (ds_config.json's offload_param), one per tensor in use at "
+            "once, each as large as the largest tensor (the embedding).\n\n"
+            f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against the {free:,.0f} GiB "
+            "free on that machine's drive: "
+            + "; ".join(f"{m} {gib:,.1f} GiB ({'fits' if gib <= 0.95 * free else 'does not fit'})"
+                        for m, gib in sorted(fits.items(), key=lambda kv: kv[1])) + ".")
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -181,6 +244,13 @@ def main() -> None:
                 + df.to_markdown(index=False, floatfmt=",.0f") + "\n")
         (root / "table.md").write_text(text)
         print(f"wrote {root / 'table.md'}")
+    text = ("# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
+            "workshop_lib.lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
+            "Steady: the median step after the first third of the steps, from each run's train_log.csv; peaks from "
+            "its memory.csv.\n\n" + offload_comparison().to_markdown(index=False, floatfmt=",.2f") + "\n\n"
+            + nvme_summary() + "\n")
+    (NVME_VS_CPU / "table.md").write_text(text)
+    print(f"wrote {NVME_VS_CPU / 'table.md'}")
 
 
 if __name__ == "__main__":
