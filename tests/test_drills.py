@@ -67,6 +67,7 @@ def test_fp16_loss_scale_collapses_while_bf16_trains(route):
     ax = drills.plot_fp16_overflow(df)
     assert ax.get_yscale() == "log" and "loss scale" in ax.get_ylabel() and ax.get_xlabel() == "optimizer step"
     assert any("fp16" in t.get_text() for t in ax.get_legend().get_texts())
+    matplotlib.pyplot.close(ax.figure)
 
 
 @pytest.mark.slow
