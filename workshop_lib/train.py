@@ -334,7 +334,8 @@ def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_siz
     would stop with an I/O error in the first step, after minutes of set-up, with the drive full.
 
     Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
-    nodes = max(1, world_size // max(torch.cuda.device_count(), 1))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
+    nodes = max(1, world_size // per_node)  # ranks of one node share its drive
     need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
     free = shutil.disk_usage(cfg.nvme_path).free / memory.MiB
     if need > 0.95 * free:
