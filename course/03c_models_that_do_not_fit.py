@@ -143,7 +143,7 @@ if nvme_run:
           + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else ""))
 
 # %% [markdown]
-# On the reference machine (one H100 with 128 GiB of host memory), CPU and NVMe offload of the same
+# On the reference machine (docs/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
 # model in one call: what each step pays for reading and writing the states on the drive, what the host keeps
 # anyway, and which models' swap files (`memory.estimate_nvme_swap`, which `workshop run` checks against the
 # drive's free space before it builds the model) that drive could hold.
