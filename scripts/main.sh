@@ -6,7 +6,7 @@
 #   bash scripts/main.sh [extra `workshop run` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh
+WORKSHOP_SETUP=run source scripts/setup.sh  # what the run needs; `bash scripts/setup.sh` adds the notebooks and tests
 if python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then tiny=(); else
   echo "No GPU found: running the tiny model on the CPU."; tiny=(--tiny); fi
 out=runs/main-$(date +%Y%m%d-%H%M%S)

@@ -1,23 +1,55 @@
-# Sourced by scripts/main.sh and scripts/test.sh: create .venv (once) and install the workshop into it,
-# saying what it installs and how long it took. With a GPU: the newest torch with CUDA from PyPI.
-# Without: the CPU build of torch 2.13.0 (small, fast). An already active environment (conda, venv) is
-# used as it is.
+# The README's set-up (`bash scripts/setup.sh`), also sourced by scripts/main.sh and scripts/test.sh: create
+# .venv (once) and install into it what the work needs, saying what each part is and how long it took. An
+# already active environment (conda, venv) is used as it is.
+#   bash scripts/setup.sh               # everything: runs, notebooks, tests; libaio for NVMe offload where it can
+#   WORKSHOP_SETUP=run bash scripts/setup.sh   # what `workshop run` needs, no more (scripts/main.sh)
+# torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 (small, fast).
+# DeepSpeed's optimizer ops are compiled here, once, with their time printed: CPU Adam (offload) always,
+# fused Adam where a GPU is, into torch's extension cache; no run or notebook compiles them later. (Just in
+# time, as runs would: DeepSpeed's install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took
+# about twice as long on 2 cores: README.)
+# libaio (DeepSpeed's async_io op, for NVMe offload: stage3_nvme) is installed with apt-get when root, else
+# named with its fix; without it stage3_nvme and its tests are skipped, nothing else.
+_setup_mode=${WORKSHOP_SETUP:-full}
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
-  if [ ! -x .venv/bin/python ]; then echo "Creating the virtual environment .venv"; python3 -m venv .venv; fi
+  if [ ! -x .venv/bin/python ]; then
+    echo "Creating the virtual environment .venv"; python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)  # Debian's 23.0 builds DeepSpeed the legacy way
+  fi
   source .venv/bin/activate
 fi
 quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }  # drop pip's notes about unused local indexes
 installing() { echo "Installing $1 into $(python -c 'import sys; print(sys.prefix)') ..."; SECONDS=0; }
+_gpu=0; if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then _gpu=1; fi
 if ! python -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  if [ $_gpu = 1 ]; then
     installing "torch with CUDA (a download of several GB)"; quiet pip install -q torch
   else
     installing "torch 2.13.0, CPU build (no GPU here)"; quiet pip install -q torch==2.13.0
   fi
   echo "  done in ${SECONDS} s"
 fi
-if ! python -c "import workshop_lib, pytest, nbmake, xdist" 2>/dev/null; then
-  installing "the workshop and its dependencies (deepspeed, transformers, datasets, accelerate, jupyterlab, pytest, ...)"
-  quiet pip install -q -e ".[test]"
-  echo "  done in ${SECONDS} s. DeepSpeed builds its ops (CPU Adam, fused Adam) on their first use, about a minute each."
+if [ "$_setup_mode" = run ]; then _extras=""; _check="workshop_lib"; else _extras="[test]"; _check="workshop_lib, pytest, nbmake, xdist, jupytext"; fi
+if ! python -c "import $_check" 2>/dev/null; then
+  installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
+  quiet pip install -q -e ".$_extras"
+  echo "  done in ${SECONDS} s"
 fi
+if [ "$_setup_mode" != run ]; then
+  # DeepSpeed's async_io op compiles against libaio's header (Debian/Ubuntu: libaio-dev)
+  if ! echo '#include <libaio.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      installing "libaio-dev with apt-get (DeepSpeed's async_io op, for NVMe offload)"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev) >/dev/null \
+        && echo "  done in ${SECONDS} s" || echo "  apt-get could not install libaio-dev (see above)."
+    fi
+    if ! echo '#include <libaio.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
+      echo "libaio is not installed here: NVMe offload (stage3_nvme) cannot run, and its tests will be skipped;"
+      echo "  everything else works. To fix: sudo apt-get install libaio-dev (or dnf install libaio-devel; in a"
+      echo "  conda env: conda install -c conda-forge libaio, then CFLAGS=-I\$CONDA_PREFIX/include LDFLAGS=-L\$CONDA_PREFIX/lib)."
+    fi
+  fi
+fi
+# Compile DeepSpeed's optimizer ops now (announced and timed), unless this machine already has them
+python -m workshop_lib.env --build-ops $([ $_gpu = 1 ] && echo FusedAdamBuilder) CPUAdamBuilder
+unset _setup_mode _extras _check _gpu

@@ -22,11 +22,14 @@ def workshop(*args, cwd=None, check=True):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items):
-    """scripts/test.sh runs the suite on two workers (pytest-xdist, `-n 2 --dist loadgroup`): tests that share
-    something run in one worker, one after the other. The SLURM cluster's two one-CPU nodes (test_slurm.py and
+    """A test that reads the session's tiny runs is end to end: marked slow. scripts/test.sh runs the suite on
+    two workers (pytest-xdist, `-n 2 --dist loadgroup`): tests that share something run in one worker, one after
+    the other. The SLURM cluster's two one-CPU nodes (test_slurm.py and
     notebook 04, which submits a job), the session's tiny runs of every experiment (made once, in the worker
     that holds their readers), and each notebook's course/ and solutions/ versions (both write runs/<notebook>)."""
     for item in items:
+        if "tiny_runs" in getattr(item, "fixturenames", ()):  # end to end: DeepSpeed runs of the tiny model
+            item.add_marker(pytest.mark.slow)
         if item.path.name == "test_slurm.py" or item.path.stem == "04_multi_gpu":
             group = "slurm"
         elif "tiny_runs" in getattr(item, "fixturenames", ()):
@@ -55,13 +58,64 @@ def run_cli():
     return workshop
 
 
+def unavailable_ops(experiment: str) -> str | None:
+    """Why this machine cannot run `experiment` (a DeepSpeed op it needs cannot be built: async_io without libaio
+    for stage3_nvme), as `workshop run` would say it with its fix; None when it can."""
+    from workshop_lib import env
+    from workshop_lib.config import EXPERIMENTS
+    from workshop_lib.errors import WorkshopError
+
+    exp = EXPERIMENTS[experiment]
+    if not exp.deepspeed:
+        return None
+    try:
+        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param))
+    except WorkshopError as e:
+        return str(e).replace("\n", " ")
+    return None
+
+
+def skip_unless_runnable(experiment: str) -> None:
+    """Skip the calling test, with the reason and the fix in pytest's summary, when `experiment` cannot run here."""
+    why = unavailable_ops(experiment)
+    if why:
+        pytest.skip(f"{experiment} cannot run on this machine: {why}")
+
+
+class TinyRuns:
+    """The session's tiny runs: `tiny_runs / "stage2"` is ROOT/stage2, made by `workshop run stage2 --tiny` the
+    first time a test asks for it (stage2 also answers 4 dev questions before and after training). An experiment
+    this machine cannot run skips the tests that read it, and a run that fails fails those tests alone."""
+
+    def __init__(self, root):
+        self.root, self.errors = root, {}
+
+    def __truediv__(self, experiment: str):
+        d = self.root / experiment
+        if experiment in self.errors:
+            raise self.errors[experiment]
+        if not (d / "results.json").exists():
+            skip_unless_runnable(experiment)
+            try:
+                workshop("run", experiment, "--tiny", "--output-dir", d,
+                         *(["--score-questions", 4] if experiment == "stage2" else []))
+            except AssertionError as e:
+                self.errors[experiment] = e
+                raise
+        return d
+
+    def available(self) -> list[str]:
+        """The experiments this machine can run, each run (for tests over all of them)."""
+        from workshop_lib.config import EXPERIMENTS
+
+        names = [e for e in EXPERIMENTS if unavailable_ops(e) is None]
+        for e in names:
+            self / e
+        return names
+
+
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory):
-    """Every experiment of `config.EXPERIMENTS` run once through `workshop run --tiny` (stage2 also answers 4 dev
-    questions before and after training), in ROOT/<experiment>; shared by every test that reads real runs."""
-    from workshop_lib.config import EXPERIMENTS
-
-    root = tmp_path_factory.mktemp("runs")
-    for exp in EXPERIMENTS:
-        workshop("run", exp, "--tiny", "--output-dir", root / exp, *(["--score-questions", 4] if exp == "stage2" else []))
-    return root
+    """`TinyRuns`: every experiment of `config.EXPERIMENTS` through `workshop run --tiny`, each made once, on
+    first use; shared by every test that reads real runs."""
+    return TinyRuns(tmp_path_factory.mktemp("runs"))

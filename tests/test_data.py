@@ -123,3 +123,23 @@ def test_dropping_the_attention_mask_of_right_padded_batches_is_exact(tok):
     with torch.no_grad():
         a, b = net(**with_mask).loss, net(**without).loss
     assert torch.allclose(a, b, atol=1e-5), (a, b)
+
+
+def test_step_counts_come_from_the_sampler_that_trains():
+    """results.json's steps_per_epoch and the Trainer's micro-batch count come from the sampler built with the run's
+    seed: with more questions than one sort chunk (2,048), the seed changes how many micro-batches an epoch has."""
+    import random
+
+    from workshop_lib.config import RunConfig
+    from workshop_lib.data import TokenBudgetBatchSampler
+    from workshop_lib.train import _micro_batches, trainer_micro_batch
+
+    rng = random.Random(0)
+    lengths = [rng.randint(60, 800) for _ in range(5000)]
+    ds = {"input_ids": [[0] * n for n in lengths]}
+    counts = {seed: len(TokenBudgetBatchSampler(lengths, 4096, seed)) for seed in range(6)}
+    assert len(set(counts.values())) > 1, counts  # else this data could not show the bug
+    for seed, n in counts.items():
+        cfg = RunConfig("stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed)
+        assert _micro_batches(cfg, ds) == n
+        assert trainer_micro_batch(cfg, ds) == round(len(lengths) / n)

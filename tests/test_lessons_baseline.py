@@ -42,7 +42,7 @@ def tiny_01(tiny_runs, tmp_path_factory):
     workshop("run", "baseline", "--tiny", "--max-tokens-per-micro-batch", 1536, "--gradient-accumulation-steps", 4,
              "--save-strategy", "no", "--output-dir", root / "accum4")
     return [json.loads((d / "results.json").read_text())
-            for d in (Path(tiny_runs) / "baseline", root / "classic", root / "accum4")]
+            for d in (tiny_runs / "baseline", root / "classic", root / "accum4")]
 
 
 def test_answers_agree_with_tiny_runs_on_this_machine(tiny_01):

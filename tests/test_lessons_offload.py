@@ -73,7 +73,7 @@ def test_answers_agree_with_tiny_runs_on_this_machine(tiny_runs):
     passes them (lessons.reference), else a line that says none are on file."""
     from workshop_lib import lessons
 
-    r = {n: json.loads((Path(tiny_runs) / n / "results.json").read_text()) for n in NAMES}
+    r = {n: json.loads((tiny_runs / n / "results.json").read_text()) for n in NAMES}
     ref = offload.reference_runs(lessons.reference("03_cpu_offload"))
     three = next(t for t in _check(r) if t.startswith("3."))
     assert "no GPU reference runs are on file" in three

@@ -66,5 +66,5 @@ def test_answers_agree_with_the_h100_reference_runs():
 def test_answers_agree_with_tiny_runs_on_this_machine(tiny_runs, tmp_path):
     workshop("run", "baseline", "--tiny", "--activation-checkpointing", "true", "--save-strategy", "no",
              "--output-dir", tmp_path / "baseline_ac")
-    dirs = {n: Path(tiny_runs) / n for n in NAMES[:4]} | {"baseline_ac": tmp_path / "baseline_ac"}
+    dirs = {n: tiny_runs / n for n in NAMES[:4]} | {"baseline_ac": tmp_path / "baseline_ac"}
     _check({n: json.loads((d / "results.json").read_text()) for n, d in dirs.items()})

@@ -1,6 +1,7 @@
 import csv
 
 import numpy as np
+import pytest
 import torch
 
 from workshop_lib.memory import MemorySampler, estimate_model_states
@@ -63,6 +64,7 @@ def test_phases_split_setup_from_training(tmp_path):
     assert s["setup_seconds"] == s["train_begin_s"] < s["train_end_s"] and s["host_states_rss_mib"] > 0
 
 
+@pytest.mark.slow  # a real ZeRO-3 DeepSpeed run in this process: minutes on 2 cores
 def test_a_zero3_run_leaves_nothing_alive_for_the_next_run_in_the_process(tmp_path):
     """Notebooks run several experiments in one kernel: after a ZeRO-3 run no model or optimizer of it may stay
     reachable (DeepSpeed 0.19.8 keeps the model in FWD_MODULE_STACK and an lru_cache; on the H100 that left the

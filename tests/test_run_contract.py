@@ -141,6 +141,20 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, 
         assert "hf download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
 
 
+def test_nvme_offload_without_libaio_is_refused_with_the_fix(tmp_path, capsys):
+    """stage3_nvme where DeepSpeed's async_io op cannot be built (no libaio): exit 2 naming the op and libaio's
+    install, nothing written. Where libaio is installed the experiment runs instead (tests/test_cli.py)."""
+    from conftest import unavailable_ops
+
+    if unavailable_ops("stage3_nvme") is None:
+        pytest.skip("libaio is installed here: stage3_nvme runs (its end-to-end tests), there is nothing to refuse")
+    out = tmp_path / "out"
+    rc = workshop_main(["run", "stage3_nvme", "--tiny", "--nvme-path", str(tmp_path), "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "async_io op cannot be built" in err and "To fix: install libaio" in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsys):
     assert workshop_main(["report", tmp_path / "nope"]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -285,3 +299,14 @@ def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, 
     err = capsys.readouterr().err
     assert expected in err and "To fix:" in err and "Traceback" not in err, err
     assert snapshot(tmp_path) == before
+
+
+def test_a_deepspeed_with_known_zero2_defects_is_refused_with_the_fix():
+    from workshop_lib.env import DEEPSPEED_MIN, check_deepspeed_version
+    from workshop_lib.errors import WorkshopError
+
+    check_deepspeed_version(".".join(map(str, DEEPSPEED_MIN)))
+    check_deepspeed_version("0.20.0+cu130")
+    with pytest.raises(WorkshopError, match=r"(?s)#7718.*To fix: pip install -U 'deepspeed>=0\.19\.8'") as e:
+        check_deepspeed_version("0.18.2")
+    assert "0.18.2 is older" in str(e.value)

@@ -80,8 +80,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
     collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
                             labelled_positions=cfg.logits_on == "labelled")
-    batches = list(TokenBudgetBatchSampler([len(x) for x in ds["input_ids"]], cfg.max_tokens_per_micro_batch,
-                                           cfg.seed))
+    batches = list(TokenBudgetBatchSampler.for_dataset(ds, cfg.max_tokens_per_micro_batch, cfg.seed))
     times, tokens = [], []
     if cuda:
         torch.cuda.reset_peak_memory_stats()

@@ -139,16 +139,23 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(a, name) < 1:
                     raise WorkshopError(f"{name} must be at least 1, got {getattr(a, name)}.",
                                         f"pass --{name.replace('_', '-')} N with N >= 1.")
+            from .evaluation import model_caveat
+
             s = evaluate_squad(a.model, a.output_dir, a.num_questions, eval_file=a.eval_file,
                                batch_size=a.batch_size, max_new_tokens=a.max_new_tokens)
             print(f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
                   f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
                   f"{a.output_dir or a.model}/predictions.jsonl and squad_scores.json")
+            if caveat := model_caveat(a.model):
+                print(caveat)
             return 0
         if a.command == "ask":
-            from .evaluation import ask
+            from .evaluation import ask, model_caveat
 
-            print(ask(a.model, a.question, a.context))
+            answer = ask(a.model, a.question, a.context)
+            print(answer if answer.strip() else "(an empty answer: the model's first generated token ended it)")
+            if caveat := model_caveat(a.model):
+                print(caveat)
             return 0
         return report(a)
     except WorkshopError as e:

@@ -330,10 +330,31 @@ def parse_run_args(argv: list[str]) -> RunConfig:
                     description="Run one experiment; write results.json, memory.csv, train_log.csv and, with "
                     "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
                     + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + ".")
+    _yes_no_options(parser)
     cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return cfg
+
+
+def _yes_no_options(parser) -> None:
+    """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options
+    too (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model`
+    that HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's
+    help."""
+    import argparse
+    import typing
+
+    hints = typing.get_type_hints(RunConfig)
+    yes_no = {name for name, t in hints.items() if t is bool or t == bool | None}
+    for action in parser._actions:
+        if action.dest not in yes_no:
+            continue
+        flag = f"--{action.dest.replace('_', '-')}"
+        if isinstance(action, argparse._StoreFalseAction):
+            action.help = f"the same as {flag} false"
+        else:
+            action.nargs, action.const, action.metavar = "?", True, "{true,false}"
 
 
 if __name__ == "__main__":  # python -m workshop_lib.config stage2 --tiny: print the resolved config

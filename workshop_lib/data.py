@@ -347,6 +347,17 @@ class TokenBudgetBatchSampler:
                 longest = max(longest, lengths[j])
             self.batches.append(batch)
 
+    @classmethod
+    def for_dataset(cls, ds, max_tokens: int, seed: int) -> "TokenBudgetBatchSampler":
+        """The sampler of a tokenised dataset (`tokenize_squad`'s): the one place that reads its lengths, so the
+        training loop, the step counts in results.json and `workshop bench` see the same batches."""
+        return cls([len(x) for x in ds["input_ids"]], max_tokens, seed)
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Sequences per micro-batch, on average over one pass."""
+        return sum(map(len, self.batches)) / len(self.batches)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 

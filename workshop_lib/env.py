@@ -8,6 +8,7 @@ import io
 import os
 import platform
 import socket
+import sys
 from functools import lru_cache
 
 import torch
@@ -110,12 +111,13 @@ def ensure_distributed_env() -> None:
     """Make a plain process (a notebook kernel, `workshop run` without a launcher) a world of one.
 
     DeepSpeed otherwise tries MPI discovery and fails with "No module named 'mpi4py'". Under a launcher
-    (torchrun, deepspeed, srun) RANK and WORLD_SIZE are already set and nothing changes.
+    (torchrun, deepspeed, srun) RANK and WORLD_SIZE are already set and nothing changes. In a world of one,
+    DeepSpeed's shared-memory collectives are not compiled (`skip_unused_deepspeed_ops`).
     """
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
+    if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
+    skip_unused_deepspeed_ops(int(os.environ["WORLD_SIZE"]))
 
 
 def sanitize_cuda_arch_list() -> None:
@@ -155,12 +157,52 @@ def barrier() -> None:
         dist.barrier()
 
 
-def deepspeed_ops(offload_optimizer: str, offload_param: str = "none") -> list[str]:
+# The oldest DeepSpeed this workshop accepts (pyproject.toml's floor): earlier releases compute wrong ZeRO-2
+# gradients (0.17.6-0.18.2, DeepSpeed #7718; multi-rank bf16 0.18.3-0.19.3, #8224) or NaN under torch.compile (#8061).
+DEEPSPEED_MIN = (0, 19, 8)
+
+
+def check_deepspeed_version(version: str) -> None:
+    """Refuse a DeepSpeed older than `DEEPSPEED_MIN`, before anything is written.
+
+    Raises:
+        WorkshopError: the installed version, the defects of its range and the fix.
+    """
+    from packaging.version import Version
+
+    from .errors import WorkshopError
+
+    if Version(version).release[:3] < DEEPSPEED_MIN:
+        floor = ".".join(map(str, DEEPSPEED_MIN))
+        raise WorkshopError(f"DeepSpeed {version} is older than {floor}, the oldest this workshop runs: releases "
+                            "0.17.6 to 0.19.3 compute wrong ZeRO-2 gradients in some set-ups (DeepSpeed issues "
+                            "#7718, #8224).", f"pip install -U 'deepspeed>={floor}'.")
+
+
+def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_size: int = 1) -> list[str]:
     """The DeepSpeed op builders a run JIT-compiles on this machine: the optimizer (CPU Adam with offload,
-    fused Adam otherwise), async I/O for NVMe offload, and on the CPU the shared-memory collectives."""
+    fused Adam otherwise), async I/O for NVMe offload, and, for several ranks on the CPU, the shared-memory
+    collectives (one process has no one to talk to: `skip_unused_deepspeed_ops`)."""
     ops = ["FusedAdamBuilder" if offload_optimizer == "none" else "CPUAdamBuilder"]
     ops += ["AsyncIOBuilder"] if "nvme" in (offload_optimizer, offload_param) else []
-    return ops + ([] if torch.cuda.is_available() else ["ShareMemCommBuilder"])
+    return ops + ([] if torch.cuda.is_available() or world_size == 1 else ["ShareMemCommBuilder"])
+
+
+def skip_unused_deepspeed_ops(world_size: int) -> None:
+    """In a world of one, stop DeepSpeed from compiling its shared-memory collectives (`deepspeed_shm_comm`,
+    CPU accelerator only), which its communication backend builds at start-up whatever the world size
+    (deepspeed/comm/torch.py, `build_shm_op`, gated on `deepspeed.ops.__compatible_ops__`): about two minutes
+    of compilation on a 2-core machine that one process never uses. Several ranks keep it."""
+    if world_size != 1 or torch.cuda.is_available():
+        return
+    try:
+        import deepspeed.ops
+    except ImportError:
+        return
+
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
+    if isinstance(compatible, dict):
+        compatible["deepspeed_shm_comm"] = False
 
 
 def _builders(names: list[str]):
@@ -188,13 +230,17 @@ def check_deepspeed_ops(names: list[str]) -> None:
 
 
 def build_deepspeed_ops(names: list[str]) -> None:
-    """Build (once per machine, cached in the torch extensions folder) or load each named DeepSpeed op now,
-    saying what is built and how long it took, rather than a minute of silence inside the first step.
+    """Build (once per machine and torch version, cached in the torch extensions folder) or load each named
+    DeepSpeed op now, saying so when it compiles and how long it took, rather than minutes of silence inside
+    the first step. Torch decides whether to compile (no build yet, or one made by another torch or compiler:
+    a stale cache), so the line comes whenever loading takes more than a few seconds, stale cache included;
+    a cached op loads silently.
 
     Raises:
         WorkshopError: a lock left by a killed build blocks it (see `workshop_lib.rundir.wait_for_file_lock`;
             WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600).
     """
+    import threading
     import time
     from pathlib import Path
 
@@ -204,16 +250,28 @@ def build_deepspeed_ops(names: list[str]) -> None:
 
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
-        built = (build_dir / f"{builder.name}.so").exists()
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
                            timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
+        cached = any(build_dir.glob("*.so"))
+        note = "its cached build is from another torch or compiler" if cached else "once per machine and torch"
+        said, stdout = [], sys.stdout  # DeepSpeed's own "... built successfully" line is silenced below
+
+        def say():
+            said.append(True)
+            print(f"Compiling DeepSpeed's {builder.name} op ({note}; 1-3 minutes on 2 cores) ...", file=stdout,
+                  flush=True)
+
+        announce = threading.Timer(3.0 if cached else 0.0, say)
         t0 = time.perf_counter()
-        if not built:
-            print(f"Building DeepSpeed's {builder.name} op (once on this machine, about a minute) ...", end=" ", flush=True)
-        with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed's own "... built successfully" line
-            builder.load(verbose=False)
-        if not built:
-            print(f"built in {time.perf_counter() - t0:.0f} s, cached in {build_dir}.", flush=True)
+        announce.start()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                builder.load(verbose=False)
+        finally:
+            announce.cancel()
+            announce.join()
+        if said:
+            print(f"  compiled in {time.perf_counter() - t0:.0f} s, cached in {build_dir} for later runs.", flush=True)
 
 
 _QUIET = False
@@ -261,3 +319,27 @@ def notebook_run_options() -> dict:
     steps = int(os.environ.get("WORKSHOP_MAX_STEPS", 0 if tiny else GPU_MAX_STEPS)) or None
     return {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
             "max_steps": steps}
+
+
+def _build_ops_at_setup(names: list[str]) -> int:
+    """`python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now,
+    each announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and
+    set-up goes on: the experiments that do not need it still run. Returns 0."""
+    from .errors import WorkshopError
+
+    sanitize_cuda_arch_list()
+    for name in names:
+        try:
+            check_deepspeed_ops([name])
+            build_deepspeed_ops([name])
+        except (WorkshopError, ImportError, RuntimeError, OSError) as e:
+            print(f"\nDeepSpeed's {name} was not built: {e}".replace("\n", "\n  "))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["--build-ops"]:
+        sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
+    sys.exit(_build_ops_at_setup(sys.argv[2:]))

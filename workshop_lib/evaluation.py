@@ -38,6 +38,31 @@ def model_dir(path: str | os.PathLike) -> Path:
     return path
 
 
+def model_caveat(path: str | os.PathLike) -> str | None:
+    """A sentence for `workshop eval` and `ask` when the model at `path` is not meant to answer well: the tiny
+    model or random weights, as the run that made it recorded (run_config.json or results.json in the run
+    directory, or beside model/). None for any other model."""
+    path = Path(path)
+    for d in (path, path.parent):
+        for name in ("results.json", "run_config.json"):
+            f = d / name
+            if not f.is_file():
+                continue
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            cfg = data.get("config", data)
+            what = ("the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
+                    if cfg.get("tiny") else "a model trained from random weights (--random-weights), not a "
+                    "pretrained one" if cfg.get("random_weights") else None)
+            if what:
+                return (f"Note: {path} holds {what}: its answers are not meant to be right, and exact match "
+                        "near 0 is what it scores. The mechanics are what it shows; a pretrained model "
+                        "fine-tuned on a GPU gives real answers.")
+    return None
+
+
 def load_model(path: str | os.PathLike):
     """(model, tokenizer) from a run directory, a model directory or a hub name: fp32, in eval mode, on the
     GPU where there is one.

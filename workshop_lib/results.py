@@ -17,7 +17,8 @@ from .errors import WorkshopError
 # The columns of the exercise table: results.json key -> column title (units in the title).
 TABLE = {
     "experiment": "experiment", "model": "model", "recipe": "recipe", "precision": "precision",
-    "world_size": "GPUs", "micro_batch_size_per_gpu": "micro-batch", "global_batch_size": "global batch",
+    "world_size": "world size", "micro_batch_size_per_gpu": "micro-batch", "global_batch_size": "global batch (questions)",
+    "tokens_per_step": "tokens/step",
     "steps_per_epoch": "steps/epoch",
     "train_loss": "train loss", "eval_loss": "eval loss per epoch",
     "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s",
@@ -38,9 +39,9 @@ class RunResults:
 
     experiment: str
     recipe: str
-    model: str  # hub name or path the architecture (and weights) came from
-    tiny: bool
-    random_weights: bool
+    model: str  # hub name or path the architecture (and weights) came from; "<name> (tiny)" for --tiny
+    tiny: bool  # the tiny model of `model`'s family (model.TINY_DIMS), built on the CPU
+    random_weights: bool  # not pretrained: --random-weights, or the tiny model (always randomly initialised)
     zero_stage: int | None  # None: no DeepSpeed
     offload_optimizer: str  # none | cpu | nvme
     offload_param: str
@@ -51,7 +52,10 @@ class RunResults:
     world_size: int
     micro_batch_size_per_gpu: int
     gradient_accumulation_steps: int
-    global_batch_size: int  # micro x accumulation x world_size, sequences per optimizer step
+    # questions (sequences) per optimizer step: micro x accumulation x world_size, as ds_config.json's
+    # train_batch_size; with token-budget batching the micro-batch is the mean one, rounded (they vary in size)
+    global_batch_size: int
+    tokens_per_step: int  # non-padding tokens per optimizer step, the mean over an epoch
     epochs: float  # as configured, or the fraction reached when max_steps ended the run
     max_steps: int | None
     steps_per_epoch: int
@@ -85,7 +89,9 @@ class RunResults:
     gpu_min_mib: float | None
     host_peak_rss_mib: float
     per_rank_memory: list[dict]  # every rank's phases and peaks, with rank, local_rank and host
-    estimated_model_states_gpu_mib: float  # `memory.estimate_model_states`: the Trainer's or DeepSpeed's
+    # `memory.estimate_model_states`, the Trainer's or DeepSpeed's, per GPU and per node's host memory; without a
+    # GPU the GPU part is None and the host part holds both
+    estimated_model_states_gpu_mib: float | None
     estimated_model_states_cpu_mib: float
     estimator: str  # which estimate: DeepSpeed's function, or the HF Trainer's 16 bytes/param
     data_stats: dict  # per split: total, used, dropped, context_shortened, answer_start_repaired, ... tokens
@@ -144,8 +150,9 @@ def load_results(paths) -> pd.DataFrame:
                             "give the output directories of finished `workshop run`s (e.g. runs/*).")
     rows = [json.loads((r / "results.json").read_text()) | {"run_dir": str(r)} for r in runs]
     df = pd.DataFrame(rows)
-    if "tiny" in df:
-        df["model"] = [f"{m} (tiny)" if t is True else m for m, t in zip(df["model"], df["tiny"])]
+    if "tiny" in df:  # results.json names the tiny model so since 2026-11; older runs got the suffix here
+        df["model"] = [f"{m} (tiny)" if t is True and not str(m).endswith("(tiny)") else m
+                       for m, t in zip(df["model"], df["tiny"])]
     return df
 
 
@@ -167,14 +174,22 @@ def _micro_batch(config, sequences) -> str:
 
 
 def _labels(df: pd.DataFrame) -> list[str]:
-    """Short run names: the run directory's name where they differ, else experiment plus what differs."""
-    names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else []
-    if names and len(set(names)) == len(names):
-        return names
+    """Short run names: the experiment, plus what differs between the runs (model, recipe, micro-batch, world
+    size); the run directory's name added only where two runs would still share a name."""
     parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
              ("micro_batch_size_per_gpu", lambda v: f"mb{v}"), ("world_size", lambda v: f"x{v}")]
-    varying = [(k, f) for k, f in parts if k in df and df[k].nunique() > 1]
-    return [" ".join([r["experiment"], *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
+    varying = [(k, f) for k, f in parts if k in df and df[k].astype(str).nunique() > 1]
+    labels = [" ".join([str(r["experiment"]), *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
+    if len(set(labels)) < len(labels) and "run_dir" in df:
+        labels = [f"{label} ({Path(d).name})" for label, d in zip(labels, df["run_dir"])]
+    return labels
+
+
+def _tiny_note(df: pd.DataFrame) -> str:
+    """A figure's subtitle for runs of the tiny model: its numbers show the mechanisms, not a GPU's figures."""
+    if "tiny" in df and (df["tiny"] == True).all():  # noqa: E712 - a column of bools (or None)
+        return "\ntiny model (~0.35M parameters) on the CPU: the mechanisms, not the sizes or speeds of a real run"
+    return ""
 
 
 def _has_gpu(df: pd.DataFrame) -> bool:
@@ -211,7 +226,7 @@ def plot_memory_over_time(df: pd.DataFrame):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
     axes[0].legend(fontsize=7)
-    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)"))
+    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df))
     fig.tight_layout()
     return fig
 
@@ -229,6 +244,8 @@ def plot_loss(df: pd.DataFrame):
     ax.set(xlabel="optimizer step", ylabel="loss, nats per label token", title="Training and eval loss")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    if _tiny_note(df):
+        fig.suptitle(_tiny_note(df).strip(), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -261,6 +278,8 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     for ax in (a, b):
         ax.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
+    if _tiny_note(df):
+        fig.suptitle(_tiny_note(df).strip(), fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -125,12 +125,13 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     if exp.deepspeed:
         env.sanitize_cuda_arch_list()
         try:
-            import deepspeed  # noqa: F401
+            import deepspeed
         except ImportError as e:
             raise WorkshopError(f"DeepSpeed is not installed ({e}).",
                                 "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
                                 "the baseline experiment, which does not use DeepSpeed.") from e
-        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param))
+        env.check_deepspeed_version(deepspeed.__version__)
+        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, env.world()[2]))
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
@@ -173,7 +174,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
     estimate = _estimate(info, exp, world_size)
     if exp.deepspeed:  # JIT-build the ops now, saying so, one rank per node first; the others load them
-        ops = env.deepspeed_ops(exp.offload_optimizer, exp.offload_param)
+        ops = env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, world_size)
         if local_rank == 0:
             env.build_deepspeed_ops(ops)
         env.barrier()
@@ -363,10 +364,14 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     out = Path(cfg.output_dir)
-    ds_config = None
+    ds_config, batches = None, None
+    micro = cfg.train_micro_batch_size_per_gpu
+    if cfg.batching == "token_budget":
+        batches = TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed)
+        micro = trainer_micro_batch(cfg, train_ds)
     if exp.deepspeed:
         ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
-                                    cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps,
+                                    micro, cfg.gradient_accumulation_steps,
                                     world_size, nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
                                     **_nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
@@ -374,7 +379,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         if env.world()[0] == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(
-        output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=cfg.train_micro_batch_size_per_gpu,
+        output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=micro,
         per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=1, report_to="none",
@@ -388,10 +393,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
     trainer_class, callbacks = Trainer, []
-    if cfg.batching == "token_budget":
-        batches = TokenBudgetBatchSampler([len(x) for x in train_ds["input_ids"]], cfg.max_tokens_per_micro_batch,
-                                          cfg.seed)
-
+    if batches is not None:
         class trainer_class(Trainer):  # noqa: N801 - the Trainer, with micro-batches sized in tokens
             def get_train_dataloader(self):
                 from torch.utils.data import DataLoader
@@ -486,21 +488,27 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     step_losses = [h["loss"] for h in history if "loss" in h]
     micro_batches = _micro_batches(cfg, train_ds)
     per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
+    micro = trainer_micro_batch(cfg, train_ds)
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
-                    else cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world_size)
+                    else micro * cfg.gradient_accumulation_steps * world_size)
     steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
     mfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
+    if not torch.cuda.is_available():  # no GPU: every model state the estimate places lives in host memory
+        estimate = {"estimated_model_states_gpu_mib": None,
+                    "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
+                                                            + estimate["estimated_model_states_cpu_mib"], 1),
+                    "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
     return asdict(RunResults(
-        experiment=cfg.experiment, recipe=cfg.recipe, model=cfg.model, tiny=cfg.tiny,
-        random_weights=cfg.random_weights, zero_stage=exp.zero_stage, offload_optimizer=exp.offload_optimizer,
+        experiment=cfg.experiment, recipe=cfg.recipe, model=f"{cfg.model} (tiny)" if cfg.tiny else cfg.model,
+        tiny=cfg.tiny, random_weights=cfg.random_weights or cfg.tiny, zero_stage=exp.zero_stage, offload_optimizer=exp.offload_optimizer,
         offload_param=exp.offload_param, precision=cfg.precision, attn_implementation=info["attn_implementation"],
         loss_on=cfg.loss_on, padding=cfg.padding, world_size=world_size,
-        micro_batch_size_per_gpu=cfg.train_micro_batch_size_per_gpu,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        global_batch_size=round(global_batch, 1) if cfg.batching == "token_budget" else int(global_batch),
+        micro_batch_size_per_gpu=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        global_batch_size=micro * cfg.gradient_accumulation_steps * world_size,  # = ds_config's train_batch_size
+        tokens_per_step=round(train_stats.tokens / per_epoch),
         epochs=cfg.epochs if not cfg.max_steps else round(trainer.state.epoch, 3), max_steps=cfg.max_steps,
         steps_per_epoch=per_epoch,
         global_steps=trainer.state.global_step, train_loss=round(sum(step_losses) / len(step_losses), 4),
@@ -543,10 +551,22 @@ def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None, 
     return metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
 
 
+def trainer_micro_batch(cfg: RunConfig, train_ds) -> int:
+    """Sequences per micro-batch as the Trainer and DeepSpeed count them (per_device_train_batch_size,
+    ds_config's train_micro_batch_size_per_gpu): the recipe's, or with token-budget batching the mean of the
+    micro-batches, rounded, which vary in size. DeepSpeed uses it only for its own bookkeeping
+    (train_batch_size = micro x accumulation x world_size) and the Trainer for samples/s; the batches are
+    the sampler's."""
+    if cfg.batching != "token_budget":
+        return cfg.train_micro_batch_size_per_gpu
+    return max(1, round(TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch,
+                                                            cfg.seed).mean_batch_size))
+
+
 def _micro_batches(cfg: RunConfig, train_ds) -> int:
     """Micro-batches in one pass over the training set, all ranks together."""
     if cfg.batching == "token_budget":
-        return len(TokenBudgetBatchSampler([len(x) for x in train_ds["input_ids"]], cfg.max_tokens_per_micro_batch))
+        return len(TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed))
     return -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
 
 

@@ -57,7 +57,8 @@ def answers(base: dict, classic: dict, accum: dict) -> list[str]:
     bpp = states_bytes_per_param(base)
     if bpp is None:
         out.append(f"5. no GPU: the model states cannot be read apart from the rest of the process here; the "
-                   f"estimate is {base['estimated_model_states_gpu_mib']:,.1f} MiB ({base['estimator']}).")
+                   f"estimate is {base['estimated_model_states_gpu_mib'] or base['estimated_model_states_cpu_mib']:,.1f} "
+                   f"MiB ({base['estimator']}).")
     else:
         kept = ("the Trainer frees the gradients after each step (zero_grad sets them to None), so what stays is "
                 "fp32 weights and Adam's two moments, 12 bytes/param" if bpp < 14 else

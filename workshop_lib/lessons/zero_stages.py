@@ -33,7 +33,8 @@ def answers(r: dict[str, dict]) -> list[str]:
         measured = (f", model states measured {states:,.0f} MiB against the baseline's "
                     f"{base['gpu_states_allocated_mib']:,.0f}" if states is not None else "")
         out.append(f"1. {s}: {what} {p:,.0f} MiB against the baseline's {pb:,.0f} ({p - pb:+,.0f} MiB){measured}; "
-                   f"estimated model states {r[s]['estimated_model_states_gpu_mib']:,.0f} MiB ({r[s]['estimator']}).")
+                   f"estimated model states {r[s]['estimated_model_states_gpu_mib'] or r[s]['estimated_model_states_cpu_mib']:,.0f} "
+                   f"MiB ({r[s]['estimator']}).")
     if base.get("gpu_states_allocated_mib") is not None:
         out.append("1. On one GPU no stage has a partner to share its states with: the differences are in what each "
                    "keeps (the baseline's fp32 weights and Adam moments; DeepSpeed's 16-bit weights beside fp32 "

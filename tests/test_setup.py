@@ -1,0 +1,52 @@
+"""What the README's set-up promises: JupyterLab shows each notebook once and keeps its outputs, and the test tiers
+are what their names say. Fast: no training. (That the set-up works without libaio and without root is CI's
+container check, `.ci/container.sh readme`.)"""
+
+import json
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_jupyterlab_lists_each_notebook_once_and_keeps_its_outputs(tmp_path):
+    """Through jupytext's own contents manager (what JupyterLab uses with jupytext installed) and the project's
+    [tool.jupytext] pairing: course/ lists the .py notebook alone; saving it with outputs leaves the .py as it
+    was and puts the outputs in outputs/NAME.ipynb, where reopening the .py finds them."""
+    jupytext = pytest.importorskip("jupytext")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "course").mkdir()
+    shutil.copy(ROOT / "course" / "00_setup.py", tmp_path / "course")
+    cm = jupytext.TextFileContentsManager(root_dir=str(tmp_path))
+    model = cm.get("course/00_setup.py")
+    assert model["type"] == "notebook"
+    code = next(c for c in model["content"]["cells"] if c["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "a learner's output\n"}]
+    cm.save(model, "course/00_setup.py")
+    assert (tmp_path / "course" / "00_setup.py").read_text() == (ROOT / "course" / "00_setup.py").read_text()
+    assert sorted(c["name"] for c in cm.get("course")["content"]) == ["00_setup.py", "outputs"]
+    assert [c["name"] for c in cm.get("course/outputs")["content"]] == ["00_setup.ipynb"]
+    reopened = cm.get("course/00_setup.py")["content"]["cells"]
+    assert any(o.get("text") == "a learner's output\n" for c in reopened if c["cell_type"] == "code" for o in c["outputs"])
+
+
+def test_jupytext_config_makes_python_files_open_as_notebooks(tmp_path):
+    """The README's one-time command writes JupyterLab's default viewer for Python files."""
+    pytest.importorskip("jupytext")
+    settings = tmp_path / "plugin.jupyterlab-settings"
+    subprocess.run([shutil.which("jupytext-config") or "jupytext-config", "--settings-file", settings,
+                    "set-default-viewer", "python"], check=True, capture_output=True)
+    viewers = json.loads(settings.read_text())["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers["python"] == "Jupytext Notebook"
+
+
+def test_plain_pytest_is_the_fast_tier():
+    """pyproject's addopts deselect the slow tier; scripts/test.sh asks for every tier with -m ""."""
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert opts == ["-m", "not slow"]
+    assert 'pytest -q -rs -m ""' in (ROOT / "scripts" / "test.sh").read_text()
+
