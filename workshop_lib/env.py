@@ -221,7 +221,8 @@ def check_deepspeed_ops(names: list[str]) -> None:
 
     for builder in _builders(names):
         if not builder.is_compatible(verbose=False):
-            fix = ("install libaio (apt-get install libaio-dev, or conda install libaio), then reinstall deepspeed"
+            fix = ("install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
+                   "conda install -c conda-forge libaio), then run again: DeepSpeed compiles the op at first use"
                    if builder.name == "async_io" else
                    "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
                    "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment")
