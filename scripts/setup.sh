@@ -29,8 +29,10 @@ if ! python -c "import torch" 2>/dev/null; then
   fi
   echo "  done in ${SECONDS} s"
 fi
-if [ "$_setup_mode" = run ]; then _extras=""; _check="workshop_lib"; else _extras="[test]"; _check="workshop_lib, pytest, nbmake, xdist, jupytext"; fi
-if ! python -c "import $_check" 2>/dev/null; then
+# installed, not merely importable from this folder: the package's metadata and what it needs
+_check="import importlib.metadata as m; m.version('deepspeed-workshop'); import deepspeed, transformers, datasets"
+if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check, pytest, nbmake, xdist, jupytext"; fi
+if ! python -c "$_check" 2>/dev/null; then
   installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
   quiet pip install -q -e ".$_extras"
   echo "  done in ${SECONDS} s"
