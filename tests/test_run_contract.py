@@ -310,3 +310,17 @@ def test_a_deepspeed_with_known_zero2_defects_is_refused_with_the_fix():
     with pytest.raises(WorkshopError, match=r"(?s)#7718.*To fix: pip install -U 'deepspeed>=0\.19\.8'") as e:
         check_deepspeed_version("0.18.2")
     assert "0.18.2 is older" in str(e.value)
+
+
+def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(capsys):
+    """`--tiny`, `--liger-kernel` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
+    `--no-save-model` HfArgumentParser adds has help of its own."""
+    for argv, expected in [(["--liger-kernel"], True), (["--liger-kernel", "false"], False),
+                           (["--save-model", "false"], False), (["--no-save-model"], False), ([], True)]:
+        cfg = parse_run_args(["stage2", "--tiny", *argv])
+        assert cfg.tiny is True and (cfg.liger_kernel if "--liger-kernel" in argv else cfg.save_model) is expected
+    with pytest.raises(SystemExit):
+        parse_run_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--no_save_model, --no-save-model the same as --save-model false" in text
+    assert "--liger_kernel [{true,false}], --liger-kernel [{true,false}]" in text

@@ -1,5 +1,5 @@
 """What the README's set-up promises: JupyterLab shows each notebook once and keeps its outputs, and the test tiers
-are what their names say. Fast: no training. (That the set-up works without libaio and without root is CI's
+are what their names say, and the plots name runs truly. Fast: no training. (That the set-up works without libaio and without root is CI's
 container check, `.ci/container.sh readme`.)"""
 
 import json
@@ -50,3 +50,16 @@ def test_plain_pytest_is_the_fast_tier():
     assert opts == ["-m", "not slow"]
     assert 'pytest -q -rs -m ""' in (ROOT / "scripts" / "test.sh").read_text()
 
+
+
+def test_plots_label_runs_by_experiment_and_say_when_the_model_is_tiny():
+    import pandas as pd
+
+    from workshop_lib.results import _labels, _tiny_note
+
+    df = pd.DataFrame({"experiment": ["stage2", "stage2", "baseline"], "model": ["Qwen/Qwen3-0.6B (tiny)"] * 3,
+                       "recipe": ["default", "classic", "default"], "tiny": [True] * 3,
+                       "run_dir": ["runs/stage2-tiny-20261123-1", "runs/x", "runs/y"]})
+    assert _labels(df) == ["stage2 default", "stage2 classic", "baseline default"]
+    assert _labels(df.assign(recipe="default")) == ["stage2 (stage2-tiny-20261123-1)", "stage2 (x)", "baseline (y)"]
+    assert "tiny model" in _tiny_note(df) and _tiny_note(df.assign(tiny=False)) == ""
