@@ -15,5 +15,5 @@ jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py
 # Two workers (WORKSHOP_TEST_WORKERS): a SLURM test waiting on its job leaves a core to the notebooks;
 # tests that share a resource stay in one worker (tests/conftest.py).
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
-# here (stage3_nvme without libaio) is skipped with the reason in the summary (-rs)
-pytest -q -rs -m "" -p no:cacheprovider --durations=25 -n "${WORKSHOP_TEST_WORKERS:-2}" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200
+# here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
+pytest -q -m "" -p no:cacheprovider --durations=25 -n "${WORKSHOP_TEST_WORKERS:-2}" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200

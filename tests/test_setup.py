@@ -47,8 +47,8 @@ def test_jupytext_config_makes_python_files_open_as_notebooks(tmp_path):
 def test_plain_pytest_is_the_fast_tier():
     """pyproject's addopts deselect the slow tier; scripts/test.sh asks for every tier with -m ""."""
     opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
-    assert opts == ["-m", "not slow"]
-    assert 'pytest -q -rs -m ""' in (ROOT / "scripts" / "test.sh").read_text()
+    assert opts == ["-m", "not slow", "-rs"]
+    assert 'pytest -q -m ""' in (ROOT / "scripts" / "test.sh").read_text()
 
 
 
