@@ -41,9 +41,9 @@ if [ "$_setup_mode" != run ]; then
   # DeepSpeed's async_io op compiles against libaio's header (Debian/Ubuntu: libaio-dev)
   if ! echo '#include <libaio.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      installing "libaio-dev with apt-get (DeepSpeed's async_io op, for NVMe offload)"
-      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev) >/dev/null \
-        && echo "  done in ${SECONDS} s" || echo "  apt-get could not install libaio-dev (see above)."
+      echo "Installing libaio-dev with apt-get (DeepSpeed's async_io op, for NVMe offload) ..."; SECONDS=0
+      if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev) >/tmp/apt-libaio.log 2>&1
+      then echo "  done in ${SECONDS} s"; else echo "  apt-get could not install libaio-dev (its output: /tmp/apt-libaio.log)."; fi
     fi
     if ! echo '#include <libaio.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
       echo "libaio is not installed here: NVMe offload (stage3_nvme) cannot run, and its tests will be skipped;"

@@ -56,6 +56,17 @@ def test_tokenize_reports_counts(tok):
      '"answers": []}]}]}]}', "'q1'"),
     ('{"data": [{"title": "t", "paragraphs": [{"qas": [{"id": "a", "question": "q?", "answers": '
      '[{"text": "x", "answer_start": 0}]}]}]}]}', "lacks the field 'context'"),
+    # every field of the wrong type is named with what it should be, not a traceback from deeper down
+    ('{"data": 5}', "'data' is int, not a list"),
+    ('{"data": [{"paragraphs": [{"context": null, "qas": []}]}]}', "has context 'None' .NoneType., not a string"),
+    ('{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "a", "question": 7, "answers": '
+     '[{"text": "x", "answer_start": 0}]}]}]}]}', "question 'a' has question '7' .int., not a string"),
+    ('{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
+     '[{"text": "x", "answer_start": "abc"}]}]}]}]}', "has answer_start 'abc' .str., not a whole number"),
+    ('{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
+     '[{"text": "x", "answer_start": -3}]}]}]}]}', "starts at -3, before the context"),
+    ('{"data": [{"paragraphs": "abc"}]}', "article 0 has paragraphs 'abc' .str., not a list"),
+    ('{"data": [{"paragraphs": [{"context": "c", "qas": [17]}]}]}', "is int '17', not an object"),
 ])
 def test_bad_data_files_say_how_to_fix(tmp_path, content, expected):
     path = tmp_path / "squad.json"

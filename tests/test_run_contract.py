@@ -54,6 +54,11 @@ def model_dirs(tmp_path_factory):
     (root / "custom" / "config.json").write_text(json.dumps(
         cfg | {"model_type": "my_qwen", "auto_map": {"AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}}))
     shutil.copy(root / "complete" / "model.safetensors", root / "custom")
+    shutil.copytree(root / "complete", root / "short_positions")  # 64 positions: --max-length 128 cannot fit
+    (root / "short_positions" / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": 64}))
+    net.resize_token_embeddings(1000)  # fewer embedding rows than its 4,096-token tokenizer has ids
+    net.save_pretrained(root / "small_vocab")
+    tok.save_pretrained(root / "small_vocab")
     return root
 
 
@@ -100,6 +105,11 @@ BAD = [
     ("accumulation 0", lambda t, m: ["baseline", T, "--gradient-accumulation-steps", "0"], "gradient_accumulation_steps"),
     ("max-steps 0", lambda t, m: ["baseline", T, "--max-steps", "0"], "max_steps must be at least 1"),
     ("not an int", lambda t, m: ["baseline", T, "--epochs", "two"], "invalid int value"),
+    ("learning rate inf", lambda t, m: ["baseline", T, "--learning-rate", "inf"], "must be finite numbers"),
+    ("learning rate nan", lambda t, m: ["baseline", T, "--learning-rate", "nan"], "must be finite numbers"),
+    ("weight decay -inf", lambda t, m: ["baseline", T, "--weight-decay=-inf"], "must be finite numbers"),
+    ("negative seed", lambda t, m: ["baseline", T, "--seed=-1"], "seed must be between 0 and 4,294,967,295"),
+    ("seed past 32 bits", lambda t, m: ["baseline", T, "--seed", str(2**32)], "seed must be between 0"),
     ("unknown option", lambda t, m: ["baseline", T, "--epoch", "2"], "unrecognized"),
     ("more questions than the file", lambda t, m: ["baseline", T, "--train-file", data_file(t),
                                                    "--num-train-samples", "100000"], "holds 1."),
@@ -118,6 +128,10 @@ BAD = [
     ("model without weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_weights"], "no weights"),
     ("model without tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_tokenizer"], "no tokenizer"),
     ("model with custom code", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "custom"], "trust_remote_code"),
+    ("max length past the positions", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "short_positions",
+                                                    "--max-length", "128"], "has 64 positions"),
+    ("vocabulary below the tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "small_vocab"],
+     "embedding has 1,000 rows"),
     ("hub model not cached", lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
      "hf download no-such-org/no-such-model"),
 ]

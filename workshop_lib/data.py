@@ -79,9 +79,10 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
     "answer_start": [...]}), in file order.
 
     Raises:
-        WorkshopError: the file is missing or a directory, is not JSON, is not in the SQuAD layout, or holds
-            a question without an answer (SQuAD v2 "impossible" questions cannot be trained on here) or with
-            an answer text that is not a non-empty string.
+        WorkshopError: the file is missing or a directory, is not JSON, is not in the SQuAD layout (a field
+            missing or of another type: strings for context, question and text, a whole number >= 0 for
+            answer_start, lists for data, paragraphs, qas and answers), or holds a question without an answer
+            (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text.
     """
     path = check_squad_path(path)
     try:
@@ -94,32 +95,53 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
         raise WorkshopError(f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.",
                             'use the layout {"data": [{"title", "paragraphs": [{"context", "qas": '
                             '[{"id", "question", "answers": [{"text", "answer_start"}]}]}]}]}.') from e
+    layout = ('the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
+              '"answers": [{"text", "answer_start"}]}]}]}]}')
+
+    def field(record, key: str, kind, where: str, need: str):
+        """record[key], checked to be of `kind` (bool is no int), or a WorkshopError naming the record."""
+        if not isinstance(record, dict):
+            raise WorkshopError(f"{path}: {where} is {type(record).__name__} {str(record)[:40]!r}, not an object.",
+                                f"use {layout}.")
+        if key not in record:
+            raise WorkshopError(f"{path}: {where} lacks the field {key!r} of the SQuAD layout.", f"use {layout}.")
+        value = record[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise WorkshopError(f"{path}: {where} has {key} {str(value)[:40]!r} ({type(value).__name__}), "
+                                f"not {need}.", f"give every {key} as {need}: {layout}.")
+        return value
+
+    if not isinstance(articles, list):
+        raise WorkshopError(f"{path}: 'data' is {type(articles).__name__}, not a list of articles.", f"use {layout}.")
     rows = {k: [] for k in ("id", "title", "context", "question", "answers")}
-    try:
-        for article in articles:
-            for para in article["paragraphs"]:
-                for qa in para["qas"]:
-                    answers = qa.get("answers") or []
-                    if not answers:
+    for a, article in enumerate(articles):
+        for p, para in enumerate(field(article, "paragraphs", list, f"article {a}", "a list")):
+            context = field(para, "context", str, f"article {a}, paragraph {p}", "a string")
+            for qa in field(para, "qas", list, f"article {a}, paragraph {p}", "a list"):
+                where = f"question {qa.get('id', '?')!r}" if isinstance(qa, dict) else f"article {a}, paragraph {p}"
+                qid = field(qa, "id", (str, int), where, "a string")
+                question = field(qa, "question", str, where, "a string")
+                answers = field(qa, "answers", list, where, "a list") if "answers" in qa else []
+                if not answers:
+                    raise WorkshopError(
+                        f"{path}: question {qid!r} ({question[:60]!r}) has no answer.",
+                        "every question needs at least one answer {\"text\", \"answer_start\"}; remove "
+                        "unanswerable (SQuAD v2 'is_impossible') questions from the file.")
+                for ans in answers:
+                    text = ans.get("text") if isinstance(ans, dict) else ans
+                    if not (isinstance(text, str) and text.strip()):
                         raise WorkshopError(
-                            f"{path}: question {qa.get('id', '?')!r} ({qa.get('question', '')[:60]!r}) has no answer.",
-                            "every question needs at least one answer {\"text\", \"answer_start\"}; remove "
-                            "unanswerable (SQuAD v2 'is_impossible') questions from the file.")
-                    bad = [a.get("text") for a in answers if not (isinstance(a.get("text"), str) and a["text"].strip())]
-                    if bad:
-                        raise WorkshopError(
-                            f"{path}: question {qa.get('id', '?')!r} has an answer text {bad[0]!r}, not a non-empty string.",
+                            f"{path}: question {qid!r} has an answer text {text!r}, not a non-empty string.",
                             "give every answer its text as it appears in the context, or remove the question.")
-                    rows["id"].append(str(qa["id"]))
-                    rows["title"].append(article.get("title", ""))
-                    rows["context"].append(para["context"])
-                    rows["question"].append(qa["question"])
-                    rows["answers"].append({"text": [a["text"] for a in answers],
-                                            "answer_start": [int(a["answer_start"]) for a in answers]})
-    except (KeyError, TypeError, AttributeError) as e:
-        raise WorkshopError(f"{path}: a record lacks the field {e} of the SQuAD layout.",
-                            "each article needs 'paragraphs', each paragraph 'context' and 'qas', each question "
-                            "'id', 'question' and 'answers'.") from e
+                    if field(ans, "answer_start", int, f"{where}'s answer {text[:30]!r}", "a whole number") < 0:
+                        raise WorkshopError(f"{path}: {where}'s answer {text[:30]!r} starts at {ans['answer_start']}, "
+                                            "before the context.", "give answer_start as a character offset >= 0.")
+                rows["id"].append(str(qid))
+                rows["title"].append(str(article.get("title", "")))
+                rows["context"].append(context)
+                rows["question"].append(question)
+                rows["answers"].append({"text": [x["text"] for x in answers],
+                                        "answer_start": [x["answer_start"] for x in answers]})
     if not rows["id"]:
         raise WorkshopError(f"{path} holds no questions.", "give a SQuAD file with at least one question.")
     return datasets.Dataset.from_dict(rows)

@@ -254,7 +254,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
                            timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
         cached = any(build_dir.glob("*.so"))
-        note = "its cached build is from another torch or compiler" if cached else "once per machine and torch"
+        note = "its cached build is from another torch installation or compiler" if cached else "once per machine and torch"
         said, stdout = [], sys.stdout  # DeepSpeed's own "... built successfully" line is silenced below
 
         def say():

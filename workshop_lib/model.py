@@ -254,6 +254,26 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     return model, tokenizer, info
 
 
+def check_model_fits_data(net, tokenizer, max_length: int, model_name: str) -> None:
+    """Refuse, before anything is written, a model that cannot take this run's sequences: `max_length` beyond
+    its positions (config.max_position_embeddings; models without one, such as BLOOM's ALiBi, have no limit
+    here), or a tokenizer with more ids than the embedding has rows (every id past them fails at step 0 with
+    an index error), whatever the model's source.
+
+    Raises:
+        WorkshopError: the limit, the value asked for and the fix.
+    """
+    positions = getattr(net.config, "max_position_embeddings", None)
+    if positions and max_length > positions:
+        raise WorkshopError(f"--max-length {max_length} is longer than {model_name} has positions for: it has "
+                            f"{positions} positions.", f"pass --max-length {positions} or less.")
+    rows = net.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise WorkshopError(f"{model_name}'s embedding has {rows:,} rows and its tokenizer {len(tokenizer):,} ids: "
+                            f"every id from {rows:,} on would fail at the first step.",
+                            "use the tokenizer saved with the model, or a model whose vocab_size covers the tokenizer.")
+
+
 def count_params(model_name: str = DEFAULT_MODEL) -> dict:
     """Parameter counts of the full-size architecture, without allocating it (built on the meta device).
 

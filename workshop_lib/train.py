@@ -43,7 +43,8 @@ from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_s
 from .ds_config import build_ds_config
 from .errors import WorkshopError
 from .memory import MemorySampler, estimate_model_states
-from .model import check_model_source, compile_layers, compute_logits_where_labelled, load_model_and_tokenizer
+from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
+                    load_model_and_tokenizer)
 from .results import RunResults
 
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
@@ -168,6 +169,7 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                                     attn_implementation=attn)
+    check_model_fits_data(net, tokenizer, cfg.max_length, cfg.model)
     before = score_before_training(net, tokenizer, cfg) if cfg.score_questions and rank == 0 else {}
     apply_speed_levers(net, cfg)
     train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
