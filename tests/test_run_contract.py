@@ -338,3 +338,39 @@ def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(
     text = " ".join(capsys.readouterr().out.split())
     assert "--no_save_model, --no-save-model the same as --save-model false" in text
     assert "--liger_kernel [{true,false}], --liger-kernel [{true,false}]" in text
+
+
+def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys):
+    """A results.json cut short is skipped by `workshop report` with the reason; --out that is a file, a model
+    config.json or a run_config.json that is no JSON object, and a RUNNING marker whose pid is no number each stop
+    with one message and its fix, exit 2, nothing written."""
+    ref = next((ROOT / "docs" / "h100" / "runs").iterdir())
+    good, cut = tmp_path / "good", tmp_path / "cut"
+    for d in (good, cut):
+        shutil.copytree(ref, d, ignore=shutil.ignore_patterns("model", "checkpoints"))
+    (cut / "results.json").write_text((cut / "results.json").read_text()[:100])
+    assert workshop_main(["report", str(good), str(cut), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {cut}: its results.json cannot be read" in err and (tmp_path / "report" / "report.csv").exists()
+    (tmp_path / "afile").write_text("mine")
+    assert workshop_main(["report", str(good), "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "mine"
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("[1, 2]")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text('{"experiment": "baseli')
+    (run / rundir.MARKER).write_text('{"status": "interrupted", "pid": 1}')
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / rundir.MARKER).write_text('{"status": "running", "pid": "abc", "host": "%s"}' % os.uname().nodename)
+    for argv, expected in [(["--model", str(model), "--output-dir", str(tmp_path / "x")], "not a valid model config"),
+                           (["--output-dir", str(run), "--resume"], "run_config.json is damaged"),
+                           (["--output-dir", str(marked)], "marker holds no process id ('abc')")]:
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        assert workshop_main(["run", "baseline", "--tiny", *argv]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("To fix:") == 1 and "Traceback" not in err, err
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -91,7 +91,14 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return
-    before, now = json.loads(path.read_text()), config | {"world_size": world_size}
+    try:
+        before = json.loads(path.read_text())
+        if not isinstance(before, dict):
+            raise ValueError(f"a JSON {type(before).__name__}, not an object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WorkshopError(f"{path} is damaged ({e}): the settings this run started with cannot be compared.",
+                            "--overwrite to start the run again, or another --output-dir.") from e
+    now = config | {"world_size": world_size}
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
             if k not in MAY_CHANGE and before.get(k) != now.get(k)]
     if diff:

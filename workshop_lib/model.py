@@ -141,7 +141,14 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         if not config.is_file():
             raise WorkshopError(f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
                                 "give the directory that model.save_pretrained(...) wrote.")
-        cfg = json.loads(config.read_text())
+        try:
+            cfg = json.loads(config.read_text())
+            if not isinstance(cfg, dict):
+                raise ValueError(f"a JSON {type(cfg).__name__}, not an object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise WorkshopError(f"{config} is not a valid model config ({e}).",
+                                "give the directory that model.save_pretrained(...) wrote, with its config.json "
+                                "whole (copy it again if it was cut short).") from e
         _check_no_custom_code(cfg, model_name)
         if tiny:
             return

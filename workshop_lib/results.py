@@ -148,7 +148,19 @@ def load_results(paths) -> pd.DataFrame:
     if not runs:
         raise WorkshopError(f"No finished run (results.json) under {', '.join(map(str, paths)) if not isinstance(paths, (str, Path)) else paths}.",
                             "give the output directories of finished `workshop run`s (e.g. runs/*).")
-    rows = [json.loads((r / "results.json").read_text()) | {"run_dir": str(r)} for r in runs]
+    rows = []
+    for r in runs:
+        try:
+            row = json.loads((r / "results.json").read_text())
+            if not isinstance(row, dict) or "experiment" not in row:
+                raise ValueError("no experiment in it")
+        except (OSError, ValueError, UnicodeDecodeError) as e:  # damaged by hand or a full disk: left out, named
+            print(f"skipped {r}: its results.json cannot be read ({e})", file=sys.stderr)
+            continue
+        rows.append(row | {"run_dir": str(r)})
+    if not rows:
+        raise WorkshopError(f"No readable results.json under {', '.join(map(str, paths)) if not isinstance(paths, (str, Path)) else paths}.",
+                            "give the output directories of finished `workshop run`s (e.g. runs/*).")
     df = pd.DataFrame(rows)
     if "tiny" in df:  # results.json names the tiny model so since 2026-11; older runs got the suffix here
         df["model"] = [f"{m} (tiny)" if t is True and not str(m).endswith("(tiny)") else m
@@ -348,9 +360,16 @@ def plot_scaling(df: pd.DataFrame):
 def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     """Write the exercise table (report.md, report.csv) and the plots (memory_over_time.png,
     memory_throughput.png) for the runs under `paths` into `out_dir`, and, when the runs span several world
-    sizes, the scaling table (scaling.md, scaling.csv) and plot (scaling.png); return {name: path}."""
-    df = load_results(paths)
+    sizes, the scaling table (scaling.md, scaling.csv) and plot (scaling.png); return {name: path}.
+
+    Raises:
+        WorkshopError: `out_dir` is a file; no readable finished run under `paths` (see `load_results`).
+    """
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise WorkshopError(f"--out {out} is a file, not a directory; nothing was written.",
+                            "pass --out with a directory path (it is created if missing).")
+    df = load_results(paths)
     out.mkdir(parents=True, exist_ok=True)
     table = exercise_table(df)
     files = {"table_md": out / "report.md", "table_csv": out / "report.csv",

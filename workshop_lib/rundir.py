@@ -92,6 +92,12 @@ def _alive(pid: int, host: str) -> bool:
     return True
 
 
+def _marker_alive(info: dict) -> bool:
+    """`_alive` for a marker's pid and host; a pid that is no number (a damaged marker) belongs to no process."""
+    pid = str(info.get("pid", 0))
+    return pid.isdigit() and _alive(int(pid), str(info.get("host", "")))
+
+
 def state(out: str | os.PathLike) -> tuple[str, dict]:
     """("finished" | "unfinished" | "empty", the RUNNING marker's content or {})."""
     out = Path(out)
@@ -119,7 +125,9 @@ def describe_unfinished(info: dict) -> str:
         return f"a run stopped by {info.get('signal')} with a checkpoint at step {info.get('step')} ({who})"
     if info.get("status") == "failed":
         return f"a run that failed ({who}): {info.get('error', '')[:200]}"
-    alive = _alive(int(info.get("pid", 0)), info.get("host", ""))
+    if not str(info.get("pid", 0)).isdigit():  # a marker edited or damaged by hand: no process to ask
+        return f"a run whose {MARKER} marker holds no process id ({str(info.get('pid'))[:40]!r})"
+    alive = _marker_alive(info)
     return f"a run {'still in progress' if alive else 'whose process is gone (killed)'} ({who})"
 
 
@@ -137,7 +145,7 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
                             + (" There is nothing to resume." if resume else ""),
                             "pass another --output-dir, or --overwrite to replace it.")
     if what == "unfinished":
-        if info.get("status") == "running" and _alive(int(info.get("pid", 0)), info.get("host", "")):
+        if info.get("status") == "running" and _marker_alive(info):
             raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
                                 "wait for it to end, or stop it, or pass another --output-dir.")
         if not (overwrite or resume):
