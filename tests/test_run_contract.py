@@ -367,7 +367,7 @@ def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys
     marked.mkdir()
     (marked / rundir.MARKER).write_text('{"status": "running", "pid": "abc", "host": "%s"}' % os.uname().nodename)
     for argv, expected in [(["--model", str(model), "--output-dir", str(tmp_path / "x")], "not a valid model config"),
-                           (["--output-dir", str(run), "--resume"], "run_config.json is damaged"),
+                           (["--output-dir", str(run), "--resume"], "run_config.json is damaged: the settings"),
                            (["--output-dir", str(marked)], "marker holds no process id ('abc')")]:
         before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
         assert workshop_main(["run", "baseline", "--tiny", *argv]) == 2

@@ -23,7 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import WorkshopError
+from .errors import WorkshopError, read_json_object
 
 CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
 RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + world_size), for --resume
@@ -91,13 +91,8 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return
-    try:
-        before = json.loads(path.read_text())
-        if not isinstance(before, dict):
-            raise ValueError(f"a JSON {type(before).__name__}, not an object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise WorkshopError(f"{path} is damaged ({e}): the settings this run started with cannot be compared.",
-                            "--overwrite to start the run again, or another --output-dir.") from e
+    before = read_json_object(path, "is damaged: the settings this run started with cannot be compared",
+                              "pass --overwrite to start the run again, or another --output-dir.")
     now = config | {"world_size": world_size}
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
             if k not in MAY_CHANGE and before.get(k) != now.get(k)]

@@ -11,3 +11,22 @@ class WorkshopError(RuntimeError):
     def __init__(self, problem: str, fix: str):
         self.problem, self.fix = problem, fix
         super().__init__(f"{problem}\nTo fix: {fix}")
+
+
+def read_json_object(path, problem: str, fix: str) -> dict:
+    """The JSON object in the file `path`.
+
+    Raises:
+        WorkshopError: "`path` `problem` (what is wrong with it)." and `fix`, when the file is not UTF-8 JSON or
+            holds something other than an object (a file cut short, edited by hand).
+    """
+    import json
+    from pathlib import Path
+
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(value, dict):
+            raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WorkshopError(f"{path} {problem} ({e}).", fix) from e
+    return value

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from .env import hub_reachable
-from .errors import WorkshopError
+from .errors import WorkshopError, read_json_object
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
@@ -141,14 +141,9 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         if not config.is_file():
             raise WorkshopError(f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
                                 "give the directory that model.save_pretrained(...) wrote.")
-        try:
-            cfg = json.loads(config.read_text())
-            if not isinstance(cfg, dict):
-                raise ValueError(f"a JSON {type(cfg).__name__}, not an object")
-        except (ValueError, UnicodeDecodeError) as e:
-            raise WorkshopError(f"{config} is not a valid model config ({e}).",
-                                "give the directory that model.save_pretrained(...) wrote, with its config.json "
-                                "whole (copy it again if it was cut short).") from e
+        cfg = read_json_object(config, "is not a valid model config",
+                               "give the directory that model.save_pretrained(...) wrote, with its config.json "
+                               "whole (copy it again if it was cut short).")
         _check_no_custom_code(cfg, model_name)
         if tiny:
             return
