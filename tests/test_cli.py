@@ -133,7 +133,8 @@ def test_bench_runs_rows_and_the_plain_pytorch_ceiling(tmp_path):
 def test_classic_recipe_pads_to_512(tmp_path):
     workshop("run", "stage2", "--tiny", "--recipe", "classic", "--max-steps", "2", "--output-dir", tmp_path)
     r = json.loads((tmp_path / "results.json").read_text())
-    assert (r["recipe"], r["model"], r["loss_on"], r["padding"]) == ("classic", "bigscience/bloom-560m", "all", "max_length")
+    assert (r["recipe"], r["model"], r["loss_on"], r["padding"]) == ("classic", "bigscience/bloom-560m (tiny)", "all",
+                                                                    "max_length")
     assert r["global_steps"] == 2 and len(r["eval_loss"]) == 1
 
 

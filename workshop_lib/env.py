@@ -259,7 +259,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
 
         def say():
             said.append(True)
-            print(f"Compiling DeepSpeed's {builder.name} op ({note}; 1-3 minutes on 2 cores) ...", file=stdout,
+            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes on 2 cores: CPU Adam about 1.5, async_io about 5) ...", file=stdout,
                   flush=True)
 
         announce = threading.Timer(3.0 if cached else 0.0, say)
