@@ -254,13 +254,14 @@ def build_deepspeed_ops(names: list[str]) -> None:
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
                            timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
         cached = any(build_dir.glob("*.so"))
-        note = "its cached build is from another torch installation or compiler" if cached else "once per machine and torch"
+        note = ("its cached build is from another torch installation or compiler" if cached else
+                "once per machine and torch")
         said, stdout = [], sys.stdout  # DeepSpeed's own "... built successfully" line is silenced below
 
         def say():
             said.append(True)
-            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes on 2 cores: CPU Adam about 1.5, async_io about 5) ...", file=stdout,
-                  flush=True)
+            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes on 2 cores: CPU Adam about 1.5, "
+                  "async_io about 5) ...", file=stdout, flush=True)
 
         announce = threading.Timer(3.0 if cached else 0.0, say)
         t0 = time.perf_counter()
@@ -339,8 +340,6 @@ def _build_ops_at_setup(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:2] != ["--build-ops"]:
         sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
     sys.exit(_build_ops_at_setup(sys.argv[2:]))

@@ -145,9 +145,10 @@ def load_results(paths) -> pd.DataFrame:
     runs, skipped = find_runs(paths)
     for d, why in skipped:
         print(f"skipped {d}: {why}", file=sys.stderr)
+    where = ", ".join(map(str, [paths] if isinstance(paths, (str, Path)) else paths))
+    fix = "give the output directories of finished `workshop run`s (e.g. runs/*)."
     if not runs:
-        raise WorkshopError(f"No finished run (results.json) under {', '.join(map(str, paths)) if not isinstance(paths, (str, Path)) else paths}.",
-                            "give the output directories of finished `workshop run`s (e.g. runs/*).")
+        raise WorkshopError(f"No finished run (results.json) under {where}.", fix)
     rows = []
     for r in runs:
         try:
@@ -159,8 +160,7 @@ def load_results(paths) -> pd.DataFrame:
             continue
         rows.append(row | {"run_dir": str(r)})
     if not rows:
-        raise WorkshopError(f"No readable results.json under {', '.join(map(str, paths)) if not isinstance(paths, (str, Path)) else paths}.",
-                            "give the output directories of finished `workshop run`s (e.g. runs/*).")
+        raise WorkshopError(f"No readable results.json under {where}.", fix)
     df = pd.DataFrame(rows)
     if "tiny" in df:  # results.json names the tiny model so since 2026-11; older runs got the suffix here
         df["model"] = [f"{m} (tiny)" if t is True and not str(m).endswith("(tiny)") else m

@@ -311,12 +311,19 @@ def save_model(trainer, out: Path, rank: int) -> Path:
 
 
 def _estimate(counts: dict, exp: Experiment, world_size: int) -> dict:
-    """DeepSpeed's estimate of the model states (`memory.estimate_model_states`) for this run's GPUs."""
+    """DeepSpeed's estimate of the model states (`memory.estimate_model_states`) for this run's GPUs; without
+    a GPU every state it places lives in host memory: GPU part None, the host part both."""
     gpus_per_node = max(torch.cuda.device_count(), 1)
-    return estimate_model_states(counts["num_params"], counts["largest_layer_params"], exp.zero_stage,
+    estimate = estimate_model_states(counts["num_params"], counts["largest_layer_params"], exp.zero_stage,
                                  exp.offload_optimizer != "none", exp.offload_param != "none",
                                  num_gpus_per_node=min(world_size, gpus_per_node),
                                  num_nodes=max(1, world_size // gpus_per_node))
+    if torch.cuda.is_available():
+        return estimate
+    return {"estimated_model_states_gpu_mib": None,
+            "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
+                                                    + estimate["estimated_model_states_cpu_mib"], 1),
+            "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
 
 
 def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
@@ -366,11 +373,8 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     out = Path(cfg.output_dir)
-    ds_config, batches = None, None
-    micro = cfg.train_micro_batch_size_per_gpu
-    if cfg.batching == "token_budget":
-        batches = TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed)
-        micro = trainer_micro_batch(cfg, train_ds)
+    ds_config, batches = None, token_budget_batches(cfg, train_ds)
+    micro = trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
         ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
                                     micro, cfg.gradient_accumulation_steps,
@@ -490,18 +494,13 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     step_losses = [h["loss"] for h in history if "loss" in h]
     micro_batches = _micro_batches(cfg, train_ds)
     per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
-    micro = trainer_micro_batch(cfg, train_ds)
+    micro = trainer.args.per_device_train_batch_size  # `trainer_micro_batch`, as ds_config.json has it
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
                     else micro * cfg.gradient_accumulation_steps * world_size)
     steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
     mfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
-    if not torch.cuda.is_available():  # no GPU: every model state the estimate places lives in host memory
-        estimate = {"estimated_model_states_gpu_mib": None,
-                    "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
-                                                            + estimate["estimated_model_states_cpu_mib"], 1),
-                    "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
     return asdict(RunResults(
         experiment=cfg.experiment, recipe=cfg.recipe, model=f"{cfg.model} (tiny)" if cfg.tiny else cfg.model,
@@ -553,23 +552,29 @@ def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None, 
     return metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
 
 
-def trainer_micro_batch(cfg: RunConfig, train_ds) -> int:
-    """Sequences per micro-batch as the Trainer and DeepSpeed count them (per_device_train_batch_size,
-    ds_config's train_micro_batch_size_per_gpu): the recipe's, or with token-budget batching the mean of the
-    micro-batches, rounded, which vary in size. DeepSpeed uses it only for its own bookkeeping
-    (train_batch_size = micro x accumulation x world_size) and the Trainer for samples/s; the batches are
-    the sampler's."""
+def token_budget_batches(cfg: RunConfig, train_ds) -> TokenBudgetBatchSampler | None:
+    """The run's token-budget sampler, built with its seed (what the training loop iterates), or None when
+    `cfg.batching` is not "token_budget"."""
     if cfg.batching != "token_budget":
+        return None
+    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed)
+
+
+def trainer_micro_batch(cfg: RunConfig, batches: TokenBudgetBatchSampler | None) -> int:
+    """Sequences per micro-batch as the Trainer and DeepSpeed count them (per_device_train_batch_size,
+    ds_config's train_micro_batch_size_per_gpu): the recipe's, or with token-budget batching (`batches`, from
+    `token_budget_batches`) the mean of the micro-batches, rounded, which vary in size. DeepSpeed uses it only
+    for its own bookkeeping (train_batch_size = micro x accumulation x world_size) and the Trainer for
+    samples/s; the batches are the sampler's."""
+    if batches is None:
         return cfg.train_micro_batch_size_per_gpu
-    return max(1, round(TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch,
-                                                            cfg.seed).mean_batch_size))
+    return max(1, round(batches.mean_batch_size))
 
 
 def _micro_batches(cfg: RunConfig, train_ds) -> int:
     """Micro-batches in one pass over the training set, all ranks together."""
-    if cfg.batching == "token_budget":
-        return len(TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed))
-    return -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
+    batches = token_budget_batches(cfg, train_ds)
+    return len(batches) if batches is not None else -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
 
 
 def _step_log_callback(path: Path, t0: float):
