@@ -118,7 +118,7 @@ results.plot_memory_and_throughput(df);
 # %% tags=["solution"]
 cols = ["train_loss", "steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
         "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"]
-display(Markdown(lessons.beside(df, NOTEBOOK, cols).to_markdown(index=False)))
+display(Markdown(lessons.table(NOTEBOOK, RUNS, cols).to_markdown(index=False)))
 print(lessons.reference_note())
 print("\n".join(answers.answers(base, classic, accum)))
 

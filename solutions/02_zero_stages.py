@@ -92,7 +92,7 @@ results.plot_memory_over_time(ac);
 every = results.load_results(RUNS)
 cols = ["train_loss", "steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
         "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"]
-display(Markdown(lessons.beside(every, NOTEBOOK, cols).to_markdown(index=False)))
+display(Markdown(lessons.table(NOTEBOOK, RUNS, cols).to_markdown(index=False)))
 print(lessons.reference_note())
 runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in lessons.COURSE_RUNS[NOTEBOOK]}
 print("\n".join(answers.answers(runs)))

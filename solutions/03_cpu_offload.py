@@ -64,7 +64,7 @@ results.plot_memory_over_time(df);
 # %% tags=["solution"]
 cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
         "gpu_peak_allocated_mib", "gpu_peak_mib", "host_states_rss_mib", "host_peak_rss_mib"]
-display(Markdown(lessons.beside(df, NOTEBOOK, cols).to_markdown(index=False)))
+display(Markdown(lessons.table(NOTEBOOK, RUNS, cols).to_markdown(index=False)))
 print(lessons.reference_note())
 runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ORDER}
 print("\n".join(answers.answers(runs, answers.reference_runs(lessons.reference(NOTEBOOK)))))

@@ -95,7 +95,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
         tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
     steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
-    mfu = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
+    mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
     peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
     del net, opt
     torch._dynamo.reset()

@@ -64,6 +64,15 @@ def flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_
             + 12 * num_layers * attention_width * seq_len)
 
 
+def recompute_flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float,
+                              lm_head_params: int = 0) -> float:
+    """FLOPs per token that full activation checkpointing adds: one more forward pass of the checkpointed
+    transformer blocks, 2 x their parameters (N less the LM head's vocabulary x hidden, which is outside the
+    blocks and not recomputed) + 4·L·H·Q·T for attention (a third of `flops_per_token`'s 12·L·H·Q·T). Hardware
+    FLOPs = model FLOPs + these (Korthikanti et al. 2022, section 6, define HFU against MFU this way)."""
+    return 2 * (num_params - lm_head_params) + 4 * num_layers * attention_width * seq_len
+
+
 def mfu(tokens_per_second: float | None, flops_per_token: float, peak_flops_per_gpu: float | None,
         world_size: int) -> float | None:
     """Model FLOPs utilisation, a fraction: tokens/s x FLOPs/token / (peak FLOP/s per GPU x GPUs); None

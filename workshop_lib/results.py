@@ -23,12 +23,20 @@ TABLE = {
     "train_loss": "train loss", "eval_loss": "eval loss per epoch",
     "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s",
     "steady_train_tokens_per_second": "steady tokens/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
-    "gpu_util_pct": "GPU util %",
+    "hfu": "HFU", "gpu_util_pct": "GPU util %",
     "gpu_states_allocated_mib": "model states MiB (measured)", "estimated_model_states_gpu_mib": "est. model states GPU MiB",
+    "estimated_model_states_cpu_mib": "est. model states CPU MiB",
     "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_reserved_mib": "torch peak reserved MiB",
     "gpu_peak_mib": "GPU peak MiB", "gpu_mean_mib": "GPU mean MiB", "gpu_min_mib": "GPU min MiB",
     "host_states_rss_mib": "host RSS after step 1 MiB", "host_peak_rss_mib": "host peak RSS MiB",
 }
+
+# The unit of each figure the lessons compare (`lessons.compare`): memory in MiB (2**20 bytes), losses in nats
+# per label token, MFU and HFU as fractions of the GPUs' peak.
+UNITS = {"train_loss": "nats", "eval_loss": "nats", "train_tokens_per_second": "tokens/s",
+         "steady_train_tokens_per_second": "tokens/s", "train_samples_per_second": "samples/s",
+         "steady_step_time_s": "s", "mfu": "fraction", "hfu": "fraction", "gpu_util_pct": "%",
+         "num_params": "parameters"} | {k: "MiB" for k in TABLE if k.endswith("_mib")}
 
 
 @dataclass
@@ -72,6 +80,8 @@ class RunResults:
     steady_train_samples_per_second: float | None  # global batch / median step time
     steady_train_tokens_per_second: float | None  # median of the steps' non-padding tokens/s
     mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
+    # hardware FLOPs utilisation: MFU plus the forward pass activation checkpointing recomputes (train.run_mfu)
+    hfu: float | None
     gpu_util_pct: float | None  # NVML utilisation of rank 0's GPU over the steady steps, mean percent
     num_params: int
     # Memory by phase, rank 0 (`memory.MemorySampler.summary`): set-up ends when training begins; the
@@ -168,15 +178,81 @@ def load_results(paths) -> pd.DataFrame:
     return df
 
 
-def exercise_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The exercise table: one row per run, the columns of `TABLE` (losses rounded, memory in MiB). The
-    micro-batch is in sequences, or in tokens for a token-budget run (`batching` "token_budget")."""
-    t = df[[c for c in TABLE if c in df]].copy()
+def hfu(row) -> float | None:
+    """A run's HFU (see `RunResults.hfu`): results.json's own, or for runs recorded before it was, computed
+    from MFU, the model's shape (`fit.model_shape`, from its config: hub names only) and the data's mean
+    sequence length; MFU itself without activation checkpointing. None where MFU is (a CPU)."""
+    if row.get("hfu") is not None and pd.notna(row.get("hfu")):
+        return row["hfu"]
+    mfu, cfg = row.get("mfu"), row.get("config") or {}
+    if mfu is None or pd.isna(mfu) or not cfg.get("activation_checkpointing"):
+        return None if mfu is None or pd.isna(mfu) else mfu
+    from . import fit, metrics
+
+    try:
+        shape = fit.model_shape(cfg["model"])
+    except Exception:  # noqa: BLE001 - a model whose config cannot be read here: no HFU rather than no table
+        return None
+    stats = row["data_stats"]["train"]
+    args = (shape["num_params"], shape["num_layers"], shape["num_attention_heads"] * shape["head_dim"],
+            stats["tokens"] / stats["used"])
+    lm_head = shape["vocab_size"] * shape["hidden_size"]
+    fraction = stats["labelled_tokens"] / stats["tokens"] if cfg.get("logits_on") == "labelled" else 1.0
+    flops = metrics.flops_per_token(*args, lm_head, fraction)
+    return mfu * (flops + metrics.recompute_flops_per_token(*args, lm_head)) / flops
+
+
+def fmt(value, metric: str) -> str:
+    """One figure as the tables show it: MFU/HFU as percentages, losses and seconds to 4 decimals, the rest
+    (MiB, tokens/s) to whole units with thousands separators; "n/a" where missing (a GPU figure on a CPU)."""
+    if isinstance(value, (list, tuple)):
+        return " / ".join(fmt(v, metric) for v in value)
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "n/a"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if metric in ("mfu", "hfu"):
+        return f"{value:.1%}"
+    return f"{value:,.4f}" if metric in ("train_loss", "eval_loss", "steady_step_time_s") else f"{value:,.0f}"
+
+
+def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference: pd.DataFrame | None = None,
+                   bands: dict[str, float | None] | None = None) -> pd.DataFrame:
+    """The exercise table: one row per run of `df` (`load_results`), the `columns` (results.json keys; default
+    every key of `TABLE` the runs have) under `TABLE`'s titles, units in them (losses in nats, memory in MiB).
+    The micro-batch is in sequences, or in tokens for a token-budget run; HFU is filled in for older runs (`hfu`).
+
+    With `reference` (reference runs indexed by run name, as `lessons.reference`), the figures are formatted,
+    and under each run (measured "yours") comes the reference run of the same name (measured "reference"), each
+    figure with its band from `bands` (metric -> relative spread, as `lessons.band`): "101,108 ± 9%". What
+    `workshop report` writes and every learner notebook shows (through `lessons.table`)."""
+    df = df.copy()
+    if "mfu" in df:
+        df["hfu"] = [hfu(r) for _, r in df.iterrows()]
+    keys = [c for c in (columns or TABLE) if c in df]
+    t = df[keys].copy()
     if "config" in df and "micro_batch_size_per_gpu" in t:
         t["micro_batch_size_per_gpu"] = [_micro_batch(c, mb) for c, mb in zip(df["config"], t["micro_batch_size_per_gpu"])]
-    t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
-    t["mfu"] = t["mfu"].map(lambda v: f"{v:.1%}" if pd.notna(v) else "n/a")
-    return t.rename(columns=TABLE)
+    if reference is None:
+        if "eval_loss" in t:
+            t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
+        for k in ("mfu", "hfu"):
+            if k in t:
+                t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
+        return t.rename(columns=TABLE)
+    ref = reference.copy()
+    if "mfu" in ref:
+        ref["hfu"] = [hfu(r) for _, r in ref.iterrows()]
+    names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else list(df.index)
+    rows = []
+    for i, name in enumerate(names):
+        rows.append({"run": name, "measured": "yours"} | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
+        if name in ref.index:
+            rows.append({"run": name, "measured": "reference"} | {
+                TABLE.get(k, k): fmt(ref.at[name, k], k) + (f" ± {b:.0%}" if (b := (bands or {}).get(k)) is not None
+                                                          and k in ref and pd.notna(ref.at[name, k]) else "")
+                if k in ref else "n/a" for k in keys})
+    return pd.DataFrame(rows)
 
 
 def _micro_batch(config, sequences) -> str:

@@ -498,7 +498,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
                     else micro * cfg.gradient_accumulation_steps * world_size)
     steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
-    mfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
+    mfu, hfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
@@ -518,7 +518,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         train_samples_per_second=round(m["train_samples_per_second"], 2),
         eval_samples_per_second=round(evals[-1]["eval_samples_per_second"], 2),
         train_tokens_per_second=round(tokens_per_s, 1), **steady,
-        mfu=round(mfu, 4) if mfu is not None else None,
+        mfu=round(mfu, 4) if mfu is not None else None, hfu=round(hfu, 4) if hfu is not None else None,
         gpu_util_pct=memory.mean_gpu_util(mem.rows, warm_end, steps.step_ends[-1] if steps.step_ends else 0.0),
         num_params=info["num_params"],
         **{k: mine[k] for k in PHASE_KEYS},  # rank 0's; every rank's in per_rank_memory
@@ -543,13 +543,18 @@ def apply_speed_levers(net, cfg: RunConfig) -> None:
         compile_layers(net)
 
 
-def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None, world_size: int) -> float | None:
-    """MFU of a run (`metrics.mfu`) from its steady tokens/s, the model's `info` and the data's `DataStats`:
-    mean sequence length, and the share of positions whose logits the run computes (all, or the labelled)."""
+def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None,
+            world_size: int) -> tuple[float | None, float | None]:
+    """(MFU, HFU) of a run (`metrics.mfu`) from its steady tokens/s, the model's `info` and the data's
+    `DataStats`: mean sequence length, and the share of positions whose logits the run computes (all, or the
+    labelled). HFU counts the forward pass activation checkpointing recomputes (`metrics.recompute_flops_per_token`);
+    without checkpointing it equals MFU. (None, None) where the GPU's peak is unknown (a CPU)."""
     fraction = stats.labelled_tokens / stats.tokens if cfg.logits_on == "labelled" else 1.0
-    flops = metrics.flops_per_token(info["num_params"], info["num_layers"], info["attention_width"],
-                                    stats.tokens / stats.used, info["lm_head_params"], fraction)
-    return metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
+    shape = (info["num_params"], info["num_layers"], info["attention_width"], stats.tokens / stats.used)
+    flops = metrics.flops_per_token(*shape, info["lm_head_params"], fraction)
+    mfu = metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
+    extra = metrics.recompute_flops_per_token(*shape, info["lm_head_params"]) if cfg.activation_checkpointing else 0
+    return mfu, (mfu * (flops + extra) / flops if mfu is not None else None)
 
 
 def token_budget_batches(cfg: RunConfig, train_ds) -> TokenBudgetBatchSampler | None:

@@ -8,13 +8,19 @@ its runs, are in this package's modules: `baseline`, `zero_stages`, `offload`, `
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
   |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
   on another H100, docs/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
-- `beside(df, notebook, columns)`: the learner's figures with the reference and its band in the next column.
+- `table(notebook, runs_dir)`: the learner's exercise table (`results.exercise_table`) with the reference and its
+  band beside each figure: what every learner notebook shows under its runs.
+- `Comparison` and `compare(...)`: one figure against another (a run against the baseline, or against its
+  reference), the measured band that decides, and the verdict: "higher", "lower" or "within the band". The lesson
+  modules return these records; the solution notebooks write the sentences from them.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
@@ -57,10 +63,71 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
 # On a GPU the notebooks and the reference stop after this many optimizer steps (the first third is warm-up);
 # the tiny CPU runs go by the recipe's epochs. WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
 GPU_MAX_STEPS = 24
-# Metrics shown beside a reference, each with its band.
-BAND_METRICS = ["steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct",
-                "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib",
-                "host_peak_rss_mib", "train_loss"]
+# The columns of each notebook's exercise table (results.json keys; titles and units from `results.TABLE`).
+_SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
+COLUMNS = {
+    "01_baseline": [*_SPEED, "tokens_per_step", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
+                    "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"],
+    "02_zero_stages": [*_SPEED, "gpu_states_allocated_mib", "estimated_model_states_gpu_mib", "gpu_peak_allocated_mib",
+                       "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"],
+    "03_cpu_offload": [*_SPEED, "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
+                       "estimated_model_states_cpu_mib", "gpu_peak_allocated_mib", "gpu_peak_mib",
+                       "host_states_rss_mib", "host_peak_rss_mib"],
+}
+
+Verdict = Literal["higher", "lower", "equal", "within the band"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`value` against `other`, one metric in one unit (MiB, tokens/s, s, nats, a fraction for MFU), and
+    the verdict. `band` is the relative spread measured between two runs of one configuration (`band()`), a
+    fraction; a difference no larger than it is "within the band" (noise, not a finding). None: no band was
+    measured for this metric, and the verdict is the plain "higher" / "lower" / "equal"."""
+
+    metric: str
+    unit: str
+    value: float
+    other: float
+    band: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """value / other (NaN where other is 0)."""
+        return self.value / self.other if self.other else float("nan")
+
+    @property
+    def difference(self) -> float:
+        """value - other, in `unit`."""
+        return self.value - self.other
+
+    @property
+    def spread(self) -> float:
+        """|value - other| / mean(value, other), a fraction: what the band is measured in."""
+        mean = (abs(self.value) + abs(self.other)) / 2
+        return abs(self.value - self.other) / mean if mean else 0.0
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.band is not None and self.spread <= self.band:
+            return "within the band"
+        return "higher" if self.value > self.other else "lower" if self.value < self.other else "equal"
+
+    @property
+    def band_text(self) -> str:
+        """"±8.7%", or "no band measured"."""
+        return f"±{self.band:.1%}" if self.band is not None else "no band measured"
+
+
+def compare(metric: str, value: float, other: float, unit: str | None = None,
+            noise: float | None | Literal["reference"] = "reference") -> Comparison:
+    """`value` against `other` for results.json's `metric`: its unit from `results.UNITS` unless given, and
+    as band the spread measured on the reference runs (`band(metric)`) unless `noise` gives one (None: none)."""
+    from ..results import UNITS
+
+    spread = band(metric) if noise == "reference" else noise
+    return Comparison(metric, unit or UNITS.get(metric, ""), float(value), float(other),
+                      None if spread is None else float(spread))
 
 
 def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
@@ -134,31 +201,21 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
             "figures without a band were measured once.")
 
 
-def _fmt(v, metric: str) -> str:
-    if pd.isna(v):
-        return "n/a"
-    if metric == "mfu":
-        return f"{v:.1%}"
-    return f"{v:,.4f}" if metric in ("train_loss", "steady_step_time_s") else f"{v:,.0f}"
+def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None = None,
+          root: Path = REFERENCE_DIR) -> pd.DataFrame:
+    """The learner's exercise table for `notebook`: each of its runs (`COURSE_RUNS`) found finished in
+    runs_dir/NAME, in that order, the `columns` (default `COLUMNS[notebook]`) with each figure's reference and
+    band beside it (`results.exercise_table`). Data, not answers: the notebook shows it, the learner interprets it.
 
+    Raises:
+        WorkshopError: none of the notebook's runs has finished in runs_dir.
+    """
+    from ..results import exercise_table, load_results
 
-def beside(df: pd.DataFrame, notebook: str, metrics: list[str], root: Path = REFERENCE_DIR) -> pd.DataFrame:
-    """A table of the learner's runs (`df` from `results.load_results`, one row per run directory named as in
-    `COURSE_RUNS`) with, after each metric, the reference run's value and its band: "113,220 ± 4%" (no band:
-    no repeat measured). Rows without a reference show "n/a"."""
-    ref = reference(notebook, root)
-    bands = {m: band(m, root) for m in metrics}  # each reads every run and repeat: once per metric, not per row
-    rows = []
-    for _, r in df.iterrows():
-        name = Path(r["run_dir"]).name
-        row = {"run": name}
-        for m in metrics:
-            row[m] = _fmt(r.get(m), m)
-            v = ref.at[name, m] if name in ref.index and m in ref else None
-            b = bands[m]
-            row[f"{m} (ref)"] = _fmt(v, m) + (f" ± {b:.0%}" if b is not None and pd.notna(v) else "")
-        rows.append(row)
-    return pd.DataFrame(rows)
+    cols = columns or COLUMNS[notebook]
+    dirs = [Path(runs_dir) / n for n in COURSE_RUNS[notebook] if (Path(runs_dir) / n).is_dir()]
+    df = load_results(dirs or [Path(runs_dir)])
+    return exercise_table(df, cols, reference(notebook, root), {m: band(m, root) for m in cols})
 
 
 WORDS_PER_MINUTE = 200  # reading speed of technical prose, a common rule of thumb
