@@ -10,15 +10,16 @@
 #
 # Every later notebook compares against the numbers you measure here.
 #
-# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
-import pandas as pd
+import json
+
 from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
 from workshop_lib.config import RECIPES
-from workshop_lib.lessons import baseline as answers
+from workshop_lib.lessons import baseline as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("01_baseline")))
@@ -95,22 +96,39 @@ accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **C
 df = results.load_results(RUNS)
 results.plot_memory_and_throughput(df);
 
+# %% [markdown]
+# ## 4. Your figures, beside the reference
+#
+# One table of everything the exercises need (`lessons.table`, over `results.exercise_table`, which
+# `workshop report` also writes): each of your runs, and under it the GPU reference run of the same name with
+# its band, the largest spread between two measurements of that run (a difference smaller than the band is
+# noise, not a finding).
+#
+# **MFU** (model FLOPs utilisation) is the share of the GPU's peak 16-bit FLOP/s that the model's own arithmetic
+# uses: tokens/s x FLOPs per token / peak FLOP/s. FLOPs per token (`metrics.flops_per_token`) = 6N for the
+# forward and backward matmuls of the N parameters + 12·L·H·Q·T for attention (L layers, H·Q heads x head
+# dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B), with the LM head counted only at
+# the positions whose logits the run computes. **HFU** (hardware FLOPs utilisation) also counts work the
+# hardware repeats: with activation checkpointing (notebook 2) the forward pass of every block runs twice, so HFU
+# rises while MFU, the useful work, does not. Both are "n/a" on a CPU (no peak FLOP/s to divide by).
+
+# %%
+display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
+print(lessons.reference_note())
+runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in lessons.COURSE_RUNS[NOTEBOOK]}
+f = lesson.figures(runs["baseline"], runs["baseline_classic"], runs["baseline_accum4"])
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (the `results.json` files under `runs/01_baseline/`; on a machine
-# without a GPU, write the host peak RSS in the GPU columns and leave the rest empty).
-#
-# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
-# | --- | --- | --- | --- | --- | --- | --- | --- |
-# | baseline | | | | | | | |
-# | baseline_classic | | | | | | | |
-# | baseline_accum4 | | | | | | | |
+# Answer from the table above and your runs' `results.json` (`f`, computed from them, holds the figures:
+# `f.padding_fraction`, `f.speed.ratio`, `f.accum_peak`, ...).
 #
 # 1. Why are the train losses of the two recipes not comparable?
 # 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
-#    tokens it processes are padding?
+#    tokens it processes are padding? How much faster could removing the padding alone make it?
 # 3. Which recipe processes more *real* tokens per second (`steady_train_tokens_per_second`), and by how much?
+#    Does the padding explain all of it?
 # 4. A quarter of the tokens per micro-batch x 4 against the whole budget x 1: what happened to the loss, to
 #    tokens/s and to the peak memory? Why?
 # 5. How many bytes per parameter are the measured model states of the baseline? Is that the estimate's 16?

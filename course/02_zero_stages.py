@@ -8,7 +8,7 @@
 #   predict what changes with several GPUs (notebook 4);
 # - trade compute for activation memory with activation checkpointing.
 #
-# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import json
@@ -17,7 +17,7 @@ from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
 from workshop_lib.ds_config import build_ds_config
-from workshop_lib.lessons import zero_stages as answers
+from workshop_lib.lessons import zero_stages as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
@@ -69,26 +69,32 @@ run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
 results.plot_memory_over_time(ac);
 
+# %% [markdown]
+# ## Your figures, beside the reference
+#
+# Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`; MFU and
+# HFU as introduced in notebook 1: activation checkpointing recomputes each block's forward pass, which HFU
+# counts and MFU does not).
+
+# %%
+display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
+print(lessons.reference_note())
+runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ["baseline", "stage1", "stage2",
+                                                                                    "stage3", "baseline_ac"]}
+f = lesson.figures(runs)
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (`runs/02_zero_stages/*/results.json`; without a GPU, write the host peak
-# RSS in the peak column and leave the GPU-only columns empty).
-#
-# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
-# | --- | --- | --- | --- | --- | --- | --- | --- |
-# | baseline | | | | | | | |
-# | stage1 | | | | | | | |
-# | stage2 | | | | | | | |
-# | stage3 | | | | | | | |
-# | baseline_ac | | | | | | | |
+# Answer from the table above (`f`, computed from your runs, holds the figures: `f.stages["stage2"].speed`, ...).
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
 #    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
 #    peak allocated disagree, what makes the difference?
-# 2. Which stage is slowest, and why?
+# 2. Which stage is slowest, and why? Is every difference in speed larger than the band?
 # 3. Do the losses agree across stages? Should they?
-# 4. What did activation checkpointing save in memory, and what did it cost in tokens/s?
+# 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
+#    and to HFU?
 
 # %% [markdown]
 # ## Summary

@@ -11,7 +11,7 @@
 # backward. Gradients travel to the CPU and updated parameters back over PCIe every step. ZeRO-3 can also
 # keep the 16-bit parameters on the CPU and stream them in layer by layer.
 #
-# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import json
@@ -19,7 +19,7 @@ import json
 from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
-from workshop_lib.lessons import offload as answers
+from workshop_lib.lessons import offload as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03_cpu_offload")))
@@ -42,31 +42,37 @@ results.plot_memory_over_time(df);
 # a shared node several ranks add up. `host_states_rss_mib` in results.json is the process's RSS right after
 # the first optimizer step, when those states exist.
 
+# %% [markdown]
+# ## Your figures, beside the reference
+#
+# Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`).
+# "est. model states CPU MiB" is DeepSpeed's own budget for the host memory of the model states
+# (`estimate_zero2_model_states_mem_needs` / `estimate_zero3_...`, with its 1.5x buffer factor).
+
+# %%
+display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
+print(lessons.reference_note())
+runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ORDER}
+f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (`runs/03_cpu_offload/*/results.json`; without a GPU, leave the GPU
-# columns empty).
-#
-# | run | steady tokens/s | model states MiB (measured) | est. model states GPU MiB | torch peak alloc MiB | GPU peak MiB (NVML) | host RSS after step 1 MiB | host peak RSS MiB |
-# | --- | --- | --- | --- | --- | --- | --- | --- |
-# | stage2 | | | | | | | |
-# | stage2_offload | | | | | | | |
-# | stage3 | | | | | | | |
-# | stage3_offload | | | | | | | |
+# Answer from the table above (`f`, computed from your runs, holds the figures: `f.stage2.speed`, ...).
 #
 # 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3,
 #    and what does each cost in tokens/s (as a ratio)?
 # 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and
-#    how does that compare with the 12 expected (fp32 master weights and Adam's two moments)?
+#    how does that compare with DeepSpeed's own budget for the offloaded states (est. model states CPU MiB)?
 # 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak.
 #    Explain from each offload run's model states and its peak (without a GPU: from the reference runs).
 # 4. When would you use offload in practice?
 
 # %% [markdown]
 # ## Summary
-# - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: the host's memory is
-#   expected to grow by about 12 bytes per parameter (14 at stage 3 with the 16-bit parameters; exercise 2
-#   gives your run's figure), and each step is expected to wait for the CPU's Adam and PCIe.
-# - What it frees on the GPU is the model states only: where activations and logits make the peak, offload
-#   does not lower it (exercises 1 and 3 ask for your run's figures; the H100 reference shows the case).
+# - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: the host's memory grows by
+#   at least the 12 bytes per parameter of fp32 master weights and Adam's two moments, and DeepSpeed's own
+#   estimator budgets more (exercise 2 gives your run's figure beside it); each step waits for the CPU's Adam
+#   and PCIe.
+# - What it frees on the GPU is the model states: the peak falls by about what left, and what the steps add
+#   (activations, logits, ZeRO-3's gathered layers) stays (exercises 1 and 3 give your run's figures).

@@ -15,7 +15,7 @@
 # not (the next cell names it). Without a GPU the runs use the tiny model, the estimates are for the H100 reference
 # machine, and its reference runs are shown beside yours.
 #
-# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import subprocess

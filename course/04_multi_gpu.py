@@ -13,7 +13,7 @@
 # the gradients. Without ZeRO, every copy holds all model states; ZeRO gives each rank 1/N of them. This
 # is where ZeRO pays. On a machine without SLURM or GPUs this notebook starts two processes on the CPU.
 #
-# *Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*
+# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import os

@@ -1,5 +1,6 @@
 """Generate the learner notebooks in course/ from solutions/: the same notebook without the cells tagged
-"solution" (the answers). CI checks that course/ is up to date (`python scripts/make_course.py --check`).
+"solution" (the answers). Every other cell stays, the ones that show the learner's own figures beside the
+reference included: the learner reads their data and writes the interpretation. CI checks that course/ is up to date (`python scripts/make_course.py --check`).
 
     python scripts/make_course.py            # write course/*.py
     python scripts/make_course.py --check    # exit 1 if course/ differs from what would be written
@@ -11,7 +12,8 @@ from pathlib import Path
 import jupytext
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTE = "*Learner version: fill the exercise tables from your own runs; the answers are in `solutions/`.*"
+NOTE = ("*Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours "
+        "(the answers are in `solutions/`).*")
 
 
 def learner_text(solution: Path) -> str:

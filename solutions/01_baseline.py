@@ -11,12 +11,13 @@
 # Every later notebook compares against the numbers you measure here.
 
 # %%
-import pandas as pd
+import json
+
 from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
 from workshop_lib.config import RECIPES
-from workshop_lib.lessons import baseline as answers
+from workshop_lib.lessons import baseline as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("01_baseline")))
@@ -93,22 +94,39 @@ accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **C
 df = results.load_results(RUNS)
 results.plot_memory_and_throughput(df);
 
+# %% [markdown]
+# ## 4. Your figures, beside the reference
+#
+# One table of everything the exercises need (`lessons.table`, over `results.exercise_table`, which
+# `workshop report` also writes): each of your runs, and under it the GPU reference run of the same name with
+# its band, the largest spread between two measurements of that run (a difference smaller than the band is
+# noise, not a finding).
+#
+# **MFU** (model FLOPs utilisation) is the share of the GPU's peak 16-bit FLOP/s that the model's own arithmetic
+# uses: tokens/s x FLOPs per token / peak FLOP/s. FLOPs per token (`metrics.flops_per_token`) = 6N for the
+# forward and backward matmuls of the N parameters + 12·L·H·Q·T for attention (L layers, H·Q heads x head
+# dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B), with the LM head counted only at
+# the positions whose logits the run computes. **HFU** (hardware FLOPs utilisation) also counts work the
+# hardware repeats: with activation checkpointing (notebook 2) the forward pass of every block runs twice, so HFU
+# rises while MFU, the useful work, does not. Both are "n/a" on a CPU (no peak FLOP/s to divide by).
+
+# %%
+display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
+print(lessons.reference_note())
+runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in lessons.COURSE_RUNS[NOTEBOOK]}
+f = lesson.figures(runs["baseline"], runs["baseline_classic"], runs["baseline_accum4"])
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (the `results.json` files under `runs/01_baseline/`; on a machine
-# without a GPU, write the host peak RSS in the GPU columns and leave the rest empty).
-#
-# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
-# | --- | --- | --- | --- | --- | --- | --- | --- |
-# | baseline | | | | | | | |
-# | baseline_classic | | | | | | | |
-# | baseline_accum4 | | | | | | | |
+# Answer from the table above and your runs' `results.json` (`f`, computed from them, holds the figures:
+# `f.padding_fraction`, `f.speed.ratio`, `f.accum_peak`, ...).
 #
 # 1. Why are the train losses of the two recipes not comparable?
 # 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
-#    tokens it processes are padding?
+#    tokens it processes are padding? How much faster could removing the padding alone make it?
 # 3. Which recipe processes more *real* tokens per second (`steady_train_tokens_per_second`), and by how much?
+#    Does the padding explain all of it?
 # 4. A quarter of the tokens per micro-batch x 4 against the whole budget x 1: what happened to the loss, to
 #    tokens/s and to the peak memory? Why?
 # 5. How many bytes per parameter are the measured model states of the baseline? Is that the estimate's 16?
@@ -116,11 +134,53 @@ results.plot_memory_and_throughput(df);
 # 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% tags=["solution"]
-cols = ["train_loss", "steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
-        "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"]
-display(Markdown(lessons.table(NOTEBOOK, RUNS, cols).to_markdown(index=False)))
-print(lessons.reference_note())
-print("\n".join(answers.answers(base, classic, accum)))
+def within(c) -> str:
+    """A comparison's ratio and verdict, naming the band."""
+    return (f"{c.ratio:.2f}x, within the band ({c.band_text}): the same within the noise" if c.verdict == "within the band"
+            else f"{c.ratio:.2f}x ({c.verdict}; band {c.band_text})")
+
+
+print(f"1. classic takes the loss on '{f.loss_on['classic']}' tokens, default on '{f.loss_on['default']}' tokens: "
+      f"different targets, so different scales (and different models and tokenizers: {f.models['classic']} against "
+      f"{f.models['default']}).")
+print(f"2. a classic prompt has {f.classic_mean_tokens:.0f} real tokens on average and is padded to "
+      f"{f.classic_max_length}: {f.padding_fraction:.0%} of the tokens it processes are padding, so removing the "
+      f"padding alone could make it at most {f.padding_speedup_bound:.1f}x faster.")
+rest = f.speed.ratio / f.padding_speedup_bound
+print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic: {f.speed.other:,.0f}: "
+      f"{within(f.speed)}. "
+      + (f"Padding explains at most {f.padding_speedup_bound:.1f}x of the {f.speed.ratio:.1f}x; the other "
+         f"{rest:.1f}x comes from the other differences between the recipes (token-budget micro-batches that give "
+         "the GPU more work per kernel, compiled blocks, bf16, the attention kernel, and another model)."
+         if f.speed.verdict == "higher" and rest > 1 else
+         "On a CPU with the tiny model the recipes' GPU levers (bf16, compiled blocks, flash attention, large "
+         "micro-batches) do not apply, so the ratio says little about a GPU: compare the reference rows."))
+a, p = f.accum_speed, f.accum_peak
+print(f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
+      f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "
+      f"(the micro-batches group different questions, so not identical); tokens/s {within(a)}; {f.peak_what} "
+      f"{within(p)}. "
+      + ("Smaller micro-batches hold fewer activations at once but give the GPU less work per kernel."
+         if p.verdict == "lower" and a.verdict == "lower" else
+         "Here the smaller micro-batches did not trade memory for speed as on a GPU: with a tiny model, per-step "
+         "overheads and the weights, not the activations, dominate."))
+if f.states_bytes_per_param is None:
+    print(f"5. no GPU: the model states cannot be read apart from the rest of the process here; the estimate is "
+          f"{f.estimated_states_mib:,.1f} MiB ({f.estimator}).")
+else:
+    print(f"5. model states measured after the first step: {f.states_mib:,.0f} MiB, {f.states_bytes_per_param:.1f} "
+          f"bytes/param, against the estimate of {f.estimated_states_mib:,.0f} MiB ({f.estimator}): "
+          + ("the Trainer frees the gradients after each step (zero_grad sets them to None), so what stays is fp32 "
+             "weights and Adam's two moments, 12 bytes/param" if f.gradients_freed else
+             "the gradients stay allocated between steps too")
+          + f". The training peak is {f.peak_over_states:.1f}x that: activations and logits.")
+if f.nvml:
+    n = f.nvml
+    print(f"6. NVML's peak {n.nvml_mib:,.0f} MiB = torch's peak allocated {n.allocated_mib:,.0f} + the caching "
+          f"allocator's free blocks {n.cached_mib:,.0f} + {n.outside_mib:,.0f} MiB outside PyTorch's allocator: the "
+          "CUDA context, cuBLAS/NCCL workspaces.")
+else:
+    print("6. No GPU here: NVML has nothing to report; the reference rows show the split on an H100.")
 
 # %% [markdown]
 # ## Summary

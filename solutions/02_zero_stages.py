@@ -15,7 +15,7 @@ from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
 from workshop_lib.ds_config import build_ds_config
-from workshop_lib.lessons import zero_stages as answers
+from workshop_lib.lessons import zero_stages as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
@@ -67,35 +67,97 @@ run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
 results.plot_memory_over_time(ac);
 
+# %% [markdown]
+# ## Your figures, beside the reference
+#
+# Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`; MFU and
+# HFU as introduced in notebook 1: activation checkpointing recomputes each block's forward pass, which HFU
+# counts and MFU does not).
+
+# %%
+display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
+print(lessons.reference_note())
+runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ["baseline", "stage1", "stage2",
+                                                                                    "stage3", "baseline_ac"]}
+f = lesson.figures(runs)
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Fill the table from your own runs (`runs/02_zero_stages/*/results.json`; without a GPU, write the host peak
-# RSS in the peak column and leave the GPU-only columns empty).
-#
-# | run | train loss | steady tokens/s | model states MiB (measured) | est. model states MiB | torch peak alloc MiB | torch peak reserved MiB | GPU peak MiB (NVML) |
-# | --- | --- | --- | --- | --- | --- | --- | --- |
-# | baseline | | | | | | | |
-# | stage1 | | | | | | | |
-# | stage2 | | | | | | | |
-# | stage3 | | | | | | | |
-# | baseline_ac | | | | | | | |
+# Answer from the table above (`f`, computed from your runs, holds the figures: `f.stages["stage2"].speed`, ...).
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
 #    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
 #    peak allocated disagree, what makes the difference?
-# 2. Which stage is slowest, and why?
+# 2. Which stage is slowest, and why? Is every difference in speed larger than the band?
 # 3. Do the losses agree across stages? Should they?
-# 4. What did activation checkpointing save in memory, and what did it cost in tokens/s?
+# 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
+#    and to HFU?
 
 # %% tags=["solution"]
-every = results.load_results(RUNS)
-cols = ["train_loss", "steady_train_tokens_per_second", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
-        "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"]
-display(Markdown(lessons.table(NOTEBOOK, RUNS, cols).to_markdown(index=False)))
-print(lessons.reference_note())
-runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in lessons.COURSE_RUNS[NOTEBOOK]}
-print("\n".join(answers.answers(runs)))
+def within(c) -> str:
+    """A comparison's ratio and verdict, naming the band."""
+    return (f"{c.ratio:.2f}x, within the band ({c.band_text}): the same within the noise" if c.verdict == "within the band"
+            else f"{c.ratio:.2f}x ({c.verdict}; band {c.band_text})")
+
+
+for s in lesson.STAGES:
+    st = f.stages[s]
+    measured = (f", model states measured {st.states_mib:,.0f} MiB against the baseline's {f.baseline_states_mib:,.0f}"
+                if st.states_mib is not None else "")
+    print(f"1. {s}: {f.peak_what} {st.peak.value:,.0f} MiB against the baseline's {st.peak.other:,.0f} "
+          f"({st.peak.difference:+,.0f} MiB, {st.peak.verdict}){measured}; estimated model states "
+          f"{st.estimated_states_mib:,.0f} MiB ({st.estimator}).")
+if f.on_gpu:
+    print("1. On one GPU no stage has a partner to share its states with: the differences are in what each keeps "
+          "(the baseline's fp32 weights and Adam moments; DeepSpeed's 16-bit weights beside fp32 master weights, "
+          "gradient buckets), not partitions.")
+    parts = [f"{s} {n.nvml_mib:,.0f} = {n.allocated_mib:,.0f} + {n.cached_mib:,.0f} + {n.outside_mib:,.0f}"
+             for s, n in [("baseline", f.baseline_nvml), *((s, f.stages[s].nvml) for s in lesson.STAGES)]]
+    print("1. NVML peak = torch peak allocated + the allocator's free cached blocks + memory outside PyTorch: "
+          + "; ".join(parts) + " MiB.")
+    odd = [s for s in lesson.STAGES if f.stages[s].cache_inflated]
+    if odd:
+        print(f"1. {', '.join(odd)}: lower peak allocated but higher NVML peak than the baseline: the extra is cache "
+              "the allocator reserved, not tensors the stage needs.")
+else:
+    print("1. No GPU: the peaks above are the whole process's host memory (weights, optimizer, activations and "
+          "Python together), so the stages' model states cannot be read apart here; the reference rows show them.")
+ratios = ", ".join(f"{s} {within(f.stages[s].speed)}" for s in lesson.STAGES)
+line = f"2. slowest: {f.slowest} ({f.speed_kind}); against the baseline: {ratios}."
+if f.slowest == "stage3" and f.slowest_apart:
+    line += (" Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
+             "frees them after: extra copies and synchronisation that buy nothing on one GPU.")
+    if f.stage3_uncompiled:
+        line += (" Part of its gap is not ZeRO: under stage 3 the transformer blocks are not compiled (torch_compile "
+                 "is off in its config, on in the baseline's), so the comparison is confounded: it launches more "
+                 "kernels and keeps more intermediate tensors for the backward pass.")
+elif not f.slowest_apart:
+    line += " The slowest is not slower than every other run by more than the band: no stage is clearly slowest here."
+else:
+    line += (" Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
+             "memory copies, while fixed per-step costs and the few steps (warm-up included) decide.")
+print(line)
+head = f"3. ZeRO stages' train losses span {f.loss_spread:.4f} nats (baseline {f.losses['baseline']:.4f})"
+print(head + (": the same data, order and Adam maths, so the stages agree up to rounding; the baseline's torch "
+              "AdamW and DeepSpeed's Adam round differently." if f.losses_agree else
+              f", more than {lesson.LOSS_AGREE:.0%}: the stages should agree up to rounding; over a few steps of a tiny "
+              "model, rounding differences in the first updates can grow. Compare their train_log.csv step by step."))
+p, v = f.ac_peak, f.ac_speed
+print(f"4. activation checkpointing: {f.peak_what} {p.value:,.0f} MiB against {p.other:,.0f} ({p.difference:+,.0f} MiB, "
+      f"{p.verdict}); tokens/s {within(v)}. "
+      + ("It saved memory; the recomputed forward pass adds work ("
+         + (f"{f.ac_hfu_over_mfu - 1:.0%} more FLOPs" if f.ac_hfu_over_mfu else "one more forward pass")
+         + "), yet the speed moved within the noise: the steps are not bound by arithmetic alone."
+         if p.verdict == "lower" and
+         v.verdict == "within the band" else
+         "It saved memory and paid for it in speed." if p.verdict == "lower" and v.verdict == "lower" else
+         "It saved no memory here: with a tiny model the activations are a small part of the memory, and the "
+         "measure (host RSS on a CPU) also counts what earlier runs in this process left." if p.verdict != "lower"
+         else "It saved memory and ran faster: compare the GPU utilisation column.")
+      + (f" MFU {within(f.ac_mfu)}: the useful work per second; HFU is {f.ac_hfu_over_mfu:.2f}x its MFU, the "
+         "recomputed forward pass counted as work the hardware did." if f.ac_mfu else
+         " MFU and HFU need a GPU's peak FLOP/s: see the reference rows."))
 
 # %% [markdown]
 # ## Summary

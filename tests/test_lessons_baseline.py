@@ -1,38 +1,60 @@
-"""Notebook 01's answers (`workshop_lib.lessons.baseline`) against the results they were computed from: the
-H100 reference runs (docs/h100/course) and real tiny runs on this machine. A wrong claim fails here."""
+"""Notebook 01's figures and verdicts (`workshop_lib.lessons.baseline`) against the results they were computed
+from: the H100 reference runs (docs/h100/course) and real tiny runs on this machine; and the verdict itself
+(`lessons.Comparison`), inside and outside a band. A wrong figure fails here."""
 
 import json
-import re
-from pathlib import Path
+import math
 
 import pytest
 
 from conftest import workshop
+from workshop_lib import lessons
 from workshop_lib.lessons import REFERENCE_DIR, baseline
 
 NAMES = ("baseline", "baseline_classic", "baseline_accum4")
 
 
+def test_a_difference_inside_the_band_is_within_the_band_not_a_finding():
+    inside = lessons.Comparison("steady_train_tokens_per_second", "tokens/s", 102_526, 102_510, band=0.087)
+    assert inside.verdict == "within the band" and inside.band_text == "±8.7%"
+    outside = lessons.Comparison("steady_train_tokens_per_second", "tokens/s", 36_787, 102_510, band=0.087)
+    assert outside.verdict == "lower" and math.isclose(outside.ratio, 36_787 / 102_510)
+    assert lessons.Comparison("x", "MiB", 2.0, 1.0).verdict == "higher"  # no band: any difference decides
+    assert lessons.Comparison("x", "MiB", 1.0, 1.0).verdict == "equal"
+    assert lessons.Comparison("x", "MiB", 1.0, 1.0, band=0.0).verdict == "within the band"
+    # compare() takes the band measured on the reference runs, and the unit from results.UNITS
+    c = lessons.compare("steady_train_tokens_per_second", 1.0, 1.0)
+    assert c.band == pytest.approx(lessons.band("steady_train_tokens_per_second")) and c.unit == "tokens/s"
+
+
 def _check(base, classic, accum):
-    text = baseline.answers(base, classic, accum)
-    (b, _), (c, _), (a, _) = baseline.speed(base), baseline.speed(classic), baseline.speed(accum)
-    assert f"{b / c:.1f}x {'faster' if b >= c else 'slower'}" in text[2]
-    pad = 1 - classic["data_stats"]["train"]["mean_tokens"] / classic["config"]["max_length"]
-    assert f"{pad:.0%} of the tokens" in text[1]
-    (pb, _), (pa, _) = baseline.peak(base), baseline.peak(accum)
-    assert f"{a / b:.2f}x the tokens/s and {pa / pb:.2f}x" in text[3]
-    assert ("did not trade memory for speed" in text[3]) == (not (pa < pb and a < b))
-    assert f"loss {base['train_loss']} against {accum['train_loss']}" in text[3]
-    return text
+    f = baseline.figures(base, classic, accum)
+    (b, kind), (c, _), (a, _) = baseline.speed(base), baseline.speed(classic), baseline.speed(accum)
+    assert (f.speed.value, f.speed.other, f.speed_kind) == (b, c, kind)
+    assert f.speed.band == pytest.approx(lessons.band("steady_train_tokens_per_second"))
+    mean, max_len = classic["data_stats"]["train"]["mean_tokens"], classic["config"]["max_length"]
+    assert f.padding_fraction == pytest.approx(1 - mean / max_len)
+    assert f.padding_speedup_bound == pytest.approx(max_len / mean)
+    (pb, what), (pa, _) = baseline.peak(base), baseline.peak(accum)
+    assert (f.accum_speed.ratio, f.accum_peak.ratio, f.peak_what) == (pytest.approx(a / b), pytest.approx(pa / pb), what)
+    assert (f.accum_loss.value, f.accum_loss.other) == (accum["train_loss"], base["train_loss"])
+    assert f.tokens_per_micro_batch == (base["config"]["max_tokens_per_micro_batch"],
+                                        accum["config"]["max_tokens_per_micro_batch"])
+    assert f.loss_on == {"default": base["loss_on"], "classic": classic["loss_on"]}
+    return f
 
 
-def test_answers_agree_with_the_h100_reference_runs():
+def test_figures_agree_with_the_h100_reference_runs():
     r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
-    text = _check(*(r[n] for n in NAMES))
-    bpp = r["baseline"]["gpu_states_allocated_mib"] * 2**20 / r["baseline"]["num_params"]
-    assert f"{bpp:.1f} bytes/param" in text[4] and ("frees the gradients" in text[4]) == (bpp < 14)
-    outside = r["baseline"]["gpu_peak_mib"] - r["baseline"]["gpu_peak_reserved_mib"]
-    assert f"+ {outside:,.0f} MiB outside" in text[5]
+    f = _check(*(r[n] for n in NAMES))
+    base = r["baseline"]
+    assert f.speed.verdict == "higher" and f.speed.ratio > f.padding_speedup_bound  # padding is not all of it
+    bpp = base["gpu_states_allocated_mib"] * 2**20 / base["num_params"]
+    assert f.states_bytes_per_param == pytest.approx(bpp) and f.gradients_freed == (bpp < 14)
+    n = f.nvml
+    assert n.nvml_mib == base["gpu_peak_mib"] and n.outside_mib == pytest.approx(base["gpu_peak_mib"] - base["gpu_peak_reserved_mib"])
+    assert n.allocated_mib + n.cached_mib + n.outside_mib == pytest.approx(n.nvml_mib)
+    assert f.peak_over_states == pytest.approx(base["gpu_peak_allocated_mib"] / base["gpu_states_allocated_mib"])
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +67,8 @@ def tiny_01(tiny_runs, tmp_path_factory):
             for d in (tiny_runs / "baseline", root / "classic", root / "accum4")]
 
 
-def test_answers_agree_with_tiny_runs_on_this_machine(tiny_01):
-    base, classic, accum = tiny_01
-    text = _check(base, classic, accum)
-    if base["gpu_states_allocated_mib"] is None:  # CPU: no GPU sentence, no "None MiB"
-        assert text[4].startswith("5. no GPU") and len(text) == 5
-    assert not any(re.search(r"None|nan", t) for t in text)
+def test_figures_agree_with_tiny_runs_on_this_machine(tiny_01):
+    f = _check(*tiny_01)
+    if tiny_01[0]["gpu_states_allocated_mib"] is None:  # CPU: no GPU figures, the host's peak instead
+        assert f.states_bytes_per_param is None and f.nvml is None and f.gradients_freed is None
+        assert f.peak_what.startswith("host peak RSS") and f.accum_peak.metric == "host_peak_rss_mib"

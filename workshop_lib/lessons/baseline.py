@@ -1,10 +1,15 @@
-"""Notebook 01's answers, computed from its three runs (results.json dicts): `baseline` (the default recipe),
-`baseline_classic` (the original workshop's recipe) and `baseline_accum4` (a quarter of the tokens per
-micro-batch, 4 micro-batches per optimizer step)."""
+"""Notebook 01's figures and verdicts, computed from its three runs (results.json dicts): `baseline` (the
+default recipe), `baseline_classic` (the original workshop's recipe) and `baseline_accum4` (a quarter of the
+tokens per micro-batch, 4 micro-batches per optimizer step). The solution notebook writes the answers from them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from . import Comparison, compare
+
 MiB = 2**20
+FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
 
 
 def speed(r: dict) -> tuple[float, str]:
@@ -18,58 +23,98 @@ def speed(r: dict) -> tuple[float, str]:
 
 def peak(r: dict) -> tuple[float, str]:
     """(MiB, what): torch's peak allocated over the training steps on a GPU, else the host's peak RSS."""
-    if r.get("gpu_peak_allocated_mib") is not None:
+    if r.get("gpu_peak_allocated_mib") is not None and r["gpu_peak_allocated_mib"] == r["gpu_peak_allocated_mib"]:
         return r["gpu_peak_allocated_mib"], "torch peak allocated GPU memory"
     return r["host_peak_rss_mib"], "host peak RSS (no GPU)"
+
+
+def peak_metric(r: dict) -> str:
+    """results.json's key of `peak(r)`."""
+    return "gpu_peak_allocated_mib" if peak(r)[1].startswith("torch") else "host_peak_rss_mib"
+
+
+def compare_speed(r: dict, other: dict) -> Comparison:
+    """`r`'s tokens/s (`speed`) against `other`'s, with the band of steady tokens/s."""
+    return compare("steady_train_tokens_per_second", speed(r)[0], speed(other)[0])
+
+
+def compare_peak(r: dict, other: dict) -> Comparison:
+    """`r`'s peak (`peak`: GPU allocated, else host RSS) against `other`'s, MiB, with that metric's band."""
+    return compare(peak_metric(r), peak(r)[0], peak(other)[0])
 
 
 def states_bytes_per_param(r: dict) -> float | None:
     """Measured model states (GPU memory allocated after the first optimizer step) in bytes per parameter;
     None without a GPU."""
-    if r.get("gpu_states_allocated_mib") is None:
+    if r.get("gpu_states_allocated_mib") is None or r["gpu_states_allocated_mib"] != r["gpu_states_allocated_mib"]:
         return None
     return r["gpu_states_allocated_mib"] * MiB / r["num_params"]
 
 
-def answers(base: dict, classic: dict, accum: dict) -> list[str]:
-    """The answers to notebook 01's exercises, one sentence each, every figure from the runs."""
-    out = [f"1. classic takes the loss on '{classic['loss_on']}' tokens, default on '{base['loss_on']}' tokens: "
-           "different targets, so different scales (and different models and tokenizers: "
-           f"{classic['model']} against {base['model']})."]
+@dataclass(frozen=True)
+class NvmlSplit:
+    """NVML's peak (MiB) = torch's peak allocated + the caching allocator's free blocks (reserved - allocated)
+    + what lies outside PyTorch's allocator (CUDA context, cuBLAS/NCCL workspaces: NVML - reserved)."""
+
+    nvml_mib: float
+    allocated_mib: float
+    cached_mib: float
+    outside_mib: float
+
+
+def nvml_split(r: dict) -> NvmlSplit | None:
+    """The run's `NvmlSplit` at its training peaks; None without a GPU."""
+    if r.get("gpu_peak_mib") is None or r.get("gpu_peak_reserved_mib") is None or r["gpu_peak_mib"] != r["gpu_peak_mib"]:
+        return None
+    return NvmlSplit(r["gpu_peak_mib"], r["gpu_peak_allocated_mib"],
+                     r["gpu_peak_reserved_mib"] - r["gpu_peak_allocated_mib"], r["gpu_peak_mib"] - r["gpu_peak_reserved_mib"])
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Notebook 01's exercises 1-6. Memory in MiB, speeds in tokens/s (steady state where the run has one)."""
+
+    loss_on: dict[str, str]  # recipe -> which tokens the loss is taken on ("answer", "all")
+    models: dict[str, str]  # recipe -> model
+    classic_mean_tokens: float  # real (non-padding) tokens per classic prompt, mean
+    classic_max_length: int  # what every classic prompt is padded to
+    padding_fraction: float  # of the tokens the classic recipe processes: 1 - mean / max_length
+    padding_speedup_bound: float  # the most that removing the padding alone could speed it up: max_length / mean
+    speed: Comparison  # default against classic, real tokens/s
+    speed_kind: str  # "steady-state" or "whole-run"
+    tokens_per_micro_batch: tuple[int, int]  # (baseline, accum4): the token budgets
+    accumulation_steps: int  # accum4's gradient_accumulation_steps
+    accum_loss: Comparison  # accum4's train loss against the baseline's, nats
+    accum_speed: Comparison  # accum4's tokens/s against the baseline's
+    accum_peak: Comparison  # accum4's peak against the baseline's (GPU allocated, else host RSS), MiB
+    peak_what: str  # what `peak` measured here
+    states_mib: float | None  # the baseline's model states measured after step 1 (None without a GPU)
+    states_bytes_per_param: float | None
+    gradients_freed: bool | None  # the measured states are below `FREED_GRADIENTS_BELOW` bytes/param
+    estimated_states_mib: float  # the estimate (GPU part; the host part without a GPU)
+    estimator: str
+    peak_over_states: float | None  # the baseline's training peak / its model states
+    nvml: NvmlSplit | None
+
+
+def figures(base: dict, classic: dict, accum: dict) -> Baseline:
+    """Notebook 01's figures from its three runs' results.json dicts."""
     stats = classic["data_stats"]["train"]
-    pad = 1 - stats["mean_tokens"] / classic["config"]["max_length"]
-    out.append(f"2. a classic prompt has {stats['mean_tokens']:.0f} real tokens on average and is padded to "
-               f"{classic['config']['max_length']}: {pad:.0%} of the tokens it processes are padding.")
-    (b, kind_b), (c, kind_c) = speed(base), speed(classic)
-    out.append(f"3. default: {b:,.0f} real tokens/s ({kind_b}), classic: {c:,.0f} ({kind_c}): default is "
-               f"{b / c:.1f}x {'faster' if b >= c else 'slower'} on this machine"
-               + ("." if b >= c else "; on a CPU with the tiny model the recipes' GPU levers (bf16, compiled "
-                  "blocks, flash attention) do not apply, so this can come out either way."))
-    (a, _), (pb, what), (pa, _) = speed(accum), peak(base), peak(accum)
-    tokens = (base["config"]["max_tokens_per_micro_batch"], accum["config"]["max_tokens_per_micro_batch"])
-    out.append(f"4. {tokens[0]:,} tokens x 1 against {tokens[1]:,} x {accum['gradient_accumulation_steps']} per "
-               f"optimizer step: loss {base['train_loss']} against {accum['train_loss']} (the micro-batches group "
-               f"different questions, so not identical); {a / b:.2f}x the tokens/s and {pa / pb:.2f}x the {what}. "
-               + ("Smaller micro-batches hold fewer activations at once but give the GPU less work per kernel."
-                  if pa < pb and a < b else
-                  "Here the smaller micro-batches did not trade memory for speed as on a GPU: with a tiny model, "
-                  "per-step overheads and the weights, not the activations, dominate."))
+    max_len = classic["config"]["max_length"]
     bpp = states_bytes_per_param(base)
-    if bpp is None:
-        out.append(f"5. no GPU: the model states cannot be read apart from the rest of the process here; the "
-                   f"estimate is {base['estimated_model_states_gpu_mib'] or base['estimated_model_states_cpu_mib']:,.1f} "
-                   f"MiB ({base['estimator']}).")
-    else:
-        kept = ("the Trainer frees the gradients after each step (zero_grad sets them to None), so what stays is "
-                "fp32 weights and Adam's two moments, 12 bytes/param" if bpp < 14 else
-                "the gradients stay allocated between steps too")
-        out.append(f"5. model states measured after the first step: {base['gpu_states_allocated_mib']:,.0f} MiB, "
-                   f"{bpp:.1f} bytes/param, against the estimate of {base['estimated_model_states_gpu_mib']:,.0f} "
-                   f"MiB ({base['estimator']}): {kept}. The training peak, {pb:,.0f} MiB, is "
-                   f"{pb / base['gpu_states_allocated_mib']:.1f}x that: activations and logits.")
-    if base.get("gpu_peak_mib") is not None and base.get("gpu_peak_reserved_mib") is not None:
-        out.append(f"6. NVML's peak {base['gpu_peak_mib']:,.0f} MiB = torch's reserved {base['gpu_peak_reserved_mib']:,.0f} "
-                   f"MiB (of which {base['gpu_peak_allocated_mib']:,.0f} in live tensors; the rest is the caching "
-                   f"allocator's free blocks) + {base['gpu_peak_mib'] - base['gpu_peak_reserved_mib']:,.0f} MiB "
-                   "outside PyTorch's allocator: the CUDA context, cuBLAS/NCCL workspaces.")
-    return out
+    states = base.get("gpu_states_allocated_mib") if bpp is not None else None
+    return Baseline(
+        loss_on={"default": base["loss_on"], "classic": classic["loss_on"]},
+        models={"default": base["model"], "classic": classic["model"]},
+        classic_mean_tokens=stats["mean_tokens"], classic_max_length=max_len,
+        padding_fraction=1 - stats["mean_tokens"] / max_len, padding_speedup_bound=max_len / stats["mean_tokens"],
+        speed=compare_speed(base, classic), speed_kind=speed(base)[1],
+        tokens_per_micro_batch=(base["config"]["max_tokens_per_micro_batch"], accum["config"]["max_tokens_per_micro_batch"]),
+        accumulation_steps=accum["gradient_accumulation_steps"],
+        accum_loss=compare("train_loss", accum["train_loss"], base["train_loss"]),
+        accum_speed=compare_speed(accum, base), accum_peak=compare_peak(accum, base), peak_what=peak(base)[1],
+        states_mib=states, states_bytes_per_param=bpp,
+        gradients_freed=None if bpp is None else bpp < FREED_GRADIENTS_BELOW,
+        estimated_states_mib=base["estimated_model_states_gpu_mib"] or base["estimated_model_states_cpu_mib"],
+        estimator=base["estimator"], peak_over_states=peak(base)[0] / states if states else None,
+        nvml=nvml_split(base))
