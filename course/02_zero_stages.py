@@ -11,14 +11,16 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
+import inspect
 import json
+from pathlib import Path
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, lessons, results
+from workshop_lib import ds_config, env, launch, lessons, results
 from workshop_lib.ds_config import build_ds_config
 from workshop_lib.lessons import zero_stages as lesson
-from workshop_lib.train import run_experiment
+from workshop_lib.train import build_trainer, run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
@@ -35,12 +37,16 @@ NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 # - stage 2: also the gradients;
 # - stage 3: also the 16-bit parameters, gathered layer by layer just before they are used.
 #
-# One function builds every config; `"auto"` values are filled by the HF Trainer from its own arguments
-# (learning rate, warmup, ...), so the two never disagree.
+# One function, `build_ds_config`, builds every config. Below is its stage-3 config as shipped in
+# `configs/ds_zero3.json` for your own Trainer scripts: every `"auto"` is filled when the run starts, by the HF
+# Trainer from its `TrainingArguments` (batch sizes, learning rate, precision) or from the model's hidden size
+# (bucket sizes), so the two never disagree; a key left out, or an `"auto"` nobody fills, takes DeepSpeed's
+# default. The table says what each key does, in which unit (bucket sizes count **elements**, not bytes), and
+# who sets it. Each run of section 2 writes its own config, resolved, to `ds_config.json`; section 4 shows yours.
 
 # %%
-print(json.dumps(build_ds_config(zero_stage=3, precision="bf16", train_micro_batch_size_per_gpu=4,
-                                 gradient_accumulation_steps=4, world_size=1), indent=2))
+print(json.dumps(build_ds_config(zero_stage=3), indent=2))
+display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(index=False)))
 
 # %% [markdown]
 # ## 2. Run the stages
@@ -70,7 +76,78 @@ ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
 results.plot_memory_over_time(ac);
 
 # %% [markdown]
-# ## Your figures, beside the reference
+# ## 4. The config your runs used, and one key changed
+#
+# Each DeepSpeed run wrote the config it handed to DeepSpeed, batch sizes and bucket sizes filled in, to
+# `ds_config.json` in its run directory. Stage 2 against stage 3, the keys that differ, then stage 3's whole:
+
+# %%
+ds = {n: json.loads(Path(f"{RUNS}/{n}/ds_config.json").read_text()) for n in ("stage2", "stage3")}
+display(Markdown(ds_config.diff(ds["stage2"], ds["stage3"], ("stage2", "stage3")).to_markdown(index=False)))
+display(Markdown(ds_config.explain(ds["stage3"]).to_markdown(index=False)))
+
+# %% [markdown]
+# **How the config reaches the Trainer.** The library passes the dict to `TrainingArguments(deepspeed=...)`;
+# the Trainer fills the `"auto"` values and starts DeepSpeed's engine. These are the lines, from
+# `workshop_lib/train.py`:
+
+# %%
+lines, first = inspect.getsourcelines(build_trainer)
+print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines) if "ds_config" in line or "deepspeed=" in line))
+
+# %% [markdown]
+# A plain HF script does the same with `--deepspeed ds_config.json` on its command line (its `TrainingArguments`
+# take the path), started by either launcher, one process per GPU:
+#
+# ```bash
+# deepspeed --num_gpus 1 train.py --deepspeed ds_config.json --bf16 ...
+# torchrun --nproc_per_node 1 train.py --deepspeed ds_config.json --bf16 ...
+# ```
+#
+# `workshop run` needs no file: each rank builds the config itself. Several ranks on one machine are started by
+# torchrun (`launch.run_local`, notebook 4), and the batch scripts start them with torchrun, srun or
+# deepspeed (`_launch` in `slurm/common.sh`):
+
+# %%
+lines, first = inspect.getsourcelines(launch.run_local)
+print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines)
+              if "cmd = " in line or '"workshop_lib.cli"' in line))
+common_sh = Path(launch.ROOT / "slurm/common.sh").read_text()
+print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}") + 7])
+
+# %% [markdown]
+# **One key changed.** `--ds-config KEY=VALUE` (here `RunConfig(ds_config=[...])`) sets one key of the config a
+# run builds. It is checked against DeepSpeed's own config classes before anything is written: a typo such as
+# `zero_optimization.overlap_comn` stops with the nearest valid key, and a key that the experiment, an option
+# or the Trainer sets (the stage, the batch sizes, the precision) is refused with the option to use instead.
+# The run records the override in `results.json` (`config.ds_config`) and the result in `ds_config.json`.
+#
+# Stage 2 again with `zero_optimization.overlap_comm=false`: the gradients are reduced after the backward pass
+# instead of during it, so DeepSpeed keeps one gradient bucket instead of two.
+# On the command line: `workshop run stage2 --ds-config zero_optimization.overlap_comm=false`.
+
+# %%
+run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
+ds["stage2_no_overlap"] = json.loads(Path(f"{RUNS}/stage2_no_overlap/ds_config.json").read_text())
+display(Markdown(ds_config.diff(ds["stage2"], ds["stage2_no_overlap"], ("stage2", "stage2_no_overlap"))
+                 .to_markdown(index=False)))
+buckets = {n: ds_config.gradient_bucket_mib(ds[n]) for n in ("stage2", "stage2_no_overlap")}
+print("gradient buckets, MiB (reduce_bucket_size elements x bytes per element x buffers):", buckets)
+PAIR = ["stage2", "stage2_no_overlap"]
+cols = ["steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib",
+        "gpu_peak_mib", "host_peak_rss_mib"]
+ref = lessons.reference(NOTEBOOK)
+display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref,
+                                        {m: lessons.band(m) for m in cols}).to_markdown(index=False)))
+print("No GPU reference on file yet for: " + (", ".join(n for n in PAIR if n not in ref.index) or "none"))
+
+# %% [markdown] tags=["exercise"]
+# **Exercise.** From the two configs, predict how much memory `overlap_comm=false` saves (the bucket's size is
+# in elements: how many bytes is an element in this run?). Does the measured peak agree? And the speed: what
+# did overlapping the reduction with the backward pass buy on one GPU, and what would it buy on several?
+
+# %% [markdown]
+# ## 5. Your figures, beside the reference
 #
 # Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`; MFU and
 # HFU as introduced in notebook 1: activation checkpointing recomputes each block's forward pass, which HFU

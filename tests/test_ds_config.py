@@ -57,3 +57,136 @@ def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
     assert zero["stage3_prefetch_bucket_size"] == 0 and zero["stage3_max_reuse_distance"] == 0
     assert cfg["aio"]["block_size"] == 1_048_576
     assert "aio" not in build_ds_config(3, "cpu", "cpu")
+
+
+# ---- What each key means (ds_config.KEYS, explain) and --ds-config overrides checked against DeepSpeed --------
+
+BUILT = [(stage, opt, par) for stage in range(4) for opt, par in
+         [("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme")]
+         if not (stage == 0 and opt != "none") and not (stage < 3 and (par != "none" or opt == "nvme"))]
+
+
+def _built(stage, opt, par, **kw):
+    return build_ds_config(stage, opt, par, nvme_path="/tmp", check_grad_overflow=False, **kw)
+
+
+@pytest.mark.parametrize("stage, opt, par", BUILT)
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "auto"])
+def test_every_key_the_builder_writes_is_explained(stage, opt, par, precision):
+    """A key added to build_ds_config cannot go unexplained: each has a meaning and a setter in KEYS."""
+    from workshop_lib.ds_config import KEYS, explain, flatten
+
+    cfg = _built(stage, opt, par, precision=precision)
+    assert set(flatten(cfg)) <= set(KEYS), set(flatten(cfg)) - set(KEYS)
+    table = explain(cfg)
+    assert list(table.columns) == ["key", "value", "meaning", "set by", "DeepSpeed default"]
+    assert "(not in workshop_lib.ds_config.KEYS)" not in set(table["meaning"])
+    assert set(flatten(cfg)) <= set(table["key"])
+
+
+@pytest.mark.parametrize("stage, opt, par", BUILT)
+def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
+    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig: no key the builder writes is one it would ignore
+    (aio.thread_count was: DeepSpeed reads intra_op_parallelism), and every key KEYS explains exists."""
+    from workshop_lib.ds_config import KEYS, check_keys, flatten
+
+    cfg = _built(stage, opt, par, precision="bf16")
+    check_keys(cfg, list(flatten(cfg)))
+    check_keys(_built(3, "nvme", "nvme", precision="bf16"), list(KEYS))
+
+
+def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
+    from workshop_lib.ds_config import KEYS, deepspeed_default, explain
+
+    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                "stage3_param_persistence_threshold", "stage3_max_live_parameters"):
+        assert "ELEMENTS" in KEYS[f"zero_optimization.{key}"].meaning
+    assert deepspeed_default("zero_optimization.reduce_bucket_size") == 500_000_000
+    assert deepspeed_default("zero_optimization.offload_optimizer.pin_memory") is True
+    rows = explain(build_ds_config(2)).set_index("key")
+    assert rows.at["zero_optimization.allgather_bucket_size", "value"] == "(absent)"  # DeepSpeed's default applies
+    assert "hidden_size²" in rows.at["zero_optimization.reduce_bucket_size", "set by"]
+    assert "TrainingArguments.learning_rate" in rows.at["optimizer.params.lr", "set by"]
+
+
+def test_gradient_buckets_in_mib():
+    from workshop_lib.ds_config import gradient_bucket_mib
+
+    cfg = build_ds_config(2, precision="bf16", reduce_bucket_size=2**20)
+    assert gradient_bucket_mib(cfg) == 2 * 2**20 * 2 / 2**20  # two buffers (overlap_comm) x 2 bytes
+    cfg["zero_optimization"]["overlap_comm"] = False
+    assert gradient_bucket_mib(cfg) == 2.0
+    assert gradient_bucket_mib(build_ds_config(2, precision="fp32", reduce_bucket_size=2**20)) == 8.0
+    assert gradient_bucket_mib(build_ds_config(2)) is None  # "auto": the Trainer fills it
+    assert gradient_bucket_mib(build_ds_config(0)) == 0.0
+
+
+def test_an_override_is_parsed_and_set_without_changing_the_original():
+    from workshop_lib.ds_config import apply_overrides, parse_override
+
+    assert parse_override("zero_optimization.reduce_bucket_size=5e7") == ("zero_optimization.reduce_bucket_size",
+                                                                         50_000_000)
+    assert parse_override("a.b=false") == ("a.b", False)
+    base = build_ds_config(3, precision="bf16")
+    out = apply_overrides(base, ["zero_optimization.overlap_comm=false",
+                                 "zero_optimization.stage3_param_persistence_threshold=1e9"])
+    assert out["zero_optimization"]["overlap_comm"] is False
+    assert out["zero_optimization"]["stage3_param_persistence_threshold"] == 10**9
+    assert base["zero_optimization"]["overlap_comm"] is True
+
+
+@pytest.mark.parametrize("override, names", [
+    ("zero_optimization.reduce_bucket_sise=50000000", ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig"]),
+    ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
+    ("steps_per_prin=10", ["steps_per_print", "ignore it silently"]),  # DeepSpeed itself would not complain
+    ("zero_optimisation.overlap_comm=false", ["use zero_optimization;"]),
+    ("zero_optimization.overlap_comm=maybe", ["valid boolean", "Optional[bool]"]),  # DeepSpeed's own validation
+    ("zero_optimization.stage3_prefetch_bucket_size=-1", ["greater than or equal to 0"]),
+    ("zero_optimization.stage=2", ["pick another experiment"]),  # the experiment sets it
+    ("gradient_clipping=0.5", ["max_grad_norm"]),  # the Trainer sets it, and refuses another value
+    ("zero_optimization.reduce_bucket_size=5", ["--reduce-bucket-size"]),  # an option sets it
+    ("overlap_comm", ["not KEY=VALUE"]),
+])
+def test_a_bad_override_is_refused_with_the_fix(override, names):
+    from workshop_lib.ds_config import apply_overrides
+
+    with pytest.raises(WorkshopError) as e:
+        apply_overrides(build_ds_config(3, "cpu", "cpu", precision="bf16"), [override])
+    assert "To fix:" in str(e.value)
+    for name in names:
+        assert name in str(e.value)
+
+
+def test_the_option_is_repeatable_and_refused_before_anything_is_written(tmp_path):
+    """`workshop run ... --ds-config` twice adds both; a typo stops in resolve (exit 2, "To fix:") and the output
+    directory is never created; a baseline, which has no DeepSpeed, refuses it."""
+    from workshop_lib.cli import main
+    from workshop_lib.config import RunConfig, parse_run_args, resolve
+
+    cfg = parse_run_args(["stage2", "--ds-config", "zero_optimization.overlap_comm=false", "--ds-config",
+                          "wall_clock_breakdown=true"])
+    assert cfg.ds_config == ["zero_optimization.overlap_comm=false", "wall_clock_breakdown=true"]
+    out = tmp_path / "run"
+    assert main(["run", "stage2", "--tiny", "--output-dir", str(out), "--ds-config",
+                 "zero_optimization.reduce_bucket_sise=50000000"]) == 2
+    assert not out.exists()
+    with pytest.raises(WorkshopError, match="does not use DeepSpeed"):
+        resolve(RunConfig("baseline", tiny=True, output_dir=str(out), ds_config=["wall_clock_breakdown=true"]))
+    assert resolve(RunConfig("stage2", tiny=True, output_dir=str(out),
+                             ds_config="zero_optimization.overlap_comm=false")).ds_config == [
+        "zero_optimization.overlap_comm=false"]
+
+
+@pytest.mark.slow
+def test_an_override_lands_in_ds_config_json_and_results_json(tmp_path):
+    """End to end, the tiny model on stage 2: the key in ds_config.json, the override in results.json's config."""
+    from workshop_lib.train import run_experiment
+
+    out = tmp_path / "run"
+    res = run_experiment("stage2", tiny=True, output_dir=str(out), save_model=False, save_strategy="no",
+                         max_steps=2, ds_config=["zero_optimization.overlap_comm=false"])
+    written = json.loads((out / "ds_config.json").read_text())
+    assert written["zero_optimization"]["overlap_comm"] is False
+    assert written["zero_optimization"]["stage"] == 2
+    assert res["config"]["ds_config"] == ["zero_optimization.overlap_comm=false"]
+    assert json.loads((out / "results.json").read_text())["config"]["ds_config"] == res["config"]["ds_config"]

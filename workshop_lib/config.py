@@ -186,6 +186,11 @@ class RunConfig:
         "activation_checkpointing", "true: recompute activations in the backward pass (less memory, slower)")
     nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme (default: "
                                  "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)")
+    ds_config: list[str] | None = _opt(
+        "KEY=VALUE: set one key of the DeepSpeed config (dotted, e.g. zero_optimization.overlap_comm=false; the "
+        "value is JSON: a number, true, false, a string); repeatable. Checked against DeepSpeed's own config "
+        "classes before anything is written; written to ds_config.json (ds_config.explain says what each key does)",
+        metavar="KEY=VALUE", action="extend")
     output_dir: str | None = _opt("where to write (default runs/<experiment>[-tiny]-<date-time>)")
     overwrite: bool = field(default=False, metadata={
         "help": "remove the run (finished or killed) in --output-dir and start again"})
@@ -278,6 +283,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")
         _check_writable(Path(cfg.nvme_path), "nvme_path")
+    if cfg.ds_config:
+        cfg = replace(cfg, ds_config=[cfg.ds_config] if isinstance(cfg.ds_config, str) else list(cfg.ds_config))
+        _check_ds_config(cfg, exp)
     from .data import check_squad_path  # here, not at the top: it imports `datasets`, and --help stays quick
 
     for name in ("train_file", "eval_file"):
@@ -299,6 +307,23 @@ def resolve(cfg: RunConfig) -> RunConfig:
                             "pass --output-dir with a directory path (it is created if missing).")
     _check_writable(out, "output_dir")
     return cfg
+
+
+def _check_ds_config(cfg: RunConfig, exp: Experiment) -> None:
+    """The --ds-config overrides set on the config this run would build, checked against DeepSpeed's config classes
+    (`ds_config.apply_overrides`); the batch sizes and the buckets sized for the model are filled in later, by
+    `train.build_trainer`, which sets the same overrides on the real config.
+
+    Raises:
+        WorkshopError: the experiment does not use DeepSpeed, or an override is refused (`ds_config.check_overrides`).
+    """
+    from .ds_config import apply_overrides, build_ds_config
+
+    if not exp.deepspeed:
+        raise WorkshopError(f"--ds-config sets DeepSpeed keys, and {cfg.experiment} does not use DeepSpeed.",
+                            "pick a DeepSpeed experiment (stage0 ... stage3_nvme), or drop --ds-config.")
+    apply_overrides(build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
+                                    nvme_path=cfg.nvme_path), cfg.ds_config)
 
 
 def _check_writable(path: Path, name: str) -> None:

@@ -3,6 +3,9 @@
 `build_ds_config` is the single source of truth. The JSON files in `configs/` for users of their own
 Trainer scripts are generated from it (`python -m workshop_lib.ds_config configs/`) and CI checks they
 are up to date. `workshop run` writes the config it actually used, batch sizes resolved, to ds_config.json.
+`KEYS` says what each key means (units: bucket sizes count elements) and who sets it, `explain` and `diff` make
+tables of configs, and `apply_overrides` sets `--ds-config KEY=VALUE` overrides after checking them against
+DeepSpeed's own config classes (`check_overrides`).
 
 What each stage partitions across the N data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO: Memory
 Optimizations Toward Training Trillion Parameter Models", fig. 1): stage 1 the optimizer states, stage 2
@@ -12,8 +15,10 @@ stage 3, the parameters) to CPU memory and runs the Adam step on the CPU (ZeRO-O
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import WorkshopError
@@ -96,7 +101,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         zero |= {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
     # DeepSpeed's asynchronous I/O to the drive (its defaults, written out to be tuned: `ds_nvme_tune` measures
     # the best block size and queue depth for a drive)
-    aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "thread_count": 1, "single_submit": False,
+    # (DeepSpeed 0.19.8 reads "intra_op_parallelism", swap_tensor/aio_config.py; a "thread_count" key is ignored)
+    aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
                    "overlap_events": True}} if "nvme" in (offload_optimizer, offload_param) else {}
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
     fp16, bf16 = half[precision]
@@ -128,6 +134,459 @@ SHIPPED = {"ds_zero0.json": (0, "none", "none"), "ds_zero1.json": (1, "none", "n
 def shipped_configs() -> dict[str, str]:
     """{file name: JSON text} of every config in `configs/`, all values "auto" where the Trainer fills them."""
     return {name: json.dumps(build_ds_config(*args), indent=2) + "\n" for name, args in SHIPPED.items()}
+
+
+# ---- What each key means and who sets it; overrides checked against DeepSpeed (introduced in `02_zero_stages`)
+# Each meaning was read in DeepSpeed 0.19.8's config classes (runtime/zero/config.py, zero/offload_config.py,
+# runtime/precision_config.py, runtime/constants.py, swap_tensor/aio_config.py) and the code that uses them
+# (zero/stage_1_and_2.py's gradient buckets), and in transformers' integration (integrations/deepspeed.py:
+# HfTrainerDeepSpeedConfig.trainer_config_process fills "auto" from TrainingArguments and refuses a value that
+# differs from them (fill_match); trainer_config_finalize fills the hidden_size-based ones (fill_only)). Sizes in
+# ELEMENTS count numbers, not bytes: bytes = elements x 2 in bf16/fp16, x 4 in fp32.
+
+
+@dataclass(frozen=True)
+class Key:
+    """One ds_config key (a dotted path): what it does, with units; who sets its value; and, where a `workshop
+    run` option or the experiment sets it, how to change it that way (`fix`): an override of such a key is
+    refused, so that each setting is declared once. `stages`: the ZeRO stages it acts at."""
+
+    meaning: str
+    set_by: str
+    fix: str | None = None
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+
+
+def _trainer(arg: str) -> str:
+    return f'HF Trainer: "auto" <- TrainingArguments.{arg}; any other value must equal it (trainer_config_process)'
+
+
+def _hidden(expr: str) -> str:
+    return (f'HF Trainer: "auto" <- {expr} from the model\'s hidden_size (trainer_config_finalize); absent: '
+            "DeepSpeed's default")
+
+
+_DEFAULT = "DeepSpeed's default (the workshop does not write it)"
+_LR = "the HF Trainer's linear schedule drives it (no scheduler section)"
+KEYS: dict[str, Key] = {
+    "train_micro_batch_size_per_gpu": Key(
+        "sequences per GPU in one forward and backward pass. With --batching token_budget the micro-batches vary "
+        "in size and this is their mean, rounded: DeepSpeed uses it only to check train_batch_size",
+        "workshop: the run's micro-batch; " + _trainer("per_device_train_batch_size"),
+        "pass --train-micro-batch-size-per-gpu, or --max-tokens-per-micro-batch with token_budget batching"),
+    "gradient_accumulation_steps": Key(
+        "micro-batches (forward + backward passes) per optimizer step",
+        "workshop: --gradient-accumulation-steps; " + _trainer("gradient_accumulation_steps"),
+        "pass --gradient-accumulation-steps"),
+    "train_batch_size": Key(
+        "sequences per optimizer step over all GPUs = micro-batch x accumulation x world_size; DeepSpeed refuses "
+        "a config where the three disagree",
+        "workshop: the product; " + _trainer("world_size x per_device_train_batch_size x gradient_accumulation_steps"),
+        "change the micro-batch, the accumulation or the number of GPUs"),
+    "gradient_clipping": Key(
+        "largest global L2 norm of the gradients: a larger norm is scaled down to it before the step (0: none)",
+        _trainer("max_grad_norm") + " (1.0)",
+        "pass TrainingArguments(max_grad_norm=...) in your own Trainer script; `workshop run` keeps the Trainer's"),
+    "fp16.enabled": Key(
+        "fp16 training: 16-bit weights, activations and gradients, fp32 master weights and Adam moments, the loss "
+        "scaled against underflow", _trainer("fp16"), "pass --precision fp16"),
+    "fp16.loss_scale": Key("0: dynamic loss scaling (the scale halves on an overflow and grows after a run of "
+                           "clean steps); > 0: that fixed scale", "workshop (fp16 only uses it)"),
+    "fp16.initial_scale_power": Key("the dynamic loss scale starts at 2^this (16: 65,536)", "workshop"),
+    "fp16.hysteresis": Key("overflowing steps tolerated before the loss scale is lowered (a delayed shift)",
+                           "workshop"),
+    "fp16.min_loss_scale": Key("the dynamic loss scale never goes below this", "workshop"),
+    "bf16.enabled": Key(
+        "bf16 training: bf16 weights, activations and gradients, fp32 master weights and Adam moments; no loss "
+        "scale (bf16 has fp32's exponent range)", _trainer("bf16"), "pass --precision bf16"),
+    "bf16.check_grad_overflow": Key(
+        "check every gradient for inf/NaN before each optimizer step and skip the step if one is found",
+        "workshop: --check-grad-overflow (written only when false)", "pass --check-grad-overflow true/false"),
+    "optimizer.type": Key("the optimizer DeepSpeed builds: AdamW runs as DeepSpeed's FusedAdam, or DeepSpeedCPUAdam "
+                          "when the optimizer is offloaded", "workshop",
+                          "keep AdamW: every experiment uses it, so that the runs compare"),
+    "optimizer.params.lr": Key("peak learning rate; " + _LR, _trainer("learning_rate"), "pass --learning-rate"),
+    "optimizer.params.betas": Key("Adam's decay rates of its two moment estimates, [beta1, beta2]",
+                                  _trainer("adam_beta1, adam_beta2"),
+                                  "keep the Trainer's (0.9, 0.999); `workshop run` does not change them"),
+    "optimizer.params.eps": Key("Adam's epsilon, added to the denominator", _trainer("adam_epsilon"),
+                                "keep the Trainer's 1e-8; `workshop run` does not change it"),
+    "optimizer.params.weight_decay": Key("AdamW's decoupled weight decay", _trainer("weight_decay"),
+                                         "pass --weight-decay"),
+    "zero_optimization.stage": Key(
+        "0: nothing partitioned (DeepSpeed's engine only); 1: the optimizer states partitioned across the "
+        "data-parallel GPUs; 2: + the gradients; 3: + the 16-bit parameters, gathered just before each use",
+        "workshop: the experiment", "pick another experiment (stage0, stage1, stage2, stage3, *_offload)"),
+    "zero_optimization.overlap_comm": Key(
+        "reduce the gradients while the backward pass goes on. At stages 1-2 it doubles the gradient bucket (two "
+        "buffers of reduce_bucket_size elements). Absent: true at stage 3, false below", "workshop: true",
+        stages=(1, 2, 3)),
+    "zero_optimization.contiguous_gradients": Key(
+        "copy each gradient into a contiguous buffer as it is produced: less fragmentation (stages 1-2: the "
+        "buffer of reduce_bucket_size elements)", "workshop: true", stages=(1, 2, 3)),
+    "zero_optimization.reduce_bucket_size": Key(
+        "ELEMENTS (not bytes) of gradients reduced in one collective. Stages 1-2 allocate a buffer of this many "
+        "elements in the reduction dtype, two with overlap_comm: 5e8 bf16 elements = 1 GB each",
+        "workshop: --reduce-bucket-size, at most the model's parameters; " + _hidden("hidden_size²"),
+        "pass --reduce-bucket-size N (elements; 0: auto)", stages=(1, 2, 3)),
+    "zero_optimization.allgather_bucket_size": Key(
+        "ELEMENTS of updated parameters all-gathered in one collective after the optimizer step (stages 1-2)",
+        _DEFAULT, stages=(1, 2)),
+    "zero_optimization.stage3_prefetch_bucket_size": Key(
+        "ELEMENTS of parameters gathered ahead of the layer that needs them (stage 3); 0: no prefetching",
+        _hidden("0.9 x hidden_size²") + "; workshop: 0 with NVMe parameter offload", stages=(3,)),
+    "zero_optimization.stage3_param_persistence_threshold": Key(
+        "parameters of fewer ELEMENTS than this are not partitioned: every GPU keeps them whole and they are never "
+        "gathered (fewer small, latency-bound gathers; more memory)", _hidden("10 x hidden_size"), stages=(3,)),
+    "zero_optimization.stage3_max_live_parameters": Key(
+        "ELEMENTS of gathered parameters a GPU may hold before it releases some (stage 3)", _DEFAULT, stages=(3,)),
+    "zero_optimization.stage3_max_reuse_distance": Key(
+        "a gathered parameter used again within this many ELEMENTS of parameters is kept, not released "
+        "(stage 3); 0: released at once", "workshop: 0 with NVMe parameter offload (it holds buffers); else "
+        + _DEFAULT, stages=(3,)),
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": Key(
+        "stage 3: gather the partitioned 16-bit weights into one state dict when the model is saved (the Trainer's "
+        "save_model writes a loadable model); false: accelerate refuses that save, and only a ZeRO checkpoint "
+        "(zero_to_fp32) holds the weights", "workshop: true", stages=(3,)),
+    "zero_optimization.offload_optimizer.device": Key(
+        "where the partitioned optimizer states live: none (the GPU), cpu (host memory) or nvme; with cpu or nvme "
+        "the Adam step runs on the CPU", "workshop: the experiment",
+        "pick an offload experiment (stage1_offload, stage2_offload, stage3_offload, stage3_nvme)", stages=(1, 2, 3)),
+    "zero_optimization.offload_optimizer.pin_memory": Key(
+        "keep the offloaded states in page-locked host memory: faster, asynchronous copies between GPU and CPU, "
+        "but memory the OS cannot page out", "workshop: true", stages=(1, 2, 3)),
+    "zero_optimization.offload_optimizer.nvme_path": Key("directory the optimizer states are swapped to (nvme)",
+                                                         "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)),
+    "zero_optimization.offload_param.device": Key(
+        "where the partitioned 16-bit parameters live between uses: none (the GPU), cpu or nvme (stage 3 only)",
+        "workshop: the experiment", "pick stage3_offload or stage3_nvme", stages=(3,)),
+    "zero_optimization.offload_param.pin_memory": Key(
+        "keep the offloaded parameters in page-locked host memory (see offload_optimizer.pin_memory)",
+        "workshop: true", stages=(3,)),
+    "zero_optimization.offload_param.nvme_path": Key("directory the parameters are swapped to (nvme)",
+                                                     "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)),
+    "zero_optimization.offload_param.buffer_count": Key(
+        "NVMe parameter offload: host buffers the parameters are read into, one per tensor in use at once",
+        "workshop: sized for the model (train._nvme_buffers)", stages=(3,)),
+    "zero_optimization.offload_param.buffer_size": Key(
+        "ELEMENTS per such buffer: at least the largest parameter tensor", "workshop: sized for the model "
+        "(train._nvme_buffers)", stages=(3,)),
+    "steps_per_print": Key("DeepSpeed prints its progress every this many steps (1e6: practically never)",
+                           "workshop: the Trainer logs instead"),
+    "wall_clock_breakdown": Key("time the forward, backward and optimizer step apart in every step and print it",
+                                "workshop: false"),
+    "aio.block_size": Key("NVMe offload: BYTES per asynchronous read or write request", "workshop: DeepSpeed's "
+                          "value, written out to tune (ds_nvme_tune measures a drive's best)"),
+    "aio.queue_depth": Key("NVMe offload: read/write requests in flight at once", "workshop: as aio.block_size"),
+    "aio.intra_op_parallelism": Key("NVMe offload: threads that share one read or write",
+                                    "workshop: as aio.block_size"),
+    "aio.single_submit": Key("NVMe offload: submit requests one by one instead of in batches",
+                             "workshop: as aio.block_size"),
+    "aio.overlap_events": Key("NVMe offload: submit new requests while waiting for earlier ones",
+                              "workshop: as aio.block_size"),
+}
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict:
+    """{dotted key: value} of every leaf of a nested config (a list is a leaf)."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict) and v:
+            out |= flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _models() -> dict:
+    """{section: DeepSpeed's config class} for the sections DeepSpeed validates with a pydantic model that
+    forbids unknown fields (DeepSpeedConfigModel: extra="forbid"); it drops "auto" values before validating."""
+    from deepspeed.comm.config import CommsLoggerConfig
+    from deepspeed.compile.config import CompileConfig
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    return {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config,
+            "comms_logger": CommsLoggerConfig, "compile": CompileConfig}
+
+
+def _field(model, name: str):
+    """The pydantic field of `model` called `name` or aliased so, or None."""
+    for field_name, f in model.model_fields.items():
+        if name in (field_name, f.alias):
+            return f
+    return None
+
+
+def _submodel(annotation):
+    """The DeepSpeedConfigModel class inside a field's annotation (Optional[X] -> X), or None."""
+    import typing
+
+    from deepspeed.runtime.config_utils import DeepSpeedConfigModel
+
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, DeepSpeedConfigModel):
+            return t
+    return None
+
+
+def _model_at(path: list[str]):
+    """DeepSpeed's config class that validates the keys under dotted `path` (["zero_optimization",
+    "offload_param"] -> DeepSpeedZeroOffloadParamConfig), or None where no model does."""
+    model = _models().get(path[0]) if path else None
+    for name in path[1:]:
+        f = model and _field(model, name)
+        model = _submodel(f.annotation) if f else None
+    return model
+
+
+def deepspeed_default(key: str):
+    """DeepSpeed's default for dotted `key` where a config class declares it (`_models`), else None."""
+    parts = key.split(".")
+    model = _model_at(parts[:-1])
+    f = model and _field(model, parts[-1])
+    if not f or f.default_factory is not None:
+        return None
+    default = f.default
+    return default.value if hasattr(default, "value") else default
+
+
+def explain(cfg: dict, absent: bool = True):
+    """The config as a table, one row per key: `key` (dotted), `value`, `meaning` (with units), `set by` (who
+    writes or fills the value: the workshop, the HF Trainer for "auto", or DeepSpeed's default) and
+    `DeepSpeed default` (from its config classes, where they declare one). With `absent`, also the `KEYS` that
+    act at the config's ZeRO stage and are not in it, valued by DeepSpeed's default.
+
+    Returns a pandas DataFrame. A key missing from `KEYS` gets "(not in workshop_lib.ds_config.KEYS)".
+    """
+    import pandas as pd
+
+    rows, unknown = [], Key("(not in workshop_lib.ds_config.KEYS)", "an override (--ds-config)")
+    leaves = flatten(cfg)
+    stage = cfg.get("zero_optimization", {}).get("stage", 0)
+    keys = list(leaves) + [k for k, v in KEYS.items() if absent and k not in leaves and stage in v.stages
+                           and v.set_by == _DEFAULT]
+    for k in keys:
+        info = KEYS.get(k, unknown)
+        default = deepspeed_default(k)
+        rows.append({"key": k, "value": leaves.get(k, "(absent)"), "meaning": info.meaning, "set by": info.set_by,
+                     "DeepSpeed default": "" if default is None else default})
+    return pd.DataFrame(rows)
+
+
+def diff(a: dict, b: dict, names: tuple[str, str] = ("a", "b")):
+    """The keys whose values differ between two configs (a key missing on one side shows as "(absent)"), as a
+    DataFrame: `key`, one column per name, and `meaning`."""
+    import pandas as pd
+
+    fa, fb = flatten(a), flatten(b)
+    keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k, "(absent)") != fb.get(k, "(absent)")]
+    return pd.DataFrame([{"key": k, names[0]: fa.get(k, "(absent)"), names[1]: fb.get(k, "(absent)"),
+                          "meaning": KEYS[k].meaning if k in KEYS else ""} for k in keys],
+                        columns=["key", *names, "meaning"])
+
+
+def gradient_bucket_mib(cfg: dict) -> float | None:
+    """MiB of the gradient buckets a config makes ZeRO allocate: with contiguous_gradients, stages 1-2 keep
+    reduce_bucket_size elements in the training dtype (2 bytes with bf16 or fp16 enabled, else 4), two such
+    buffers with overlap_comm (double buffering: DeepSpeedZeroOptimizer.setup_buckets, zero/stage_1_and_2.py),
+    and stage 3 one (DeepSpeedZeroOptimizer_Stage3, zero/stage3.py). One bucket per communication dtype: one
+    where every parameter has the training dtype and data_types.grad_accum_dtype is unset, as here. 0 at stage
+    0 or without contiguous_gradients; None where reduce_bucket_size is "auto" (the Trainer fills it later)."""
+    zero = cfg.get("zero_optimization", {})
+    stage, elements = zero.get("stage", 0), zero.get("reduce_bucket_size", 500_000_000)
+    if stage == 0 or zero.get("contiguous_gradients", True) is False:
+        return 0.0
+    if not isinstance(elements, int):
+        return None
+    half = any(cfg.get(p, {}).get("enabled") is True for p in ("bf16", "fp16"))
+    overlap = zero.get("overlap_comm", stage == 3)  # DeepSpeed's default: on at stage 3 only
+    buffers = 1 if stage == 3 else 1 + bool(overlap)
+    return buffers * elements * (2 if half else 4) / 2**20
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """"zero_optimization.reduce_bucket_size=5e7" -> ("zero_optimization.reduce_bucket_size", 50000000): a
+    dotted key and a JSON value (a number, true/false, null, a string, a list); text that is not JSON stays a
+    string; a whole float becomes an int.
+
+    Raises:
+        WorkshopError: no "=", or an empty key part.
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not p for p in key.split(".")):
+        raise WorkshopError(f"--ds-config {text!r} is not KEY=VALUE.",
+                            "write the dotted key, '=' and the value, e.g. --ds-config "
+                            "zero_optimization.overlap_comm=false")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return key.strip(), value
+
+
+def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
+    """A copy of `cfg` with each "KEY=VALUE" of `overrides` set (`parse_override`; sections made as needed), after
+    `check_overrides` has checked them against DeepSpeed. `cfg` itself is unchanged.
+
+    Raises:
+        WorkshopError: see `check_overrides`.
+    """
+    import copy
+
+    out = copy.deepcopy(cfg)
+    if not overrides:
+        return out
+    pairs = [parse_override(o) for o in overrides]
+    for key, value in pairs:
+        parts, node = key.split("."), out
+        for p in parts[:-1]:
+            if not isinstance(node.get(p, {}), dict):
+                raise WorkshopError(f"--ds-config {key}: {p} is a value ({node[p]!r}), not a section.",
+                                    f"set {'.'.join(parts[:parts.index(p) + 1])} itself.")
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    check_overrides(out, [k for k, _ in pairs])
+    return out
+
+
+class _Reads(dict):
+    """A config that records every dotted key read from it (get, [], in, `in d.keys()`): what DeepSpeedConfig
+    reads is what DeepSpeed knows; a key it never reads it ignores silently."""
+
+    def __init__(self, d: dict, seen: set, prefix: str = ""):
+        super().__init__({k: _Reads(v, seen, f"{prefix}{k}.") if isinstance(v, dict) else v for k, v in d.items()})
+        self.seen, self.prefix = seen, prefix
+
+    def _saw(self, k):
+        self.seen.add(f"{self.prefix}{k}")
+
+    def get(self, k, default=None):
+        self._saw(k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self._saw(k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self._saw(k)
+        return super().__contains__(k)
+
+    def keys(self):
+        outer = self
+
+        class Keys:
+            def __contains__(self, k):
+                return k in outer
+
+            def __iter__(self):
+                return iter(dict.keys(outer))
+
+            def __len__(self):
+                return len(outer)
+
+        return Keys()
+
+    def __copy__(self):  # DeepSpeedConfig copies the dict it is given; keep recording
+        return self
+
+
+def _where(parent: str) -> str:
+    """Where DeepSpeed lists the valid keys of section `parent` ("" for the top level)."""
+    model = _model_at(parent.split(".")) if parent else None
+    cls = (f"{model.__module__}.{model.__name__}" if model
+           else "deepspeed.runtime.config.DeepSpeedConfig._initialize_params")
+    return (f"the valid keys {'of ' + parent if parent else 'at the top level'} are those DeepSpeed reads in {cls}, "
+            "documented at https://www.deepspeed.ai/docs/config-json/; the workshop's own, explained: "
+            "workshop_lib.ds_config.KEYS")
+
+
+def _unknown(key: str, candidates: set[str], silently: bool) -> WorkshopError:
+    parent, _, name = key.rpartition(".")
+    near = difflib.get_close_matches(name, sorted(candidates), n=3, cutoff=0.6)
+    where = f"in {parent}" if parent else "at the top level"
+    fix = (f"use {' or '.join((parent + '.' if parent else '') + n for n in near)}; " if near else "") + _where(parent)
+    return WorkshopError(f"--ds-config {key}: DeepSpeed has no key {name!r} {where}"
+                         + (" (it would ignore it silently)." if silently else "."), fix + ".")
+
+
+def check_overrides(cfg: dict, keys: list[str]) -> None:
+    """Check the overridden dotted `keys` of `cfg` (a built config with the overrides set) against DeepSpeed's own
+    config classes, as `DeepSpeedConfig` reads them: each key must be one DeepSpeed reads (a typo that it would
+    ignore silently is refused too), have a value its class accepts, and not be one that the experiment, a
+    `workshop run` option or the HF Trainer sets (`KEYS[...].fix`). "auto" values: DeepSpeed's classes drop
+    them (the Trainer fills them later); the batch sizes and gradient_clipping are given numbers for the check.
+
+    Raises:
+        WorkshopError: the first bad key, named, with the nearest valid keys (difflib) and where every valid key
+            is listed; or DeepSpeed's own message for a bad value, with its type and default.
+    """
+    for key in keys:
+        if key in KEYS and KEYS[key].fix:
+            raise WorkshopError(f"--ds-config {key}: not for an override; it is set by {KEYS[key].set_by}.",
+                                f"{KEYS[key].fix}.")
+    check_keys(cfg, keys)
+
+
+# Sections DeepSpeed hands on whole (runtime/config.py get_optimizer_params, get_scheduler_params): their keys are
+# the keyword arguments of the optimizer or scheduler it builds, checked only when it builds them
+PASSED_ON = ("optimizer.params", "scheduler.params")
+
+
+def check_keys(cfg: dict, keys: list[str]) -> None:
+    """`check_overrides` without the question of who sets a key: each dotted key of `keys` is one that DeepSpeed
+    reads from `cfg` or validates with a config class, with a value that class accepts.
+
+    Raises:
+        WorkshopError: as `check_overrides`.
+    """
+    import pydantic
+
+    try:
+        from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
+    except ImportError as e:
+        raise WorkshopError(f"--ds-config needs DeepSpeed to check the keys, and it is not installed ({e}).",
+                            "pip install deepspeed (or `pip install -e .` in the workshop folder).") from e
+    filled = {k: v for k, v in cfg.items() if k not in ("train_batch_size", "gradient_accumulation_steps")}
+    filled |= {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0 if cfg.get("gradient_clipping") in
+               (None, "auto") else cfg["gradient_clipping"]}
+    seen: set[str] = set()
+    try:
+        DeepSpeedConfig(_Reads(filled, seen))
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        key = next((k for k in keys if k.endswith(loc)), loc)
+        model = _model_at(key.split(".")[:-1])
+        if err["type"] == "extra_forbidden" and model is not None:
+            names = {n for f_name, f in model.model_fields.items() for n in (f_name, f.alias) if n}
+            raise _unknown(key, names, silently=False) from None
+        f = _field(model, key.rsplit(".", 1)[-1]) if model else None
+        hint = ""
+        if f is not None:
+            kind = f.annotation.__name__ if isinstance(f.annotation, type) else str(f.annotation).replace("typing.", "")
+            hint = f" ({kind}; DeepSpeed's default: {json.dumps(deepspeed_default(key))})"
+        raise WorkshopError(f"--ds-config {key}={err.get('input')!r}: DeepSpeed refuses it: {err['msg']}.",
+                            f"give {key} a valid value{hint}; {_where(key.rpartition('.')[0])}.") from None
+    except (DeepSpeedConfigError, AssertionError, ValueError, TypeError) as e:
+        raise WorkshopError(f"--ds-config {', '.join(keys)}: DeepSpeed refuses the config: {e}",
+                            f"change or drop that override; {_where('')}.") from None
+    for key in keys:  # the first part of each key that DeepSpeed neither reads nor validates with a class
+        parts = key.split(".")
+        if any(key.startswith(f"{section}.") for section in PASSED_ON):
+            continue
+        for i in range(1, len(parts) + 1):
+            path, model = ".".join(parts[:i]), _model_at(parts[:i - 1])
+            if path in seen or (model is not None and _field(model, parts[i - 1])):
+                continue
+            parent = ".".join(parts[:i - 1])
+            siblings = {s.rpartition(".")[2] for s in seen if s.rpartition(".")[0] == parent}
+            if model is not None:
+                siblings |= {n for f_name, f in model.model_fields.items() for n in (f_name, f.alias) if n}
+            raise _unknown(path, siblings, silently=True)
 
 
 if __name__ == "__main__":  # python -m workshop_lib.ds_config configs/

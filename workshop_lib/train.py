@@ -382,6 +382,10 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                                     **_nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow)
+        if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
+            from .ds_config import apply_overrides
+
+            ds_config = apply_overrides(ds_config, cfg.ds_config)
         if env.world()[0] == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(

@@ -52,6 +52,8 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage2": ("stage2", {}),
         "stage3": ("stage3", {}),
         "baseline_ac": ("baseline", {"activation_checkpointing": True}),
+        # one key of stage 2's ds_config.json changed (--ds-config): one gradient bucket instead of two
+        "stage2_no_overlap": ("stage2", {"ds_config": ["zero_optimization.overlap_comm=false"]}),
     },
     "03_cpu_offload": {
         "stage2": ("stage2", {}),
