@@ -126,20 +126,26 @@ for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
 estimates = pd.DataFrame(rows)
 estimates
 
+# %% [markdown]
+# The two models' sizes, counted on the `meta` device as above:
+
+# %%
+from workshop_lib.lessons import setup
+
+setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
 # 1. How many parameters do Qwen3-0.6B and BLOOM-560m have? Which single tensor is the largest, and why
 #    is it so large for BLOOM?
+
+# %% [markdown] tags=["exercise"]
 # 2. From the table: how many MiB of model states does ZeRO stage 0 need on one GPU for Qwen3-0.6B, and
 #    how many per GPU with stage 3 on 4 GPUs? What fraction is that?
+
+# %% [markdown] tags=["exercise"]
 # 3. Why is the estimate for stages 0 and 2 the same on one GPU?
-#
-# | question | your answer |
-# | --- | --- |
-# | 1 | |
-# | 2 | |
-# | 3 | |
 
 # %% [markdown]
 # ## Summary

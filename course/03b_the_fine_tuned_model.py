@@ -73,7 +73,10 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
 last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
-files = fine_tuned.checkpoint_files(last)  # every file, its size in MiB
+files = fine_tuned.checkpoint_files(last, zero3["num_params"])  # every file: MiB, bytes per parameter
+size = fine_tuned.checkpoint_size(files, zero3["num_params"])
+print(f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
+      f"{size.bytes_per_param:.1f} bytes/param")
 files
 
 # %% [markdown]
@@ -163,21 +166,28 @@ pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "pr
 row = load_squad("validation" if real else "train", 1, verbose=False)[0]
 print(row["question"], "->", evaluation.ask(RUNS / "scored", row["question"], row["context"]))
 
+# %% [markdown]
+# ## Your runs
+#
+# The losses (nats per answer token) and SQuAD scores (%) of this notebook's runs, blank where a figure was
+# not measured. No reference runs are on file for this notebook: the losses to compare are your own.
+
+# %%
+fine_tuned.runs_table(zero3, resumed, reloaded, scored)
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | | train loss | last eval loss | exact match | F1 |
-# | --- | --- | --- | --- | --- |
-# | ZeRO-3 + offload, uninterrupted | | | | |
-# | the same, killed and resumed | | | | |
-# | the reloaded model/ | | | | |
-# | before fine-tuning (section 5) | | | | |
-# | after fine-tuning (section 5) | | | | |
-#
 # 1. How many bytes per parameter does the last checkpoint take on disk, all files together? Which files hold
 #    most of it, and why?
+
+# %% [markdown] tags=["exercise"]
 # 2. The killed run was resumed from which step? How many steps did the kill cost?
+
+# %% [markdown] tags=["exercise"]
 # 3. Why is a checkpoint without `trainer_state.json` never loaded, and what would go wrong if it were?
+
+# %% [markdown] tags=["exercise"]
 # 4. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
 
 # %% [markdown]

@@ -30,17 +30,17 @@ from workshop_lib import lessons
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.lessons import drills
-from workshop_lib.lessons import large_models as answers
+from workshop_lib.lessons import large_models
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
 COMMON = env.notebook_run_options()
 GPU = torch.cuda.is_available()
-GPU_KEY, HOST_MIB = answers.this_gpu()  # this GPU, or the H100 reference machine without one
-BIG = answers.pick_model(GPU_KEY, HOST_MIB)
+GPU_KEY, HOST_MIB = large_models.this_gpu()  # this GPU, or the H100 reference machine without one
+BIG = large_models.pick_model(GPU_KEY, HOST_MIB)
 RUNS = "runs/03c_models_that_do_not_fit"
 # On a GPU: BIG with random weights (its real shape) and the reference runs' settings; without: the tiny model.
-LARGE = (dict(answers.LARGE, model=BIG, random_weights=True, max_steps=COMMON["max_steps"] or 10) if GPU
+LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_steps=COMMON["max_steps"] or 10) if GPU
          else {"tiny": True, "save_model": False})
 print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB / 1024:,.0f} GiB of host memory; "
       f"the model that does not fit: {BIG}")
@@ -54,7 +54,7 @@ print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB 
 # to the host's memory, or to an NVMe drive.
 
 # %%
-display(answers.configurations(BIG, GPU_KEY, HOST_MIB))
+display(large_models.configurations(BIG, GPU_KEY, HOST_MIB))
 print(fit.explain(fit.estimate(BIG, None, "none", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB)))
 
 # %% [markdown]
@@ -94,7 +94,7 @@ else:
 # (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps). The reference machine's runs:
 
 # %%
-reference = answers.reference_runs(answers.REFERENCES["one H100 80GB, 128 GiB host"])
+reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
 display(reference[["model", "experiment", "activation checkpointing", "outcome"]])
 
@@ -149,8 +149,12 @@ if nvme_run:
 # drive's free space before it builds the model) that drive could hold.
 
 # %%
-display(answers.offload_comparison())
-print(answers.nvme_summary())
+display(large_models.offload_comparison())
+n = large_models.nvme_summary()
+display(n.comparisons())
+print(f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB")
+n.swap_table()
 
 # %% [markdown]
 # ## Two more failure drills
@@ -162,7 +166,8 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(world_size=2): exit {fixed['returncode']}")
+print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['train_batch_size']}, "
+      f"exit {fixed['returncode']}")
 
 # %% [markdown]
 # **fp16 on a model pretrained in bf16.** bf16 has fp32's range; fp16 stops at 65,504. Models trained in bf16
@@ -174,16 +179,35 @@ print(f"with build_ds_config(world_size=2): exit {fixed['returncode']}")
 fp16 = drills.fp16_overflow()
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(fp16.groupby("precision").agg(steps=("step", "count"), skipped=("skipped", "sum"),
-                                      last_loss=("loss", "last"), last_scale=("loss_scale", "last")))
+display(fp16.groupby("precision", sort=False).agg(
+    steps=("step", "count"), skipped=("skipped", "sum"), first_loss=("loss", "first"), last_loss=("loss", "last"),
+    first_loss_scale=("loss_scale", "first"), last_loss_scale=("loss_scale", "last")))
+
+# %% [markdown]
+# ## Your runs beside the reference
+# Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
+# (docs/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
+# step 1 is the process's memory once the optimizer states exist; DeepSpeed's estimate of the host's model
+# states is 18 bytes per parameter x its 1.5 buffer factor.
+
+# %%
+large_models.exercise_table(offload_run, nvme_run)
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 # 1. How many bytes per parameter did the host hold after the first step of your ZeRO-3 + CPU offload run, and
 #    how does that compare with DeepSpeed's estimate (18 bytes per parameter, x 1.5 buffer factor)?
+
+# %% [markdown] tags=["exercise"]
 # 2. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
+
+# %% [markdown] tags=["exercise"]
 # 3. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?
+
+# %% [markdown] tags=["exercise"]
 # 4. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
+
+# %% [markdown] tags=["exercise"]
 # 5. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
 #    128 GiB of host memory? Compare with the reference runs in docs/h100/large-models and
 #    docs/h200/large-models-x2.

@@ -124,26 +124,51 @@ for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
 estimates = pd.DataFrame(rows)
 estimates
 
+# %% [markdown]
+# The two models' sizes, counted on the `meta` device as above:
+
+# %%
+from workshop_lib.lessons import setup
+
+setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
 # 1. How many parameters do Qwen3-0.6B and BLOOM-560m have? Which single tensor is the largest, and why
 #    is it so large for BLOOM?
-# 2. From the table: how many MiB of model states does ZeRO stage 0 need on one GPU for Qwen3-0.6B, and
-#    how many per GPU with stage 3 on 4 GPUs? What fraction is that?
-# 3. Why is the estimate for stages 0 and 2 the same on one GPU?
-#
-# | question | your answer |
-# | --- | --- |
-# | 1 | |
-# | 2 | |
-# | 3 | |
 
 # %% tags=["solution"]
-from workshop_lib.lessons import setup as setup_answers
+qwen, bloom = setup.param_counts(model.DEFAULT_MODEL), setup.param_counts(model.CLASSIC_MODEL)
+for p in (qwen, bloom):
+    what = (f"the {p.vocab_size:,} x {p.hidden_size} token embedding" if p.largest_is_embedding
+            else "not the token embedding")
+    print(f"{p.model}: {p.num_params:,} parameters; largest tensor {p.largest_layer_params:,} parameters, {what}, "
+          f"{p.largest_share:.0%} of the model.")
+print(f"BLOOM's multilingual vocabulary of {bloom.vocab_size:,} tokens ({bloom.vocab_size / qwen.vocab_size:.1f}x "
+      "Qwen3's) makes its embedding that large.")
 
-qwen, bloom = model.count_params(model.DEFAULT_MODEL), model.count_params(model.CLASSIC_MODEL)
-print("\n".join(setup_answers.answers(qwen, bloom, estimates, model.DEFAULT_MODEL)))
+# %% [markdown] tags=["exercise"]
+# 2. From the table: how many MiB of model states does ZeRO stage 0 need on one GPU for Qwen3-0.6B, and
+#    how many per GPU with stage 3 on 4 GPUs? What fraction is that?
+
+# %% tags=["solution"]
+z = setup.zero_split(estimates, model.DEFAULT_MODEL)
+print(f"stage 0, 1 GPU: {z.stage0_1gpu_mib:,.0f} MiB; stage 3 on 4 GPUs: {z.stage3_4gpu_mib:,.0f} MiB per GPU "
+      f"({z.stage3_fraction:.0%}).")
+
+# %% [markdown] tags=["exercise"]
+# 3. Why is the estimate for stages 0 and 2 the same on one GPU?
+
+# %% tags=["solution"]
+c = z.stage2_vs_stage0
+print(f"stage 0: {c.other:,.0f} MiB, stage 2: {c.value:,.0f} MiB on one GPU ({c.verdict}).")
+if c.verdict == "equal":
+    print("ZeRO partitions states across data-parallel GPUs; with one GPU there is nothing to divide by, so "
+          "stage 2 keeps what stage 0 keeps (only offload moves memory off a single GPU).")
+else:
+    print(f"They differ by {c.difference:+,.0f} MiB, which the estimator's formula does not lead us to expect on "
+          "one GPU: compare the arguments the two rows were estimated with.")
 
 # %% [markdown]
 # ## Summary

@@ -71,7 +71,10 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
 last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
-files = fine_tuned.checkpoint_files(last)  # every file, its size in MiB
+files = fine_tuned.checkpoint_files(last, zero3["num_params"])  # every file: MiB, bytes per parameter
+size = fine_tuned.checkpoint_size(files, zero3["num_params"])
+print(f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
+      f"{size.bytes_per_param:.1f} bytes/param")
 files
 
 # %% [markdown]
@@ -161,39 +164,58 @@ pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "pr
 row = load_squad("validation" if real else "train", 1, verbose=False)[0]
 print(row["question"], "->", evaluation.ask(RUNS / "scored", row["question"], row["context"]))
 
+# %% [markdown]
+# ## Your runs
+#
+# The losses (nats per answer token) and SQuAD scores (%) of this notebook's runs, blank where a figure was
+# not measured. No reference runs are on file for this notebook: the losses to compare are your own.
+
+# %%
+fine_tuned.runs_table(zero3, resumed, reloaded, scored)
+
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# | | train loss | last eval loss | exact match | F1 |
-# | --- | --- | --- | --- | --- |
-# | ZeRO-3 + offload, uninterrupted | | | | |
-# | the same, killed and resumed | | | | |
-# | the reloaded model/ | | | | |
-# | before fine-tuning (section 5) | | | | |
-# | after fine-tuning (section 5) | | | | |
-#
 # 1. How many bytes per parameter does the last checkpoint take on disk, all files together? Which files hold
 #    most of it, and why?
+
+# %% tags=["solution"]
+print(f"{size.total_mib:,.1f} MiB for {size.num_params:,} parameters: {size.bytes_per_param:.1f} bytes per "
+      f"parameter. The largest file is {size.largest_file} ({size.largest_bytes_per_param:.1f} bytes per "
+      f"parameter): {size.largest_holds}.")
+display(files.assign(holds=files["file"].map(fine_tuned.holds)))
+
+# %% [markdown] tags=["exercise"]
 # 2. The killed run was resumed from which step? How many steps did the kill cost?
+
+# %% tags=["solution"]
+r = fine_tuned.resume(resume_step, resumed, zero3)
+print(f"From step {r.resume_step} of {r.global_steps}: the resumed run trained the {r.steps_redone} step(s) "
+      "after that checkpoint, not the whole run; with a checkpoint every step, the kill cost at most the step "
+      "in progress.")
+c = r.eval_loss
+if r.verdict == "restored":
+    print(f"Its last eval loss, {c.value:.4f}, is the uninterrupted run's ({c.other:.4f}; the difference "
+          f"{c.difference:+.1e} nats is within the tolerance {c.band_text}): resuming restored the weights, the "
+          "optimizer, the schedule and the data order.")
+else:
+    print(f"Its last eval loss, {c.value:.4f}, differs from the uninterrupted run's {c.other:.4f} by "
+          f"{c.spread:.2%}, beyond the tolerance {c.band_text}: something was not restored as saved (the data "
+          "order, the RNG states or the optimizer's partitions); compare train_log.csv step by step.")
+
+# %% [markdown] tags=["exercise"]
 # 3. Why is a checkpoint without `trainer_state.json` never loaded, and what would go wrong if it were?
+
+# %% tags=["solution"]
+print("The Trainer writes trainer_state.json last, after DeepSpeed's shards (whose save ends with a barrier "
+      "of all ranks), the schedule and the RNG states. Without it some shard may be half written: loading it "
+      "would fail, or worse, silently mix the weights of two steps.")
+
+# %% [markdown] tags=["exercise"]
 # 4. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
 
 # %% tags=["solution"]
-table = pd.DataFrame(
-    [[zero3["train_loss"], zero3["eval_loss"][-1], None, None],
-     [resumed["train_loss"], resumed["eval_loss"][-1], None, None],
-     [None, round(reloaded, 4), None, None],
-     [None, None, scored["em_before"], scored["f1_before"]],
-     [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]]],
-    index=["ZeRO-3 + offload, uninterrupted", "the same, killed and resumed", "the reloaded model/",
-           "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
-    columns=["train loss", "last eval loss", "exact match", "F1"])
-display(table)
-print("\n".join(fine_tuned.answers(files, zero3["num_params"], resume_step, resumed, zero3)))
-print("3. The Trainer writes trainer_state.json last, after DeepSpeed's shards (whose save ends with a barrier "
-      "of all ranks), the schedule and the RNG states. Without it some shard may be half written: loading it "
-      "would fail, or worse, silently mix the weights of two steps.")
-print("4. model/ to use or share the model (from_pretrained, 16-bit on a GPU); the last checkpoint to train on "
+print("model/ to use or share the model (from_pretrained, 16-bit on a GPU); the last checkpoint to train on "
       "(resume, or a later fine-tuning with the optimizer's state); the export for fp32 master weights from "
       "a ZeRO run whose model/ is missing (a run killed before its end) or for the full precision.")
 

@@ -28,17 +28,17 @@ from workshop_lib import lessons
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.lessons import drills
-from workshop_lib.lessons import large_models as answers
+from workshop_lib.lessons import large_models
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
 COMMON = env.notebook_run_options()
 GPU = torch.cuda.is_available()
-GPU_KEY, HOST_MIB = answers.this_gpu()  # this GPU, or the H100 reference machine without one
-BIG = answers.pick_model(GPU_KEY, HOST_MIB)
+GPU_KEY, HOST_MIB = large_models.this_gpu()  # this GPU, or the H100 reference machine without one
+BIG = large_models.pick_model(GPU_KEY, HOST_MIB)
 RUNS = "runs/03c_models_that_do_not_fit"
 # On a GPU: BIG with random weights (its real shape) and the reference runs' settings; without: the tiny model.
-LARGE = (dict(answers.LARGE, model=BIG, random_weights=True, max_steps=COMMON["max_steps"] or 10) if GPU
+LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_steps=COMMON["max_steps"] or 10) if GPU
          else {"tiny": True, "save_model": False})
 print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB / 1024:,.0f} GiB of host memory; "
       f"the model that does not fit: {BIG}")
@@ -52,7 +52,7 @@ print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB 
 # to the host's memory, or to an NVMe drive.
 
 # %%
-display(answers.configurations(BIG, GPU_KEY, HOST_MIB))
+display(large_models.configurations(BIG, GPU_KEY, HOST_MIB))
 print(fit.explain(fit.estimate(BIG, None, "none", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB)))
 
 # %% [markdown]
@@ -92,7 +92,7 @@ else:
 # (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps). The reference machine's runs:
 
 # %%
-reference = answers.reference_runs(answers.REFERENCES["one H100 80GB, 128 GiB host"])
+reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
 display(reference[["model", "experiment", "activation checkpointing", "outcome"]])
 
@@ -147,8 +147,12 @@ if nvme_run:
 # drive's free space before it builds the model) that drive could hold.
 
 # %%
-display(answers.offload_comparison())
-print(answers.nvme_summary())
+display(large_models.offload_comparison())
+n = large_models.nvme_summary()
+display(n.comparisons())
+print(f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB")
+n.swap_table()
 
 # %% [markdown]
 # ## Two more failure drills
@@ -160,7 +164,8 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(world_size=2): exit {fixed['returncode']}")
+print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['train_batch_size']}, "
+      f"exit {fixed['returncode']}")
 
 # %% [markdown]
 # **fp16 on a model pretrained in bf16.** bf16 has fp32's range; fp16 stops at 65,504. Models trained in bf16
@@ -172,25 +177,99 @@ print(f"with build_ds_config(world_size=2): exit {fixed['returncode']}")
 fp16 = drills.fp16_overflow()
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(fp16.groupby("precision").agg(steps=("step", "count"), skipped=("skipped", "sum"),
-                                      last_loss=("loss", "last"), last_scale=("loss_scale", "last")))
+display(fp16.groupby("precision", sort=False).agg(
+    steps=("step", "count"), skipped=("skipped", "sum"), first_loss=("loss", "first"), last_loss=("loss", "last"),
+    first_loss_scale=("loss_scale", "first"), last_loss_scale=("loss_scale", "last")))
+
+# %% [markdown]
+# ## Your runs beside the reference
+# Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
+# (docs/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
+# step 1 is the process's memory once the optimizer states exist; DeepSpeed's estimate of the host's model
+# states is 18 bytes per parameter x its 1.5 buffer factor.
+
+# %%
+large_models.exercise_table(offload_run, nvme_run)
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 # 1. How many bytes per parameter did the host hold after the first step of your ZeRO-3 + CPU offload run, and
 #    how does that compare with DeepSpeed's estimate (18 bytes per parameter, x 1.5 buffer factor)?
+
+# %% tags=["solution"]
+ref = large_models.reference_result("stage3_offload")  # None without docs/
+for r, who in ((offload_run, "yours"), (ref, "the H100 reference")):
+    if r is None:
+        continue
+    h = large_models.host_states(r)
+    c = h.vs_estimate
+    print(f"{who}: ZeRO-3 + CPU offload trained {'the tiny model' if h.tiny else h.model} "
+          f"({h.num_params / 1e6:,.1f}M parameters) with "
+          + (f"{h.gpu_peak_mib:,.0f} MiB GPU peak (NVML) and " if h.gpu_peak_mib else "")
+          + f"host RSS {h.host_states_rss_mib:,.0f} MiB after step 1: {h.bytes_per_param:,.1f} bytes/param of host "
+          f"memory against DeepSpeed's estimate of {h.estimate_bytes_per_param:,.1f}, {c.ratio:.2f}x it ({c.verdict}; "
+          f"{c.band_text}: one run)"
+          + ("; on a tiny model the process's own libraries dominate the RSS." if h.libraries_dominate else "."))
+
+# %% [markdown] tags=["exercise"]
 # 2. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
+
+# %% tags=["solution"]
+v = large_models.nvme_against_cpu(offload_run, nvme_run)
+if v.ran:
+    print(f"NVMe offload: host RSS after step 1 {v.host_states.value:,.0f} MiB against {v.host_states.other:,.0f} "
+          f"MiB with CPU offload ({v.host_states.difference:+,.0f} MiB, {v.host_states.verdict}), at "
+          f"{v.tokens_per_second.ratio:.2f}x its steady tokens/s ({v.tokens_per_second.verdict}); "
+          f"{v.tokens_per_second.band_text}, one run each, so a small difference is no finding. On the drive: "
+          f"{v.swap_params_mib:,.1f} MiB of parameters and {v.swap_optimizer_mib:,.1f} MiB of optimizer states.")
+else:
+    print("NVMe offload did not run here (see the async_io check above).")
+print(f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ratio:.1f}x CPU offload's steady step "
+      f"time ({n.step_time.value:.2f} s against {n.step_time.other:.2f} s; {n.tokens_per_second.value:,.0f} against "
+      f"{n.tokens_per_second.other:,.0f} tokens/s; {n.step_time.band_text}, one run each), with a host peak RSS of "
+      f"{n.host_peak_rss.value:,.0f} MiB against {n.host_peak_rss.other:,.0f} MiB ({n.host_peak_rss.verdict}) and a "
+      f"GPU peak of {n.gpu_peak.value:,.0f} MiB against {n.gpu_peak.other:,.0f} MiB ({n.gpu_peak.verdict}).")
+print(f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the parameters through ({n.buffer_count} x "
+      f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each as large as the largest "
+      "tensor (the embedding): NVMe offload does not bring the host's memory down to nothing.")
+print(f"Swap files (18 bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
+      + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap) + ".")
+
+# %% [markdown] tags=["exercise"]
 # 3. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?
+
+# %% tags=["solution"]
+f = mismatch["fixed_config"]
+print(f"DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x accumulation x "
+      f"world_size). The fix: build the config for the world that runs it, build_ds_config(..., "
+      f"train_micro_batch_size_per_gpu={f['train_micro_batch_size_per_gpu']}, gradient_accumulation_steps="
+      f"{f['gradient_accumulation_steps']}, world_size={f['world_size']}) writes train_batch_size "
+      f"{f['train_batch_size']} (and exited {fixed['returncode']} above); or leave the batch sizes \"auto\" and let "
+      "the HF Trainer integration fill them from TrainingArguments, after checking the world size it sees.")
+
+# %% [markdown] tags=["exercise"]
 # 4. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
+
+# %% tags=["solution"]
+o = drills.fp16_summary(fp16)
+print(f"fp16: {o.fp16_skipped} of {o.fp16_steps} steps skipped, the loss scale from {o.first_loss_scale:,.0f} to "
+      f"{o.last_loss_scale:,.0f}" + (f", then DeepSpeed stopped: \"{o.fp16_error.rstrip('.')}\"" if o.fp16_error else
+                                     ", and DeepSpeed did not stop")
+      + f"; bf16 took {o.bf16_steps - o.bf16_skipped} of {o.bf16_steps} steps, from loss {o.bf16_first_loss:.3f} to "
+      f"{o.bf16_last_loss:.3f}: the overflow is in the activations, which bf16's range holds.")
+
+# %% [markdown] tags=["exercise"]
 # 5. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
 #    128 GiB of host memory? Compare with the reference runs in docs/h100/large-models and
 #    docs/h200/large-models-x2.
 
 # %% tags=["solution"]
-print("\n".join(answers.answers(offload_run, nvme_run, mismatch, fp16)))
 print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB)))
 print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu="H100 80GB",
-                               host_memory_mib=answers.REFERENCE_HOST_MIB)))
+                               host_memory_mib=large_models.REFERENCE_HOST_MIB)))
+for machine, root in large_models.REFERENCES.items():
+    largest = large_models.largest_trained(large_models.reference_runs(root))
+    print(f"{machine}: the largest model trained per experiment: {largest}")
 
 # %% [markdown]
 # ## Summary

@@ -259,18 +259,23 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     tol = 1e-3 if GPU else 1e-6
     assert (log[["loss", "eval_loss"]].fillna(0) - ref_log[["loss", "eval_loss"]].fillna(0)).abs().max().max() <= tol
     assert abs(r["train_loss"] - ref["train_loss"]) <= tol and r["global_steps"] == 8
-    # notebook 03b's answers on this kill and resume: the checkpoint's real files, the step resumed from
+    # notebook 03b's figures on this kill and resume: the checkpoint's real files, the step resumed from
     from workshop_lib.lessons import fine_tuned
 
     final = checkpoint.find_checkpoints(out)[0][-1]  # the resumed run rotated `last` out (save_total_limit)
-    files = fine_tuned.checkpoint_files(final)
-    a = fine_tuned.answers(files, r["num_params"], n, r, ref)
-    big = files.sort_values("MiB").iloc[-1].file
-    assert f"The largest file is {big}" in a[0] and "optim_states" in big and "master weights" in a[0]
-    assert f"From step {n} of 8" in a[1] and f"trained the {8 - n} step(s)" in a[1] and "is the uninterrupted" in a[1]
+    files = fine_tuned.checkpoint_files(final, r["num_params"])
+    size = fine_tuned.checkpoint_size(files, r["num_params"])
+    big = files.sort_values("MiB").iloc[-1]
+    assert size.largest_file == big.file and "optim_states" in big.file and "master weights" in size.largest_holds
+    assert size.bytes_per_param == pytest.approx(files["bytes/param"].sum(), rel=1e-12)
+    # fp32 master weights and Adam's two moments alone are 12 bytes/param
+    assert size.largest_bytes_per_param >= 12 and size.bytes_per_param > size.largest_bytes_per_param
+    res = fine_tuned.resume(n, r, ref)
+    assert (res.resume_step, res.global_steps, res.steps_redone) == (n, 8, 8 - n) and res.verdict == "restored"
+    assert res.eval_loss.band == fine_tuned.RESUME_TOLERANCE and res.eval_loss.unit == "nats"
     other = ref | {"eval_loss": ref["eval_loss"][:1]}  # a real eval loss of another step: the first evaluation
     assert abs(other["eval_loss"][-1] - r["eval_loss"][-1]) > 1e-3 * r["eval_loss"][-1]
-    assert "differs from the uninterrupted run's" in fine_tuned.answers(files, r["num_params"], n, r, other)[1]
+    assert fine_tuned.resume(n, r, other).verdict == "diverged"
 
 
 def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):

@@ -39,6 +39,7 @@ def test_fp16_loss_scale_collapses_while_bf16_trains(route):
     df = drills.fp16_overflow(steps=20, route=route)
     assert {k: os.environ.get(k) for k in drills.DIST_VARS} == before  # no MASTER_PORT left for later subprocesses
     assert df.attrs["route"] == ("engine" if route == "auto" and get_accelerator().is_fp16_supported() else "scaler")
+    assert df.attrs["fp16_supported"] == get_accelerator().is_fp16_supported()
     f16, b16 = df[df.precision == "fp16"], df[df.precision == "bf16"]
     cfg = df.attrs["fp16_config"]
     start, hysteresis, floor = 2.0 ** cfg["initial_scale_power"], cfg["hysteresis"], cfg["min_loss_scale"]
@@ -61,6 +62,12 @@ def test_fp16_loss_scale_collapses_while_bf16_trains(route):
     assert b16.loss.apply(math.isfinite).all() and (b16.loss_scale == 1).all()
     assert b16.loss.iloc[-1] < b16.loss.iloc[0]
 
+    # the record notebook 03c's answer is written from
+    o = drills.fp16_summary(df)
+    assert (o.fp16_steps, o.fp16_skipped, o.bf16_steps, o.bf16_skipped) == (len(f16), len(f16), 20, 0)
+    assert (o.first_loss_scale, o.last_loss_scale) == (start, floor) and o.fp16_error == df.attrs["fp16_error"]
+    assert (o.bf16_first_loss, o.bf16_last_loss) == (b16.loss.iloc[0], b16.loss.iloc[-1])
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,7 +88,9 @@ def test_batch_size_mismatch_fails_with_deepspeeds_assertion_and_the_fix_runs():
         for ln in bad["error_lines"])
     assert bad["raised_in"].startswith("deepspeed/runtime/config.py") and bad["raised_in"].endswith("_batch_assertion")
     assert bad["arithmetic"] == "16 != 4 x 4 x 2 = 32"
-    assert "world_size=2" in bad["fix"] and "torch.distributed.run --nproc_per_node 2" in bad["command"]
+    assert bad["fixed_config"] == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                                   "gradient_accumulation_steps": 4, "world_size": 2}
+    assert "torch.distributed.run --nproc_per_node 2" in bad["command"]
 
     good = drills.batch_size_mismatch(fixed=True, micro=4, accum=4, nproc=2)
     assert good["returncode"] == 0 and good["error_lines"] == [] and good["config"]["train_batch_size"] == 32

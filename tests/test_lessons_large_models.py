@@ -55,9 +55,41 @@ def test_cpu_and_nvme_offload_compared_from_one_call():
     assert df.at["stage3_offload", "steady s/step"] == r["steady_step_time_s"]
     assert df.at["stage3_offload", "steady tokens/s"] == r["steady_train_tokens_per_second"]
     assert df.at["stage3_offload", "GPU peak MiB (NVML)"] == r["gpu_peak_mib"]
-    text = lm.nvme_summary()
-    ratio = df.at["stage3_nvme", "steady s/step"] / df.at["stage3_offload", "steady s/step"]
-    assert f"NVMe offload took {ratio:.1f}x the steady step time" in text and ratio > 1
+    n = lm.nvme_summary()
+    assert (n.model, n.training_steps) == ("Qwen/Qwen3-1.7B", 5)
+    assert (n.step_time.value, n.step_time.other) == (df.at["stage3_nvme", "steady s/step"],
+                                                      df.at["stage3_offload", "steady s/step"])
+    # one run each: no band, so the verdicts are plain; NVMe's steps were slower, its tokens/s lower
+    assert n.step_time.band is None and n.step_time.band_text == "no band measured"
+    assert n.step_time.verdict == "higher" and n.step_time.ratio > 1 and n.tokens_per_second.verdict == "lower"
+    assert n.host_peak_rss.value == df.at["stage3_nvme", "host peak RSS MiB"] and n.host_peak_rss.unit == "MiB"
+    # the pinned buffers of ds_config.json's offload_param: count x elements x 2 bytes
+    assert n.pinned_mib == n.buffer_count * n.buffer_elements * 2 / 2**20 > 0
     # the drive of that call (df -h: 64G free) holds Qwen3-1.7B's swap files, not Qwen3-4B's
-    assert lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") == 64
-    assert "Qwen/Qwen3-1.7B 28.8 GiB (fits)" in text and "Qwen/Qwen3-4B 67.4 GiB (does not fit)" in text
+    assert lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") == n.drive_free_gib == 64
+    fits = {f.model: (round(f.swap_gib, 1), f.fits) for f in n.swap}
+    assert fits["Qwen/Qwen3-1.7B"] == (28.8, True) and fits["Qwen/Qwen3-4B"] == (67.4, False)
+    assert [f.swap_gib for f in n.swap] == sorted(f.swap_gib for f in n.swap)
+
+
+def test_host_states_and_nvme_against_cpu_from_results():
+    """Exercises 1 and 2 of 03c on the H100 reference runs' results.json: bytes/param against DeepSpeed's
+    estimate, NVMe against CPU offload, and the table a learner sees (their runs, the references under them)."""
+    off, nvme = lm.reference_result("stage3_offload"), lm.reference_result("stage3_nvme")
+    assert (off["model"], nvme["model"]) == ("Qwen/Qwen3-4B", "Qwen/Qwen3-1.7B")
+    h = lm.host_states(off)
+    assert h.bytes_per_param == off["host_states_rss_mib"] * 2**20 / off["num_params"]
+    assert abs(h.estimate_bytes_per_param - 27) < 0.01  # 18 bytes/param x 1.5
+    assert h.vs_estimate.verdict == "lower" and h.vs_estimate.band is None and not h.libraries_dominate
+    assert not h.tiny and h.gpu_peak_mib == off["gpu_peak_mib"]
+    v = lm.nvme_against_cpu(off, nvme)
+    assert v.ran and (v.host_states.value, v.host_states.other) == (nvme["host_states_rss_mib"],
+                                                                    off["host_states_rss_mib"])
+    assert v.tokens_per_second.verdict == "lower" and v.tokens_per_second.band_text == "no band measured"
+    assert v.swap_params_mib == nvme["nvme_swap_mib"]["params"] > 0
+    assert lm.nvme_against_cpu(off, None) == lm.NvmeAgainstCpu(False)
+    t = lm.exercise_table(off, None)
+    assert list(t["run"]) == ["stage3_offload", "stage3_offload", "stage3_nvme"]
+    assert list(t["measured"]) == ["yours", f"reference ({lm.H100})", f"reference ({lm.H100})"]
+    assert t["host bytes/param after step 1"].iloc[0] == h.bytes_per_param
+    assert t["NVMe swap MiB"].iloc[2] == sum(nvme["nvme_swap_mib"].values())

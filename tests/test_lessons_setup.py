@@ -1,5 +1,5 @@
-"""Notebook 00's answers (`lessons.setup`) against the estimates table the notebook builds, and the fallback
-of exercise 3 on a table whose stage-2 row disagrees."""
+"""Notebook 00's figures (`lessons.setup`) against the parameter counts and the estimates table the notebook
+builds, and exercise 3's verdict on a table whose stage-2 row disagrees."""
 
 import pandas as pd
 
@@ -20,16 +20,25 @@ def _estimates() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_setup_answers_follow_the_estimates_and_the_parameter_counts():
+def test_setup_figures_follow_the_estimates_and_the_parameter_counts():
     qwen, bloom = model.count_params(model.DEFAULT_MODEL), model.count_params(model.CLASSIC_MODEL)
+    q, b = setup.param_counts(model.DEFAULT_MODEL), setup.param_counts(model.CLASSIC_MODEL, bloom)
+    assert (q.num_params, q.largest_layer_params) == (qwen["num_params"], qwen["largest_layer_params"])
+    # the largest tensor is the token embedding: vocabulary x hidden size
+    assert b.largest_is_embedding and q.largest_is_embedding
+    assert b.largest_share == bloom["largest_layer_params"] / bloom["num_params"] and b.largest_share > q.largest_share
+    t = setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL]).set_index("model")
+    assert t.at[model.CLASSIC_MODEL, "parameters"] == bloom["num_params"]
+    assert t.at[model.CLASSIC_MODEL, "largest tensor (% of parameters)"] == round(100 * b.largest_share, 1)
+
     est = _estimates()
-    a = setup.answers(qwen, bloom, est, model.DEFAULT_MODEL)
-    q = est[est.model == model.DEFAULT_MODEL].set_index(["zero_stage", "GPUs"])["GPU MiB per GPU"]
-    assert f"Qwen3-0.6B: {qwen['num_params']:,} parameters" in a[0]
-    assert f"{bloom['largest_layer_params'] / bloom['num_params']:.0%} of the model" in a[0]
-    assert f"({q[3, 4] / q[0, 1]:.0%})" in a[1] and f"{q[0, 1]:,.0f} MiB" in a[1]
-    assert q[0, 1] == q[2, 1] and "nothing to divide by" in a[2]
-    # a table where stage 2 on one GPU disagrees (its 4-GPU figure put in its place): the fallback
-    est.loc[(est.model == model.DEFAULT_MODEL) & (est.zero_stage == 2) & (est.GPUs == 1), "GPU MiB per GPU"] = q[2, 4]
-    a = setup.answers(qwen, bloom, est, model.DEFAULT_MODEL)
-    assert "they differ" in a[2] and "nothing to divide by" not in a[2]
+    mib = est[est.model == model.DEFAULT_MODEL].set_index(["zero_stage", "GPUs"])["GPU MiB per GPU"]
+    z = setup.zero_split(est, model.DEFAULT_MODEL)
+    assert (z.stage0_1gpu_mib, z.stage2_1gpu_mib, z.stage3_4gpu_mib) == (mib[0, 1], mib[2, 1], mib[3, 4])
+    assert z.stage3_fraction == mib[3, 4] / mib[0, 1] and 0 < z.stage3_fraction < 1
+    c = z.stage2_vs_stage0
+    assert (c.unit, c.band, c.verdict) == ("MiB", None, "equal")  # one GPU: nothing to divide by
+    # a table where stage 2 on one GPU disagrees (its 4-GPU figure put in its place): the verdict says so
+    est.loc[(est.model == model.DEFAULT_MODEL) & (est.zero_stage == 2) & (est.GPUs == 1), "GPU MiB per GPU"] = mib[2, 4]
+    c = setup.zero_split(est, model.DEFAULT_MODEL).stage2_vs_stage0
+    assert c.verdict == "lower" and c.difference == mib[2, 4] - mib[0, 1]

@@ -1,4 +1,4 @@
-"""Failure drills for the notebook "models that do not fit" (introduced there; notebook to come): two classic ways a
+"""Failure drills of notebook 03c (`03c_models_that_do_not_fit`, which introduces them): two classic ways a
 DeepSpeed run dies, each produced for real by DeepSpeed itself on the tiny model, and returned as data the
 notebook shows. Nothing here is mocked or typed in: the error text is what DeepSpeed printed, the loss scales are
 what its loss scaler held.
@@ -8,7 +8,8 @@ what its loss scaler held.
   the config built for the world that runs it (`build_ds_config(world_size=2)`) trains.
 - `fp16_overflow(steps)`: a model with a "massive activation" above fp16's largest number (65504) trained in
   fp16 with DeepSpeed's dynamic loss scaler (every step overflows, the scale halves until DeepSpeed gives up) and
-  in bf16 (finite losses). `plot_fp16_overflow` draws the loss scale per step.
+  in bf16 (finite losses). `fp16_summary` gives its figures as a record; `plot_fp16_overflow` draws the loss
+  scale per step.
 
 The rank-side code of the first drill is this module's command line:
 `python -m workshop_lib.lessons.drills batch-size-rank --micro 4 --accum 4 --config-world-size 1`.
@@ -26,6 +27,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -122,7 +124,10 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
          "error_lines": DeepSpeed's assertion line(s) from the ranks' stderr, deduplicated ([] when fixed),
          "raised_in": the frame that raised it ("deepspeed/runtime/config.py, line 602, in _batch_assertion"; None),
          "arithmetic": "16 != 4 x 4 x 2 = 32" (from DeepSpeed's own numbers) or "32 == 4 x 4 x 2",
-         "output_lines": rank 0's line after one optimizer step ([] when mismatched), "fix": str, "wall_s": float}
+         "output_lines": rank 0's line after one optimizer step ([] when mismatched),
+         "fixed_config": the batch sizes `build_ds_config(world_size=nproc)` writes for the world that runs it
+         ({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size"}),
+         "wall_s": float}
 
     Raises:
         WorkshopError: the launch timed out after `timeout_s` s, or ended otherwise than the drill shows (the
@@ -178,11 +183,8 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
         "error_lines": errors,
         "raised_in": next((f for f in frames if f.endswith("_batch_assertion")), None) if errors else None,
         "arithmetic": arithmetic, "output_lines": ok_lines,
-        "fix": (f"build the config for the world that runs it: build_ds_config(..., train_micro_batch_size_per_gpu="
-                f"{micro}, gradient_accumulation_steps={accum}, world_size={nproc}) writes train_batch_size "
-                f"{micro * accum * nproc}; or leave the batch sizes \"auto\" and let the HF Trainer integration fill "
-                "them from TrainingArguments (check its world size: NOTES.md records a CPU torchrun where it filled "
-                "them for one rank)."),
+        "fixed_config": {"train_batch_size": micro * accum * nproc, "train_micro_batch_size_per_gpu": micro,
+                         "gradient_accumulation_steps": accum, "world_size": nproc},
         "wall_s": round(wall, 1),
     }
 
@@ -404,7 +406,8 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
         token; NaN where the forward overflowed), overflow (DeepSpeed found inf/NaN gradients), loss_scale (the
         factor this step's loss was multiplied by before backward; 1.0 in bf16), skipped (no weight update),
         error (DeepSpeed's exception text on the step it raised, else ""), deepspeed_message (DeepSpeed's
-        "OVERFLOW! ... Skipping step" log line of the step). `df.attrs`: "route", "route_reason",
+        "OVERFLOW! ... Skipping step" log line of the step). `df.attrs`: "route", "accelerator" (DeepSpeed's
+        accelerator's name), "fp16_supported" (its `is_fp16_supported()`, which picked the "auto" route),
         "massive_activation" (`plant_massive_activation`'s dict or None), "fp16_error" (the exception text or
         None), "fp16_config" (the config's fp16 section), "wall_s".
 
@@ -432,11 +435,6 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
             raise WorkshopError(f"DeepSpeed's {acc._name} accelerator does not support fp16 here "
                                 "(get_accelerator().is_fp16_supported() is False).", "use route='scaler' or 'auto'.")
         use = route if route != "auto" else ("engine" if supported else "scaler")
-        reason = (f"DeepSpeed's {acc._name} accelerator {'supports' if supported else 'does not support'} fp16 "
-                  f"(get_accelerator().is_fp16_supported() is {supported}): " +
-                  ("a real DeepSpeed engine with fp16 enabled" if use == "engine" else
-                   "DeepSpeed's DynamicLossScaler driven by hand" +
-                   (", as asked (route='scaler')" if supported else ", since its engine would refuse fp16")))
         torch.manual_seed(seed)
         model, tok, info = load_model_and_tokenizer(tiny=True)
         batch = squad_batch(tok, micro_batch, max_length)
@@ -457,9 +455,36 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
                     rows += _train_engine(net, batch, cfg, precision, steps, messages)
     df = pd.DataFrame(rows)
     errors = [e for e in df["error"] if e]
-    df.attrs.update(route=use, route_reason=reason, massive_activation=planted, fp16_config=fp16_cfg,
+    df.attrs.update(route=use, accelerator=acc._name, fp16_supported=supported, massive_activation=planted,
+                    fp16_config=fp16_cfg,
                     fp16_error=errors[0] if errors else None, wall_s=round(time.perf_counter() - t0, 1))
     return df
+
+
+@dataclass(frozen=True)
+class Fp16Overflow:
+    """`fp16_overflow`'s outcome: the fp16 run's steps (until DeepSpeed raised, if it did), how many were skipped,
+    the loss scale of its first and last step (multipliers), DeepSpeed's exception (None where it did not
+    raise), and the bf16 run's steps, skipped steps and first and last loss (nats per token)."""
+
+    fp16_steps: int
+    fp16_skipped: int
+    first_loss_scale: float
+    last_loss_scale: float
+    fp16_error: str | None
+    bf16_steps: int
+    bf16_skipped: int
+    bf16_first_loss: float
+    bf16_last_loss: float
+
+
+def fp16_summary(df: pd.DataFrame) -> Fp16Overflow:
+    """`Fp16Overflow` of `fp16_overflow`'s DataFrame."""
+    f16, b16 = df[df["precision"] == "fp16"], df[df["precision"] == "bf16"]
+    errors = [e for e in f16["error"] if e]
+    return Fp16Overflow(len(f16), int(f16["skipped"].sum()), float(f16["loss_scale"].iloc[0]),
+                        float(f16["loss_scale"].iloc[-1]), errors[-1] if errors else None, len(b16),
+                        int(b16["skipped"].sum()), float(b16["loss"].iloc[0]), float(b16["loss"].iloc[-1]))
 
 
 def plot_fp16_overflow(df: pd.DataFrame, ax=None):

@@ -1,11 +1,16 @@
-"""Notebook 03b's answers, computed from its runs: the checkpoint's files, the uninterrupted ZeRO-3 + offload
-run and the run killed and resumed (results.json dicts)."""
+"""Notebook 03b's figures, from its runs: the checkpoint's files, the uninterrupted ZeRO-3 + offload run and the
+run killed and resumed (results.json dicts), the reloaded model and the scored one. Records and tables, not
+sentences: the solution notebook writes the answers from them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
+
+from . import Comparison, compare
 
 MiB = 2**20
 # what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
@@ -13,6 +18,9 @@ HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Ada
          "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",
          "model.safetensors": "the model's own copy, in the training precision",
          "optimizer.pt": "the optimizer's state"}
+# A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
+# in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
+RESUME_TOLERANCE = 1e-3
 
 
 def holds(file: str) -> str:
@@ -20,29 +28,83 @@ def holds(file: str) -> str:
     return next((v for k, v in HOLDS.items() if k in file), "a file the table above does not explain")
 
 
-def checkpoint_files(ckpt: str | Path) -> pd.DataFrame:
-    """Every file of a checkpoint directory: columns file (path relative to `ckpt`) and MiB, in path order."""
+def checkpoint_files(ckpt: str | Path, num_params: int | None = None) -> pd.DataFrame:
+    """Every file of a checkpoint directory: columns file (path relative to `ckpt`) and MiB, in path order;
+    with `num_params`, also "bytes/param" (the file's bytes per model parameter)."""
     ckpt = Path(ckpt)
-    return pd.DataFrame([(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*"))
-                         if f.is_file()], columns=["file", "MiB"])
+    df = pd.DataFrame([(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*"))
+                       if f.is_file()], columns=["file", "MiB"])
+    if num_params:
+        df["bytes/param"] = df["MiB"] * MiB / num_params
+    return df
 
 
-def answers(files: pd.DataFrame, num_params: int, resume_step: int, resumed: dict, uninterrupted: dict) -> list[str]:
-    """Answers to 03b's exercises 1 and 2: `files` (columns file, MiB: the last checkpoint's files), the
-    checkpoint `resume_step` the killed run resumed from, and the resumed and uninterrupted runs' results."""
-    total = files["MiB"].sum()
+@dataclass(frozen=True)
+class CheckpointSize:
+    """A checkpoint on disk: all its files (MiB) and per parameter (bytes/param), and its largest file."""
+
+    total_mib: float
+    num_params: int
+    largest_file: str
+    largest_mib: float
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.total_mib * MiB / self.num_params
+
+    @property
+    def largest_bytes_per_param(self) -> float:
+        return self.largest_mib * MiB / self.num_params
+
+    @property
+    def largest_holds(self) -> str:
+        """What the largest file holds (`holds`)."""
+        return holds(self.largest_file)
+
+
+def checkpoint_size(files: pd.DataFrame, num_params: int) -> CheckpointSize:
+    """`CheckpointSize` of `files` (`checkpoint_files`: columns file, MiB) for a model of `num_params`."""
     big = files.sort_values("MiB", ascending=False).iloc[0]
-    out = [f"1. {total:,.1f} MiB for {num_params:,} parameters: {total * MiB / num_params:.1f} bytes per parameter. "
-           f"The largest file is {big.file} ({big.MiB * MiB / num_params:.1f} bytes per parameter): {holds(big.file)}."]
-    steps = resumed["global_steps"]
-    redone = steps - resume_step
-    a, b = resumed["eval_loss"][-1], uninterrupted["eval_loss"][-1]
-    agree = abs(a - b) <= 1e-3 * abs(b)
-    out.append(f"2. From step {resume_step} of {steps}: the resumed run trained the {redone} step(s) after that "
-               "checkpoint, not the whole run; with a checkpoint every step, the kill cost at most the step in "
-               f"progress. Its last eval loss, {a:.4f}, " + (
-                   f"is the uninterrupted run's ({b:.4f}): resuming restored the weights, the optimizer, the "
-                   "schedule and the data order." if agree else
-                   f"differs from the uninterrupted run's {b:.4f}: something was not restored as saved (the data "
-                   "order, the RNG states or the optimizer's partitions); compare train_log.csv step by step."))
-    return out
+    return CheckpointSize(float(files["MiB"].sum()), int(num_params), str(big.file), float(big.MiB))
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A run killed and resumed against the same run uninterrupted: the checkpoint step it resumed from, the
+    run's optimizer steps, and the last eval loss of each (nats; `eval_loss.band` is `RESUME_TOLERANCE`, a
+    tolerance rather than a measured spread). `verdict`: "restored" where the losses agree within it."""
+
+    resume_step: int
+    global_steps: int
+    eval_loss: Comparison  # the resumed run's against the uninterrupted run's
+
+    @property
+    def steps_redone(self) -> int:
+        """Optimizer steps the resumed run trained: those after its checkpoint."""
+        return self.global_steps - self.resume_step
+
+    @property
+    def verdict(self) -> Literal["restored", "diverged"]:
+        return "restored" if self.eval_loss.verdict in ("within the band", "equal") else "diverged"
+
+
+def resume(resume_step: int, resumed: dict, uninterrupted: dict) -> Resume:
+    """`Resume` from the step the killed run resumed from and the two runs' results.json dicts."""
+    return Resume(int(resume_step), int(resumed["global_steps"]),
+                  compare("eval_loss", resumed["eval_loss"][-1], uninterrupted["eval_loss"][-1],
+                          noise=RESUME_TOLERANCE))
+
+
+def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, scored: dict) -> pd.DataFrame:
+    """The exercise table of notebook 03b, from its runs (results.json dicts) and the reloaded model's eval loss
+    (nats): train loss and last eval loss (nats), exact match and F1 (%, SQuAD v1.1) where each was measured."""
+    nan = float("nan")
+    return pd.DataFrame(
+        [[uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],
+         [resumed["train_loss"], resumed["eval_loss"][-1], nan, nan],
+         [nan, reloaded_eval_loss, nan, nan],
+         [nan, nan, scored["em_before"], scored["f1_before"]],
+         [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]]],
+        index=["ZeRO-3 + offload, uninterrupted", "the same, killed and resumed", "the reloaded model/",
+               "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
+        columns=["train loss (nats)", "last eval loss (nats)", "exact match (%)", "F1 (%)"])

@@ -1,6 +1,7 @@
-"""Notebook 03c's reference runs and answers: models that do not fit (`scripts/large_models.sh` on one H100 and
+"""Notebook 03c's reference runs and figures: models that do not fit (`scripts/large_models.sh` on one H100 and
 on two H200s, committed under docs/), each run's outcome read from its directory and log, with `fit.estimate`
-beside every measured figure.
+beside every measured figure; the learner's runs beside them (`exercise_table`), and the records the solution
+notebook writes its answers from (`host_states`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
 
     python -m workshop_lib.lessons.large_models     # rewrites docs/*/large-models*/table.md from the runs
 """
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from . import DOCS
+from . import DOCS, Comparison, compare
 
 REFERENCES = {"one H100 80GB, 128 GiB host": DOCS / "h100" / "large-models",
               "two H200 141GB, 256 GiB host": DOCS / "h200" / "large-models-x2"}
@@ -121,31 +123,77 @@ def drive_free_gib(machine_txt: Path) -> float:
     return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
 
 
-def nvme_summary(root: Path = NVME_VS_CPU) -> str:
-    """The comparison in sentences, computed from `offload_comparison`, and which shipped Qwen3 models' swap
-    files (`memory.estimate_nvme_swap`) fit the drive of that call (`drive_free_gib`)."""
+DRIVE_MARGIN = 0.95  # swap files must fit 95% of the drive's free space: the preflight's rule (train.check_nvme_space)
+
+
+@dataclass(frozen=True)
+class SwapFit:
+    """One shipped Qwen3's NVMe swap files (`memory.estimate_nvme_swap`, GiB) against a drive's free space."""
+
+    model: str
+    swap_gib: float
+    fits: bool  # swap_gib <= DRIVE_MARGIN x the drive's free GiB
+
+
+@dataclass(frozen=True)
+class NvmeSummary:
+    """CPU against NVMe offload of one model in one device call (`offload_comparison`), each figure NVMe's
+    against CPU's (`Comparison`, value = NVMe, other = CPU; no band: each run was measured once), the pinned
+    host buffers NVMe offload swaps the parameters through (ds_config.json's offload_param: buffer_count x
+    buffer_size elements x 2 bytes, MiB), and which shipped models' swap files that call's drive could hold."""
+
+    model: str
+    training_steps: int  # logged by each run
+    step_time: Comparison  # steady s/step
+    tokens_per_second: Comparison  # steady tokens/s
+    host_peak_rss: Comparison  # MiB
+    gpu_peak: Comparison  # MiB, NVML
+    buffer_count: int
+    buffer_elements: int  # per buffer
+    drive_free_gib: float
+    swap: tuple[SwapFit, ...]  # smallest first
+
+    @property
+    def pinned_mib(self) -> float:
+        """The pinned buffers' size, MiB (16-bit elements)."""
+        return self.buffer_count * self.buffer_elements * 2 / 2**20
+
+    def comparisons(self) -> pd.DataFrame:
+        """One row per figure (titles with units from `results.TABLE`): NVMe's, CPU's, their ratio, the verdict."""
+        from ..results import TABLE
+
+        return pd.DataFrame([{"figure": TABLE.get(c.metric, c.metric), "NVMe offload": c.value, "CPU offload": c.other,
+                              "NVMe / CPU": c.ratio, "verdict": f"{c.verdict} ({c.band_text})"}
+                             for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)])
+
+    def swap_table(self) -> pd.DataFrame:
+        """One row per shipped Qwen3: its swap files (GiB) and whether they fit the drive (`DRIVE_MARGIN`)."""
+        return pd.DataFrame([{"model": f.model, "swap files GiB": f.swap_gib,
+                              f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits}
+                             for f in self.swap])
+
+
+def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
+    """`NvmeSummary` of the call in `root` (`offload_comparison`, `drive_free_gib` of root/machine.txt) and of
+    the shipped Qwen3 models' swap files (`memory.estimate_nvme_swap` with parameters and optimizer on NVMe)."""
     from ..fit import MODELS, model_shape
-    from ..memory import MiB, estimate_nvme_swap
+    from ..memory import estimate_nvme_swap
 
     df = offload_comparison(root).set_index("experiment")
     cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
     free = drive_free_gib(root / "machine.txt")
     swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
     count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
-    fits = {m: estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024 for m in MODELS}
-    return (f"{cpu['model']}, {nvme['training steps']} training steps each: NVMe offload took "
-            f"{nvme['steady s/step'] / cpu['steady s/step']:.1f}x the steady step time of CPU offload "
-            f"({nvme['steady s/step']:.2f} s against {cpu['steady s/step']:.2f} s; "
-            f"{nvme['steady tokens/s']:,.0f} against {cpu['steady tokens/s']:,.0f} tokens/s), with a host peak RSS "
-            f"of {nvme['host peak RSS MiB']:,.0f} MiB against {cpu['host peak RSS MiB']:,.0f} MiB and a GPU peak of "
-            f"{nvme['GPU peak MiB (NVML)']:,.0f} MiB against {cpu['GPU peak MiB (NVML)']:,.0f} MiB. NVMe offload "
-            f"keeps pinned host buffers to swap the parameters through: {count} x {size:,} elements x 2 bytes = "
-            f"{count * size * 2 / MiB:,.0f} MiB here (ds_config.json's offload_param), one per tensor in use at "
-            "once, each as large as the largest tensor (the embedding).\n\n"
-            f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against the {free:,.0f} GiB "
-            "free on that machine's drive: "
-            + "; ".join(f"{m} {gib:,.1f} GiB ({'fits' if gib <= 0.95 * free else 'does not fit'})"
-                        for m, gib in sorted(fits.items(), key=lambda kv: kv[1])) + ".")
+    fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
+
+    def vs(metric, column, unit):
+        return compare(metric, nvme[column], cpu[column], unit=unit, noise=None)
+
+    return NvmeSummary(
+        cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s", "steady s/step", "s"),
+        vs("steady_train_tokens_per_second", "steady tokens/s", "tokens/s"),
+        vs("host_peak_rss_mib", "host peak RSS MiB", "MiB"), vs("gpu_peak_mib", "GPU peak MiB (NVML)", "MiB"),
+        int(count), int(size), free, tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -198,38 +246,116 @@ def pick_model(gpu: str, host_mib: float) -> str:
     return min(MODELS, key=lambda m: model_shape(m)["num_params"])
 
 
-def answers(offload_run: dict, nvme_run: dict | None, mismatch: dict, fp16) -> list[str]:
-    """The exercises' answers from this notebook's runs (results.json dicts: stage3_offload and stage3_nvme;
-    nvme_run None when it did not run) and drills (`drills.batch_size_mismatch`, `drills.fp16_overflow`)."""
-    from ..memory import MiB
+@dataclass(frozen=True)
+class HostStates:
+    """What the host held after the first optimizer step of a ZeRO-3 + CPU offload run (results.json's
+    host_states_rss_mib, the process's RSS; MiB and bytes/param) against DeepSpeed's estimate of the offloaded
+    model states (estimated_model_states_cpu_mib: 18 bytes/param x its 1.5 buffer factor). `vs_estimate`:
+    measured against estimated, no band (one run). `gpu_peak_mib`: NVML's peak, None without a GPU."""
 
-    n = offload_run["num_params"]
-    host = offload_run["host_states_rss_mib"]
-    out = [f"1. ZeRO-3 + CPU offload trained {offload_run['model'] if not offload_run['config']['tiny'] else 'the tiny model'}"
-           f" ({n / 1e6:,.1f}M parameters) with "
-           + (f"{offload_run['gpu_peak_mib']:,.0f} MiB GPU peak (NVML) and " if offload_run["gpu_peak_mib"] else "")
-           + f"host RSS "
-           f"{host:,.0f} MiB after step 1: {host * MiB / n:,.1f} bytes/param of host memory, against DeepSpeed's "
-           f"estimate of {offload_run['estimated_model_states_cpu_mib'] * MiB / n:,.1f} (18 x 1.5 buffer factor)"
-           + ("; on a tiny model the process's own libraries dominate the RSS." if host * MiB / n > 100 else ".")]
-    if nvme_run:
-        ratio = nvme_run["steady_train_tokens_per_second"] / offload_run["steady_train_tokens_per_second"]
-        out.append(f"2. NVMe offload: host RSS after step 1 {nvme_run['host_states_rss_mib']:,.0f} MiB against "
-                   f"{host:,.0f} MiB with CPU offload ({nvme_run['host_states_rss_mib'] - host:+,.0f} MiB), at "
-                   f"{ratio:.2f}x its steady tokens/s; on the drive {nvme_run['nvme_swap_mib']['params']:,.1f} MiB "
-                   f"of parameters and {nvme_run['nvme_swap_mib']['optimizer']:,.1f} MiB of optimizer states.")
-    else:
-        out.append("2. NVMe offload did not run here (see the async_io check above).")
-    out.append(f"3. DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x "
-               f"accumulation x world_size); build_ds_config(world_size=...) writes it for the ranks that run.")
-    f16 = fp16[fp16["precision"] == "fp16"]
-    b16 = fp16[fp16["precision"] == "bf16"]
-    out.append(f"4. fp16: {int(f16['skipped'].sum())} of {len(f16)} steps skipped, the loss scale from "
-               f"{f16['loss_scale'].iloc[0]:,.0f} to {f16['loss_scale'].iloc[-1]:,.0f}"
-               + (f", then DeepSpeed stopped: \"{f16['error'].dropna().iloc[-1].rstrip('.')}\""
-                  if f16['error'].notna().any() else "")
-               + f"; bf16 trained from loss {b16['loss'].iloc[0]:.3f} to {b16['loss'].iloc[-1]:.3f}.")
-    return out
+    model: str
+    tiny: bool
+    num_params: int
+    host_states_rss_mib: float
+    estimated_host_states_mib: float
+    gpu_peak_mib: float | None
+    vs_estimate: Comparison
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.host_states_rss_mib * 2**20 / self.num_params
+
+    @property
+    def estimate_bytes_per_param(self) -> float:
+        return self.estimated_host_states_mib * 2**20 / self.num_params
+
+    @property
+    def libraries_dominate(self) -> bool:
+        """More than LIBRARIES_DOMINATE bytes/param: the process's own libraries (torch, DeepSpeed: about a GiB
+        of RSS), not the model states, make the figure (a tiny model)."""
+        return self.bytes_per_param > LIBRARIES_DOMINATE
+
+
+LIBRARIES_DOMINATE = 100  # bytes/param; model states take 18-27, a tiny model's RSS is mostly its libraries
+
+
+def _tiny(r: dict) -> bool:
+    return bool(r.get("tiny", (r.get("config") or {}).get("tiny")))
+
+
+def host_states(run: dict) -> HostStates:
+    """`HostStates` of a ZeRO-3 + CPU offload run's results.json dict (the learner's, or `reference_result`'s)."""
+    host, est = run["host_states_rss_mib"], run["estimated_model_states_cpu_mib"]
+    return HostStates(run["model"], _tiny(run), int(run["num_params"]), float(host), float(est),
+                      run.get("gpu_peak_mib"), compare("host_states_rss_mib", host, est, noise=None))
+
+
+@dataclass(frozen=True)
+class NvmeAgainstCpu:
+    """This notebook's NVMe offload run against its CPU offload run (value = NVMe, other = CPU; no band: each
+    run once): host RSS after step 1 (MiB), steady tokens/s, and what was on the drive when training ended
+    (MiB of parameters and of optimizer states). `ran` False (every other field None): NVMe offload did not
+    run here (no libaio: the async_io check), or stopped."""
+
+    ran: bool
+    host_states: Comparison | None = None
+    tokens_per_second: Comparison | None = None
+    swap_params_mib: float | None = None
+    swap_optimizer_mib: float | None = None
+
+
+def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu:
+    """`NvmeAgainstCpu` from the two runs' results.json dicts (`nvme_run` None where it did not run)."""
+    if not nvme_run:
+        return NvmeAgainstCpu(False)
+    swap = nvme_run.get("nvme_swap_mib") or {}
+    return NvmeAgainstCpu(
+        True, compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"],
+                      noise=None),
+        compare("steady_train_tokens_per_second", nvme_run["steady_train_tokens_per_second"],
+                offload_run["steady_train_tokens_per_second"], noise=None),
+        swap.get("params"), swap.get("optimizer"))
+
+
+H100 = "one H100 80GB, 128 GiB host"
+
+
+def reference_result(experiment: str, machine: str = H100) -> dict | None:
+    """results.json of `machine`'s reference run of `experiment` (`REFERENCES`) with the largest model that
+    trained with it, without activation checkpointing; None where none is on file."""
+    root = REFERENCES[machine]
+    df = reference_runs(root)
+    if df.empty:
+        return None
+    df = df[~df["activation checkpointing"]]
+    model = largest_trained(df).get(experiment)
+    f = root / "runs" / f"{Path(model).name}-{experiment}" / "results.json" if model else None
+    return json.loads(f.read_text()) if f and f.is_file() else None
+
+
+def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100) -> pd.DataFrame:
+    """The learner's table for 03c's exercises 1 and 2: their stage3_offload and stage3_nvme runs (results.json
+    dicts; `nvme_run` None where it did not run), each followed by `machine`'s reference run of the same
+    experiment (`reference_result`; a larger model). Columns: run, measured, model, parameters (M), steady
+    tokens/s, GPU peak MiB (NVML), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
+    states in bytes/param, host peak RSS MiB, NVMe swap MiB (parameters + optimizer, at the end)."""
+    rows = []
+    for experiment, run in (("stage3_offload", offload_run), ("stage3_nvme", nvme_run)):
+        for measured, r in (("yours", run), (f"reference ({machine})", reference_result(experiment, machine))):
+            if not r:
+                continue
+            n, swap = r["num_params"], r.get("nvme_swap_mib")
+            rows.append({"run": experiment, "measured": measured,
+                         "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
+                         "parameters (M)": n / 1e6,
+                         "steady tokens/s": r.get("steady_train_tokens_per_second"),
+                         "GPU peak MiB (NVML)": r.get("gpu_peak_mib"),
+                         "host RSS after step 1 MiB": r.get("host_states_rss_mib"),
+                         "host bytes/param after step 1": r["host_states_rss_mib"] * 2**20 / n,
+                         "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * 2**20 / n,
+                         "host peak RSS MiB": r.get("host_peak_rss_mib"),
+                         "NVMe swap MiB": sum(swap.values()) if swap else None})
+    return pd.DataFrame(rows)
 
 
 def main() -> None:
@@ -244,11 +370,17 @@ def main() -> None:
                 + df.to_markdown(index=False, floatfmt=",.0f") + "\n")
         (root / "table.md").write_text(text)
         print(f"wrote {root / 'table.md'}")
+    n = nvme_summary()
     text = ("# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
             "workshop_lib.lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
             "Steady: the median step after the first third of the steps, from each run's train_log.csv; peaks from "
-            "its memory.csv.\n\n" + offload_comparison().to_markdown(index=False, floatfmt=",.2f") + "\n\n"
-            + nvme_summary() + "\n")
+            "its memory.csv.\n\n" + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
+            + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
+            + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
+            + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+              f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB.\n\n"
+              "Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against that machine's "
+              "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n")
     (NVME_VS_CPU / "table.md").write_text(text)
     print(f"wrote {NVME_VS_CPU / 'table.md'}")
 
