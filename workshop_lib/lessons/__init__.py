@@ -1,6 +1,8 @@
 """What the notebooks share: the runs each one makes, the GPU reference runs beside the learner's own, and
-the tolerance band of those references (used by every notebook 01-04; each notebook's answers, computed from
-its runs, are in this package's modules: `baseline`, `zero_stages`, `offload`, `multi_gpu`).
+the tolerance band of those references (used by every notebook 01-04). Each notebook's figures and verdicts,
+computed from its runs, come from this package's modules (`setup`, `baseline`, `zero_stages`, `offload`,
+`fine_tuned`, `large_models`, `drills`, `multi_gpu`) as typed records; the sentences that answer an exercise
+are written in the solution notebook, from those records.
 
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
