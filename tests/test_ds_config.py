@@ -57,3 +57,16 @@ def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
     assert zero["stage3_prefetch_bucket_size"] == 0 and zero["stage3_max_reuse_distance"] == 0
     assert cfg["aio"]["block_size"] == 1_048_576
     assert "aio" not in build_ds_config(3, "cpu", "cpu")
+
+
+def test_comms_logger_block_only_when_asked_and_deepspeed_reads_it():
+    from deepspeed.comm.config import DeepSpeedCommsConfig
+
+    from workshop_lib.ds_config import COMMS_LOGGER
+
+    assert "comms_logger" not in build_ds_config(2)
+    on = build_ds_config(2, comms_logger=True)
+    assert on["comms_logger"] == {"enabled": True, "verbose": False, "prof_all": True, "debug": False} == COMMS_LOGGER
+    parsed = DeepSpeedCommsConfig(on)  # DeepSpeed's own parser of the block (deepspeed/comm/config.py)
+    assert parsed.comms_logger_enabled and parsed.comms_logger.prof_all and not parsed.comms_logger.verbose
+    assert {k: v for k, v in on.items() if k != "comms_logger"} == build_ds_config(2)  # nothing else changes
