@@ -190,3 +190,16 @@ def test_an_override_lands_in_ds_config_json_and_results_json(tmp_path):
     assert written["zero_optimization"]["stage"] == 2
     assert res["config"]["ds_config"] == ["zero_optimization.overlap_comm=false"]
     assert json.loads((out / "results.json").read_text())["config"]["ds_config"] == res["config"]["ds_config"]
+
+
+def test_comms_logger_block_only_when_asked_and_deepspeed_reads_it():
+    from deepspeed.comm.config import DeepSpeedCommsConfig
+
+    from workshop_lib.ds_config import COMMS_LOGGER
+
+    assert "comms_logger" not in build_ds_config(2)
+    on = build_ds_config(2, comms_logger=True)
+    assert on["comms_logger"] == {"enabled": True, "verbose": False, "prof_all": True, "debug": False} == COMMS_LOGGER
+    parsed = DeepSpeedCommsConfig(on)  # DeepSpeed's own parser of the block (deepspeed/comm/config.py)
+    assert parsed.comms_logger_enabled and parsed.comms_logger.prof_all and not parsed.comms_logger.verbose
+    assert {k: v for k, v in on.items() if k != "comms_logger"} == build_ds_config(2)  # nothing else changes

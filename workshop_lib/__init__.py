@@ -3,8 +3,8 @@
 One module per concept: `config` (RunConfig, experiments, recipes), `data` (SQuAD prompts, collator),
 `model` (hub, random-weight and tiny models), `ds_config` (DeepSpeed configs), `env` (the machine, ranks,
 DeepSpeed ops), `memory` (sampler and estimates), `fit` (will a run fit a GPU? its explorer), `metrics` (MFU),
-`train` (`run_experiment`), `rundir` (output directories, signals), `results` (RunResults, tables, plots),
-`launch` (torchrun, SLURM), `cli` (`workshop run`, `workshop report`).
+`train` (`run_experiment`), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories,
+signals), `results` (RunResults, tables, plots), `launch` (torchrun, SLURM), `cli` (`workshop run`, `workshop report`).
 """
 
 from .errors import WorkshopError

@@ -211,6 +211,10 @@ class RunConfig:
         "em and f1 (0: none)"})
     allow_cpu: bool = field(default=False, metadata={"help": "run a full-size model without a GPU (slow)"})
     seed: int = field(default=42, metadata={"help": "random seed for the model's initialisation and the data order"})
+    comms_logger: bool = field(default=False, metadata={
+        "help": "DeepSpeed's communication logger on: every collective inside the optimizer steps is counted, sized "
+        "and timed, and OUTPUT_DIR/comms.json gets the totals per collective (ZeRO experiments; it synchronizes "
+        "after each collective, so the run's speed is not the real one)"})
 
 
 RECIPE_FIELDS = [f.name for f in fields(Recipe) if f.name != "name"]
@@ -276,6 +280,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise WorkshopError("liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
                             "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")
     exp = EXPERIMENTS[cfg.experiment]
+    if cfg.comms_logger and not exp.deepspeed:
+        raise WorkshopError(f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
+                            "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.")
     if exp.offloads_to_nvme:
         if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
             cfg = replace(cfg, nvme_path=os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())

@@ -31,7 +31,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
                     gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
                     nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
                     check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
-                    nvme_buffer_count: int = 5) -> dict:
+                    nvme_buffer_count: int = 5, comms_logger: bool = False) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -56,6 +56,9 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
             it at least the largest parameter tensor's (Qwen3-0.6B's embedding: 155.6M). Default 1e8, DeepSpeed's.
         nvme_buffer_count: those buffers, one per parameter tensor in use at once (DeepSpeed's default 5 is
             fewer than one transformer layer's tensors; `train._nvme_buffers` sizes both for a model).
+        comms_logger: True adds DeepSpeed's communication logger (`COMMS_LOGGER`, DeepSpeed docs
+            "Communication Logging"): every collective through `deepspeed.comm` is timed and its message size
+            recorded; `workshop run --comms-logger` writes the totals to comms.json (introduced in `04_multi_gpu`).
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
@@ -121,7 +124,14 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,
-    } | aio
+    } | aio | ({"comms_logger": COMMS_LOGGER} if comms_logger else {})
+
+
+# DeepSpeed's communication logger (deepspeed/comm/config.py): prof_all times every collective (not a chosen
+# few, `prof_ops`); verbose False keeps one line per collective out of the log; debug False names records by
+# the op, not by the calling function. It synchronizes the device after every collective, which serialises
+# the communication that overlap_comm would hide: a run with it on measures volumes, not speed.
+COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
 
 
 # The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).

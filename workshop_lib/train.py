@@ -68,7 +68,8 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
 
     Writes into the output directory: results.json (rank 0, last, atomically), memory.csv (time series,
     MiB; memory.rankN.csv for other ranks), train_log.csv (one row per optimizer step and evaluation),
-    ds_config.json (DeepSpeed runs), run_config.json (the settings, for --resume), checkpoints/checkpoint-N
+    ds_config.json (DeepSpeed runs), comms.json (with comms_logger: `comms`), run_config.json (the settings, for
+    --resume), checkpoints/checkpoint-N
     (`checkpoint`), model/ (the fine-tuned model: safetensors, config, generation config, tokenizer), and
     RUNNING while the run is in progress.
 
@@ -195,6 +196,10 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
             trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
             train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from)
+        if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
+            from . import comms
+
+            comms.write(out, trainer)
         if cfg.save_model:
             save_model(trainer, out, rank)
         results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
@@ -381,7 +386,8 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                                     world_size, nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
                                     **_nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
-                                    or "auto", check_grad_overflow=cfg.check_grad_overflow)
+                                    or "auto", check_grad_overflow=cfg.check_grad_overflow,
+                                    comms_logger=cfg.comms_logger)
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             from .ds_config import apply_overrides
 
@@ -420,6 +426,10 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                 batches.set_epoch(int(state.epoch or 0))  # state.epoch: e + steps done / steps per epoch
 
         callbacks.append(EpochOrder())
+    if exp.deepspeed:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
+        from .comms import Window
+
+        callbacks.append(Window(cfg.comms_logger))
     return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds, callbacks=callbacks,
                          data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length,
                                                      attention_mask=not cfg.drop_attention_mask,

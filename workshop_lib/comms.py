@@ -1,0 +1,110 @@
+"""What a run's ranks sent each other, from DeepSpeed's own communication logger (introduced in `04_multi_gpu`).
+
+`workshop run EXPERIMENT --comms-logger` (RunConfig.comms_logger) adds DeepSpeed's `comms_logger` block to the
+ds_config (`ds_config.COMMS_LOGGER`; DeepSpeed docs, "Communication Logging"). DeepSpeed then times every
+collective that goes through `deepspeed.comm` and keeps, per op and message size, the count, the latencies and
+the bandwidths in `deepspeed.comm.comms_logger.comms_dict`. `Window` narrows what is kept to the optimizer
+steps (from the Trainer's on_step_begin to its on_step_end: forward, backward and optimizer step of every
+micro-batch; not the engine's set-up, the evaluations or saving), and `write` puts DeepSpeed's own summary
+(`CommsLogger.log_all(return_dict=True)`) of every rank into OUTPUT_DIR/comms.json:
+
+    {"source": ..., "world_size": N, "backend": "gloo" | "nccl" | ..., "optimizer_steps": S,
+     "ops": {op: {"count": calls, "message_mib": MiB handed to the op in all, "latency_ms": total,
+                  "algbw_gbps": mean, "busbw_gbps": mean, "messages": {bytes: calls}}},   # rank 0's
+     "per_rank": [ops of rank 0, ops of rank 1, ...]}
+
+A message is what DeepSpeed records as the op's size: the tensor handed to it (all_reduce, reduce,
+broadcast: the whole tensor; reduce_scatter_tensor: the whole input; all_gather_into_tensor: this rank's
+shard, the output being N of them). Bandwidths are DeepSpeed's (`utils/comms_logging.calc_bw_log`, Gbit/s;
+bus bandwidth with the ring factors of nccl-tests). Collectives launched asynchronously (ZeRO-3's prefetch,
+overlap_comm) are timed to their launch; and the logger synchronizes the device after every collective, which
+undoes the overlap: a run with it on measures volumes and counts, not speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+COMMS_FILE = "comms.json"
+SOURCE = ("deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside the optimizer steps "
+          "(Trainer on_step_begin to on_step_end)")
+
+
+def Window(on: bool):  # noqa: N802 - a TrainerCallback class made on demand (transformers imported late)
+    """A TrainerCallback that keeps DeepSpeed's comms logger to the optimizer steps: when the Trainer is built
+    it sets the logger on (`on`) or off and clears it (a module-level object: an earlier run in this process
+    may have left it on, or full); at train begin it clears what the engine's set-up logged; it profiles from
+    each step's begin to its end. `steps` counts the steps profiled."""
+    from transformers import TrainerCallback
+
+    class CommsWindow(TrainerCallback):
+        steps = 0
+
+        def _logger(self):
+            import deepspeed.comm as dist
+
+            return dist.comms_logger
+
+        def on_init_end(self, args, state, control, **kw):
+            log = self._logger()
+            log.enabled, log.prof_all = on, False
+            log.reset_data()
+
+        def on_train_begin(self, args, state, control, **kw):
+            if on:
+                self._logger().prof_all = False  # the ds_config's prof_all: true switched it on for the set-up
+                self._logger().reset_data()
+
+        def on_step_begin(self, args, state, control, **kw):
+            if on:
+                self._logger().prof_all = True
+
+        def on_step_end(self, args, state, control, **kw):
+            if on:
+                self._logger().prof_all = False
+                self.steps += 1
+
+    return CommsWindow()
+
+
+def summary(raw: dict) -> dict:
+    """DeepSpeed's summary {op: {message bytes: {"count", "total_latency_ms", "tput_avg_gbps",
+    "busbw_avg_gbps", ...}}} (`CommsLogger.log_all(return_dict=True)["summary"]`) -> per op: calls, MiB handed
+    to the op in all, total latency ms, call-weighted mean algorithmic and bus bandwidth (Gbit/s), and the calls
+    per message size (bytes)."""
+    ops = {}
+    for op, sizes in raw.items():
+        count = sum(v["count"] for v in sizes.values())
+        ops[op] = {"count": count,
+                   "message_mib": round(sum(int(b) * v["count"] for b, v in sizes.items()) / 2**20, 4),
+                   "latency_ms": round(sum(v["total_latency_ms"] for v in sizes.values()), 3),
+                   "algbw_gbps": round(sum(v["tput_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
+                   "busbw_gbps": round(sum(v["busbw_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
+                   "messages": {str(b): v["count"] for b, v in sorted(sizes.items())}}
+    return ops
+
+
+def write(out: Path, trainer) -> dict | None:
+    """Every rank's comms summary gathered (a collective: every rank calls it), written by rank 0 to
+    out/comms.json; the logger then turned off and cleared. Returns the file's content (None on other ranks)."""
+    import deepspeed.comm as ds_comm
+    import torch.distributed as dist
+
+    from .rundir import write_json_atomic
+
+    window = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "CommsWindow")
+    log = ds_comm.comms_logger
+    mine = summary(log.log_all(print_log=False, return_dict=True)["summary"])
+    log.enabled = log.prof_all = False
+    log.reset_data()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    ranks = [mine]
+    if world > 1:  # torch.distributed's own gather: DeepSpeed's would log itself
+        ranks = [None] * world
+        dist.all_gather_object(ranks, mine)
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return None
+    data = {"source": SOURCE, "world_size": world, "backend": dist.get_backend() if dist.is_initialized() else None,
+            "optimizer_steps": window.steps, "ops": ranks[0], "per_rank": ranks}
+    write_json_atomic(Path(out) / COMMS_FILE, data)
+    return data
