@@ -28,7 +28,7 @@ from IPython.display import Markdown, display
 
 from workshop_lib import ds_config, env, launch, lessons, memory, model, results
 from workshop_lib.comms import COMMS_FILE
-from workshop_lib.lessons import multi_gpu as answers
+from workshop_lib.lessons import multi_gpu as lesson
 from workshop_lib.errors import WorkshopError
 
 display(Markdown(lessons.header("04_multi_gpu")))
@@ -189,7 +189,7 @@ scaling = results.scaling_table(df)
 # %%
 reference = launch.ROOT / "docs" / "h200" / "default-x4" / "runs"
 ref = results.load_results(reference) if reference.exists() else None
-info = answers.reference_info(ref)
+info = lesson.reference_info(ref)
 if info is None:
     print(f"No H200 reference runs on file ({reference} is missing): only your own figures are shown.")
 else:
@@ -207,8 +207,8 @@ else:
 # %%
 results.plot_scaling(df);
 print(f"Your runs: {df['device'].iloc[0]}, {df['model'].iloc[0]}.")
-display(Markdown(answers.beside(scaling, ref).to_markdown(index=False)))
-display(Markdown(pd.DataFrame([answers.multi_node_row(df)]).to_markdown(index=False)))
+display(Markdown(lesson.beside(scaling, ref).to_markdown(index=False)))
+display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=False)))
 
 # %% [markdown]
 # ## 4. Communication per step
@@ -226,15 +226,15 @@ display(Markdown(pd.DataFrame([answers.multi_node_row(df)]).to_markdown(index=Fa
 #
 # By this count ZeRO-1 and ZeRO-2 cost no more traffic than plain data parallelism, and ZeRO-3 1.5x. A library
 # may call other collectives than the paper's: the second count below is that of DeepSpeed 0.19.8's defaults,
-# read in its source (`answers.DEEPSPEED`). Both for the model your runs trained, with their number of ranks
+# read in its source (`lesson.DEEPSPEED`). Both for the model your runs trained, with their number of ranks
 # and precision (elements of 4 bytes in fp32 on the CPU, 2 in bf16), and for Qwen3-0.6B on 4 GPUs in bf16:
 
 # %%
 mine = df[df.world_size == 2].iloc[0]
-Bmine = answers.BYTES_PER_ELEMENT[mine["precision"]]
+Bmine = lesson.BYTES_PER_ELEMENT[mine["precision"]]
 for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (model.DEFAULT_MODEL, P, 4, 2)]:
-    paper = answers.comm_volume(psi, n, b)
-    ds = answers.comm_volume(psi, n, b, collectives=answers.DEEPSPEED)
+    paper = lesson.comm_volume(psi, n, b)
+    ds = lesson.comm_volume(psi, n, b, collectives=lesson.DEEPSPEED)
     print(f"{name}: Ψ = {psi:,} parameters, {b} bytes an element, {n} ranks (ring factor {(n - 1) / n:.2f})")
     both = paper.assign(**{"DeepSpeed's collectives": ds["collectives"], "DeepSpeed (Ψ)": ds["volume (Ψ)"],
                            "DeepSpeed MiB per step": ds["MiB per step"]})
@@ -254,14 +254,14 @@ for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (mod
 # %%
 print(json.dumps({"comms_logger": ds_config.COMMS_LOGGER}))
 for e, d in COMMS_RUNS.items():
-    c = answers.read_comms(d)
+    c = lesson.read_comms(d)
     if c is None:
         print(f"{d}: no {COMMS_FILE} (the run had no --comms-logger)")
         continue
     r = results.load_results(d).iloc[0]
     print(f"{e}: {c['world_size']} ranks over {c['backend']}, {c['optimizer_steps']} optimizer steps of {r['model']}; "
           f"rank 0's collectives per optimizer step (volume: the data the collective moves, in MiB and in Ψ):")
-    display(Markdown(answers.comm_measured(c, int(r["num_params"]), answers.BYTES_PER_ELEMENT[r["precision"]])
+    display(Markdown(lesson.comm_measured(c, int(r["num_params"]), lesson.BYTES_PER_ELEMENT[r["precision"]])
                      .to_markdown(index=False, floatfmt=",.3f")))
 
 # %% [markdown]
@@ -289,7 +289,7 @@ for e, d in COMMS_RUNS.items():
 if ref is not None:
     ref_cfg = json.loads((reference / "stage2-2gpu" / "ds_config.json").read_text())
     ref_params = int(ref.loc[ref.experiment == "stage2", "num_params"].iloc[0])
-    bk = answers.buckets(ref_cfg, ref_params)
+    bk = lesson.buckets(ref_cfg, ref_params)
     print(f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
           f"{bk.bytes_per_element} bytes: {bk.count} bucket(s) of {bk.bucket_mib:,.0f} MiB, the last "
           f"{bk.last_mib:,.0f} MiB. The first is full when {bk.first_sent_at:.0%} of the backward pass is done: "
@@ -297,7 +297,7 @@ if ref is not None:
           f"{1 - bk.first_sent_at:.0%}, and the last {bk.last_mib:,.0f} MiB wait for its end.")
     ga = ref_cfg["gradient_accumulation_steps"]
     for steps in sorted({ga, 4}):
-        v = answers.comm_volume(ref_params, 4, bk.bytes_per_element, steps, answers.DEEPSPEED).set_index("zero_stage")
+        v = lesson.comm_volume(ref_params, 4, bk.bytes_per_element, steps, lesson.DEEPSPEED).set_index("zero_stage")
         print(f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
               f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
               f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}.")
@@ -327,7 +327,7 @@ if ref is not None:
 #    reduction could then overlap the backward pass, and what does it cost?
 
 # %% tags=["solution"]
-a = answers.answers(arith, scaling, ref, df, P)
+a = lesson.figures(arith, scaling, ref, df, P)
 st = a.states_16.set_index("zero_stage")
 for s in (2, 3):
     whole = st.at[s, "not partitioned MiB"]
@@ -404,12 +404,12 @@ print(f"5. several nodes, from {mn['source']}: {mn['nodes (distinct hosts)']} ho
          "All its ranks ran on one host: no traffic between nodes was measured; a SLURM cluster gives the "
          "two-node run."))
 for e, d in COMMS_RUNS.items():
-    c = answers.read_comms(d)
+    c = lesson.read_comms(d)
     if c is None:
         print(f"6. {e}: no {COMMS_FILE} in {d}.")
         continue
-    k = answers.comm_check(c, json.loads((d / "results.json").read_text()))
-    ops = answers.comm_measured(c, k.num_params, k.bytes_per_element).set_index("collective").drop("total")
+    k = lesson.comm_check(c, json.loads((d / "results.json").read_text()))
+    ops = lesson.comm_measured(c, k.num_params, k.bytes_per_element).set_index("collective").drop("total")
     calls = ", ".join(f"{op} x{row['calls per step']:g} ({row['volume (Ψ)']:.2f}Ψ)" for op, row in ops.iterrows())
     line = (f"6. {e}, {k.world_size} ranks, per optimizer step: {calls}; gradients {k.gradients:.2f}Ψ, parameters "
             f"{k.parameters:.2f}Ψ, {k.paper.value:,.2f} MiB in all: {k.paper.ratio:.2f}x the paper's "
@@ -426,7 +426,7 @@ for e, d in COMMS_RUNS.items():
                  "and parameters under `stage3_param_persistence_threshold` whole on every rank.")
     print(line)
 if ref is not None:
-    small = answers.Buckets(bk.num_params, 50_000_000, bk.bytes_per_element)
+    small = lesson.Buckets(bk.num_params, 50_000_000, bk.bytes_per_element)
     print(f"7. {small.reduce_bucket_size:,} elements a bucket: {small.count} buckets of {small.bucket_mib:,.0f} MiB "
           f"instead of {bk.count} of {bk.bucket_mib:,.0f} MiB. The first is sent when {small.first_sent_at:.0%} of the "
           f"backward pass is done (not {bk.first_sent_at:.0%}), so {small.reduced_during_backward:.0%} of the "

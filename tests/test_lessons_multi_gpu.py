@@ -40,7 +40,7 @@ def _verdict(value, other, tolerance):
 def _check(df, ref):
     """The figures and verdicts that hold for any runs `df`, every one recomputed from df here."""
     scaling = scaling_table(df)
-    a = multi_gpu.answers(_arith(), scaling, ref, df, P)
+    a = multi_gpu.figures(_arith(), scaling, ref, df, P)
     s = a.states_16.set_index("zero_stage")
     assert s.at[2, "MiB per GPU on 16 GPUs"] == pytest.approx(P * (2 + 14 / 16) / MiB)
     assert s.at[3, "MiB per GPU on 16 GPUs"] == pytest.approx(P / MiB)

@@ -160,7 +160,7 @@ def scaling(df: pd.DataFrame) -> list[Scaling]:
 
 
 @dataclass(frozen=True)
-class Answers:
+class MultiGpu:
     """Notebook 04's exercises as figures and verdicts.
 
     states_16: exercise 1, per stage 2 and 3: MiB of model states per GPU on 16 GPUs and on 1 (16Ψ arithmetic,
@@ -186,8 +186,8 @@ class Answers:
     multi_node_speed: Comparison | None = field(default=None)
 
 
-def answers(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | None, df: pd.DataFrame,
-            num_params: int) -> Answers:
+def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | None, df: pd.DataFrame,
+            num_params: int) -> MultiGpu:
     """The figures and verdicts of notebook 04's exercises 1-5, from `arith` (the 16Ψ table, MiB),
     `scaling_df` (`results.scaling_table(df)`), `ref` (the H200 reference runs or None), `df` (the learner's
     runs) and `num_params` (Qwen3-0.6B's parameters, for exercise 1)."""
@@ -214,7 +214,7 @@ def answers(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
     col = col if pd.notna(r.get(col)) else "train_tokens_per_second"
     speed = (compare(col, r[col] / r["world_size"], one[col].iloc[0], unit="tokens/s per rank")
              if len(one) and pd.notna(one[col].iloc[0]) else None)
-    return Answers(states, memory, scaling_df.groupby("GPUs")["global batch"].mean().to_dict(), scaling(df),
+    return MultiGpu(states, memory, scaling_df.groupby("GPUs")["global batch"].mean().to_dict(), scaling(df),
                    scaling(ref) if ref is not None and not ref.empty else [], on_gpu, int(df["global_steps"].max()),
                    int(df["num_params"].iloc[0]), row, speed)
 
