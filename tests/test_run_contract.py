@@ -197,6 +197,24 @@ def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
         rundir.check(out, overwrite=True)
 
 
+def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_path):
+    """The marker records its process's start (psutil's create_time). A live process with that pid that started
+    at another time reused the pid after the run died: the run counts as killed (resumable), not in progress.
+    The same pid with its own start time is the run itself, alive; and the refusal says how to clear a marker."""
+    import psutil
+
+    out = tmp_path / "run"
+    out.mkdir()
+    me = psutil.Process()
+    marker = {"status": "running", "pid": me.pid, "host": os.uname().nodename, "started": "2026-11-22T03:00:00"}
+    rundir.write_json_atomic(out / rundir.MARKER, marker | {"pid_created": me.create_time() - 3600})
+    assert "process is gone" in rundir.describe_unfinished(rundir.state(out)[1])
+    rundir.check(out, overwrite=False, resume=True)  # resumable: the pid is another program now
+    rundir.write_json_atomic(out / rundir.MARKER, marker | {"pid_created": me.create_time()})
+    with pytest.raises(WorkshopError, match=f"still in progress.*\nTo fix: .*kill {me.pid}.*remove {out / rundir.MARKER}"):
+        rundir.check(out, overwrite=False, resume=True)
+
+
 def test_stale_op_build_lock_is_reported_with_the_fix(tmp_path, capsys):
     lock = tmp_path / "lock"
     lock.touch()

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+import psutil
+
 from .errors import WorkshopError
 
 MARKER = "RUNNING"
@@ -70,6 +72,10 @@ class StopRequest:
     training: bool = False
 
 
+# psutil's create_time is read from /proc in clock ticks: two reads of one process agree to well under this
+PID_CREATED_TOLERANCE_S = 1.0
+
+
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
     """Write `obj` as JSON to `path` through a temporary file and a rename: readers see the old file or the
     whole new one, never half of it, even if the process dies while writing."""
@@ -79,23 +85,29 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
     os.replace(tmp, path)
 
 
-def _alive(pid: int, host: str) -> bool:
-    """True when the process `pid` runs on this host (a marker from another host is taken as alive)."""
+def _alive(pid: int, host: str, created: float | None = None) -> bool:
+    """True when the process `pid` runs on this host (a marker from another host is taken as alive). With
+    `created` (the marker's `pid_created`: the process's start, seconds since the epoch, as psutil reads it), a
+    process of that pid that started at another time is another program that reused the pid after the run's
+    process died: not alive."""
+
     if host != socket.gethostname():
         return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return True
+    return created is None or abs(started - created) < PID_CREATED_TOLERANCE_S
 
 
 def _marker_alive(info: dict) -> bool:
-    """`_alive` for a marker's pid and host; a pid that is no number (a damaged marker) belongs to no process."""
-    pid = str(info.get("pid", 0))
-    return pid.isdigit() and _alive(int(pid), str(info.get("host", "")))
+    """`_alive` for a marker's pid, host and process start; a pid that is no number (a damaged marker) belongs
+    to no process. Markers written before `pid_created` was recorded are checked by pid alone."""
+    pid, created = str(info.get("pid", 0)), info.get("pid_created")
+    return pid.isdigit() and _alive(int(pid), str(info.get("host", "")),
+                                    created if isinstance(created, (int, float)) else None)
 
 
 def state(out: str | os.PathLike) -> tuple[str, dict]:
@@ -147,7 +159,9 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     if what == "unfinished":
         if info.get("status") == "running" and _marker_alive(info):
             raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
-                                "wait for it to end, or stop it, or pass another --output-dir.")
+                                f"wait for it to end, or stop it (kill {info.get('pid')}), or pass another "
+                                f"--output-dir. If process {info.get('pid')} is no workshop run of this directory, "
+                                f"remove {out / MARKER} and run again with --resume or --overwrite.")
         if not (overwrite or resume):
             raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
                                 "pass --resume to continue it from its last checkpoint, --overwrite to discard it "
@@ -165,7 +179,9 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
         print(f"Removed the previous run in {out} (--overwrite).")
     out.mkdir(parents=True, exist_ok=True)
     (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
+
     write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                                     "pid_created": psutil.Process().create_time(),
                                      "started": datetime.now().isoformat(timespec="seconds")})
 
 
