@@ -236,7 +236,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     args = ["run", "stage2", "--tiny", "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
     proc = subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    while proc.poll() is None and not (ckpts / "checkpoint-3" / "trainer_state.json").exists():
+    while proc.poll() is None and checkpoint.step_of(ckpts / "checkpoint-3") is None:  # complete: its manifest
         time.sleep(0.05)
     proc.kill()
     proc.wait()

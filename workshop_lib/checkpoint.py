@@ -1,6 +1,6 @@
-"""Checkpoints: which one a run resumes from, whether a resume trains the same run, and their export to a
-Hugging Face model directory (introduced in `03b_the_fine_tuned_model`; `run_experiment`, `workshop run
---resume` and `workshop export` use it).
+"""Checkpoints: which one a run resumes from, whether a resume trains the same run, whether a checkpoint is
+whole, and their export to a Hugging Face model directory (introduced in `03b_the_fine_tuned_model`;
+`run_experiment`, `workshop run --resume` and `workshop export` use it).
 
 A run writes OUTPUT_DIR/checkpoints/checkpoint-N/ (N: optimizer steps) through the HF Trainer's own saving
 (`save_strategy`, `save_steps`, `save_total_limit`). With DeepSpeed it holds the engine's format: global_stepN/
@@ -9,11 +9,19 @@ and the module states, `latest` and DeepSpeed's zero_to_fp32.py; beside it the l
 rank's RNG states, trainer_state.json (step, epoch, log history: the data position) and the model itself
 (model.safetensors, under ZeRO-3 gathered on save), its config and tokenizer.
 
-Complete or not: the Trainer (transformers 5.2x, `Trainer._save_checkpoint`) writes trainer_state.json last,
-after the model, the optimizer (DeepSpeed's `save_checkpoint` ends with a barrier: every rank's shards are on
-disk), the schedule and the RNG states, and deletes older checkpoints (save_total_limit) only after it. A
-checkpoint whose trainer_state.json does not read as the state of its own step was interrupted while being
-written: it is never loaded.
+Complete or not: a checkpoint is complete when its MANIFEST (workshop_manifest.json) is there and every file it
+lists is there with the size it had when written, and the same SHA-256 for files of at most CHECKSUM_MAX_BYTES
+(a bit flipped inside a larger file goes unseen; a file deleted, emptied or cut short never does). The
+manifest is written last (`manifest_callback`): the Trainer calls `on_save` once `_save_checkpoint` has written
+the model, every rank's optimizer shards, the schedule, the RNG states and trainer_state.json, and deleted the
+older checkpoints (save_total_limit). Anything else is never loaded:
+- interrupted while being written: no manifest, and no trainer_state.json of its step;
+- damaged: a manifest whose files are missing or changed, or no manifest though the Trainer finished it
+  (written by a workshop from before manifests, or killed in the instant before the manifest).
+`--resume` moves either aside into OUTPUT_DIR/damaged-checkpoints/ (never deleted; outside checkpoints/, where
+the Trainer's rotation would count or delete it) and continues from the newest complete checkpoint; it refuses
+a run whose checkpoints are all damaged. `workshop export` refuses a checkpoint that is not complete and names
+the run's last complete one.
 """
 
 from __future__ import annotations
@@ -30,47 +38,214 @@ RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + w
 # Settings a resume may change: where and how often to write, and what happens after training.
 MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps", "save_total_limit",
               "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu"}
+MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
+CHECKSUM_MAX_BYTES = 16 * 2**20  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
+DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(2**20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _name_step(ckpt: Path) -> int | None:
+    """N of a directory named checkpoint-N; None for any other name."""
+    n = ckpt.name.removeprefix("checkpoint-")
+    return int(n) if ckpt.name.startswith("checkpoint-") and n.isdigit() else None
+
+
+def write_manifest(ckpt: str | os.PathLike) -> Path:
+    """Write ckpt/MANIFEST (atomically): every other file under `ckpt`, by path relative to it, with its size
+    in bytes and, up to CHECKSUM_MAX_BYTES, its SHA-256. Call once the checkpoint is written whole
+    (`manifest_callback`). Returns the manifest's path."""
+    from .rundir import write_json_atomic
+
+    ckpt, files = Path(ckpt), {}
+    for f in sorted(ckpt.rglob("*")):
+        if f.is_file() and f.name != MANIFEST and not f.name.startswith(f".{MANIFEST}.tmp"):
+            size = f.stat().st_size
+            files[f.relative_to(ckpt).as_posix()] = {"bytes": size} | (
+                {"sha256": _sha256(f)} if size <= CHECKSUM_MAX_BYTES else {})
+    write_json_atomic(ckpt / MANIFEST, {"step": _name_step(ckpt), "files": files})
+    return ckpt / MANIFEST
+
+
+def why_incomplete(ckpt: str | os.PathLike) -> str | None:
+    """None when `ckpt` is a complete checkpoint (its MANIFEST there, every file in it of its size and
+    checksum); else what is wrong, in a few words naming the first bad file."""
+    ckpt = Path(ckpt)
+    try:
+        manifest = json.loads((ckpt / MANIFEST).read_text())
+        files, step = manifest["files"], manifest["step"]
+    except FileNotFoundError:
+        if _trainer_step(ckpt) is None:
+            return "interrupted while being written (no trainer_state.json of its step, no manifest)"
+        return f"no {MANIFEST} (written before checkpoints had one, or killed in the instant before it)"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"its {MANIFEST} is unreadable ({type(e).__name__}: {e})"
+    if step != _name_step(ckpt):
+        return f"its {MANIFEST} is of step {step}"
+    try:
+        for rel, want in files.items():
+            f = ckpt / rel
+            if not f.is_file():
+                return f"{rel} is missing"
+            if (size := f.stat().st_size) != want["bytes"]:
+                return f"{rel} holds {size:,} bytes, {want['bytes']:,} when written"
+            if "sha256" in want and _sha256(f) != want["sha256"]:
+                return f"{rel} changed since it was written (another SHA-256)"
+    except (OSError, AttributeError, KeyError, TypeError) as e:
+        return f"its files cannot be checked against its {MANIFEST} ({type(e).__name__}: {e})"
+    return None
+
+
+def _trainer_step(ckpt: Path) -> int | None:
+    """N when ckpt/trainer_state.json reads as the state of step N of checkpoint-N: the Trainer finished it."""
+    try:
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    n = _name_step(ckpt)
+    return n if isinstance(state, dict) and state.get("global_step") == n else None
+
+
+def _damaged(ckpt: Path) -> bool:
+    """An incomplete checkpoint that had been written to the end (a manifest, or the Trainer's state of its
+    step), as opposed to one interrupted while being written."""
+    return (ckpt / MANIFEST).exists() or _trainer_step(ckpt) is not None
 
 
 def step_of(ckpt: str | os.PathLike) -> int | None:
-    """The optimizer step N of a complete checkpoint-N directory; None for one interrupted while written."""
-    ckpt = Path(ckpt)
-    try:
-        n = int(ckpt.name.rsplit("-", 1)[1])
-        state = json.loads((ckpt / "trainer_state.json").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-    return n if state.get("global_step") == n else None
+    """The optimizer step N of a complete checkpoint-N directory (`why_incomplete`); None for any other."""
+    return _name_step(Path(ckpt)) if why_incomplete(ckpt) is None else None
 
 
 def find_checkpoints(run_dir: str | os.PathLike) -> tuple[list[Path], list[Path]]:
-    """(complete checkpoints, oldest first; incomplete ones) in run_dir/checkpoints."""
-    found = [p for p in (Path(run_dir) / CHECKPOINTS).glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
-    found.sort(key=lambda p: int(p.name[11:]))
-    complete = [p for p in found if step_of(p) is not None]
+    """(complete checkpoints, oldest first; incomplete ones, oldest first) in run_dir/checkpoints."""
+    found = [p for p in (Path(run_dir) / CHECKPOINTS).glob("checkpoint-*") if p.is_dir() and _name_step(p) is not None]
+    found.sort(key=_name_step)
+    complete = [p for p in found if why_incomplete(p) is None]
     return complete, [p for p in found if p not in complete]
 
 
-def last_checkpoint(path: str | os.PathLike) -> Path:
-    """`path` itself when it is a complete checkpoint, else the last complete one of the run directory `path`.
+def set_aside(ckpt: str | os.PathLike) -> Path:
+    """Move the checkpoint directory `ckpt` to OUTPUT_DIR/damaged-checkpoints/ (checkpoint-N, or
+    checkpoint-N.2, .3, ... when that name is taken); never deletes. Returns its new path."""
+    ckpt = Path(ckpt)
+    aside = ckpt.parent.parent / DAMAGED
+    aside.mkdir(exist_ok=True)
+    dest, i = aside / ckpt.name, 1
+    while dest.exists():
+        i += 1
+        dest = aside / f"{ckpt.name}.{i}"
+    os.replace(ckpt, dest)
+    return dest
+
+
+def check_resumable(run_dir: str | os.PathLike) -> None:
+    """Refuse to resume the run in `run_dir` when it holds checkpoints that were written to the end but none
+    complete: a resume would silently start again from step 0. Reads only. A run without checkpoints, or
+    whose only ones were interrupted while being written, passes (it starts from step 0).
 
     Raises:
-        WorkshopError: `path` does not exist, is an incomplete checkpoint, or holds no complete checkpoint.
+        WorkshopError: naming each damaged checkpoint and what is wrong with it.
+    """
+    complete, incomplete = find_checkpoints(run_dir)
+    damaged = [p for p in incomplete if _damaged(p)]
+    if damaged and not complete:
+        raise WorkshopError(f"{run_dir} holds no complete checkpoint to resume from: "
+                            + "; ".join(f"{p} is damaged: {why_incomplete(p)}" for p in damaged)
+                            + ". Nothing was changed.",
+                            "restore the damaged files from a copy and --resume again, or start the run again "
+                            "with --overwrite (which deletes it).")
+
+
+def last_checkpoint(path: str | os.PathLike) -> Path:
+    """`path` itself when it is a complete checkpoint, else the last complete one of the run directory `path`
+    when no newer checkpoint is incomplete.
+
+    Raises:
+        WorkshopError: `path` does not exist; it is a checkpoint that is not complete (`why_incomplete`), or a
+            run directory whose newest checkpoint is not (each names the run's last complete checkpoint to
+            use instead, if any); it holds no complete checkpoint.
     """
     path = Path(path)
     if not path.is_dir():
         raise WorkshopError(f"{path} does not exist or is not a directory.",
                             "give a run directory (runs/...) or one of its checkpoints/checkpoint-N.")
-    if path.name.startswith("checkpoint-"):
-        if step_of(path) is None:
-            raise WorkshopError(f"{path} is incomplete (no readable trainer_state.json of its step): it was "
-                                "interrupted while being written.", "use an earlier checkpoint of the run.")
-        return path
-    complete, _ = find_checkpoints(path)
+    run_dir, ckpt = (path.resolve().parent.parent, path) if _name_step(path) is not None else (path, None)
+    complete, incomplete = find_checkpoints(run_dir)
+    if ckpt is None and incomplete and (not complete or _name_step(incomplete[-1]) > _name_step(complete[-1])):
+        ckpt = incomplete[-1]
+    if ckpt is not None and (why := why_incomplete(ckpt)):
+        instead = (f"use {complete[-1]}, the run's last complete checkpoint (step {_name_step(complete[-1])})"
+                   if complete else "restore its files from a copy: the run holds no complete checkpoint")
+        raise WorkshopError(f"{ckpt} is not a complete checkpoint: {why}. Nothing was written.", instead + ".")
+    if ckpt is not None:
+        return ckpt
     if not complete:
         raise WorkshopError(f"{path} holds no complete checkpoint in {CHECKPOINTS}/.",
                             "run with --save-strategy steps or epoch (the default), or give a checkpoint directory.")
     return complete[-1]
+
+
+def manifest_callback():
+    """A TrainerCallback writing each checkpoint's MANIFEST once it is written whole: in `on_save`, which the
+    Trainer calls after `_save_checkpoint` (transformers 5.2x `Trainer._maybe_log_save_evaluate`). Every
+    rank writes its own ZeRO shards and RNG states: all ranks meet at a barrier first, then rank 0 writes."""
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from .env import barrier
+
+    class Manifest(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            barrier()
+            if state.is_world_process_zero:
+                write_manifest(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+
+    return Manifest()
+
+
+def run_command(asked, output_dir: str | os.PathLike, flag: str) -> str:
+    """The `workshop run` command line of the run whose settings were `asked` (a RunConfig as given, before
+    `config.resolve`) into `output_dir`, with `flag` ("--resume" or "--overwrite") instead of either:
+    what the messages of an interrupted run suggest."""
+    import shlex
+    from dataclasses import MISSING, fields
+
+    args = ["workshop", "run", asked.experiment]
+    for f in fields(asked):
+        value = getattr(asked, f.name)
+        if f.name in ("experiment", "output_dir", "overwrite", "resume") or (f.default is not MISSING
+                                                                            and value == f.default):
+            continue
+        opt = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            args += [opt] if value else [opt, "false"]
+        else:
+            args += [opt, *map(str, value)] if isinstance(value, list) else [opt, str(value)]
+    return shlex.join([*args, "--output-dir", str(output_dir), flag])
+
+
+def kept(out: str | os.PathLike, asked) -> str:
+    """What an interrupted run in `out` kept and how to go on, for its message: the complete checkpoints
+    (paths, steps) and the `--resume` command line, or that none was kept and the `--overwrite` one."""
+    from .rundir import MARKER
+
+    out, complete = Path(out), find_checkpoints(out)[0]
+    marked = f"marked unfinished ({out / MARKER})"
+    if not complete:
+        return (f"kept no checkpoint, only what it logged in {out} (train_log.csv, memory.csv), {marked}. To "
+                f"start again: {run_command(asked, out, '--overwrite')}")
+    names = ", ".join(f"{p} (step {_name_step(p)})" for p in complete)
+    return (f"kept {len(complete)} complete checkpoint{'s' * (len(complete) > 1)}: {names}; {marked}. To "
+            f"continue from step {_name_step(complete[-1])}: {run_command(asked, out, '--resume')}")
 
 
 def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> None:
@@ -118,7 +293,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         out: a directory that does not exist yet, or is empty.
 
     Raises:
-        WorkshopError: no complete checkpoint at `source`; a checkpoint without ZeRO partitions (baseline,
+        WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
+            naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); `out` exists and is not empty.
     """
     import torch

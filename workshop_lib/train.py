@@ -75,12 +75,15 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
 
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
-            experiment, a GPU too small, an output directory holding a run (nothing is written in these
-            cases), or an out-of-memory error during training (the logs so far are kept).
-        RunInterrupted: SIGINT, or a signal before training started; the message says what was kept.
-        RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message says how to resume.
+            experiment, a GPU too small, an output directory holding a run, a --resume whose checkpoints are
+            all damaged (nothing is written in these cases), or an out-of-memory error during training (the
+            logs so far are kept).
+        RunInterrupted: SIGINT, or a signal before training started; the message names the complete
+            checkpoints kept and the command that resumes (`checkpoint.kept`).
+        RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same.
     """
     cfg = config if isinstance(config, RunConfig) else RunConfig(config, **settings)
+    asked = cfg  # as given, before `resolve`: the settings an interrupted run's message repeats
     env.quiet_libraries()
     # An earlier run in this process (a notebook kernel) leaves its engine and model in reference cycles that
     # only the collector frees: without this, several GiB of it would still be allocated while this run measures.
@@ -96,17 +99,11 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
             cfg = check_machine(cfg, exp)
             if cfg.resume:
                 checkpoint.check_same_run(cfg.output_dir, asdict(cfg), env.world()[2])
+                checkpoint.check_resumable(cfg.output_dir)
             return _run(cfg, exp)
         except rundir.RunInterrupted as e:
-            out = Path(cfg.output_dir)
-            if isinstance(e, rundir.RunPreempted):
-                e.args = (f"stopped by {e.args[0]} at step {e.step} with a checkpoint in "
-                          f"{out / checkpoint.CHECKPOINTS}; marked unfinished ({out / rundir.MARKER}). To continue: "
-                          "the same command with --resume.",)
-            elif hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
-                e.args = (f"stopped by {e.args[0]} at step {getattr(e, 'step', 0)}; kept what it logged in {out} "
-                          f"(train_log.csv, memory.csv), marked unfinished ({out / rundir.MARKER}). To start "
-                          "again: the same command with --overwrite.",)
+            if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
+                e.args = (f"stopped by {e.args[0]} at step {e.step}; {checkpoint.kept(cfg.output_dir, asked)}",)
             else:
                 e.args = (f"stopped by {e.args[0]} before anything was written.",)
             raise
@@ -266,8 +263,9 @@ def nvme_swap_mib(cfg: RunConfig) -> dict:
 
 def resume_point(out: Path, rank: int) -> Path | None:
     """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
-    removes the checkpoints interrupted while being written (never loaded: `checkpoint.step_of`), and keeps
-    the interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on)."""
+    moves every checkpoint that is not complete (interrupted while being written, or damaged:
+    `checkpoint.why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, one line each, and keeps the
+    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on)."""
     complete, broken = checkpoint.find_checkpoints(out)
     if rank == 0:
         step = checkpoint.step_of(complete[-1]) if complete else 0
@@ -275,8 +273,7 @@ def resume_point(out: Path, rank: int) -> Path | None:
             if ".before-resume-" not in f.name:
                 f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
         for b in broken:
-            print(f"Skipped {b}: interrupted while being written (no trainer_state.json of its step); removed.")
-            shutil.rmtree(b, ignore_errors=True)
+            print(f"Skipped {b}: {checkpoint.why_incomplete(b)}; moved to {checkpoint.set_aside(b)}, never loaded.")
         print(f"Resuming from {complete[-1]} (step {step})." if complete else
               f"No complete checkpoint in {out / checkpoint.CHECKPOINTS}: training starts from step 0.")
     return complete[-1] if complete else None
@@ -408,7 +405,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
-    trainer_class, callbacks = Trainer, []
+    trainer_class, callbacks = Trainer, [checkpoint.manifest_callback()]  # each checkpoint's manifest, last
     if batches is not None:
         class trainer_class(Trainer):  # noqa: N801 - the Trainer, with micro-batches sized in tokens
             def get_train_dataloader(self):

@@ -1,0 +1,240 @@
+"""Damaged checkpoints and the messages of interrupted runs: each checkpoint's manifest (`checkpoint.MANIFEST`)
+finds a file deleted, emptied, cut short or changed; `--resume` sets such a checkpoint aside and continues
+from the older complete one, or refuses when none is left; `workshop export` refuses it and names the complete
+one; SIGINT and SIGTERM name the checkpoints kept and the command that resumes.
+
+The damage probes copy the session's tiny stage2 run (two epochs, a checkpoint after each: checkpoint-4 and
+checkpoint-8) and remove its results.json: a run killed after its last checkpoint, before it finished."""
+
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import workshop
+from workshop_lib import checkpoint, rundir
+from workshop_lib.config import RunConfig, parse_run_args
+from workshop_lib.errors import WorkshopError
+
+
+def fake_checkpoint(run: Path, step: int) -> Path:
+    """A checkpoint-`step` directory of small files in the Trainer's layout, with its manifest."""
+    ckpt = run / checkpoint.CHECKPOINTS / f"checkpoint-{step}"
+    (ckpt / f"global_step{step}").mkdir(parents=True)
+    (ckpt / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o" * 1000)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    checkpoint.write_manifest(ckpt)
+    return ckpt
+
+
+def test_the_manifest_finds_each_kind_of_damage(tmp_path):
+    ckpt = fake_checkpoint(tmp_path, 4)
+    shard = ckpt / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    manifest = json.loads((ckpt / checkpoint.MANIFEST).read_text())
+    assert manifest["step"] == 4 and manifest["files"][f"global_step4/{shard.name}"]["bytes"] == 1000
+    assert checkpoint.why_incomplete(ckpt) is None and checkpoint.step_of(ckpt) == 4
+    assert checkpoint.find_checkpoints(tmp_path) == ([ckpt], [])
+    shard.write_bytes(b"o" * 500)
+    assert checkpoint.why_incomplete(ckpt) == f"global_step4/{shard.name} holds 500 bytes, 1,000 when written"
+    shard.write_bytes(b"x" * 1000)  # same size, other bytes: the SHA-256 of a small file
+    assert "changed since it was written" in checkpoint.why_incomplete(ckpt)
+    shard.unlink()
+    assert checkpoint.why_incomplete(ckpt) == f"global_step4/{shard.name} is missing"
+    assert checkpoint.step_of(ckpt) is None and checkpoint.find_checkpoints(tmp_path) == ([], [ckpt])
+    (ckpt / checkpoint.MANIFEST).write_text('{"step": 4, "fi')  # cut short
+    assert "is unreadable" in checkpoint.why_incomplete(ckpt)
+    (ckpt / checkpoint.MANIFEST).unlink()  # finished by the Trainer (its state of step 4), no manifest
+    assert "no workshop_manifest.json" in checkpoint.why_incomplete(ckpt)
+    (ckpt / "trainer_state.json").unlink()
+    assert "interrupted while being written" in checkpoint.why_incomplete(ckpt)
+
+
+def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):
+    """Damaged and nothing complete: refused, nothing moved. Only interrupted while written: a resume starts
+    from step 0. Set aside: moved out of checkpoints/ (the Trainer's rotation globs checkpoint-*), never over
+    an earlier one."""
+    checkpoint.check_resumable(tmp_path)  # no checkpoints at all: step 0
+    half = tmp_path / checkpoint.CHECKPOINTS / "checkpoint-2"
+    half.mkdir(parents=True)
+    checkpoint.check_resumable(tmp_path)
+    ckpt = fake_checkpoint(tmp_path, 4)
+    (ckpt / "trainer_state.json").write_text("{}")
+    with pytest.raises(WorkshopError, match=r"no complete checkpoint to resume from: .*checkpoint-4 is damaged: "
+                       r"trainer_state.json .*Nothing was changed.\nTo fix: restore .* --overwrite"):
+        checkpoint.check_resumable(tmp_path)
+    assert ckpt.is_dir() and half.is_dir()
+    first = checkpoint.set_aside(ckpt)
+    ckpt.mkdir()
+    assert first == tmp_path / checkpoint.DAMAGED / "checkpoint-4"
+    assert checkpoint.set_aside(ckpt) == tmp_path / checkpoint.DAMAGED / "checkpoint-4.2" and first.is_dir()
+
+
+def test_the_suggested_command_repeats_the_settings_given(tmp_path):
+    """`run_command` parses back to the settings given, --overwrite replaced by --resume."""
+    asked = RunConfig("stage2", recipe="classic", tiny=True, max_steps=100, learning_rate=2e-3, save_model=False,
+                      liger_kernel=False, ds_config=["zero_optimization.overlap_comm=false", "gradient_clipping=1.0"],
+                      overwrite=True)
+    cmd = checkpoint.run_command(asked, tmp_path / "my run", "--resume")
+    assert cmd.startswith("workshop run stage2 ") and "--overwrite" not in cmd
+    again = parse_run_args(shlex.split(cmd)[2:])
+    assert again == replace(asked, overwrite=False, resume=True, output_dir=str(tmp_path / "my run"))
+
+
+def _tail(p) -> str:
+    return f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+
+
+def _one_error(p, *names) -> str:
+    """The single `workshop: error:` message of a failed command (no traceback), holding each of `names`."""
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("To fix:") == 1, _tail(p)
+    assert all(str(n) in p.stderr for n in names), _tail(p)
+    return p.stderr
+
+
+def _files(path: Path) -> dict:
+    return {str(f.relative_to(path)): f.stat().st_size for f in sorted(path.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture
+def unfinished(tiny_runs, tmp_path) -> Path:
+    """A copy of the session's tiny stage2 run without results.json: unfinished, two complete checkpoints."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs / "stage2", run)
+    (run / "results.json").unlink()
+    ckpts = run / checkpoint.CHECKPOINTS
+    assert checkpoint.find_checkpoints(run) == ([ckpts / "checkpoint-4", ckpts / "checkpoint-8"], [])
+    return run
+
+
+DAMAGE = {  # what each probe does to checkpoint-8, and the file the message must name
+    "deleted optimizer shard": ("global_step8/zero_pp_rank_0_mp_rank_00_optim_states.pt", lambda f: f.unlink()),
+    "zero-byte optimizer shard": ("global_step8/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                  lambda f: f.write_bytes(b"")),
+    "truncated model states": ("global_step8/mp_rank_00_model_states.pt",
+                               lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_resume_sets_a_damaged_checkpoint_aside_and_continues_from_the_older_one(unfinished, tiny_runs, damage):
+    rel, do = DAMAGE[damage]
+    ckpts = unfinished / checkpoint.CHECKPOINTS
+    do(ckpts / "checkpoint-8" / rel)
+    p = workshop("run", "stage2", "--tiny", "--output-dir", unfinished, "--resume", check=False)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, _tail(p)
+    skipped = [ln for ln in p.stdout.splitlines() if ln.startswith("Skipped")]
+    aside = unfinished / checkpoint.DAMAGED / "checkpoint-8"
+    assert len(skipped) == 1 and str(ckpts / "checkpoint-8") in skipped[0] and rel in skipped[0], p.stdout
+    assert f"moved to {aside}" in skipped[0] and f"Resuming from {ckpts / 'checkpoint-4'} (step 4)." in p.stdout
+    assert checkpoint.why_incomplete(aside).startswith(rel)  # kept as it was found
+    r, ref = (json.loads((d / "results.json").read_text()) for d in (unfinished, tiny_runs / "stage2"))
+    assert r["global_steps"] == 8 and r["eval_loss"] == pytest.approx(ref["eval_loss"], abs=1e-3)
+    assert checkpoint.find_checkpoints(unfinished) == ([ckpts / "checkpoint-4", ckpts / "checkpoint-8"], [])
+    assert not (unfinished / rundir.MARKER).exists()
+
+
+def test_resume_with_every_checkpoint_damaged_is_refused_and_changes_nothing(unfinished):
+    ckpts = unfinished / checkpoint.CHECKPOINTS
+    (ckpts / "checkpoint-8" / DAMAGE["deleted optimizer shard"][0]).unlink()
+    (ckpts / "checkpoint-4" / "global_step4" / "mp_rank_00_model_states.pt").write_bytes(b"")
+    before = _files(unfinished)
+    p = workshop("run", "stage2", "--tiny", "--output-dir", unfinished, "--resume", check=False)
+    err = _one_error(p, ckpts / "checkpoint-4", ckpts / "checkpoint-8", "--overwrite")
+    assert "holds no complete checkpoint to resume from" in err
+    assert _files(unfinished) == before
+
+
+def test_export_refuses_a_damaged_checkpoint_and_names_the_complete_one(unfinished, tmp_path):
+    ckpts = unfinished / checkpoint.CHECKPOINTS
+    (ckpts / "checkpoint-8" / DAMAGE["deleted optimizer shard"][0]).unlink()
+    before = _files(unfinished)
+    for source in (ckpts / "checkpoint-8", unfinished):  # the checkpoint, or the run (its newest checkpoint)
+        p = workshop("export", source, tmp_path / "out", check=False)
+        err = _one_error(p, ckpts / "checkpoint-8", f"use {ckpts / 'checkpoint-4'}", "optim_states.pt is missing")
+        assert "no ZeRO partitions" not in err and not (tmp_path / "out").exists()
+    assert _files(unfinished) == before  # export only reads
+    workshop("export", ckpts / "checkpoint-4", tmp_path / "out")  # the fix works
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def _start(args, cwd):
+    return subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait(until, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if until():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"never happened: {proc.communicate()}")
+
+
+def _steps(out: Path) -> list[int]:
+    """The steps train_log.csv holds so far (a line being written is left out)."""
+    log = out / "train_log.csv"
+    steps = [ln.split(",")[0] for ln in log.read_text().splitlines()[1:]] if log.exists() else []
+    return [int(s) for s in steps if s.isdigit()]
+
+
+def _trains_past(out: Path, step: int, proc) -> bool:
+    """True once `proc` claimed `out` (the marker holds its pid), rewrote train_log.csv after that (the
+    Trainer began: the killed attempt's rows past its checkpoint dropped) and logged a step past `step`."""
+    marker, log = out / rundir.MARKER, out / "train_log.csv"
+    if not (marker.exists() and json.loads(marker.read_text())["pid"] == proc.pid):
+        return False
+    return log.stat().st_mtime_ns > marker.stat().st_mtime_ns and max(_steps(out), default=0) > step
+
+
+def _message(proc, code) -> str:
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code and "Traceback" not in stderr, stderr[-3000:]
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("workshop:")]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0], stdout
+
+
+@pytest.mark.slow
+def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp_path):
+    """SIGINT without a checkpoint: says so, and the --overwrite command. SIGINT after checkpoints: names
+    each complete one (path, step) and the --resume command; that command resumes, and its SIGTERM names the
+    checkpoint it saved on the way out."""
+    out = tmp_path / "none"
+    proc = _start(["run", "baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir",
+                   out], tmp_path)
+    _wait(lambda: _steps(out), proc)
+    proc.send_signal(signal.SIGINT)
+    line, _ = _message(proc, 130)
+    assert "kept no checkpoint" in line and line.endswith(
+        f"To start again: workshop run baseline --tiny --max-steps 100000 --save-strategy no --output-dir {out} "
+        "--overwrite")
+
+    out = tmp_path / "run"
+    proc = _start(["run", "baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    _wait(lambda: checkpoint.step_of(out / checkpoint.CHECKPOINTS / "checkpoint-4"), proc)
+    proc.send_signal(signal.SIGINT)
+    line, _ = _message(proc, 130)
+    kept = checkpoint.find_checkpoints(out)[0]
+    last = checkpoint.step_of(kept[-1])
+    assert line.startswith("workshop: stopped by SIGINT at step") and kept
+    assert all(f"{p} (step {checkpoint.step_of(p)})" in line for p in kept), line
+    cmd = line.split(f"To continue from step {last}: ")[1]
+    assert cmd == f"workshop run baseline --tiny --max-steps 100000 --output-dir {out} --resume"
+
+    proc = _start(shlex.split(cmd)[1:], tmp_path)  # the command as printed, through python -m workshop_lib.cli
+    _wait(lambda: _trains_past(out, last, proc), proc)
+    proc.send_signal(signal.SIGTERM)
+    line, stdout = _message(proc, rundir.EXIT_PREEMPTED)
+    assert f"Resuming from {kept[-1]} (step {last})." in stdout
+    step = json.loads((out / rundir.MARKER).read_text())["step"]
+    saved = out / checkpoint.CHECKPOINTS / f"checkpoint-{step}"
+    assert step > last and checkpoint.find_checkpoints(out)[0][-1] == saved
+    assert f"{saved} (step {step})" in line and line.endswith(f"--output-dir {out} --resume")
