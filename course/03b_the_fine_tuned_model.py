@@ -66,8 +66,10 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 #
 # `global_stepN/` is DeepSpeed's format: for each rank, its ZeRO partition of the optimizer
 # (`*_optim_states.pt`: fp32 master weights, Adam's two moments) and the module's states; beside it the
-# learning-rate schedule, each rank's RNG states and `trainer_state.json` (step, epoch, log history), which
-# the Trainer writes last: a checkpoint without it was interrupted and is never loaded.
+# learning-rate schedule, each rank's RNG states and `trainer_state.json` (step, epoch, log history). When the
+# Trainer has written all of it, the workshop adds `workshop_manifest.json`, every file's size (and SHA-256 up
+# to 16 MiB): a checkpoint without it, or whose files do not match it, was interrupted or damaged; `--resume`
+# moves it to `damaged-checkpoints/` and continues from the older complete one.
 
 # %%
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
@@ -185,7 +187,7 @@ fine_tuned.runs_table(zero3, resumed, reloaded, scored)
 # 2. The killed run was resumed from which step? How many steps did the kill cost?
 
 # %% [markdown] tags=["exercise"]
-# 3. Why is a checkpoint without `trainer_state.json` never loaded, and what would go wrong if it were?
+# 3. Why is a checkpoint without its manifest never loaded, and what would go wrong if it were?
 
 # %% [markdown] tags=["exercise"]
 # 4. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
