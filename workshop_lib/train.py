@@ -448,7 +448,7 @@ def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: 
     try:
         steps = _step_log_callback(out / "train_log.csv", mem.t0)
         stop = _stop_callback(out / rundir.STOP_FILE)
-        for callback in (steps, stop, _phase_callback(mem)):
+        for callback in (steps, stop, _phase_callback(mem), _evaluate_before_save_callback()):
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
@@ -678,6 +678,38 @@ def _stop_callback(stop_file: Path):
                 control.should_evaluate = False
 
     return StopAtStepBoundary()
+
+
+def _evaluate_before_save_callback():
+    """A TrainerCallback that makes each epoch's evaluation at the end of the epoch's last optimizer step (or
+    of the run's last, when max_steps ends it mid-epoch) instead of at the epoch's end, so that a checkpoint of
+    that step holds the evaluation in its log history (trainer_state.json) and a run resumed from it never
+    skips it. The Trainer evaluates before it saves within one step's end (`_maybe_log_save_evaluate`), but
+    by itself it evaluates at the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that
+    save_strategy "steps" or a stop at the step boundary wrote at the step's end. The epoch's end then neither
+    evaluates again nor writes the checkpoint of the same step a second time."""
+    from transformers import TrainerCallback
+
+    class EvaluateBeforeSave(TrainerCallback):
+        evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
+
+        def on_step_end(self, args, state, control, **kw):
+            if abs(state.epoch - round(state.epoch)) < 1e-6 or state.global_step >= state.max_steps:
+                control.should_evaluate = True
+
+        def on_evaluate(self, args, state, control, **kw):
+            self.evaluated = state.global_step
+
+        def on_save(self, args, state, control, **kw):
+            self.saved = state.global_step
+
+        def on_epoch_end(self, args, state, control, **kw):
+            if self.evaluated == state.global_step:
+                control.should_evaluate = False
+            if self.saved == state.global_step:
+                control.should_save = False
+
+    return EvaluateBeforeSave()
 
 
 def _gather_per_rank(summary: dict) -> list[dict]:

@@ -1,0 +1,56 @@
+"""`python tests/faults.py WHEN SIGNAL run ARGS...`: `workshop run ARGS...` in this process, which sends itself
+SIGNAL (KILL, INT, TERM) at one exact moment at the end of the first epoch, for the resume tests:
+
+    step_end   the epoch's last optimizer step has ended (before its evaluation and checkpoint)
+    evaluating the epoch's evaluation has scored its second batch
+    saving     the epoch's checkpoint has its model and optimizer states, not yet its RNG or trainer state
+    saved      the epoch's checkpoint is complete
+
+A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; only
+`saving`, which no Trainer event marks, wraps `Trainer._save_rng_state`. Nothing here changes what the run computes."""
+
+import os
+import signal
+import sys
+
+import transformers
+from transformers import TrainerCallback
+
+when, signum = sys.argv[1], signal.Signals[f"SIG{sys.argv[2]}"]
+
+
+def end_of_first_epoch(state) -> bool:
+    return state.epoch is not None and abs(state.epoch - 1) < 1e-6
+
+
+class Fault(TrainerCallback):
+    batches = 0
+
+    def on_step_end(self, args, state, control, **kw):
+        if when == "step_end" and end_of_first_epoch(state):
+            os.kill(os.getpid(), signum)
+
+    def on_prediction_step(self, args, state, control, **kw):
+        self.batches += 1
+        if when == "evaluating" and end_of_first_epoch(state) and self.batches == 2:
+            os.kill(os.getpid(), signum)
+
+    def on_save(self, args, state, control, **kw):
+        if when == "saved" and end_of_first_epoch(state):
+            os.kill(os.getpid(), signum)
+
+
+transformers.trainer.DEFAULT_CALLBACKS.append(Fault)
+if when == "saving":
+    save_rng_state = transformers.Trainer._save_rng_state
+
+    def _save_rng_state(self, output_dir):
+        if end_of_first_epoch(self.state):
+            os.kill(os.getpid(), signum)
+        save_rng_state(self, output_dir)
+
+    transformers.Trainer._save_rng_state = _save_rng_state
+
+from workshop_lib import cli  # noqa: E402 - after the hooks
+
+sys.exit(cli.main(sys.argv[3:]))
