@@ -279,9 +279,11 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     assert fine_tuned.resume(n, r, other).verdict == "diverged"
 
 
+# Each stop point once (kill -9 during the evaluation and during the save resume from the same checkpoint as
+# SIGINT there, and passed too; left out to keep CI's time)
 @pytest.mark.parametrize("when, sig, save, resume_step", [
-    ("saved", "KILL", "steps", 4), ("evaluating", "INT", "steps", 2), ("evaluating", "KILL", "steps", 2),
-    ("saving", "INT", "steps", 2), ("saving", "KILL", "steps", 2), ("step_end", "TERM", "no", 4)])
+    ("saved", "KILL", "steps", 4), ("evaluating", "INT", "steps", 2), ("saving", "INT", "steps", 2),
+    ("step_end", "TERM", "no", 4)])
 def test_a_run_stopped_at_an_epochs_end_resumes_with_every_evaluation(runs, tmp_path, when, sig, save, resume_step):
     """Stopped at one exact moment of the first epoch's end (tests/faults.py: after its checkpoint, during its
     evaluation, during its checkpoint, SIGTERM at its last step), then --resume: the whole eval_loss list of
