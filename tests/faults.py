@@ -4,7 +4,7 @@ SIGNAL (KILL, INT, TERM) at one exact moment at the end of the first epoch, for 
     step_end   the epoch's last optimizer step has ended (before its evaluation and checkpoint)
     evaluating the epoch's evaluation has scored its second batch
     saving     the epoch's checkpoint has its model and optimizer states, not yet its RNG or trainer state
-    saved      the epoch's checkpoint is complete
+    saved      the epoch's checkpoint is complete, its manifest written (at the epoch's end)
 
 A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; only
 `saving`, which no Trainer event marks, wraps `Trainer._save_rng_state`. Nothing here changes what the run computes."""
@@ -35,7 +35,7 @@ class Fault(TrainerCallback):
         if when == "evaluating" and end_of_first_epoch(state) and self.batches == 2:
             os.kill(os.getpid(), signum)
 
-    def on_save(self, args, state, control, **kw):
+    def on_epoch_end(self, args, state, control, **kw):  # after the save and every on_save (the manifest)
         if when == "saved" and end_of_first_epoch(state):
             os.kill(os.getpid(), signum)
 

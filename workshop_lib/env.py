@@ -9,7 +9,9 @@ import os
 import platform
 import socket
 import sys
+import random
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -102,8 +104,25 @@ def versions() -> dict:
 
 
 def free_port() -> int:
+    """A TCP port that nothing listens on now, for a world of one's rendezvous (MASTER_PORT). Drawn at random
+    below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel handed out
+    (bind to 0) is one it also hands to outgoing connections, which took it before the run bound it (CI saw
+    EADDRINUSE). Bound on every interface to test it, as torch's TCPStore binds it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux: the IANA dynamic range starts at 49152
+        low = 49152
+    draw = random.Random()  # not the global RNG a seeded run uses
+    for _ in range(100):
+        port = draw.randrange(max(1024, low - 10000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
