@@ -20,6 +20,16 @@ def workshop(*args, cwd=None, check=True):
     return p
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_world(monkeypatch):
+    """A test starts without a world's variables, and leaves none: a run made in this worker's process
+    (`env.ensure_distributed_env`) sets RANK, WORLD_SIZE and MASTER_PORT, whose store still listens there;
+    a `workshop run` child inheriting them took itself for a launched rank and failed on that port (EADDRINUSE,
+    seen in CI). monkeypatch removes them again after the test."""
+    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(v, raising=False)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items):
     """A test that reads the session's tiny runs is end to end: marked slow. scripts/test.sh runs the suite on
