@@ -73,6 +73,18 @@ def recompute_flops_per_token(num_params: int, num_layers: int, attention_width:
     return 2 * (num_params - lm_head_params) + 4 * num_layers * attention_width * seq_len
 
 
+def run_flops_per_token(num_params: int, num_layers: int, attention_width: int, lm_head_params: int, tokens: int,
+                        sequences: int, labelled_tokens: int, logits_on_labelled: bool,
+                        activation_checkpointing: bool) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) per token of a run: `flops_per_token` at the data's mean sequence length
+    (tokens / sequences, padding excluded), the LM head counted at the labelled share of positions where the run
+    computes logits there only; hardware adds `recompute_flops_per_token` under activation checkpointing.
+    HFU = MFU x hardware / model FLOPs."""
+    shape = (num_params, num_layers, attention_width, tokens / sequences)
+    model = flops_per_token(*shape, lm_head_params, labelled_tokens / tokens if logits_on_labelled else 1.0)
+    return model, model + (recompute_flops_per_token(*shape, lm_head_params) if activation_checkpointing else 0)
+
+
 def mfu(tokens_per_second: float | None, flops_per_token: float, peak_flops_per_gpu: float | None,
         world_size: int) -> float | None:
     """Model FLOPs utilisation, a fraction: tokens/s x FLOPs/token / (peak FLOP/s per GPU x GPUs); None

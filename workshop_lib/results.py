@@ -194,12 +194,11 @@ def hfu(row) -> float | None:
     except Exception:  # noqa: BLE001 - a model whose config cannot be read here: no HFU rather than no table
         return None
     stats = row["data_stats"]["train"]
-    args = (shape["num_params"], shape["num_layers"], shape["num_attention_heads"] * shape["head_dim"],
-            stats["tokens"] / stats["used"])
-    lm_head = shape["vocab_size"] * shape["hidden_size"]
-    fraction = stats["labelled_tokens"] / stats["tokens"] if cfg.get("logits_on") == "labelled" else 1.0
-    flops = metrics.flops_per_token(*args, lm_head, fraction)
-    return mfu * (flops + metrics.recompute_flops_per_token(*args, lm_head)) / flops
+    flops, hardware = metrics.run_flops_per_token(
+        shape["num_params"], shape["num_layers"], shape["num_attention_heads"] * shape["head_dim"],
+        shape["vocab_size"] * shape["hidden_size"], stats["tokens"], stats["used"], stats["labelled_tokens"],
+        cfg.get("logits_on") == "labelled", True)
+    return mfu * hardware / flops
 
 
 def fmt(value, metric: str) -> str:

@@ -560,12 +560,11 @@ def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None,
     `DataStats`: mean sequence length, and the share of positions whose logits the run computes (all, or the
     labelled). HFU counts the forward pass activation checkpointing recomputes (`metrics.recompute_flops_per_token`);
     without checkpointing it equals MFU. (None, None) where the GPU's peak is unknown (a CPU)."""
-    fraction = stats.labelled_tokens / stats.tokens if cfg.logits_on == "labelled" else 1.0
-    shape = (info["num_params"], info["num_layers"], info["attention_width"], stats.tokens / stats.used)
-    flops = metrics.flops_per_token(*shape, info["lm_head_params"], fraction)
+    flops, hardware = metrics.run_flops_per_token(
+        info["num_params"], info["num_layers"], info["attention_width"], info["lm_head_params"], stats.tokens,
+        stats.used, stats.labelled_tokens, cfg.logits_on == "labelled", cfg.activation_checkpointing)
     mfu = metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
-    extra = metrics.recompute_flops_per_token(*shape, info["lm_head_params"]) if cfg.activation_checkpointing else 0
-    return mfu, (mfu * (flops + extra) / flops if mfu is not None else None)
+    return mfu, (mfu * hardware / flops if mfu is not None else None)
 
 
 def token_budget_batches(cfg: RunConfig, train_ds) -> TokenBudgetBatchSampler | None:
