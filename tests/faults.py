@@ -1,22 +1,40 @@
 """`python tests/faults.py WHEN SIGNAL run ARGS...`: `workshop run ARGS...` in this process, which sends itself
-SIGNAL (KILL, INT, TERM) at one exact moment at the end of the first epoch, for the resume tests:
+SIGNAL (KILL, INT, TERM) at one exact moment at the end of the first epoch, for the resume tests, or, with
+SIGNAL FILL, fills the disk that holds the current directory at that moment (a file `filler` at its mount
+point, up to FILL_LEAVES_KIB free), for the full-disk tests:
 
     step_end   the epoch's last optimizer step has ended (before its evaluation and checkpoint)
     evaluating the epoch's evaluation has scored its second batch
     saving     the epoch's checkpoint has its model and optimizer states, not yet its RNG or trainer state
     saved      the epoch's checkpoint is complete, its manifest written (at the epoch's end)
+    trained    training has ended (before the model is saved)
 
 A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; only
 `saving`, which no Trainer event marks, wraps `Trainer._save_rng_state`. Nothing here changes what the run computes."""
 
 import os
+import shutil
 import signal
 import sys
 
 import transformers
 from transformers import TrainerCallback
 
-when, signum = sys.argv[1], signal.Signals[f"SIG{sys.argv[2]}"]
+when, action = sys.argv[1], sys.argv[2]
+FILL_LEAVES_KIB = 256  # room for the run's marker and logs, none for a checkpoint or the model
+
+
+def fault() -> None:
+    if action != "FILL":
+        os.kill(os.getpid(), signal.Signals[f"SIG{action}"])
+        return
+    mount = os.path.realpath(".")
+    while not os.path.ismount(mount):
+        mount = os.path.dirname(mount)
+    with open(os.path.join(mount, "filler"), "wb") as f:
+        while (free := shutil.disk_usage(mount).free) > FILL_LEAVES_KIB * 1024:
+            f.write(bytes(min(free - FILL_LEAVES_KIB * 1024, 2**20)))
+            f.flush()
 
 
 def end_of_first_epoch(state) -> bool:
@@ -28,16 +46,20 @@ class Fault(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kw):
         if when == "step_end" and end_of_first_epoch(state):
-            os.kill(os.getpid(), signum)
+            fault()
 
     def on_prediction_step(self, args, state, control, **kw):
         self.batches += 1
         if when == "evaluating" and end_of_first_epoch(state) and self.batches == 2:
-            os.kill(os.getpid(), signum)
+            fault()
 
     def on_epoch_end(self, args, state, control, **kw):  # after the save and every on_save (the manifest)
         if when == "saved" and end_of_first_epoch(state):
-            os.kill(os.getpid(), signum)
+            fault()
+
+    def on_train_end(self, args, state, control, **kw):
+        if when == "trained":
+            fault()
 
 
 transformers.trainer.DEFAULT_CALLBACKS.append(Fault)
@@ -46,7 +68,7 @@ if when == "saving":
 
     def _save_rng_state(self, output_dir):
         if end_of_first_epoch(self.state):
-            os.kill(os.getpid(), signum)
+            fault()
         save_rng_state(self, output_dir)
 
     transformers.Trainer._save_rng_state = _save_rng_state

@@ -392,3 +392,22 @@ def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys
         err = capsys.readouterr().err
         assert expected in err and err.count("To fix:") == 1 and "Traceback" not in err, err
         assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_a_run_of_one_process_listens_on_the_loopback_interface_only(tmp_path):
+    """A ZeRO run without a launcher (a world of one) opens no port reachable from the network: its sockets
+    are listed (psutil) while it trains, and every listening one is on 127.0.0.1 or ::1, none on MASTER_PORT."""
+    import psutil
+
+    out = tmp_path / "run"
+    proc = _start(["stage2", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    try:
+        _wait_for_training(out, proc)
+        listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(proc.pid).net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert listening, "gloo listens for its peers: a run with no listening socket was not a DeepSpeed world"
+    assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1"}, listening

@@ -59,6 +59,18 @@ def _name_step(ckpt: Path) -> int | None:
     return int(n) if ckpt.name.startswith("checkpoint-") and n.isdigit() else None
 
 
+def bytes_per_param(deepspeed: bool, precision: str) -> int:
+    """Bytes per parameter one checkpoint of a run holds (the model and Adam's states; the RNG and trainer
+    state are a few KiB). DeepSpeed (ZeRO 0-3, bf16/fp16): the module's weights in the 16-bit training type (2)
+    and the optimizer's fp32 master weights, exp_avg and exp_avg_sq (4 + 4 + 4): 14; in fp32 (the CPU) the
+    weights take 4: 16 (DeepSpeed's `save_checkpoint`: mp_rank_00_model_states.pt and the
+    zero_pp_rank_*_optim_states.pt files). The plain Trainer: fp32 weights (model.safetensors, 4) and
+    torch AdamW's exp_avg and exp_avg_sq (optimizer.pt, 8): 12."""
+    if not deepspeed:
+        return 12
+    return (4 if precision == "fp32" else 2) + 12
+
+
 def write_manifest(ckpt: str | os.PathLike) -> Path:
     """Write ckpt/MANIFEST (atomically): every other file under `ckpt`, by path relative to it, with its size
     in bytes and, up to CHECKSUM_MAX_BYTES, its SHA-256. Call once the checkpoint is written whole

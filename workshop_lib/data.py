@@ -72,8 +72,9 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
     return path
 
 
-def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
-    """Read a file in the SQuAD v1.1 JSON layout into rows like Hugging Face's `squad` dataset.
+def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> datasets.Dataset:
+    """Read a file in the SQuAD v1.1 JSON layout into rows like Hugging Face's `squad` dataset. `option`: the
+    command's option that named the file, for the fix of a missing one.
 
     Returns a Dataset with columns id, title, context, question, answers ({"text": [...],
     "answer_start": [...]}), in file order.
@@ -84,7 +85,7 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
             answer_start, lists for data, paragraphs, qas and answers), or holds a question without an answer
             (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text.
     """
-    path = check_squad_path(path)
+    path = check_squad_path(path, option)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         articles = raw["data"]
@@ -148,8 +149,10 @@ def read_squad_json(path: str | os.PathLike) -> datasets.Dataset:
 
 
 def load_squad(split: str = "train", num_samples: int | None = None, data_file: str | None = None,
-               verbose: bool = True) -> datasets.Dataset:
-    """The first `num_samples` SQuAD questions of `split` ("train" or "validation").
+               verbose: bool = True, count_option: str | None = None) -> datasets.Dataset:
+    """The first `num_samples` SQuAD questions of `split` ("train" or "validation"). `count_option` is the
+    calling command's option that sets `num_samples`, which the fix of a bad count names (default
+    `workshop run`'s: --num-train-samples or --num-eval-samples).
 
     Source, in order: `data_file` when given; else the Hugging Face hub (`load_dataset("squad")`) unless
     HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set; else, when the hub cannot be reached, the real SQuAD
@@ -162,7 +165,8 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
     if split not in BUNDLED_FILES:
         raise WorkshopError(f"Unknown split {split!r}.", "use 'train' or 'validation'.")
     if data_file:
-        ds, source = read_squad_json(data_file), f"file {Path(data_file).resolve()}"
+        option = "--train-file" if split == "train" else "--eval-file"  # `workshop run` and `workshop eval`
+        ds, source = read_squad_json(data_file, option), f"file {Path(data_file).resolve()}"
     else:
         ds = None
         if hub_reachable():
@@ -175,7 +179,7 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
             ds = read_squad_json(BUNDLED_FILES[split])
             source = f"bundled SQuAD v1.1 subset ({BUNDLED_FILES[split]}; hub not used)"
     if num_samples is not None:
-        option = "--num-train-samples" if split == "train" else "--num-eval-samples"
+        option = count_option or ("--num-train-samples" if split == "train" else "--num-eval-samples")
         if num_samples < 1:
             raise WorkshopError(f"num_samples must be at least 1, got {num_samples}.", f"pass {option} N with N >= 1.")
         if num_samples > len(ds):

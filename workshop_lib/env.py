@@ -154,18 +154,49 @@ def sanitize_cuda_arch_list() -> None:
 
 
 def init_distributed() -> None:
-    """Start the process group now, under a launcher with WORLD_SIZE > 1 (NCCL on GPUs, gloo on the CPU),
-    so ranks can wait for each other before the Trainer exists (rank 0 prepares the output directory while
-    the others wait). The Trainer and DeepSpeed find it started and use it. A world of one: nothing.
+    """Start the process group now, so ranks can wait for each other before the Trainer exists (rank 0 prepares
+    the output directory while the others wait). The Trainer and DeepSpeed find it started and use it.
+
+    Under a launcher with WORLD_SIZE > 1: NCCL on GPUs, gloo on the CPU, rendezvous at MASTER_ADDR:MASTER_PORT
+    (torchrun's own store, which torch binds on every interface: `TCPStore` has no bind address).
+    A world of one made by `ensure_distributed_env` (a DeepSpeed run without a launcher): the group's store is
+    in-process (`HashStore`), so nothing listens on MASTER_PORT, and gloo and NCCL are held to the loopback
+    interface (`loopback_interface`) unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise: a one-process
+    run listens on no port reachable from the network. Without RANK (no DeepSpeed, no launcher): nothing.
     Collectives time out after WORKSHOP_DIST_TIMEOUT_S seconds (default 1800): a dead rank fails the job."""
     import datetime
 
     import torch.distributed as dist
 
-    if world()[2] == 1 or dist.is_initialized():
+    if dist.is_initialized() or (world()[2] == 1 and "RANK" not in os.environ):
         return
     timeout = datetime.timedelta(seconds=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)))
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if world()[2] > 1:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    # Set for the start only (NCCL started now, not at its first collective, so it reads them now): left in
+    # os.environ they would reach a batch job submitted from this process and hold its nodes to loopback.
+    lo = loopback_interface()
+    held = {v: lo for v in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if lo and v not in os.environ}
+    device = {"device_id": torch.device("cuda", world()[1])} if backend == "nccl" else {}
+    os.environ.update(held)
+    try:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **device)
+    finally:
+        for v in held:
+            os.environ.pop(v, None)
+
+
+def loopback_interface() -> str | None:
+    """The name of the network interface that holds 127.0.0.1 ("lo" on Linux, "lo0" on macOS; psutil), or
+    None when none does."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
 
 
 def barrier() -> None:

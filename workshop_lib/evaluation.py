@@ -139,14 +139,11 @@ def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
             "num_questions": len(predictions)}
 
 
-def score_model(net, tokenizer, num_questions: int, eval_file: str | None = None, batch_size: int = 16,
-                max_new_tokens: int = 32, max_length: int = 512) -> tuple[dict, list[dict]]:
-    """Generate answers for the first `num_questions` SQuAD dev questions (`eval_file`: another SQuAD v1.1
-    JSON) and score them. Returns (scores as `squad_scores`, one record per question: id, question,
+def score_model(net, tokenizer, rows, batch_size: int = 16, max_new_tokens: int = 32,
+                max_length: int = 512) -> tuple[dict, list[dict]]:
+    """Generate answers for SQuAD questions `rows` (`data.load_squad`'s dataset: id, question, context,
+    answers) and score them. Returns (scores as `squad_scores`, one record per question: id, question,
     prediction, answers)."""
-    from .data import load_squad
-
-    rows = load_squad("validation", num_questions, eval_file)
     predictions = generate_answers(net, tokenizer, rows["question"], rows["context"], batch_size, max_new_tokens,
                                    max_length)
     golds = [a["text"] for a in rows["answers"]]
@@ -158,7 +155,8 @@ def score_model(net, tokenizer, num_questions: int, eval_file: str | None = None
 def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None = None, num_questions: int = 500,
                    **options) -> dict:
     """`workshop eval`: score the model of a run directory (its model/), a model directory or a hub name on
-    SQuAD dev questions (`score_model`, `options` passed on), and write into `output_dir` (default: `path`)
+    the first `num_questions` SQuAD dev questions (`options`: eval_file, another SQuAD v1.1 JSON; the rest
+    passed on to `score_model`), and write into `output_dir` (default: `path`)
     predictions.jsonl (one JSON line per question: id, question, prediction, answers) and squad_scores.json
     (em, f1, num_questions, model), each atomically. Returns the scores.
 
@@ -167,12 +165,15 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     """
     from .rundir import write_json_atomic
 
+    from .data import load_squad
+
     source = model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
         raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
                             "pass --output-dir DIR.")
+    rows = load_squad("validation", num_questions, options.pop("eval_file", None), count_option="--num-questions")
     net, tokenizer = load_model(source)
-    scores, records = score_model(net, tokenizer, num_questions, **options)
+    scores, records = score_model(net, tokenizer, rows, **options)
     out = Path(output_dir or path)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{PREDICTIONS}.tmp{os.getpid()}"

@@ -18,6 +18,7 @@ GPU utilisation is NVML's: the percentage of the last sample period in which a k
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import threading
@@ -56,7 +57,8 @@ class MemorySampler:
         mem.summary()  # {"gpu_peak_mib": ..., "gpu_mean_mib": ..., ...}
 
     CSV columns: time_s (since `t0`, the perf_counter at entry), gpu_used_mib (NVML), torch_allocated_mib,
-    host_rss_mib, gpu_util_pct (NVML); GPU columns are empty without a GPU. Each row is flushed as written, so a crash keeps everything sampled so far.
+    host_rss_mib, gpu_util_pct (NVML); GPU columns are empty without a GPU. Each row is flushed as written, so a crash keeps everything sampled so far;
+    a write that fails stops the file, not the sampling, and is raised on exit.
     """
 
     def __init__(self, csv_path: str | os.PathLike, interval_s: float = 0.2, device: int | None = None):
@@ -68,6 +70,7 @@ class MemorySampler:
         self.states: dict = {}  # readings at the "states" mark
         self._stop = threading.Event()
         self._proc = psutil.Process()
+        self.write_error: OSError | None = None  # the CSV's write failed (a full disk); sampling went on
 
     def sample(self) -> dict:
         """One row of readings (MiB), taken now."""
@@ -83,19 +86,27 @@ class MemorySampler:
         return row
 
     def _run(self):
-        with self.path.open("w", newline="") as f:
+        try:
+            f = self.path.open("w", newline="")
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
-            while True:
-                row = self.sample()
-                self.rows.append(row)
-                w.writerow(row)
-                f.flush()
-                if self._stop.wait(self.interval_s):
-                    break
-            row = self.sample()  # one last reading at stop
+        except OSError as e:
+            f, self.write_error = None, e
+        while True:  # a write that fails (a full disk) stops the file, not the sampling: __exit__ raises it
+            row = self.sample()
             self.rows.append(row)
-            w.writerow(row)
+            if f is not None:
+                try:
+                    w.writerow(row)
+                    f.flush()
+                except OSError as e:
+                    f, self.write_error = None, e
+            if self._stop.is_set():  # the last reading was taken at stop
+                break
+            self._stop.wait(self.interval_s)
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
 
     def __enter__(self):
         self.t0 = self._t0 = time.perf_counter()
@@ -107,9 +118,11 @@ class MemorySampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self._stop.set()
         self._thread.join()
+        if exc_type is None and self.write_error is not None:
+            raise self.write_error
         return False
 
     def mark(self, event: str) -> None:

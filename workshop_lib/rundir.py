@@ -21,6 +21,7 @@ reaches every rank on every node whatever the launcher (torchrun would die of a 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -72,6 +73,10 @@ class StopRequest:
     training: bool = False
 
 
+# Below this many MiB free on the output's disk, a failed write is taken for a full disk: torch.save's writer
+# says only "unexpected pos N vs M", without the OS error
+DISK_FULL_FREE_MIB = 16
+
 # psutil's create_time is read from /proc in clock ticks: two reads of one process agree to well under this
 PID_CREATED_TOLERANCE_S = 1.0
 
@@ -81,8 +86,65 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
     whole new one, never half of it, even if the process dies while writing."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no half-written temporary file left behind
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
+    """True when the error `e` is a full disk: `e` or an exception it was raised from is OSError ENOSPC or says
+    "No space left on device" (safetensors: "... (os error 28)"), or the disk holding `out` has less than
+    DISK_FULL_FREE_MIB MiB free (torch.save's writer reports only "unexpected pos N vs M")."""
+    seen, hops = e, 0
+    while seen is not None and hops < 20:
+        if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in str(seen):
+            return True
+        seen, hops = seen.__cause__ or seen.__context__, hops + 1
+    try:
+        return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * 2**20
+    except OSError:
+        return False
+
+
+def mount_point(path: str | os.PathLike) -> Path:
+    """The mount point of the file system that holds `path` (an existing part of it)."""
+    p = Path(path).resolve()
+    while not p.exists():
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return p
+
+
+def _mib_under(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20 if path.exists() else 0.0
+
+
+def clear_partial_writes(out: str | os.PathLike) -> dict:
+    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
+    ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
+    complete one (`checkpoint.why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older
+    checkpoints, complete or damaged, stay. Returns {"what": what was being written, "partial_mib": MiB removed,
+    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one)}."""
+    from . import checkpoint
+
+    out = Path(out)
+    complete, incomplete = checkpoint.find_checkpoints(out)
+    last = checkpoint.step_of(complete[-1]) if complete else -1
+    partial = [c for c in incomplete if checkpoint._name_step(c) > last] + [out / ".model.tmp"]
+    what = ("the model (model/)" if partial[-1].exists() else
+            f"checkpoint {partial[0]}" if len(partial) > 1 else "the run's logs and results")
+    mib = sum(_mib_under(p) for p in partial)
+    for p in partial:
+        shutil.rmtree(p, ignore_errors=True)
+    for tmp in out.rglob(".*.tmp*"):
+        if tmp.is_file():
+            mib += tmp.stat().st_size / 2**20
+            tmp.unlink(missing_ok=True)
+    return {"what": what, "partial_mib": mib, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0}
 
 
 def _alive(pid: int, host: str, created: float | None = None) -> bool:
@@ -189,8 +251,11 @@ def mark_ended(out: str | os.PathLike, **how) -> None:
     """Record in the RUNNING marker how an unfinished run ended (status "interrupted" or "failed", ...)."""
     marker = Path(out) / MARKER
     if marker.is_file():
-        write_json_atomic(marker, json.loads(marker.read_text()) | how |
-                          {"ended": datetime.now().isoformat(timespec="seconds")})
+        try:
+            write_json_atomic(marker, json.loads(marker.read_text()) | how |
+                              {"ended": datetime.now().isoformat(timespec="seconds")})
+        except OSError as e:  # a full disk: the marker still says "running", for a process that is gone
+            print(f"Could not record in {marker} how the run ended ({e}); it names a process that has ended.")
 
 
 def finish(out: str | os.PathLike, results: dict) -> None:

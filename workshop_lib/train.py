@@ -107,6 +107,30 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
             else:
                 e.args = (f"stopped by {e.args[0]} before anything was written.",)
             raise
+        except Exception as e:
+            if hasattr(e, "disk_full"):  # set by `_run` on rank 0
+                raise disk_full_error(cfg.output_dir, e.disk_full, e.step, asked) from e
+            raise
+
+
+def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
+    """The one message for a run stopped by a full disk (`rundir.clear_partial_writes` has removed what it
+    was writing): the disk, its free space, what the run needs, and the command that goes on."""
+    usage, mount = shutil.disk_usage(out), rundir.mount_point(out)
+    if cleared["checkpoint_mib"]:
+        need = f"a checkpoint of this run takes {cleared['checkpoint_mib']:,.0f} MiB"
+    else:  # `checkpoint.bytes_per_param`
+        need = f"a checkpoint of this run takes about {cleared['estimate_mib']:,.0f} MiB"
+    need += f" and the run keeps up to {cleared['keep']}"
+    complete = checkpoint.find_checkpoints(out)[0]
+    go_on = checkpoint.run_command(asked, out, "--resume" if complete else "--overwrite")
+    return WorkshopError(
+        f"The disk holding {out} ({mount}) is full: the run stopped at step {step} while writing {cleared['what']}; "
+        f"{need}. The partial files were removed ({usage.free / memory.MiB:,.0f} MiB free of "
+        f"{usage.total / memory.MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
+        + (f"Complete checkpoints kept: {', '.join(map(str, complete))}." if complete else "No checkpoint was kept."),
+        f"free space on {mount} (`du -sh {mount}/*` shows what holds it) or copy the run to a larger disk, then "
+        f"{go_on}")
 
 
 def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
@@ -206,13 +230,21 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
 
             after = evaluate_squad(out, out, cfg.score_questions, eval_file=cfg.eval_file, max_length=cfg.max_length)
             results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
+        if rank == 0:
+            rundir.finish(out, results)
     except BaseException as e:
         step = trainer.state.global_step if trainer is not None else 0
+        full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
         if rank == 0:
             if isinstance(e, rundir.RunPreempted):
                 rundir.mark_ended(out, status="preempted", signal=e.args[0], step=step)
             elif isinstance(e, rundir.RunInterrupted):
                 rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
+            elif full:  # what was half-written goes first: it frees the space the marker needs
+                per_param = checkpoint.bytes_per_param(exp.deepspeed, cfg.precision)
+                e.disk_full = rundir.clear_partial_writes(out) | {
+                    "estimate_mib": info["num_params"] * per_param / memory.MiB, "keep": cfg.save_total_limit}
+                rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
             else:
                 rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
         e.step = step
@@ -222,8 +254,6 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
             _release(trainer)
         if exp.offloads_to_nvme:  # the swap files: as large as what they hold
             shutil.rmtree(nvme_swap_dir(cfg), ignore_errors=True)
-    if rank == 0:
-        rundir.finish(out, results)
     return results
 
 
@@ -286,7 +316,8 @@ def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
 
     if torch.cuda.is_available():
         net.to("cuda")
-    scores = score_model(net.eval(), tokenizer, cfg.score_questions, cfg.eval_file, max_length=cfg.max_length)[0]
+    rows = load_squad("validation", cfg.score_questions, cfg.eval_file, verbose=False, count_option="--score-questions")
+    scores = score_model(net.eval(), tokenizer, rows, max_length=cfg.max_length)[0]
     net.to("cpu").train()
     print(f"Before fine-tuning: exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on {scores['num_questions']} "
           "SQuAD questions.")

@@ -333,6 +333,7 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages
     from deepspeed.runtime.fp16.loss_scaler import CreateLossScaler
     from deepspeed.runtime.utils import has_inf_or_nan
 
+    env.init_distributed()  # the world of one's group, on an in-process store (no port opened)
     deepspeed.init_distributed()  # as deepspeed.initialize would: the scaler asks DeepSpeed's comm for the rank
     f16 = DeepSpeedConfig(cfg).float16_config
     scaler = CreateLossScaler(torch.float16, f16.loss_scale, True, f16.dynamic_loss_scale_args())
