@@ -184,8 +184,10 @@ ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(n
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
 #    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
-#    peak allocated disagree, what makes the difference?
-# 2. Which stage is slowest, and why? Is every difference in speed larger than the band?
+#    peak allocated disagree, what makes the difference? How close did stage 3's NVML peak come to the GPU's
+#    memory, in yours and in the reference?
+# 2. Which stage is slowest, and why? Is every difference in speed larger than the band? On a GPU, how does
+#    stage 3 compare with the baseline without compilation, and what did compilation alone change?
 # 3. Do the losses agree across stages? Should they?
 # 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
 #    and to HFU?

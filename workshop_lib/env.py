@@ -398,8 +398,9 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     from .errors import WorkshopError
     from .lessons import course_budget
 
-    budget = course_budget(gpu_free_mib())
-    print(budget.line("every run of notebooks 01-03"))
+    budget, fraction = course_budget(gpu_free_mib()), gpu_memory_fraction()
+    print(budget.line("every run of notebooks 01-03") + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use "
+                                                         "that share of the GPU)" if fraction else ""))
     if budget.tokens is None:
         raise WorkshopError(budget.line("every run of notebooks 01-03"),
                             "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "

@@ -12,6 +12,7 @@ from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_tot
 
 STAGES = ["stage1", "stage2", "stage3"]
 LOSS_AGREE = 0.01  # relative spread of the ZeRO stages' train losses below which we call them in agreement
+NEAR_LIMIT = 0.95  # an NVML peak above this share of the GPU's memory is at its limit (4 GiB from it on 80 GB)
 
 
 def compiled(r: dict) -> bool:
