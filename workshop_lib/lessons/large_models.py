@@ -268,7 +268,8 @@ class Choice:
 
     def line(self) -> str:
         """One line: the machine the estimates are for, and the choice with its numbers."""
-        where = ("this machine" if self.here else "the reference machine (one H100 80GB, 128 GiB of host memory)")
+        where = ("this machine" if self.here else
+                 f"the reference machine (one {REFERENCE_GPU}, {REFERENCE_HOST_MIB / 1024:,.0f} GiB of host memory)")
         return (f"Estimates for {where}: {self.gpu_mib:,.0f} MiB of GPU memory, {self.host_mib:,.0f} MiB of host "
                 f"memory. {self.model} in micro-batches of {self.max_tokens:,} tokens does not fit with the HF Trainer "
                 f"alone (~{self.baseline['total_gpu_mib']:,.0f} MiB) nor ZeRO-2 (~{self.stage2['total_gpu_mib']:,.0f}), "
