@@ -15,6 +15,7 @@ import inspect
 import json
 from pathlib import Path
 
+import torch
 from IPython.display import Markdown, display
 
 from workshop_lib import ds_config, env, launch, lessons, results
@@ -24,7 +25,7 @@ from workshop_lib.train import build_trainer, run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
-COMMON = env.notebook_run_options()
+COMMON = env.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 
@@ -61,6 +62,19 @@ for name in ORDER:
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+
+# %% [markdown]
+# **Stage 3 runs without torch.compile.** On a GPU the baseline, stage 1 and stage 2 compile each transformer
+# block (the recipe's `torch_compile`); under ZeRO-3 the library turns it off (the run says so when it starts:
+# DeepSpeed's parameter-gathering hooks split every compiled block, which measured slower than no compilation).
+# Stage 3 against the baseline would then mix ZeRO-3's cost with compilation's. One more run, the baseline
+# without compilation, compares stage 3 with a run that differs from it in ZeRO only, and shows what compilation
+# itself does. On a CPU nothing compiles, so stage 3 and the baseline already differ in ZeRO only, and the run
+# is skipped.
+
+# %%
+if torch.cuda.is_available():  # torch.compile runs on a GPU only (train.check_machine)
+    run_experiment(lessons.run_config(NOTEBOOK, "baseline_no_compile", RUNS, **COMMON))
 
 # %% [markdown]
 # ## 3. Activation checkpointing
@@ -156,9 +170,12 @@ print("No GPU reference on file yet for: " + (", ".join(n for n in PAIR if n not
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
-runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ["baseline", "stage1", "stage2",
-                                                                                    "stage3", "baseline_ac"]}
+names = ["baseline", "stage1", "stage2", "stage3", "baseline_ac", "baseline_no_compile"]
+runs = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in names
+        if Path(f"{RUNS}/{n}/results.json").is_file()}  # baseline_no_compile: on a GPU only
 f = lesson.figures(runs)
+ref = lessons.reference(NOTEBOOK)
+ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(names[:5]) <= set(ref.index) else None
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -167,8 +184,10 @@ f = lesson.figures(runs)
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
 #    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
-#    peak allocated disagree, what makes the difference?
-# 2. Which stage is slowest, and why? Is every difference in speed larger than the band?
+#    peak allocated disagree, what makes the difference? How close did stage 3's NVML peak come to the GPU's
+#    memory, in yours and in the reference?
+# 2. Which stage is slowest, and why? Is every difference in speed larger than the band? On a GPU, how does
+#    stage 3 compare with the baseline without compilation, and what did compilation alone change?
 # 3. Do the losses agree across stages? Should they?
 # 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
 #    and to HFU?

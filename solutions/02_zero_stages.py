@@ -13,6 +13,7 @@ import inspect
 import json
 from pathlib import Path
 
+import torch
 from IPython.display import Markdown, display
 
 from workshop_lib import ds_config, env, launch, lessons, results
@@ -22,7 +23,7 @@ from workshop_lib.train import build_trainer, run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
-COMMON = env.notebook_run_options()
+COMMON = env.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 
@@ -59,6 +60,19 @@ for name in ORDER:
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+
+# %% [markdown]
+# **Stage 3 runs without torch.compile.** On a GPU the baseline, stage 1 and stage 2 compile each transformer
+# block (the recipe's `torch_compile`); under ZeRO-3 the library turns it off (the run says so when it starts:
+# DeepSpeed's parameter-gathering hooks split every compiled block, which measured slower than no compilation).
+# Stage 3 against the baseline would then mix ZeRO-3's cost with compilation's. One more run, the baseline
+# without compilation, compares stage 3 with a run that differs from it in ZeRO only, and shows what compilation
+# itself does. On a CPU nothing compiles, so stage 3 and the baseline already differ in ZeRO only, and the run
+# is skipped.
+
+# %%
+if torch.cuda.is_available():  # torch.compile runs on a GPU only (train.check_machine)
+    run_experiment(lessons.run_config(NOTEBOOK, "baseline_no_compile", RUNS, **COMMON))
 
 # %% [markdown]
 # ## 3. Activation checkpointing
@@ -179,9 +193,12 @@ print("With one GPU the reduction has no partner to exchange gradients with, so 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
-runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ["baseline", "stage1", "stage2",
-                                                                                    "stage3", "baseline_ac"]}
+names = ["baseline", "stage1", "stage2", "stage3", "baseline_ac", "baseline_no_compile"]
+runs = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in names
+        if Path(f"{RUNS}/{n}/results.json").is_file()}  # baseline_no_compile: on a GPU only
 f = lesson.figures(runs)
+ref = lessons.reference(NOTEBOOK)
+ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(names[:5]) <= set(ref.index) else None
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -190,8 +207,10 @@ f = lesson.figures(runs)
 #
 # 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
 #    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
-#    peak allocated disagree, what makes the difference?
-# 2. Which stage is slowest, and why? Is every difference in speed larger than the band?
+#    peak allocated disagree, what makes the difference? How close did stage 3's NVML peak come to the GPU's
+#    memory, in yours and in the reference?
+# 2. Which stage is slowest, and why? Is every difference in speed larger than the band? On a GPU, how does
+#    stage 3 compare with the baseline without compilation, and what did compilation alone change?
 # 3. Do the losses agree across stages? Should they?
 # 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
 #    and to HFU?
@@ -210,6 +229,13 @@ for s in lesson.STAGES:
     print(f"1. {s}: {f.peak_what} {st.peak.value:,.0f} MiB against the baseline's {st.peak.other:,.0f} "
           f"({st.peak.difference:+,.0f} MiB, {st.peak.verdict}){measured}; estimated model states "
           f"{st.estimated_states_mib:,.0f} MiB ({st.estimator}).")
+if f.stage3_uncompiled:  # the baseline compiled its blocks, stage 3 did not: its activations are uncompiled ones
+    p3 = f.stage3_like_peak
+    print("1. stage3 did not compile its blocks and the baseline did: " + (
+        f"against {f.stage3_like}, which did not either, {p3.value:,.0f} MiB against {p3.other:,.0f} "
+        f"({p3.difference:+,.0f} MiB, {p3.verdict}); the rest of the difference above is compilation's."
+        if p3 else "part of the difference above is compilation's, not ZeRO's (the baseline without compilation "
+        "did not run)."))
 if f.on_gpu:
     print("1. On one GPU no stage has a partner to share its states with: the differences are in what each keeps "
           "(the baseline's fp32 weights and Adam moments; DeepSpeed's 16-bit weights beside fp32 master weights, "
@@ -218,6 +244,13 @@ if f.on_gpu:
              for s, n in [("baseline", f.baseline_nvml), *((s, f.stages[s].nvml) for s in lesson.STAGES)]]
     print("1. NVML peak = torch peak allocated + the allocator's free cached blocks + memory outside PyTorch: "
           + "; ".join(parts) + " MiB.")
+    for who, g in (("yours", f), ("the reference", ref_f)):
+        if g is not None and g.stage3_gpu_share is not None:
+            n3 = g.stages["stage3"].nvml
+            print(f"1. stage3 ({who}): NVML peak {n3.nvml_mib:,.0f} MiB, {g.stage3_gpu_share:.1%} of the "
+                  f"{g.stage3_gpu_total_mib:,.0f} MiB it could use"
+                  + (": at the GPU's limit; a GPU with a little less memory, or anything else on it, and this run "
+                     "runs out of memory." if g.stage3_gpu_share > lesson.NEAR_LIMIT else "."))
     odd = [s for s in lesson.STAGES if f.stages[s].cache_inflated]
     if odd:
         print(f"1. {', '.join(odd)}: lower peak allocated but higher NVML peak than the baseline: the extra is cache "
@@ -230,16 +263,24 @@ line = f"2. slowest: {f.slowest} ({f.speed_kind}); against the baseline: {ratios
 if f.slowest == "stage3" and f.slowest_apart:
     line += (" Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
              "frees them after: extra copies and synchronisation that buy nothing on one GPU.")
-    if f.stage3_uncompiled:
-        line += (" Part of its gap is not ZeRO: under stage 3 the transformer blocks are not compiled (torch_compile "
-                 "is off in its config, on in the baseline's), so the comparison is confounded: it launches more "
-                 "kernels and keeps more intermediate tensors for the backward pass.")
+
 elif not f.slowest_apart:
     line += " The slowest is not slower than every other run by more than the band: no stage is clearly slowest here."
 else:
     line += (" Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
              "memory copies, while fixed per-step costs and the few steps (warm-up included) decide.")
 print(line)
+if f.stage3_like and f.stage3_uncompiled:  # stage 3 against the baseline that did not compile either
+    print(f"2. stage3 against {f.stage3_like} (neither compiled): tokens/s {within(f.stage3_like_speed)}: ZeRO-3's "
+          "own cost on one GPU.")
+if f.compile_speed:
+    c, m = f.compile_speed, f.compile_peak
+    print(f"2. torch.compile alone (baseline against baseline_no_compile): tokens/s {within(c)}; {f.peak_what} "
+          f"{m.difference:+,.0f} MiB ({m.verdict}): the part of stage 3's gap against the compiled baseline that "
+          "is compilation, not ZeRO.")
+elif f.stage3_uncompiled:
+    print("2. stage 3 ran without compilation and the baseline with it, and the baseline without compilation is "
+          "missing: the gap mixes ZeRO-3's cost with compilation's.")
 head = f"3. ZeRO stages' train losses span {f.loss_spread:.4f} nats (baseline {f.losses['baseline']:.4f})"
 print(head + (": the same data, order and Adam maths, so the stages agree up to rounding; the baseline's torch "
               "AdamW and DeepSpeed's Adam round differently." if f.losses_agree else

@@ -11,16 +11,17 @@
 #   overflowing on a model pretrained in bf16.
 #
 # Notebooks 02 and 03 trained Qwen3-0.6B, which fits one GPU anyway: offload only cost speed there. Here the model
-# is the largest Qwen3 whose ZeRO-3 + CPU offload estimate fits this GPU and its host while the baseline's does
-# not (the next cell names it). Without a GPU the runs use the tiny model, the estimates are for the H100 reference
-# machine, and its reference runs are shown beside yours.
+# is the largest Qwen3, in micro-batches of the reference runs' 8,192 tokens or the nearest size that works, that
+# the HF Trainer alone and ZeRO-2 do not fit on this GPU while ZeRO-3 + CPU offload fits it and this machine's host
+# memory, by the estimates (the next cell names it, with the numbers). Without a GPU, or where no model fits that
+# description here, the runs use the tiny model, the estimates are for the H100 reference machine, and its
+# reference runs are shown beside yours.
 
 # %%
 import subprocess
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
 from IPython.display import Markdown, display
 
 from workshop_lib import env, fit, results
@@ -33,15 +34,17 @@ from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
 COMMON = env.notebook_run_options()
-GPU = torch.cuda.is_available()
-GPU_KEY, HOST_MIB = large_models.this_gpu()  # this GPU, or the H100 reference machine without one
-BIG = large_models.pick_model(GPU_KEY, HOST_MIB)
+CHOICE = large_models.pick_model(*large_models.this_machine())  # this GPU and host, or the reference machine's
+BIG, GPU_MIB, HOST_MIB, HERE = CHOICE.model, CHOICE.gpu_mib, CHOICE.host_mib, CHOICE.here
+GPU_KEY = large_models.nearest_gpu(GPU_MIB)  # the fit.GPUS entry for fit's explain and explorer
 RUNS = "runs/03c_models_that_do_not_fit"
-# On a GPU: BIG with random weights (its real shape) and the reference runs' settings; without: the tiny model.
-LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_steps=COMMON["max_steps"] or 10) if GPU
+# Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
+# not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails); else the
+# tiny model.
+LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_tokens_per_micro_batch=CHOICE.max_tokens,
+              torch_compile=False, max_steps=COMMON["max_steps"] or 10) if HERE
          else {"tiny": True, "save_model": False})
-print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB / 1024:,.0f} GiB of host memory; "
-      f"the model that does not fit: {BIG}")
+print(f"device: {env.device_name()}. {CHOICE.line()}")
 
 # %% [markdown]
 # ## Will it fit?
@@ -52,8 +55,9 @@ print(f"device: {env.device_name()}; estimates for one {GPU_KEY} with {HOST_MIB 
 # to the host's memory, or to an NVMe drive.
 
 # %%
-display(large_models.configurations(BIG, GPU_KEY, HOST_MIB))
-print(fit.explain(fit.estimate(BIG, None, "none", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB)))
+display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens))
+print(fit.explain(fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY,
+                               host_memory_mib=HOST_MIB)))
 
 # %% [markdown]
 # The explorer: change the model, ZeRO stage, offload, GPUs and micro-batch and watch the verdict. Every number
@@ -65,24 +69,25 @@ display(fit.explorer())
 # %% [markdown]
 # ## Out of memory, on purpose
 # The baseline (the HF Trainer alone: 16 bytes per parameter on the GPU) with `BIG`. On a GPU the run starts and
-# fails in its first steps with the workshop's out-of-memory message; without one, `fit.check_fits` raises the
-# same verdict from the estimate. This cell is expected to raise.
+# fails in its first steps with the workshop's out-of-memory message; without one (or where the estimates are the
+# reference machine's), `fit.check_fits` raises the same verdict from the estimate. This cell is expected to raise.
 
 # %% tags=["raises-exception"]
-if GPU:
+if HERE:
     run_experiment(RunConfig("baseline", output_dir=f"{RUNS}/baseline", overwrite=True, **LARGE))
 else:
-    fit.check_fits(model=BIG, zero_stage=None, offload="none", max_length=8192, gpu=GPU_KEY)
+    fit.check_fits(model=BIG, zero_stage=None, offload="none", max_length=CHOICE.max_tokens, gpu=GPU_KEY)
 
 # %% [markdown]
 # ZeRO-2 partitions nothing on one GPU, and keeps fp32 gradients too: the workshop refuses it before building the
-# model when DeepSpeed's estimate of the model states alone passes 90% of the GPU (expected to raise).
+# model where DeepSpeed's estimate of the model states alone passes 90% of the GPU, and otherwise it runs out of
+# memory in its first step (expected to raise).
 
 # %% tags=["raises-exception"]
-if GPU:
+if HERE:
     run_experiment(RunConfig("stage2", output_dir=f"{RUNS}/stage2", overwrite=True, **LARGE))
 else:
-    fit.check_fits(model=BIG, zero_stage=2, offload="none", max_length=8192, gpu=GPU_KEY)
+    fit.check_fits(model=BIG, zero_stage=2, offload="none", max_length=CHOICE.max_tokens, gpu=GPU_KEY)
 
 # %% [markdown]
 # **Reading an out-of-memory message.** PyTorch's says how much one allocation asked for ("Tried to allocate"),
@@ -127,7 +132,7 @@ except WorkshopError as e:
 # %%
 nvme_run = None
 if nvme_ok:
-    nvme = dict(LARGE, max_steps=4) if GPU else LARGE  # every step reads and writes the optimizer states
+    nvme = dict(LARGE, max_steps=4) if HERE else LARGE  # every step reads and writes the optimizer states
     try:  # NVMe offload is the least travelled path: a failure is shown, not hidden
         nvme_run = run_experiment(RunConfig("stage3_nvme", output_dir=f"{RUNS}/stage3_nvme", overwrite=True, **nvme))
     except (WorkshopError, AssertionError, RuntimeError) as e:

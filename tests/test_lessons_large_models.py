@@ -1,7 +1,10 @@
 """Notebook 03c's reference table and choices, read from the committed GPU runs (docs/h100/large-models,
 docs/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
 
-from workshop_lib.fit import estimate
+import pytest
+
+from workshop_lib.errors import WorkshopError
+from workshop_lib.fit import FREE_SHARE, GPUS, check_fits, estimate
 from workshop_lib.lessons import large_models as lm
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
@@ -33,15 +36,47 @@ def test_largest_trained_model_per_experiment_on_each_machine():
     assert lm.largest_trained(x2) == {"stage3": "Qwen/Qwen3-8B", "stage3_offload": "Qwen/Qwen3-8B"}
 
 
+def _tells_the_story(c):
+    """The notebook's cells as the choice promises them: the baseline and ZeRO-2 above the GPU's memory (they
+    raise), ZeRO-3 + CPU offload within FREE_SHARE of it and its host states within HOST_SHARE of the host."""
+    assert c.baseline["total_gpu_mib"] > c.gpu_mib and c.stage2["total_gpu_mib"] > c.gpu_mib
+    assert c.offload["total_gpu_mib"] <= FREE_SHARE * c.gpu_mib
+    assert c.offload["model_states_cpu_mib"] <= lm.HOST_SHARE * c.host_mib
+    for name, e in (("baseline", c.baseline), ("stage2", c.stage2), ("offload", c.offload)):
+        assert e["config"]["model"] == c.model and e["config"]["max_length"] == c.max_tokens, name
+
+
 def test_the_model_that_does_not_fit_is_picked_from_the_estimates():
-    df = lm.configurations("Qwen/Qwen3-4B", "H100 80GB", lm.REFERENCE_HOST_MIB).set_index("experiment")
-    assert not df.at["baseline", "fits"] and df.at["stage3_offload", "fits"]
-    assert lm.pick_model("H100 80GB", lm.REFERENCE_HOST_MIB) == "Qwen/Qwen3-4B"
+    """03c's choice on the three machines it must hold on: the H100 (80 GB, 128 GiB host: machine-call*.txt), an
+    H200 with 128 GiB of host memory, and a laptop without a GPU."""
+    h100 = lm.pick_model(GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB)
+    assert (h100.model, h100.max_tokens, h100.here) == ("Qwen/Qwen3-4B", 8192, True)
+    _tells_the_story(h100)
+    # the reference runs agree: that baseline ran out of memory, that offload run trained
+    df = lm.reference_runs(H100).set_index(["model", "experiment", "activation checkpointing"])
+    assert df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "outcome"] == "trained"
+    assert df.loc[("Qwen/Qwen3-4B", "baseline", False), "outcome"].startswith("The GPU ran out of memory")
     # 8B: the GPU side fits with offload, its host states (~206 GiB) do not fit 128 GiB
-    e8 = lm.configurations("Qwen/Qwen3-8B", "H100 80GB", lm.REFERENCE_HOST_MIB).set_index("experiment")
+    e8 = lm.configurations("Qwen/Qwen3-8B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB).set_index("experiment")
     assert not e8.at["stage3_offload", "fits"] and e8.at["stage3_offload", "states host MiB"] > lm.REFERENCE_HOST_MIB
-    # a GPU with room for the baseline of every shipped Qwen3 but 8B: the pick follows
-    assert lm.pick_model("H200 141GB", 256 * 1024) == "Qwen/Qwen3-8B"
+    # an H200 with 128 GiB of host: 8B's offloaded states do not fit its host, and 4B's baseline fits its GPU at
+    # 8,192 tokens; at 16,384 it does not, and offload still fits both
+    h200 = lm.pick_model(GPUS["H200 141GB"], 128 * 1024)
+    assert (h200.model, h200.max_tokens, h200.here) == ("Qwen/Qwen3-4B", 16384, True)
+    _tells_the_story(h200)
+    assert estimate("Qwen/Qwen3-4B", None, "none", max_length=8192)["total_gpu_mib"] < GPUS["H200 141GB"]
+    # a laptop: the reference machine's choice, and the notebook's estimate cells raise
+    laptop = lm.pick_model(None, 16 * 1024)
+    assert not laptop.here and (laptop.model, laptop.max_tokens) == (h100.model, h100.max_tokens)
+    assert (laptop.gpu_mib, laptop.host_mib) == (GPUS[lm.REFERENCE_GPU], lm.REFERENCE_HOST_MIB)
+    for stage in (None, 2):
+        with pytest.raises(WorkshopError):
+            check_fits(model=laptop.model, zero_stage=stage, offload="none", max_length=laptop.max_tokens,
+                       gpu=lm.nearest_gpu(laptop.gpu_mib))
+    # a host with room for 8B's offloaded states: the pick follows
+    assert lm.pick_model(GPUS["H200 141GB"], 256 * 1024).model == "Qwen/Qwen3-8B"
+    # a GPU where nothing tells the story (8 GB, 16 GiB host): the reference machine's, not a model that trains
+    assert not lm.pick_model(GPUS["laptop GPU 8GB"], 16 * 1024).here
 
 
 def test_cpu_and_nvme_offload_compared_from_one_call():

@@ -7,7 +7,9 @@ import pytest
 
 from conftest import workshop
 from workshop_lib.lessons import REFERENCE_DIR, zero_stages
-from workshop_lib.lessons.baseline import peak, speed
+from workshop_lib.fit import GPUS
+from workshop_lib.lessons.baseline import gpu_share, gpu_total_mib, peak, speed
+from workshop_lib.lessons.zero_stages import compiled
 
 NAMES = ["baseline", "stage1", "stage2", "stage3", "baseline_ac"]
 
@@ -27,6 +29,17 @@ def _check(r):
     assert f.losses_agree == (max(losses) - min(losses) <= zero_stages.LOSS_AGREE * min(losses))
     assert f.stage3_uncompiled == (r["baseline"]["config"].get("torch_compile") and not r["stage3"]["config"].get("torch_compile"))
     assert f.ac_peak.difference == pytest.approx(peak(r["baseline_ac"])[0] - peak(r["baseline"])[0])
+    # stage 3 is compared with the baseline run of its own compile setting, where there is one
+    if f.stage3_like:
+        assert compiled(r[f.stage3_like]) == compiled(r["stage3"])
+        assert f.stage3_like_speed.ratio == pytest.approx(speed(r["stage3"])[0] / speed(r[f.stage3_like])[0])
+        assert f.stage3_like_peak.difference == pytest.approx(peak(r["stage3"])[0] - peak(r[f.stage3_like])[0])
+    else:
+        assert compiled(r["baseline"]) != compiled(r["stage3"]) and "baseline_no_compile" not in r
+    if "baseline_no_compile" in r:
+        assert f.compile_speed.ratio == pytest.approx(speed(r["baseline"])[0] / speed(r["baseline_no_compile"])[0])
+    else:
+        assert f.compile_speed is None and f.compile_peak is None
     return f
 
 
@@ -34,6 +47,11 @@ def test_figures_and_verdicts_agree_with_the_h100_reference_runs():
     r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
     f = _check(r)
     assert f.on_gpu and f.slowest == "stage3" and f.slowest_apart  # on the H100, stage 3 is clearly slowest
+    # stage 3 without compilation, the baseline with it, and no uncompiled baseline on file: no like-for-like row
+    assert f.stage3_uncompiled and f.stage3_like is None
+    # how close stage 3 came to the GPU's limit: its NVML peak over the H100's memory (fit.GPUS, by device name)
+    assert f.stage3_gpu_total_mib == GPUS["H100 80GB"] and r["stage3"]["device"] == "NVIDIA H100 80GB HBM3"
+    assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H100 80GB"]) and f.stage3_gpu_share > 0.99
     # stage 2 ran at 1.00x the baseline: inside the measured band, so no finding
     assert f.stages["stage2"].speed.verdict == "within the band" and f.stages["stage3"].speed.verdict == "lower"
     # activation checkpointing: memory clearly lower, speed within the band; HFU counts the recomputed forward
@@ -54,3 +72,19 @@ def test_figures_agree_with_tiny_runs_on_this_machine(tiny_runs, tmp_path):
     f = _check({n: json.loads((d / "results.json").read_text()) for n, d in dirs.items()})
     if not f.on_gpu:
         assert f.ac_mfu is None and f.ac_hfu_over_mfu is None and f.baseline_nvml is None
+        # nothing compiles on a CPU: stage 3 and the baseline differ in ZeRO only; no GPU, no share of one
+        assert f.stage3_like == "baseline" and not f.stage3_uncompiled and f.stage3_gpu_share is None
+
+
+def test_the_gpu_of_a_run():
+    """A run's GPU memory: results.json's own figure, else fit.GPUS by the device's name (older runs)."""
+    assert gpu_total_mib({"device": "NVIDIA H200"}) == GPUS["H200 141GB"]
+    assert gpu_total_mib({"device": "NVIDIA H100 80GB HBM3"}) == GPUS["H100 80GB"]
+    assert gpu_total_mib({"device": "NVIDIA A100-SXM4-40GB"}) == GPUS["A100 40GB"]
+    assert gpu_total_mib({"device": "NVIDIA GeForce RTX 4090"}) == GPUS["RTX 4090 24GB"]
+    assert gpu_total_mib({"device": "cpu (x86_64, 2 cores)"}) is None
+    assert gpu_total_mib({"device": "NVIDIA H100 80GB HBM3", "gpu_total_mib": 81000.0}) == 81000.0
+    # a run limited by WORKSHOP_GPU_MEMORY_FRACTION: its peak against the share it could use
+    r = {"device": "NVIDIA H100 80GB HBM3", "gpu_peak_mib": 30000.0, "gpu_memory_fraction": 0.5}
+    assert gpu_share(r) == pytest.approx(30000 / (0.5 * GPUS["H100 80GB"]))
+    assert gpu_share({"device": "cpu", "gpu_peak_mib": None}) is None

@@ -355,22 +355,88 @@ def world() -> tuple[int, int, int]:
             int(os.environ.get("WORLD_SIZE", 1)))
 
 
-def notebook_run_options() -> dict:
-    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"}.
+def gpu_memory_fraction() -> float | None:
+    """WORKSHOP_GPU_MEMORY_FRACTION (a number in (0, 1]) applied to this process's current GPU with
+    `torch.cuda.set_per_process_memory_fraction`: PyTorch's allocator then holds at most that share of the GPU's
+    memory, and raises out of memory beyond it, so an 80 GB GPU can stand in for a 40 GB one (0.5). Returns the
+    fraction, or None where it is unset or there is no GPU.
+
+    Raises:
+        WorkshopError: the variable is not a number in (0, 1].
+    """
+    raw = os.environ.get("WORKSHOP_GPU_MEMORY_FRACTION", "")
+    if not raw:
+        return None
+    try:
+        fraction = float(raw)
+    except ValueError:
+        fraction = float("nan")
+    if not 0 < fraction <= 1:
+        from .errors import WorkshopError
+
+        raise WorkshopError(f"WORKSHOP_GPU_MEMORY_FRACTION={raw!r} is not a share of the GPU's memory.",
+                            "set it to a number above 0 and at most 1 (0.5: half the GPU), or unset it.")
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    return fraction
+
+
+def gpu_free_mib() -> float | None:
+    """The GPU memory a run started now could use, MiB: the free memory of this process's current GPU
+    (`torch.cuda.mem_get_info`), and with WORKSHOP_GPU_MEMORY_FRACTION at most that share of its total less
+    what PyTorch already reserved (`gpu_memory_fraction`). None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    fraction = gpu_memory_fraction()
+    free, total = torch.cuda.mem_get_info()
+    if fraction is not None:
+        free = min(free, fraction * total - torch.cuda.memory_reserved())
+    return free / 2**20
+
+
+def notebook_run_options(size_micro_batches: bool = False) -> dict:
+    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"},
+    and with `size_micro_batches` (notebooks 01-03) "max_tokens_per_micro_batch" on a GPU.
 
     tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
     random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
     overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
     max_steps: on a GPU, `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), or
     WORKSHOP_MAX_STEPS (0: the recipe's epochs); None (the recipe's epochs) for the tiny model.
+    max_tokens_per_micro_batch: the budget `lessons.course_budget` sizes for this GPU's usable memory
+    (`gpu_free_mib`, WORKSHOP_GPU_MEMORY_FRACTION included); absent for the tiny model (its recipe's). The
+    choice and its reason are printed, one line.
+
+    Raises:
+        WorkshopError: with `size_micro_batches`, the GPU's free memory holds no run even at the smallest budget.
     """
     from .lessons import GPU_MAX_STEPS
 
     tiny = os.environ.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
     steps = int(os.environ.get("WORKSHOP_MAX_STEPS", 0 if tiny else GPU_MAX_STEPS)) or None
-    return {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
-            "max_steps": steps}
+    options = {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
+               "max_steps": steps}
+    if not size_micro_batches:
+        return options
+    if tiny or not torch.cuda.is_available():
+        from .config import TINY
+
+        print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
+              "no GPU to size them for.")
+        return options
+    from .errors import WorkshopError
+    from .lessons import course_budget
+
+    budget, fraction = course_budget(gpu_free_mib()), gpu_memory_fraction()
+    print(budget.line("every run of notebooks 01-03") + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use "
+                                                         "that share of the GPU)" if fraction else ""))
+    if budget.tokens is None:
+        raise WorkshopError(budget.line("every run of notebooks 01-03"),
+                            "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
+                            "WORKSHOP_TINY=1 for the tiny model.")
+    return options | {"max_tokens_per_micro_batch": budget.tokens}
 
 
 def _build_ops_at_setup(names: list[str]) -> int:

@@ -14,6 +14,7 @@ and ZeRO-3's gathered layers and prefetch buckets beyond DeepSpeed's own estimat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from .errors import WorkshopError
@@ -372,3 +373,65 @@ def explorer():
     panel = w.VBox([w.HBox(c[:4]), w.HBox(c[4:6]), w.HBox(c[6:]), out])
     panel.controls = controls
     return panel
+
+
+# The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest:
+# what `estimate` leaves out (allocator fragmentation and cache, cuBLAS and NCCL workspaces, ZeRO-3's gathered
+# layers), measured in the course's reference runs as torch's peak allocated up to a few percent above the
+# estimate and NVML's peak 1-2 GiB above torch's peak reserved (tests/test_fit.py checks both against
+# docs/h100/course/runs).
+FREE_SHARE = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """A micro-batch token budget sized for a GPU by `micro_batch_budget`. MiB throughout."""
+
+    tokens: int | None  # the largest budget tried whose estimates fit; None: not even the smallest
+    most: int  # the first budget tried (the recipe's)
+    least: int  # the last
+    free_mib: float
+    setup: str  # the setup with the largest estimate at `tokens` (at the smallest budget when none fits)
+    estimate_mib: float  # its estimate there
+    above_mib: float | None  # its estimate at twice `tokens`, which did not fit (None when tokens == most)
+
+    @property
+    def limit_mib(self) -> float:
+        return FREE_SHARE * self.free_mib
+
+    def line(self, runs: str = "every run") -> str:
+        """One line: what was chosen and why, for a notebook to print."""
+        if self.tokens is None:
+            return (f"Even micro-batches of {self.least:,} tokens need ~"
+                    f"{self.estimate_mib:,.0f} MiB ({self.setup}), more than {FREE_SHARE:.0%} of this GPU's "
+                    f"{self.free_mib:,.0f} MiB free.")
+        why = (f"fit.estimate of {runs} stays within {FREE_SHARE:.0%} of this GPU's {self.free_mib:,.0f} MiB free: "
+               f"the largest, {self.setup}, needs ~{self.estimate_mib:,.0f} MiB")
+        if self.above_mib is None:
+            return f"Micro-batches of up to {self.tokens:,} tokens, the recipe's: {why}."
+        return (f"Micro-batches of up to {self.tokens:,} tokens, the recipe's {self.most:,} halved until {why} "
+                f"(~{self.above_mib:,.0f} MiB at {2 * self.tokens:,}).")
+
+
+def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, most: int = 32768,
+                       least: int = 512) -> Budget:
+    """The largest micro-batch token budget, `most` halved down to `least` (one sequence of the recipe's
+    max_length), at which `estimate` of every setup fits `FREE_SHARE` of `free_mib`. A budget of T tokens is
+    estimated as one sequence of T tokens (activations and logits grow with the tokens in a micro-batch, not
+    with how they are split into sequences, with flash attention).
+
+    Args:
+        model: one of `MODELS`. setups: name -> estimate's keyword arguments (zero_stage, offload,
+            activation_checkpointing, logits_on, ...), e.g. {"stage3": {"zero_stage": 3, "offload": "none"}}.
+        free_mib: the GPU memory a run may use, MiB (`env.gpu_free_mib`).
+
+    Returns: `Budget`. Raises: WorkshopError from `estimate` (an unknown model, an impossible setup).
+    """
+    tried = [most >> k for k in range(16) if most >> k >= least]
+    at = {t: max(((estimate(model, max_length=t, **kw)["total_gpu_mib"], name) for name, kw in setups.items()),
+                 key=lambda x: x[0]) for t in tried}  # the first setup of the largest estimate
+    fits = [t for t in tried if at[t][0] <= FREE_SHARE * free_mib]
+    tokens = fits[0] if fits else None
+    mib, name = at[tokens if tokens else tried[-1]]
+    above = at[2 * tokens][0] if tokens and tokens != most else None
+    return Budget(tokens, most, tried[-1], free_mib, name, mib, above)

@@ -47,6 +47,19 @@ def _nvml_handle(local_device: int):
     return pynvml.nvmlDeviceGetHandleByIndex(local_device)
 
 
+def gpu_total_mib(local_device: int = 0) -> float | None:
+    """The memory of torch's cuda:local_device as nvidia-smi prints it (NVML's total), MiB; None without a GPU
+    or NVML."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        import pynvml
+
+        return round(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(local_device)).total / MiB, 1)
+    except Exception:  # no NVML library or driver: the figure is missing, the run goes on
+        return None
+
+
 class MemorySampler:
     """Samples GPU and host memory every `interval_s` seconds in a daemon thread, appending to a CSV.
 

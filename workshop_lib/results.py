@@ -121,6 +121,12 @@ class RunResults:
     # ZeRO-Infinity (offload to nvme): MiB of swap files on this node's nvme_path when training ended, all ranks,
     # {"params": ..., "optimizer": ...} (`train.nvme_swap_mib`); None without NVMe offload
     nvme_swap_mib: dict | None = None
+    # rank 0's GPU: its memory as nvidia-smi prints it (NVML's total, the measure of gpu_peak_mib), and the share
+    # WORKSHOP_GPU_MEMORY_FRACTION let PyTorch's allocator use (`env.gpu_memory_fraction`); None without a GPU
+    # or a limit, and in runs made before these were recorded (`lessons.baseline.gpu_total_mib` falls back on
+    # `fit.GPUS` by the device's name)
+    gpu_total_mib: float | None = None
+    gpu_memory_fraction: float | None = None
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:

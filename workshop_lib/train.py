@@ -158,6 +158,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
+        env.gpu_memory_fraction()  # WORKSHOP_GPU_MEMORY_FRACTION: this GPU made to look smaller
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
     compile_ = cfg.torch_compile and torch.cuda.is_available()
@@ -363,7 +364,7 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
     """Refuse a GPU whose memory the model states alone (DeepSpeed's estimate) would fill past 90%."""
     if not torch.cuda.is_available():
         return
-    total_mib = torch.cuda.get_device_properties(local_rank).total_memory / 2**20
+    total_mib = torch.cuda.get_device_properties(local_rank).total_memory / 2**20 * (env.gpu_memory_fraction() or 1)
     if states_mib > 0.9 * total_mib:
         raise WorkshopError(
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
@@ -569,7 +570,8 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg),
-        nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None))
+        nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
+        gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction()))
 
 
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",

@@ -54,6 +54,9 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage2": ("stage2", {}),
         "stage3": ("stage3", {}),
         "baseline_ac": ("baseline", {"activation_checkpointing": True}),
+        # ZeRO-3 runs without torch.compile (train.check_machine): the baseline the same way, to compare like
+        # with like, and the compilation's own effect beside it
+        "baseline_no_compile": ("baseline", {"torch_compile": False}),
         # one key of stage 2's ds_config.json changed (--ds-config): one gradient bucket instead of two
         "stage2_no_overlap": ("stage2", {"ds_config": ["zero_optimization.overlap_comm=false"]}),
     },
@@ -134,17 +137,53 @@ def compare(metric: str, value: float, other: float, unit: str | None = None,
                       None if spread is None else float(spread))
 
 
+def budget_setups() -> dict[str, dict]:
+    """`fit.estimate`'s settings (zero_stage, offload) of each run of `COURSE_RUNS` that batches by a token
+    budget (the default recipe's runs; not the classic recipe's, nor the quarter-budget one, which a full budget
+    bounds), by run name. A run with activation checkpointing counts as without it: checkpointing only lowers
+    the peak, and fit's estimate with it fell below the measured peak (docs/h100/course/runs/baseline_ac)."""
+    from ..config import EXPERIMENTS, RECIPES
+
+    setups = {}
+    for runs in COURSE_RUNS.values():
+        for name, (experiment, settings) in runs.items():
+            recipe = RECIPES[settings.get("recipe", "default")]
+            if recipe.batching != "token_budget" or "max_tokens_per_micro_batch" in settings:
+                continue
+            exp = EXPERIMENTS[experiment]
+            setups[name] = {"zero_stage": exp.zero_stage, "offload": "none" if exp.offload_optimizer == "none"
+                            else "cpu", "logits_on": recipe.logits_on}
+    return setups
+
+
+def course_budget(free_mib: float):
+    """`fit.Budget` of the micro-batch token budget every run of notebooks 01-03 gets on a GPU with `free_mib`
+    MiB usable (`env.gpu_free_mib`): the default recipe's `max_tokens_per_micro_batch`, halved until
+    `fit.estimate` of every run (`budget_setups`) fits (`fit.micro_batch_budget`). One budget for all: the
+    notebooks share runs (02's baseline is 01's), and a comparison needs the same micro-batches on both sides.
+    A pure function of `free_mib`."""
+    from ..config import RECIPES
+    from ..fit import micro_batch_budget
+
+    r = RECIPES["default"]
+    return micro_batch_budget(r.model, budget_setups(), free_mib, most=r.max_tokens_per_micro_batch,
+                              least=r.max_length)
+
+
 def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     """The `RunConfig` of run `name` of `notebook`, writing to runs_dir/name, with the notebook's `common`
-    options (`env.notebook_run_options()`). No checkpoints: these runs measure (a Qwen3-0.6B checkpoint is
+    options (`env.notebook_run_options()`; its max_tokens_per_micro_batch, the GPU's budget, goes to the
+    runs that batch by tokens, a quarter of it to the quarter-budget run). No checkpoints: these runs measure (a Qwen3-0.6B checkpoint is
     8-10 GB); the fine-tuned model is still saved in runs_dir/name/model."""
     from ..config import RECIPES, TINY, RunConfig
 
     experiment, settings = COURSE_RUNS[notebook][name]
     if settings.get("max_tokens_per_micro_batch") == QUARTER:
-        budget = TINY["max_tokens_per_micro_batch"] if common.get("tiny") else \
-            RECIPES[settings.get("recipe", "default")].max_tokens_per_micro_batch
+        budget = common.get("max_tokens_per_micro_batch") or (TINY["max_tokens_per_micro_batch"] if common.get("tiny")
+                                                              else RECIPES["default"].max_tokens_per_micro_batch)
         settings = settings | {"max_tokens_per_micro_batch": budget // 4}
+    if RECIPES[settings.get("recipe", "default")].batching != "token_budget":  # the budget means nothing there
+        common = {k: v for k, v in common.items() if k != "max_tokens_per_micro_batch"}
     return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **({"save_strategy": "no"} | common | settings))
 
 
@@ -198,7 +237,9 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     r = df.iloc[0]
     repeated = sorted(set(df.index) & set(_repeats(root)))
     where = root.relative_to(DOCS.parent) if root.is_relative_to(DOCS.parent) else root
+    budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
     return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
+            + (f"micro-batches of up to {budget:,} tokens, " if budget else "") +
             f"{int(r['global_steps'])} optimizer steps, steady state = median step after {int(r['warmup_steps'])} "
             f"warm-up steps; runs in {where}/runs. ± band: the largest spread between two measurements of the "
             f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
@@ -249,7 +290,7 @@ def header(notebook: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m workshop_lib.lessons OUT_DIR [--repeat]`: every run of `COURSE_RUNS` as the notebooks run it
-    on this GPU (random weights, GPU_MAX_STEPS steps) into OUT_DIR/runs (OUT_DIR/repeat with --repeat);
+    on this GPU (random weights, GPU_MAX_STEPS steps, the micro-batch budget `course_budget` sizes for it) into OUT_DIR/runs (OUT_DIR/repeat with --repeat);
     a finished run is skipped, so an interrupted call resumes."""
     import sys
 
@@ -260,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0]) / ("repeat" if "--repeat" in argv else "runs")
-    common = env.notebook_run_options() | {"random_weights": True}
+    common = env.notebook_run_options(size_micro_batches=True) | {"random_weights": True}
     done, failed = set(), []
     for notebook, runs in COURSE_RUNS.items():
         for name in runs:

@@ -51,6 +51,34 @@ def states_bytes_per_param(r: dict) -> float | None:
     return r["gpu_states_allocated_mib"] * MiB / r["num_params"]
 
 
+def gpu_total_mib(r: dict) -> float | None:
+    """The run's GPU memory as nvidia-smi prints it, MiB: results.json's gpu_total_mib, or, for a run made before
+    it was recorded, `fit.GPUS`'s entry whose name (all but its size) is in the run's device name, the one that
+    also names the size where several do (None: no GPU, or none or several match)."""
+    if _number(r.get("gpu_total_mib")):
+        return r["gpu_total_mib"]
+    from ..fit import GPUS
+
+    device = r.get("device") or ""
+    named = [k for k in GPUS if all(w in device for w in k.split()[:-1])]
+    named = [k for k in named if k.split()[-1] in device] or named
+    return GPUS[named[0]] if len(named) == 1 else None
+
+
+def gpu_share(r: dict) -> float | None:
+    """The run's NVML peak (gpu_peak_mib) as a share of the memory it could use: the GPU's (`gpu_total_mib`), times
+    WORKSHOP_GPU_MEMORY_FRACTION where the run had one; None without a GPU."""
+    total, nvml = gpu_total_mib(r), r.get("gpu_peak_mib")
+    if not total or nvml is None or nvml != nvml:
+        return None
+    return nvml / (total * (_number(r.get("gpu_memory_fraction")) or 1))
+
+
+def _number(v) -> float | None:
+    """v, or None where it is missing or NaN (a DataFrame row without the figure)."""
+    return None if v is None or v != v else v
+
+
 @dataclass(frozen=True)
 class NvmlSplit:
     """NVML's peak (MiB) = torch's peak allocated + the caching allocator's free blocks (reserved - allocated)

@@ -201,49 +201,109 @@ def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
 LARGE = {"max_tokens_per_micro_batch": 8192, "activation_checkpointing": False, "save_model": False,
          "save_strategy": "no"}
 REFERENCE_HOST_MIB = 128 * 1024  # the H100 machine's 128 GiB
+REFERENCE_GPU = "H100 80GB"
 
 
-def this_gpu() -> tuple[str, float]:
-    """(the `fit.GPUS` entry nearest this machine's GPU 0 in memory, host memory MiB); without a GPU, the
-    reference machine's: ("H100 80GB", 128 GiB)."""
+HOST_SHARE = 0.9  # of the host's memory the offloaded states may fill: the OS and the notebook's kernel keep the rest
+# Micro-batch sizes tried, the reference runs' first: a GPU with room for the baseline at 8,192 tokens needs more
+# tokens for it not to fit (an H200 at 16,384), a smaller one fewer for ZeRO-3 + CPU offload to fit.
+TOKENS_TRIED = (8192, 16384, 4096, 2048)
+
+
+def this_machine() -> tuple[float | None, float]:
+    """(the GPU memory a run may use now, MiB, `env.gpu_free_mib`, None without a GPU or with the tiny model
+    forced (WORKSHOP_TINY=1); this machine's host memory, MiB)."""
     import psutil
-    import torch
 
+    from .. import env
+
+    tiny = env.notebook_run_options()["tiny"]
+    return None if tiny else env.gpu_free_mib(), psutil.virtual_memory().total / 2**20
+
+
+def nearest_gpu(gpu_mib: float) -> str:
+    """The `fit.GPUS` entry nearest `gpu_mib` in memory (for `fit.estimate`'s gpu and the explorer)."""
     from ..fit import GPUS
 
-    if not torch.cuda.is_available():
-        return "H100 80GB", REFERENCE_HOST_MIB
-    total = torch.cuda.get_device_properties(0).total_memory / 2**20
-    return min(GPUS, key=lambda g: abs(GPUS[g] - total)), psutil.virtual_memory().total / 2**20
+    return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
 
 
-def configurations(model: str, gpu: str, host_mib: float) -> pd.DataFrame:
-    """`fit.estimate` of `model` with the reference runs' settings (1 x 8,192 tokens, no activation
-    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one
-    `gpu` with `host_mib` of host memory: one row each, MiB."""
+def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
+    from ..fit import FREE_SHARE
+
+    host = e["model_states_cpu_mib"]
+    return e["total_gpu_mib"] <= FREE_SHARE * gpu_mib and (host is None or host <= HOST_SHARE * host_mib)
+
+
+def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192) -> pd.DataFrame:
+    """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
+    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
+    of `gpu_mib` usable with `host_mib` of host memory: one row each, MiB. fits: the GPU total within
+    `fit.FREE_SHARE` of gpu_mib and the host states within `HOST_SHARE` of host_mib."""
     from ..fit import estimate
 
     rows = []
     for name, stage, offload in [("baseline", None, "none"), ("stage2", 2, "none"), ("stage3", 3, "none"),
                                  ("stage3_offload", 3, "cpu"), ("stage3_nvme", 3, "nvme")]:
-        e = estimate(model, stage, offload, max_length=LARGE["max_tokens_per_micro_batch"], gpu=gpu,
-                     host_memory_mib=host_mib)
+        e = estimate(model, stage, offload, max_length=max_tokens)
         rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
                      "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
-                     "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"], "fits": e["fits"]})
+                     "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"],
+                     "fits": _fits(e, gpu_mib, host_mib)})
     return pd.DataFrame(rows)
 
 
-def pick_model(gpu: str, host_mib: float) -> str:
-    """The largest shipped Qwen3 that ZeRO-3 + CPU offload fits on one `gpu` (GPU and host, `configurations`)
-    and the baseline does not: the model this notebook makes fit. The smallest Qwen3 where nothing fails."""
-    from ..fit import MODELS, model_shape
+@dataclass(frozen=True)
+class Choice:
+    """03c's model that does not fit, and its micro-batch, for one machine (`pick_model`). MiB throughout."""
+
+    model: str
+    max_tokens: int  # tokens per micro-batch (one sequence)
+    gpu_mib: float  # the GPU memory the estimates were held against
+    host_mib: float
+    here: bool  # for this machine; False: for the reference machine (no GPU here, or nothing here tells the story)
+    baseline: dict  # `fit.estimate` of the HF Trainer alone: total_gpu_mib above gpu_mib
+    stage2: dict  # of ZeRO-2: above gpu_mib
+    offload: dict  # of ZeRO-3 + CPU offload: within fit.FREE_SHARE of gpu_mib, its host states within HOST_SHARE
+
+    def line(self) -> str:
+        """One line: the machine the estimates are for, and the choice with its numbers."""
+        where = ("this machine" if self.here else
+                 f"the reference machine (one {REFERENCE_GPU}, {REFERENCE_HOST_MIB / 1024:,.0f} GiB of host memory)")
+        return (f"Estimates for {where}: {self.gpu_mib:,.0f} MiB of GPU memory, {self.host_mib:,.0f} MiB of host "
+                f"memory. {self.model} in micro-batches of {self.max_tokens:,} tokens does not fit with the HF Trainer "
+                f"alone (~{self.baseline['total_gpu_mib']:,.0f} MiB) nor ZeRO-2 (~{self.stage2['total_gpu_mib']:,.0f}), "
+                f"and fits with ZeRO-3 + CPU offload (~{self.offload['total_gpu_mib']:,.0f} MiB on the GPU, "
+                f"~{self.offload['model_states_cpu_mib']:,.0f} MiB of host states).")
+
+
+def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
+    from ..fit import MODELS, estimate, model_shape
 
     for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
-        df = configurations(model, gpu, host_mib).set_index("experiment")
-        if df.at["stage3_offload", "fits"] and not df.at["baseline", "fits"]:
-            return model
-    return min(MODELS, key=lambda m: model_shape(m)["num_params"])
+        for tokens in TOKENS_TRIED:
+            base, zero2, off = (estimate(model, z, o, max_length=tokens) for z, o in
+                                ((None, "none"), (2, "none"), (3, "cpu")))
+            if min(base["total_gpu_mib"], zero2["total_gpu_mib"]) > gpu_mib and _fits(off, gpu_mib, host_mib):
+                return model, tokens, base, zero2, off
+    return None
+
+
+def pick_model(gpu_mib: float | None, host_mib: float) -> Choice:
+    """The largest shipped Qwen3, in the first micro-batch of `TOKENS_TRIED` tokens, that the HF Trainer alone
+    and ZeRO-2 do not fit on one GPU of `gpu_mib` usable while ZeRO-3 + CPU offload fits it and `host_mib` of
+    host memory (`configurations`' rule): the model notebook 03c fails with, then trains. A pure function of the
+    two memories. The notebook's runs do not compile their blocks, so the activations are what `fit.estimate`
+    counts (and the HF Trainer keeps more: its "does not fit" holds). Without a GPU (`gpu_mib` None), or where no
+    model tells the story on this machine, the choice for the reference machine (`REFERENCE_GPU`,
+    `REFERENCE_HOST_MIB`), with `here` False."""
+    from ..fit import GPUS
+
+    found = _choose(gpu_mib, host_mib) if gpu_mib is not None else None
+    if found:
+        return Choice(*found[:2], gpu_mib, host_mib, True, *found[2:])
+    gpu_mib, host_mib = GPUS[REFERENCE_GPU], REFERENCE_HOST_MIB
+    return Choice(*(found := _choose(gpu_mib, host_mib))[:2], gpu_mib, host_mib, False, *found[2:])
 
 
 @dataclass(frozen=True)

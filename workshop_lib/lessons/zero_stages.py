@@ -1,16 +1,18 @@
 """Notebook 02's figures and verdicts, computed from its runs (results.json dicts by run name): baseline,
-stage1, stage2, stage3 and baseline_ac (the baseline with activation checkpointing). The solution notebook
-writes the answers from them."""
+stage1, stage2, stage3, baseline_ac (the baseline with activation checkpointing) and, where it ran,
+baseline_no_compile (the baseline without torch.compile, as ZeRO-3 runs). The solution notebook writes the
+answers from them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from . import Comparison, compare
-from .baseline import NvmlSplit, compare_peak, compare_speed, nvml_split, peak, speed
+from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, nvml_split, peak, speed
 
 STAGES = ["stage1", "stage2", "stage3"]
 LOSS_AGREE = 0.01  # relative spread of the ZeRO stages' train losses below which we call them in agreement
+NEAR_LIMIT = 0.95  # an NVML peak above this share of the GPU's memory is at its limit (4 GiB from it on 80 GB)
 
 
 def compiled(r: dict) -> bool:
@@ -52,6 +54,16 @@ class ZeroStages:
     slowest_apart: bool  # the slowest is slower than the others by more than the band (else: within the noise)
     speed_kind: str  # "steady-state" or "whole-run"
     stage3_uncompiled: bool  # the baseline compiled its blocks and stage 3 did not: not only ZeRO differs
+    # stage 3 against the baseline run with its own compile setting: "baseline", or "baseline_no_compile" where
+    # the baseline compiled and stage 3 did not; None (and the two comparisons None) where that run is missing
+    stage3_like: str | None
+    stage3_like_peak: Comparison | None
+    stage3_like_speed: Comparison | None
+    # the compilation's own effect: the baseline against baseline_no_compile (None where that did not run)
+    compile_peak: Comparison | None
+    compile_speed: Comparison | None
+    stage3_gpu_share: float | None  # stage 3's NVML peak / the GPU's memory (`baseline.gpu_share`)
+    stage3_gpu_total_mib: float | None
     losses: dict[str, float]  # run -> train loss, nats
     loss_spread: float  # max - min over the three stages, nats
     losses_agree: bool  # loss_spread within `LOSS_AGREE` of the smallest
@@ -82,11 +94,19 @@ def figures(r: dict[str, dict]) -> ZeroStages:
     ac = r["baseline_ac"]
     ac_mfu, base_mfu = _gpu(ac, "mfu"), _gpu(base, "mfu")
     ac_hfu = hfu(ac)
+    uncompiled = r.get("baseline_no_compile")
+    like = ("baseline" if compiled(base) == compiled(r["stage3"]) else
+            "baseline_no_compile" if uncompiled and not compiled(uncompiled) and not compiled(r["stage3"]) else None)
     return ZeroStages(
         on_gpu=_gpu(base, "gpu_peak_mib") is not None, peak_what=peak(base)[1], baseline_peak_mib=peak(base)[0],
         baseline_states_mib=_gpu(base, "gpu_states_allocated_mib"), baseline_nvml=nvml_split(base), stages=stages,
         slowest=slow, slowest_apart=all(c.verdict == "higher" for c in others), speed_kind=speed(base)[1],
         stage3_uncompiled=compiled(base) and not compiled(r["stage3"]),
+        stage3_like=like, stage3_like_peak=compare_peak(r["stage3"], r[like]) if like else None,
+        stage3_like_speed=compare_speed(r["stage3"], r[like]) if like else None,
+        compile_peak=compare_peak(base, uncompiled) if uncompiled else None,
+        compile_speed=compare_speed(base, uncompiled) if uncompiled else None,
+        stage3_gpu_share=gpu_share(r["stage3"]), stage3_gpu_total_mib=gpu_total_mib(r["stage3"]),
         losses=losses, loss_spread=max(ds) - min(ds), losses_agree=max(ds) - min(ds) <= LOSS_AGREE * min(ds),
         ac_peak=compare_peak(ac, base), ac_speed=compare_speed(ac, base),
         ac_mfu=compare("mfu", ac_mfu, base_mfu) if ac_mfu is not None and base_mfu is not None else None,
