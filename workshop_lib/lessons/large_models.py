@@ -138,8 +138,8 @@ def _df_line(machine_txt: Path) -> list[str]:
 
 # What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
 # vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
-DEVICE_KINDS = {"/dev/nvme": "an NVMe drive", "/dev/vd": "a virtio disk, a virtual machine's block device "
-                "whatever lies under it", "/dev/xvd": "a Xen virtual disk", "/dev/sd": "a SCSI or SATA disk"}
+DEVICE_KINDS = {"/dev/nvme": "an NVMe drive", "/dev/vd": "a virtual machine's virtio disk",
+                "/dev/xvd": "a Xen virtual disk", "/dev/sd": "a SCSI or SATA disk"}
 
 
 def drive_device(machine_txt: Path) -> tuple[str, str]:
