@@ -100,8 +100,8 @@ pd.Series(stats.as_dict())
 #
 # Mixed-precision training with Adam keeps, per parameter: 2 bytes of 16-bit weights, 2 of 16-bit gradients,
 # and 12 of fp32 optimizer state (master weights, momentum, variance): **16 bytes per parameter**, the ZeRO
-# paper's "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators (which also count fp32 gradients) tell us
-# what each ZeRO stage leaves on each GPU.
+# paper's "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators tell us what each ZeRO stage leaves on each
+# GPU; they count 4 bytes more, the fp32 gradients (below).
 #
 # The HF `Trainer` without DeepSpeed (the baseline) splits its 16 bytes differently: with bf16/fp16
 # autocast it keeps fp32 weights (4), fp32 gradients (4) and Adam's two fp32 moments (8), plus 16-bit
@@ -122,9 +122,20 @@ for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
                          "zero_stage": "Trainer" if stage is None else stage,
                          "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
                          "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
+                         "GPU bytes/param": est["estimated_model_states_gpu_mib"] * memory.MiB / n["num_params"],
                          "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
 estimates = pd.DataFrame(rows)
 estimates
+
+# %% [markdown]
+# Why 20 bytes per parameter for stage 0 or 2 on one GPU, not 16? DeepSpeed's
+# `estimate_zero2_model_states_mem_needs` (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) budgets, without
+# offload, `2 * total_params + 18 * total_params / total_gpus`, and its comment gives the 18: 16-bit gradients
+# 2, **fp32 gradients 4**, fp32 master weights 4, Adam's momentum and variance 8. The ZeRO paper's 2 + 2 + 12
+# leaves out the fp32 copy of the gradients that DeepSpeed's optimizer step works on: 2 + 18 = 20 on one GPU,
+# 2 + 18/4 = 6.5 per GPU on four. DeepSpeed has no estimator for stage 0 (nor 1): `memory.estimate_model_states`
+# uses stage 2's formula with one GPU for stage 0 (it partitions nothing), and stage 2's for stage 1 (a lower
+# bound: stage 1 keeps whole gradients).
 
 # %% [markdown]
 # The two models' sizes, counted on the `meta` device as above:
@@ -145,12 +156,14 @@ setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
 #    how many per GPU with stage 3 on 4 GPUs? What fraction is that?
 
 # %% [markdown] tags=["exercise"]
-# 3. Why is the estimate for stages 0 and 2 the same on one GPU?
+# 3. Why is the estimate for stages 0 and 2 the same on one GPU? Is that evidence that stage 2 saves nothing
+#    on one GPU?
 
 # %% [markdown]
 # ## Summary
 # - `workshop_lib` loads SQuAD (hub or bundled), builds the prompts and the loss mask, and builds models
 #   from the hub, with random weights, or tiny.
-# - Model states with Adam cost about 16 bytes per parameter: 2 + 2 + 12 in DeepSpeed's mixed precision,
-#   4 + 4 + 8 in the `Trainer` with autocast (plus transient 16-bit copies); ZeRO divides DeepSpeed's across
-#   GPUs, offload moves them to the CPU. Activations come on top: the next notebooks measure them.
+# - Model states with Adam cost about 16 bytes per parameter: 2 + 2 + 12 in the ZeRO paper's mixed precision
+#   (DeepSpeed's estimator budgets 20: it adds 4 bytes of fp32 gradients), 4 + 4 + 8 in the `Trainer` with
+#   autocast (plus transient 16-bit copies); ZeRO divides DeepSpeed's across GPUs, offload moves them to the
+#   CPU. Activations come on top: the next notebooks measure them.

@@ -3,7 +3,8 @@
 #
 # **Learning goals**
 # - find the model a run saves, reload it with `from_pretrained`, and check it is the model that was trained;
-# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is 16 bytes per parameter;
+# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is about 14 bytes per parameter
+#   on a bf16 GPU run (16 in the CPU's fp32);
 # - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses;
 # - turn ZeRO-3 shards into a Hugging Face model (`zero_to_fp32`);
 # - generate answers before and after fine-tuning and score them with SQuAD's exact match and F1.
@@ -70,15 +71,21 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 # Trainer has written all of it, the workshop adds `workshop_manifest.json`, every file's size (and SHA-256 up
 # to 16 MiB): a checkpoint without it, or whose files do not match it, was interrupted or damaged; `--resume`
 # moves it to `damaged-checkpoints/` and continues from the older complete one.
+#
+# Per parameter, the optimizer's partitions are 12 bytes (fp32 master weights 4, Adam's momentum 4 and variance
+# 4: the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1) and `model.safetensors`, the model's own
+# copy, 2 more in bf16 (4 in the CPU's fp32); gradients are not saved. About 14 bytes per parameter on a bf16
+# GPU run.
 
 # %%
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
 last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
 files = fine_tuned.checkpoint_files(last, zero3["num_params"])  # every file: MiB, bytes per parameter
-size = fine_tuned.checkpoint_size(files, zero3["num_params"])
+size = fine_tuned.checkpoint_size(files, zero3["num_params"], zero3["precision"])
 print(f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
-      f"{size.bytes_per_param:.1f} bytes/param")
+      f"{size.bytes_per_param:.1f} bytes/param; expected for a {size.precision} run: "
+      f"{size.expected_bytes_per_param} (12 of optimizer states + the weights in {size.precision})")
 files
 
 # %% [markdown]

@@ -5,8 +5,11 @@
 # - predict, before a run, whether a model fits a GPU: DeepSpeed's estimate of the model states, an estimate of
 #   the activations, and the GPU's memory (`workshop_lib.fit`, and its explorer);
 # - see a model that does not fit fail, through the workshop's own out-of-memory message, and read that message;
-# - make the same model train with ZeRO-3 and CPU offload, and offload to NVMe (ZeRO-Infinity) where the host's
-#   memory is too small, after checking that DeepSpeed's `async_io` op builds (libaio);
+# - pick the change that makes it fit in the order practitioners try them: a smaller micro-batch and activation
+#   checkpointing first, then ZeRO stages and more GPUs, offload last (`fit.smallest_fix`);
+# - train the same model with ZeRO-3 and CPU offload, see what offload costs against checkpointing, and what
+#   NVMe offload (ZeRO-Infinity) changes: a drive large enough for the swap files, pinned host buffers, slower
+#   steps (after checking that DeepSpeed's `async_io` op builds: libaio);
 # - recognise three failures on sight: out of memory, a batch size that does not add up across ranks, and fp16
 #   overflowing on a model pretrained in bf16.
 #
@@ -37,6 +40,7 @@ COMMON = env.notebook_run_options()
 CHOICE = large_models.pick_model(*large_models.this_machine())  # this GPU and host, or the reference machine's
 BIG, GPU_MIB, HOST_MIB, HERE = CHOICE.model, CHOICE.gpu_mib, CHOICE.host_mib, CHOICE.here
 GPU_KEY = large_models.nearest_gpu(GPU_MIB)  # the fit.GPUS entry for fit's explain and explorer
+DRIVE_MIB = large_models.this_drive()  # free where NVMe offload would swap; without a GPU, the reference's drive
 RUNS = "runs/03c_models_that_do_not_fit"
 # Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
 # not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails); else the
@@ -44,7 +48,7 @@ RUNS = "runs/03c_models_that_do_not_fit"
 LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_tokens_per_micro_batch=CHOICE.max_tokens,
               torch_compile=False, max_steps=COMMON["max_steps"] or 10) if HERE
          else {"tiny": True, "save_model": False})
-print(f"device: {env.device_name()}. {CHOICE.line()}")
+print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB free on the NVMe offload drive.")
 
 # %% [markdown]
 # ## Will it fit?
@@ -52,12 +56,17 @@ print(f"device: {env.device_name()}. {CHOICE.line()}")
 # Adam's two moments: DeepSpeed's `estimate_zero2/zero3_model_states_mem_needs` say how ZeRO divides them), the
 # **activations** kept for the backward pass (Korthikanti et al. 2022, eq. 1, counted for Qwen3's block), and the
 # **logits**. `fit.estimate` adds them up; with offload, the optimizer states (and at stage 3 the parameters) move
-# to the host's memory, or to an NVMe drive.
+# to the host's memory, or to an NVMe drive whose free space must hold the swap files. When a run does not fit,
+# `fit.explain` names the first change up the ladder that does, in the order practitioners try them (the HF
+# Transformers DeepSpeed guide, "How to choose which ZeRO stage and offloads to use"): a smaller micro-batch,
+# activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs and then on more, and only then offload, CPU before
+# NVMe; and, where that change takes more GPUs, what fits on the ones you have.
 
 # %%
-display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens))
-print(fit.explain(fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY,
-                               host_memory_mib=HOST_MIB)))
+display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens, DRIVE_MIB))
+baseline_est = fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB,
+                            nvme_free_mib=DRIVE_MIB)
+print(fit.explain(baseline_est))
 
 # %% [markdown]
 # The explorer: change the model, ZeRO stage, offload, GPUs and micro-batch and watch the verdict. Every number
@@ -94,28 +103,58 @@ else:
 # the GPU's capacity, what is free, what this process holds, and how much of it PyTorch allocated or only
 # reserved in its cache. A large request on a nearly full GPU: the model states and activations are too big;
 # a small request that fails with much "reserved but unallocated": fragmentation
-# (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps). The reference machine's runs:
+# (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps). PyTorch's caching allocator keeps the memory of
+# freed tensors reserved for the next ones, so nvidia-smi (NVML) shows far more in use than the live tensors;
+# before it reports out of memory it hands the cached blocks back and retries, so the cache alone fails no run,
+# but blocks too fragmented to serve a request do. The reference machine's runs, and its ZeRO-3 + CPU offload
+# run as the example:
 
 # %%
 reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
-display(reference[["model", "experiment", "activation checkpointing", "outcome"]])
+display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
+                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB (NVML)"]])
+cache = large_models.allocator_cache()  # None without docs/
+if cache:
+    print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
+          f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
+          f"NVML at {cache.nvml_mib:,.0f} MiB ({cache.nvml_vs_estimate.ratio:.2f}x the estimate, "
+          f"{cache.nvml_mib / cache.gpu_mib:.0%} of the GPU's {cache.gpu_mib:,.0f} MiB). At least "
+          f"{cache.cached_mib:,.0f} MiB of it was reserved but unallocated: cache, not tensors.")
 
 # %% [markdown]
-# ## ZeRO-3 + CPU offload trains it
-# Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU keeps the layer being
-# computed and the activations; the host keeps the rest, and runs Adam.
+# ## The first rung that fits, and ZeRO-3 + CPU offload
+# The estimate above names the smallest change. Where it is activation checkpointing, the model fits one GPU
+# without any ZeRO: each layer's activations are recomputed in the backward pass (about a third more FLOPs)
+# instead of kept. The reference machine ran both that and ZeRO-3 + CPU offload on the same model:
+
+# %%
+fix = fit.smallest_fix(baseline_est)
+print(f"smallest change that fits {BIG} on one {GPU_KEY}: {fix['change'] if fix else 'none'}")
+rung = large_models.checkpointing_against_offload()  # None without docs/
+if rung:
+    t = rung.tokens_per_second
+    print(f"reference, {rung.model} on one H100: the baseline with activation checkpointing {t.value:,.0f} "
+          f"tokens/s, ZeRO-3 + CPU offload {t.other:,.0f} tokens/s ({t.ratio:.1f}x; {t.band_text}, one run each).")
+
+# %% [markdown]
+# ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
+# (exercise 5 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU
+# keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The host's memory
+# after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
 # %%
 offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/stage3_offload", overwrite=True, **LARGE))
 df = results.load_results([f"{RUNS}/stage3_offload"])
-display(df[["model", "steady_train_tokens_per_second", "gpu_peak_mib", "host_peak_rss_mib",
+display(df[["model", "num_params", "steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib",
             "estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib"]])
 
 # %% [markdown]
 # ## NVMe offload (ZeRO-Infinity)
-# When the host's memory is too small for the offloaded states, ZeRO-3 can keep them on a local NVMe drive and
-# stream them through pinned buffers (DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory).
+# ZeRO-3 can keep the offloaded states on a local NVMe drive instead of in host memory, and stream them through
+# pinned host buffers (DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory). The drive
+# must hold the swap files (about 18 bytes per parameter, `memory.estimate_nvme_swap`; `workshop run` refuses
+# a drive with less free space), and the host keeps the buffers.
 # DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
 # (`[OKAY]`). Where it cannot, the workshop stops with the fix.
 
@@ -156,7 +195,10 @@ display(large_models.offload_comparison())
 n = large_models.nvme_summary()
 display(n.comparisons())
 print(f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB")
+      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+      + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else ""))
+print(f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
+      "not a local NVMe drive's")
 n.swap_table()
 
 # %% [markdown]
@@ -173,13 +215,23 @@ print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['t
       f"exit {fixed['returncode']}")
 
 # %% [markdown]
-# **fp16 on a model pretrained in bf16.** bf16 has fp32's range; fp16 stops at 65,504. Models trained in bf16
-# grow a few "massive activations" (Sun et al. 2024) far beyond that. In fp16 they become inf, every step
-# overflows, DeepSpeed's loss scaler halves the scale after each skipped step until it gives up; in bf16 the same
-# steps train. (The tiny model gets one such activation planted: `drills.plant_massive_activation`.)
+# **fp16 on a model pretrained in bf16.** bf16 has fp32's range; fp16 stops at 65,504. Sun et al. 2024
+# ("Massive Activations in Large Language Models", COLM 2024) find in pretrained LLMs a few activations up to
+# about 100,000 times the median one, in fixed feature dimensions at the first token, that the models use as
+# biases. How large they are in absolute terms depends on the model (in LLaMA2-7B, their Figure 1, they stay in
+# the thousands, below fp16's limit); where one passes 65,504, fp16 makes it inf, every step overflows, and
+# DeepSpeed's loss scaler halves the scale after each skipped step until it gives up, while bf16 trains. The tiny
+# model, never pretrained, has none: the drill plants one of 1e5 (`drills.plant_massive_activation`, one MLP
+# neuron of the first block firing on the first token, every weight ordinary-sized), above fp16's limit on
+# purpose, to show that failure.
 
 # %%
 fp16 = drills.fp16_overflow()
+planted = fp16.attrs["massive_activation"]
+print(f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
+      f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
+      f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
+      f"|weight| {planted['max_abs_weight']:.1f}")
 drills.plot_fp16_overflow(fp16)
 plt.show()
 display(fp16.groupby("precision", sort=False).agg(
@@ -235,8 +287,12 @@ print(f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ra
       f"{n.host_peak_rss.value:,.0f} MiB against {n.host_peak_rss.other:,.0f} MiB ({n.host_peak_rss.verdict}) and a "
       f"GPU peak of {n.gpu_peak.value:,.0f} MiB against {n.gpu_peak.other:,.0f} MiB ({n.gpu_peak.verdict}).")
 print(f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the parameters through ({n.buffer_count} x "
-      f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each as large as the largest "
-      "tensor (the embedding): NVMe offload does not bring the host's memory down to nothing.")
+      f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each "
+      + ("as large as the token embedding, the largest tensor" if n.buffers_sized_to_embedding else
+         "as large as the largest tensor")
+      + f": with NVMe offload the host's peak was {n.host_peak_rss.difference:+,.0f} MiB against CPU offload's "
+      f"({n.host_peak_rss.verdict}). The drive was {n.drive_device}, {n.drive_kind}, so the step time is that "
+      "disk's, not a local NVMe drive's.")
 print(f"Swap files (18 bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
       + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap) + ".")
 
@@ -269,18 +325,37 @@ print(f"fp16: {o.fp16_skipped} of {o.fp16_steps} steps skipped, the loss scale f
 #    docs/h200/large-models-x2.
 
 # %% tags=["solution"]
-print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB)))
-print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu="H100 80GB",
-                               host_memory_mib=large_models.REFERENCE_HOST_MIB)))
+ref_drive = large_models.drive_free_gib(large_models.NVME_VS_CPU / "machine.txt") * 1024
+print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB,
+                               nvme_free_mib=DRIVE_MIB)))
+h100 = fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu="H100 80GB",
+                    host_memory_mib=large_models.REFERENCE_HOST_MIB, nvme_free_mib=ref_drive)
+print(fit.explain(h100))
 for machine, root in large_models.REFERENCES.items():
     largest = large_models.largest_trained(large_models.reference_runs(root))
     print(f"{machine}: the largest model trained per experiment: {largest}")
+x2 = large_models.reference_runs(large_models.REFERENCES["two H200 141GB, 256 GiB host"])
+z3 = x2[(x2["experiment"] == "stage3") & (x2["outcome"] == "trained")]
+fix8 = fit.smallest_fix(h100)
+if len(z3) and fix8:
+    r = z3.iloc[0]
+    print(f"The reference closest to the H100 answer ({fix8['change']}, ~{fix8['estimate']['total_gpu_mib']:,.0f} MiB "
+          f"per GPU estimated): {r['model']} {r['experiment']} with activation checkpointing on {r['GPUs']} H200s "
+          f"trained at {r['steady tokens/s']:,.0f} tokens/s, PyTorch's peak {r['torch peak alloc MiB']:,.0f} MiB and "
+          f"NVML's {r['GPU peak MiB (NVML)']:,.0f} MiB per GPU (estimated {r['est. total GPU MiB']:,.0f}): "
+          + (f"{fit.GPUS['H100 80GB'] - r['GPU peak MiB (NVML)']:,.0f} MiB under an H100's {fit.GPUS['H100 80GB']:,}."
+             if r["GPU peak MiB (NVML)"] < fit.GPUS["H100 80GB"] else
+             f"more than an H100's {fit.GPUS['H100 80GB']:,} MiB."))
 
 # %% [markdown]
 # ## Summary
 # - Whether a run fits is arithmetic you can do before it starts: model states (DeepSpeed's estimators),
 #   activations and logits against the GPU's memory, and the offloaded states against the host's.
 # - ZeRO-3 with CPU offload moves almost all model states off one GPU; what remains there is what a step
-#   computes with. The host then holds about 18 bytes per parameter or more, and NVMe takes over where it cannot.
+#   computes with. The host then holds about 18 bytes per parameter or more. NVMe offload moves the states to a
+#   drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes the states
+#   every step (the reference's figures above).
+# - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
+#   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe.
 # - Out-of-memory messages, DeepSpeed's batch assertion and a collapsing loss scale each say what went wrong and
 #   what to change.

@@ -265,12 +265,14 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
 
     final = checkpoint.find_checkpoints(out)[0][-1]  # the resumed run rotated `last` out (save_total_limit)
     files = fine_tuned.checkpoint_files(final, r["num_params"])
-    size = fine_tuned.checkpoint_size(files, r["num_params"])
+    size = fine_tuned.checkpoint_size(files, r["num_params"], r["precision"])
     big = files.sort_values("MiB").iloc[-1]
     assert size.largest_file == big.file and "optim_states" in big.file and "master weights" in size.largest_holds
     assert size.bytes_per_param == pytest.approx(files["bytes/param"].sum(), rel=1e-12)
     # fp32 master weights and Adam's two moments alone are 12 bytes/param
     assert size.largest_bytes_per_param >= 12 and size.bytes_per_param > size.largest_bytes_per_param
+    # + the model's weights in the run's precision (fp32 on the CPU: 16; bf16 on a GPU: 14), small files on top
+    assert size.expected_bytes_per_param == (16 if r["precision"] == "fp32" else 14) <= size.bytes_per_param
     res = fine_tuned.resume(n, r, ref)
     assert (res.resume_step, res.global_steps, res.steps_redone) == (n, 8, 8 - n) and res.verdict == "restored"
     assert res.eval_loss.band == fine_tuned.RESUME_TOLERANCE and res.eval_loss.unit == "nats"

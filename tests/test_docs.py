@@ -12,6 +12,7 @@ from workshop_lib.results import exercise_table, load_results, scaling_table
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "docs" / "h100"
+H200 = ROOT / "docs" / "h200"
 
 
 def test_h100_report_is_regenerated_from_the_committed_runs():
@@ -20,6 +21,31 @@ def test_h100_report_is_regenerated_from_the_committed_runs():
     assert len(table) == len(committed) == 8
     assert list(table["steady tokens/s"]) == list(committed["steady tokens/s"])
     assert list(table["GPU peak MiB"]) == list(committed["GPU peak MiB"])
+
+
+def test_token_budget_tables_count_questions_not_micro_batches():
+    """The Trainer's train_samples_per_second counts per_device_train_batch_size per micro-batch (4 in these
+    token-budget runs), not questions: the tables show steady questions/s (questions per step / median step),
+    the micro-batch in tokens, and not the Trainer's figure."""
+    df = load_results(H100 / "runs")
+    r = df[(df["experiment"] == "baseline") & (df["recipe"] == "default")].iloc[0]
+    assert r["config"]["batching"] == "token_budget" and r["micro_batch_size_per_gpu"] == 4
+    steps = r["global_steps"] * r["micro_batch_size_per_gpu"] / r["train_runtime_seconds"]
+    assert abs(r["train_samples_per_second"] - steps) < 0.01  # 4 per micro-batch, one micro-batch per step
+    questions = r["data_stats"]["train"]["used"] / r["steps_per_epoch"]  # mean questions per optimizer step
+    assert abs(r["steady_train_samples_per_second"] - questions / r["steady_step_time_s"]) < 0.01 * questions
+    table = exercise_table(df)
+    assert "samples/s" not in table and table["micro-batch"].iloc[0] == "≤32,768 tokens"
+    committed = pd.read_csv(H100 / "report.csv")
+    assert list(committed["steady questions/s"]) == list(table["steady questions/s"]) == list(
+        df["steady_train_samples_per_second"])
+    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
+    assert "samples/s" not in scaling and list(scaling["steady questions/s"]) == list(
+        pd.read_csv(H200 / "default-x4" / "scaling.csv")["steady questions/s"])
+    # stage3 against stage2 on one GPU: slower in questions/s as in tokens/s (samples/s had it the other way)
+    one = scaling[scaling["GPUs"] == 1].set_index("experiment")
+    assert one.at["stage3", "steady questions/s"] < one.at["stage2", "steady questions/s"]
+    assert one.at["stage3", "steady tokens/s"] < one.at["stage2", "steady tokens/s"]
 
 
 def test_readme_excerpt_matches_the_runs():
@@ -31,9 +57,6 @@ def test_readme_excerpt_matches_the_runs():
         r = json.loads((H100 / "runs" / f"{model}-{recipe}-{exp}" / "results.json").read_text())
         assert abs(int(tps.replace(",", "")) - r["steady_train_tokens_per_second"]) < 1
         assert abs(int(peak.replace(",", "")) - r["gpu_peak_mib"]) < 1
-
-
-H200 = ROOT / "docs" / "h200"
 
 
 def test_h200_scaling_tables_match_the_committed_runs():

@@ -25,7 +25,41 @@ def test_each_reference_run_says_how_it_ended():
     # the estimate beside a run is fit.estimate for its settings
     row = df.loc[("Qwen/Qwen3-4B", "stage3_offload", False)]
     assert row["est. total GPU MiB"] == estimate("Qwen/Qwen3-4B", 3, "cpu", max_length=8192)["total_gpu_mib"]
-    assert row["steady tokens/s"] > 0 and row["host peak RSS MiB"] > row["est. states GPU MiB"]
+    assert row["steady tokens/s"] > 0 and row["host peak RSS MiB, node"] > row["est. states GPU MiB"]
+
+
+def test_host_memory_is_compared_per_node_like_the_estimate():
+    """Two ranks on one node: the table's host memory is both ranks' peaks summed (each process holds its own
+    partition of the offloaded states), as DeepSpeed's host estimate is per node; one rank: its own."""
+    import json
+
+    x2 = lm.reference_runs(X2).set_index("experiment")
+    r = json.loads((X2 / "runs" / "Qwen3-8B-stage3_offload" / "results.json").read_text())
+    ranks = r["per_rank_memory"]
+    assert len(ranks) == 2 and len({x["host"] for x in ranks}) == 1
+    node = x2.at["stage3_offload", "host peak RSS MiB, node"]
+    assert node == round(sum(x["host_peak_rss_mib"] for x in ranks), 1) > 1.9 * r["host_peak_rss_mib"]
+    est = estimate("Qwen/Qwen3-8B", 3, "cpu", gpus_per_node=2, max_length=8192, activation_checkpointing=True)
+    assert x2.at["stage3_offload", "est. states host MiB, node"] == est["model_states_cpu_mib"]
+    assert node < est["model_states_cpu_mib"]  # like for like: under DeepSpeed's budget (18 bytes/param x 1.5)
+    one = lm.reference_runs(H100).set_index(["model", "experiment", "activation checkpointing"])
+    off = lm.reference_result("stage3_offload")
+    assert one.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "host peak RSS MiB, node"] == off["host_peak_rss_mib"]
+
+
+def test_reserved_but_unallocated_in_the_reference():
+    """03c's example of the caching allocator: Qwen3-4B ZeRO-3 + CPU offload on the H100, whose NVML peak is far
+    above the estimate while PyTorch's live tensors stayed near it; the difference is reserved, unallocated."""
+    import json
+
+    a = lm.allocator_cache()
+    r = json.loads((H100 / "runs" / "Qwen3-4B-stage3_offload" / "results.json").read_text())
+    assert (a.model, a.allocated_mib, a.reserved_mib, a.nvml_mib) == (
+        "Qwen/Qwen3-4B", r["gpu_peak_allocated_mib"], r["gpu_peak_reserved_mib"], r["gpu_peak_mib"])
+    assert a.estimate_mib == estimate("Qwen/Qwen3-4B", 3, "cpu", max_length=8192)["total_gpu_mib"]
+    assert a.cached_mib == a.reserved_mib - a.allocated_mib > 0.3 * a.reserved_mib  # over a third of it cache
+    assert abs(a.allocated_mib / a.estimate_mib - 1) < 0.1 < a.nvml_vs_estimate.ratio - 1
+    assert a.nvml_vs_estimate.verdict == "higher" and a.nvml_mib > 0.9 * a.gpu_mib
 
 
 def test_largest_trained_model_per_experiment_on_each_machine():
@@ -79,6 +113,25 @@ def test_the_model_that_does_not_fit_is_picked_from_the_estimates():
     assert not lm.pick_model(GPUS["laptop GPU 8GB"], 16 * 1024).here
 
 
+def test_the_nvme_verdict_counts_the_drive():
+    """Qwen3-4B's swap files (67.4 GiB) do not fit the reference machine's drive (64 GiB free): the table of
+    configurations says so, as nvme_summary's swap table does; without the drive given, it is not checked."""
+    free = lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") * 1024
+    df = lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free).set_index("experiment")
+    swap = {f.model: f.fits for f in lm.nvme_summary().swap}
+    assert df.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-4B"] is False
+    small = lm.configurations("Qwen/Qwen3-1.7B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB,
+                               nvme_free_mib=free).set_index("experiment")
+    assert small.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-1.7B"] is True
+    assert lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB).set_index("experiment").at[
+        "stage3_nvme", "fits"]
+    # without a GPU, this_drive is that reference drive
+    import torch
+
+    if not torch.cuda.is_available():
+        assert lm.this_drive() == free
+
+
 def test_cpu_and_nvme_offload_compared_from_one_call():
     """The same steady figures as results.json where the run wrote one; the NVMe run that the call's time limit
     stopped in its final evaluation keeps all its training steps."""
@@ -98,8 +151,13 @@ def test_cpu_and_nvme_offload_compared_from_one_call():
     assert n.step_time.band is None and n.step_time.band_text == "no band measured"
     assert n.step_time.verdict == "higher" and n.step_time.ratio > 1 and n.tokens_per_second.verdict == "lower"
     assert n.host_peak_rss.value == df.at["stage3_nvme", "host peak RSS MiB"] and n.host_peak_rss.unit == "MiB"
-    # the pinned buffers of ds_config.json's offload_param: count x elements x 2 bytes
+    # the pinned buffers of ds_config.json's offload_param: count x elements x 2 bytes, each the embedding's size
     assert n.pinned_mib == n.buffer_count * n.buffer_elements * 2 / 2**20 > 0
+    assert n.buffers_sized_to_embedding and n.buffer_elements == 151_936 * 2048  # Qwen3-1.7B: vocab x hidden
+    # NVMe offload held more host memory than CPU offload in that call, not less
+    assert n.host_peak_rss.verdict == "higher" and n.host_peak_rss.difference < n.pinned_mib
+    # the drive swapped to, from machine.txt's df line: a virtio disk
+    assert (n.drive_device, n.drive_kind) == ("/dev/vda", lm.DEVICE_KINDS["/dev/vd"])
     # the drive of that call (df -h: 64G free) holds Qwen3-1.7B's swap files, not Qwen3-4B's
     assert lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") == n.drive_free_gib == 64
     fits = {f.model: (round(f.swap_gib, 1), f.fits) for f in n.swap}
@@ -128,3 +186,15 @@ def test_host_states_and_nvme_against_cpu_from_results():
     assert list(t["measured"]) == ["yours", f"reference ({lm.H100})", f"reference ({lm.H100})"]
     assert t["host bytes/param after step 1"].iloc[0] == h.bytes_per_param
     assert t["NVMe swap MiB"].iloc[2] == sum(nvme["nvme_swap_mib"].values())
+
+
+def test_checkpointing_against_offload_in_the_reference():
+    """The ladder's first rung for Qwen3-4B on one H100 (activation checkpointing) against ZeRO-3 + CPU offload,
+    both trained by the reference: checkpointing was the faster by several times."""
+    r = lm.checkpointing_against_offload()
+    df = lm.reference_runs(H100).set_index(["model", "experiment", "activation checkpointing"])
+    assert r.model == "Qwen/Qwen3-4B"
+    assert (r.tokens_per_second.value, r.tokens_per_second.other) == (
+        df.loc[("Qwen/Qwen3-4B", "baseline", True), "steady tokens/s"],
+        df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "steady tokens/s"])
+    assert r.tokens_per_second.verdict == "higher" and r.tokens_per_second.ratio > 3

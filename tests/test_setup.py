@@ -63,3 +63,7 @@ def test_plots_label_runs_by_experiment_and_say_when_the_model_is_tiny():
     assert _labels(df) == ["stage2 default", "stage2 classic", "baseline default"]
     assert _labels(df.assign(recipe="default")) == ["stage2 (stage2-tiny-20261123-1)", "stage2 (x)", "baseline (y)"]
     assert "tiny model" in _tiny_note(df) and _tiny_note(df.assign(tiny=False)) == ""
+    # a token-budget run's micro-batch is its token budget, not the sequence count the Trainer was given
+    mb = pd.DataFrame({"experiment": ["baseline"] * 2, "micro_batch_size_per_gpu": [4, 16],
+                       "config": [{"batching": "token_budget", "max_tokens_per_micro_batch": 32768}, {}]})
+    assert _labels(mb) == ["baseline mb32768 tokens", "baseline mb16"]

@@ -93,7 +93,10 @@ def run(argv: list[str]) -> int:
     if world()[0] == 0:
         gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
         print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
-              f"{res['train_samples_per_second']} samples/s, {gpu}, "
+              + (f"{res['steady_train_tokens_per_second']:,.0f} tokens/s and "
+                 f"{res['steady_train_samples_per_second']:,.1f} questions/s steady, "
+                 if res["steady_train_tokens_per_second"] is not None else "")
+              + f"{gpu}, "
               f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json"
               + (f", the model in {res['output_dir']}/model" if res["config"]["save_model"] else ""))
         if res["em"] is not None:

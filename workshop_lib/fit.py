@@ -18,7 +18,7 @@ import dataclasses
 import functools
 
 from .errors import WorkshopError
-from .memory import MiB, estimate_model_states, estimate_nvme_swap
+from .memory import DRIVE_MARGIN, STATES_MARGIN, MiB, estimate_model_states, estimate_nvme_swap
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 
 MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
@@ -102,7 +102,7 @@ def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
     return total + 8 * s * b * h, f"{formula}, s={s} b={b} h={h} (Korthikanti et al. 2022 eq. 1, Qwen3, {attn})"
 
 
-def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, **sizes) -> None:
+def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, **sizes) -> None:
     if model not in MODELS:
         raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
     if gpu not in GPUS:
@@ -119,7 +119,8 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, **sizes)
     if offload == "nvme" and zero_stage != 3:
         raise WorkshopError(f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer "
                             "to the CPU only.", "use zero_stage=3 with offload='nvme', or offload='cpu'.")
-    for name, v in (sizes | ({} if host_memory_mib is None else {"host_memory_mib": host_memory_mib})).items():
+    given = {k: v for k, v in (("host_memory_mib", host_memory_mib), ("nvme_free_mib", nvme_free_mib)) if v is not None}
+    for name, v in (sizes | given).items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1:
             raise WorkshopError(f"{name}={v!r}: must be a positive number.", f"give {name} as 1 or more.")
 
@@ -127,7 +128,8 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, **sizes)
 def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: str = "cpu", gpus_per_node: int = 1,
              nodes: int = 1, train_micro_batch_size_per_gpu: int = 1, max_length: int = 4096,
              activation_checkpointing: bool = False, logits_on: str = "labelled", gpu: str = "H100 80GB",
-             host_memory_mib: float | None = None, flash_attention: bool = True) -> dict:
+             host_memory_mib: float | None = None, flash_attention: bool = True,
+             nvme_free_mib: float | None = None) -> dict:
     """Memory per GPU (and per node's host) of fine-tuning `model` with Adam, in MiB rounded to 0.1.
 
     Args:
@@ -145,20 +147,24 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
             `LABELLED_FRACTION` (3%) of the tokens.
         gpu: a key of `GPUS`. host_memory_mib: the node's memory, to check the offloaded states against.
         flash_attention: flash attention or SDPA's flash kernel (the workshop's default), else eager.
+        nvme_free_mib: free space on each node's NVMe drive, MiB; the swap files must fit 95% of it
+            (`memory.DRIVE_MARGIN`, the rule train.check_nvme_space refuses by). None: not checked.
 
     Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
     DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
     activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib,
-    fits (total within the GPU's memory, and the host states within host_memory_mib when given), estimator,
-    activation_formula, and config (the arguments, for `explain`).
+    fits, estimator, activation_formula, and config (the arguments, for `explain`). "fits": the total within
+    the GPU's memory, the model states within 90% of it (`memory.STATES_MARGIN`: `workshop run` refuses more
+    before building the model), and, where given, the host states within host_memory_mib and nvme_mib within
+    95% of nvme_free_mib.
 
     Raises:
         WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
             a size below 1.
     """
     config = dict(locals())  # the arguments, for explain and smallest_fix
-    _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, gpus_per_node=gpus_per_node, nodes=nodes,
-           train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)
+    _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, gpus_per_node=gpus_per_node,
+           nodes=nodes, train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)
     shape = model_shape(model)
     offloads = offload != "none"  # the optimizer states; at stage 3 the parameters too (stage3_offload)
     states = estimate_model_states(shape["num_params"], shape["largest_layer_params"], zero_stage,
@@ -174,9 +180,11 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
     total = gpu_states + act / MiB + logits / MiB
     memory = GPUS[gpu]
     host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
+    drive_ok = nvme is None or nvme_free_mib is None or nvme <= DRIVE_MARGIN * nvme_free_mib
+    fits = total <= memory and gpu_states <= STATES_MARGIN * memory and host_ok and drive_ok
     return {"num_params": shape["num_params"], "model_states_gpu_mib": gpu_states, "model_states_cpu_mib": cpu_states,
             "nvme_mib": nvme, "activations_gpu_mib": round(act / MiB, 1), "logits_gpu_mib": round(logits / MiB, 1),
-            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "fits": total <= memory and host_ok,
+            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "fits": fits,
             "headroom_mib": round(memory - total, 1), "estimator": states["estimator"], "activation_formula": formula,
             "config": config}
 
@@ -191,19 +199,44 @@ def setup(config: dict, where: bool = False) -> str:
     return s + (f" on {gpus} x {c['gpu']}" if where else "")
 
 
-# Up the ladder one rung at a time; a rung never takes back what the run has (a higher stage, offload,
-# checkpointing). Then each rung on more GPUs, then smaller micro-batches and sequences on the top rung.
-LADDER = [{"zero_stage": 2}, {"zero_stage": 3}, {"zero_stage": 3, "offload": "cpu"},
-          {"zero_stage": 3, "offload": "cpu", "activation_checkpointing": True}]
+# The ladder, in the order practitioners try it (HF Transformers' DeepSpeed guide, "How to choose which ZeRO
+# stage and offloads to use for best performance": batch size 1 and gradient checkpointing first, ZeRO stages
+# next, offload last; ZeRO-Infinity's NVMe after the CPU). Each rung keeps what the rungs before it added, and
+# offload comes after more GPUs: it trades the GPU's memory for CPU Adam and PCIe copies (docs/h100/large-models:
+# Qwen3-4B trained several times faster with checkpointing alone than with ZeRO-3 + CPU offload).
+#   1. a smaller micro-batch (fewer sequences; gradient accumulation keeps the step's tokens), then activation
+#      checkpointing (about a third more FLOPs: each layer's forward pass again in the backward pass);
+#   2. ZeRO-2, then ZeRO-3, without offload: on these GPUs, then on more (`WORLDS`);
+#   3. ZeRO-2 + CPU offload (the optimizer), ZeRO-3 + CPU offload (and the parameters), then ZeRO-3 + NVMe
+#      offload: on these GPUs, then on more;
+#   4. shorter sequences (max_length halved: a change of the data) with ZeRO-3 + CPU offload on these GPUs.
+LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3", "ZeRO-2 + CPU offload",
+          "ZeRO-3 + CPU offload", "ZeRO-3 + NVMe offload", "shorter sequences"]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
 
 
-def _up(config: dict, rung: dict) -> dict:
-    c = dict(config)
-    c["zero_stage"] = max(c["zero_stage"], rung["zero_stage"], key=lambda z: -1 if z is None else z)
-    c["offload"] = rung.get("offload", "none") if c["offload"] == "none" else c["offload"]
-    c["activation_checkpointing"] = c["activation_checkpointing"] or rung.get("activation_checkpointing", False)
-    return c
+def _rank(zero_stage) -> int:
+    return -1 if zero_stage is None else zero_stage
+
+
+def ladder(config: dict) -> list[dict]:
+    """`estimate`'s arguments for every rung of `LADDER` above `config`, in the order they are tried (rungs a
+    configuration cannot take are left out: a ZeRO stage below the run's, offload below ZeRO-1)."""
+    c, b = dict(config), config["train_micro_batch_size_per_gpu"]
+    batches = [b >> k for k in range(7) if b >> k >= 1]  # b, b/2, ..., 1 sequences per micro-batch
+    out = [dict(c, train_micro_batch_size_per_gpu=x) for x in batches[1:]]
+    ac = dict(c, activation_checkpointing=True)
+    out += [dict(ac, train_micro_batch_size_per_gpu=x) for x in batches] if not c["activation_checkpointing"] else []
+    here = (c["gpus_per_node"], c["nodes"])
+    worlds = [here] + [(g, n) for g, n in WORLDS if g * n > here[0] * here[1] and g >= here[0]]
+    stages = [z for z in (2, 3) if z >= _rank(c["zero_stage"])]
+    groups = [[(z, "none") for z in stages], [(z, "cpu") for z in stages] + [(3, "nvme")]]  # rungs 2 and 3
+    for group in groups:
+        for g, n in worlds:
+            out += [dict(ac, zero_stage=z, offload=o, gpus_per_node=g, nodes=n, train_micro_batch_size_per_gpu=x)
+                    for z, o in group for x in batches]
+    top, s = dict(ac, zero_stage=3, offload="cpu", train_micro_batch_size_per_gpu=1), c["max_length"]
+    return out + [dict(top, max_length=s >> k) for k in range(1, 7) if s >> k >= 256]
 
 
 def _first_fit(config: dict, candidates) -> dict | None:
@@ -212,27 +245,26 @@ def _first_fit(config: dict, candidates) -> dict | None:
             world = (c["gpus_per_node"], c["nodes"]) != (config["gpus_per_node"], config["nodes"])
             b, s = c["train_micro_batch_size_per_gpu"], c["max_length"]
             smaller = (b, s) != (config["train_micro_batch_size_per_gpu"], config["max_length"])
-            return {"change": setup(c, where=world) + (f", micro-batch {b} x {s} tokens" if smaller else ""),
+            unchecked = c["offload"] == "nvme" and c["nvme_free_mib"] is None
+            return {"change": setup(c, where=world) + (f", micro-batch {b} x {s} tokens" if smaller else "")
+                    + (" (if the drive holds the swap files: its free space not given)" if unchecked else ""),
                     "config": c, "estimate": e}
     return None
 
 
-def _more_gpus(configs: list[dict]) -> list[dict]:
-    c = configs[0]
-    return [dict(r, gpus_per_node=g, nodes=n) for g, n in WORLDS
-            if g * n > c["gpus_per_node"] * c["nodes"] and g >= c["gpus_per_node"] for r in configs]
-
-
 def smallest_fix(est: dict) -> dict | None:
-    """The first configuration up the ladder (ZeRO-2 -> ZeRO-3 -> ZeRO-3 + CPU offload -> + activation
-    checkpointing -> more GPUs -> halved micro-batch, then halved max_length) that `estimate` says fits, as
-    {"change": in words, "config": estimate's arguments, "estimate": its result}; None when none does."""
+    """The first configuration of `ladder` (`LADDER`: smaller micro-batch -> activation checkpointing -> ZeRO-2,
+    ZeRO-3 on these GPUs then on more -> ZeRO-2/ZeRO-3 + CPU offload, ZeRO-3 + NVMe offload, on these GPUs then
+    on more -> shorter sequences) that `estimate` says fits, as {"change": in words, "config": estimate's
+    arguments, "estimate": its result}; None when none does."""
+    return _first_fit(est["config"], ladder(est["config"]))
+
+
+def fix_on_these_gpus(est: dict) -> dict | None:
+    """`smallest_fix` among the rungs that keep the run's number of GPUs (offload, where more GPUs are not to
+    be had); None when none fits."""
     c = est["config"]
-    rungs = [_up(c, rung) for rung in LADDER]
-    top, b, s = rungs[-1], c["train_micro_batch_size_per_gpu"], c["max_length"]
-    smaller = [dict(top, train_micro_batch_size_per_gpu=b >> k) for k in range(1, 7) if b >> k >= 1]
-    smaller += [dict(top, train_micro_batch_size_per_gpu=1, max_length=s >> k) for k in range(1, 7) if s >> k >= 256]
-    return _first_fit(c, rungs + _more_gpus([c] + rungs) + smaller)
+    return _first_fit(c, [x for x in ladder(c) if (x["gpus_per_node"], x["nodes"]) == (c["gpus_per_node"], c["nodes"])])
 
 
 def _mib(x) -> str:
@@ -241,7 +273,8 @@ def _mib(x) -> str:
 
 def explain(est: dict) -> str:
     """One or two sentences: the verdict with its numbers and, when it does not fit, the smallest change that
-    does (`smallest_fix`), and where that change is offload, the number of GPUs that fits without it."""
+    does (`smallest_fix`), and where that change takes more GPUs, the change that fits on the run's own GPUs
+    (`fix_on_these_gpus`: offload, with slower steps)."""
     c = est["config"]
     s = (f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
          f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
@@ -250,19 +283,21 @@ def explain(est: dict) -> str:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
             f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
     if est["nvme_mib"]:
-        s += f", and {_mib(est['nvme_mib'])} of swap files on each node's NVMe drive"
+        s += f", and {_mib(est['nvme_mib'])} of swap files on each node's NVMe drive" + (
+            f" ({DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free: "
+            f"{'room' if est['nvme_mib'] <= DRIVE_MARGIN * c['nvme_free_mib'] else 'no room'})"
+            if c["nvme_free_mib"] else " (the drive's free space not checked: give nvme_free_mib)")
     if est["fits"]:
         return s + f"; {_mib(est['headroom_mib'])} to spare."
     fix = smallest_fix(est)
     if fix is None:
-        return s + (". Nothing on the ladder fits (ZeRO-3 + CPU offload + activation checkpointing, 128 GPUs, "
+        return s + (". Nothing on the ladder fits (up to ZeRO-3 + offload + activation checkpointing, 128 GPUs, "
                     "micro-batch 1 of 256 tokens): a GPU with more memory, or a smaller model.")
     s += f". Smallest change that fits: {fix['change']} (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)"
-    if fix["config"]["offload"] != "none" and c["offload"] == "none":
-        alt = _first_fit(c, _more_gpus([_up(c, LADDER[1])]))  # ZeRO-3 on more GPUs: no CPU Adam, no PCIe copies
-        if alt:
-            s += f"; without offload's slower steps, {alt['change']} (~{_mib(alt['estimate']['total_gpu_mib'])}" \
-                 " per GPU)"
+    here = (c["gpus_per_node"], c["nodes"])
+    if (fix["config"]["gpus_per_node"], fix["config"]["nodes"]) != here and (alt := fix_on_these_gpus(est)):
+        s += (f"; on the {here[0] * here[1]} GPU{'s' if here[0] * here[1] > 1 else ''} you have, {alt['change']} "
+              f"(~{_mib(alt['estimate']['total_gpu_mib'])} per GPU, slower steps)")
     return s + "."
 
 
@@ -274,11 +309,17 @@ def check_fits(**kw) -> dict:
         return est
     c, world = est["config"], est["config"]["gpus_per_node"] * est["config"]["nodes"]
     who = f"{c['model']} with {setup(c)}" + (f" on {world} GPUs" if world > 1 else "")
-    if est["total_gpu_mib"] > est["gpu_memory_mib"]:
+    gpu = est["gpu_memory_mib"]
+    if est["total_gpu_mib"] > gpu:
         parts = f"model states {est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f}"
         parts += f" + logits {est['logits_gpu_mib']:,.0f}" if est["logits_gpu_mib"] >= 1 else ""
-        problem = (f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), the {c['gpu']} has "
-                   f"{_mib(est['gpu_memory_mib'])}.")
+        problem = f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), the {c['gpu']} has {_mib(gpu)}."
+    elif est["model_states_gpu_mib"] > STATES_MARGIN * gpu:
+        problem = (f"{who} needs ~{_mib(est['model_states_gpu_mib'])} per GPU for its model states alone, more than "
+                   f"{STATES_MARGIN:.0%} of the {c['gpu']}'s {_mib(gpu)} (`workshop run` refuses it).")
+    elif est["nvme_mib"] is not None and c["nvme_free_mib"] and est["nvme_mib"] > DRIVE_MARGIN * c["nvme_free_mib"]:
+        problem = (f"{who} needs ~{_mib(est['nvme_mib'])} of swap files on each node's drive, more than "
+                   f"{DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free.")
     else:
         problem = (f"{who} needs ~{_mib(est['model_states_cpu_mib'])} of host memory per node for its model states, "
                    f"the node has {_mib(c['host_memory_mib'])}.")

@@ -171,6 +171,10 @@ class MemorySampler:
                            "train_end_s": self.marks.get("train_end")}
 
 
+# A run whose model states alone (the estimate) pass this share of the GPU's memory is refused before the model
+# is built (train._check_fits; fit.estimate's verdict uses the same rule): activations, the CUDA context and the
+# caching allocator need the rest.
+STATES_MARGIN = 0.9
 TRAINER_ESTIMATE = "HF Trainer + torch AdamW: 16 bytes/param (fp32 weights 4, fp32 gradients 4, Adam m and v 8)"
 
 
@@ -197,6 +201,9 @@ def summarize(rows: list[dict]) -> dict:
 # offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
 # (docs/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
 NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
+# Swap files must fit this share of the drive's free space (train.check_nvme_space refuses a run otherwise;
+# fit.estimate's verdict and notebook 03c's drive check use the same rule): the drive also holds the rest.
+DRIVE_MARGIN = 0.95
 
 
 def estimate_nvme_swap(num_params: int, offload_optimizer: bool, offload_param: bool, num_nodes: int = 1) -> float:

@@ -21,8 +21,8 @@ TABLE = {
     "tokens_per_step": "tokens/step",
     "steps_per_epoch": "steps/epoch",
     "train_loss": "train loss", "eval_loss": "eval loss per epoch",
-    "train_samples_per_second": "samples/s", "train_tokens_per_second": "tokens/s",
-    "steady_train_tokens_per_second": "steady tokens/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
+    "train_tokens_per_second": "tokens/s", "steady_train_tokens_per_second": "steady tokens/s",
+    "steady_train_samples_per_second": "steady questions/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
     "hfu": "HFU", "gpu_util_pct": "GPU util %",
     "gpu_states_allocated_mib": "model states MiB (measured)", "estimated_model_states_gpu_mib": "est. model states GPU MiB",
     "estimated_model_states_cpu_mib": "est. model states CPU MiB",
@@ -35,6 +35,7 @@ TABLE = {
 # per label token, MFU and HFU as fractions of the GPUs' peak.
 UNITS = {"train_loss": "nats", "eval_loss": "nats", "train_tokens_per_second": "tokens/s",
          "steady_train_tokens_per_second": "tokens/s", "train_samples_per_second": "samples/s",
+         "steady_train_samples_per_second": "questions/s",
          "steady_step_time_s": "s", "mfu": "fraction", "hfu": "fraction", "gpu_util_pct": "%",
          "num_params": "parameters"} | {k: "MiB" for k in TABLE if k.endswith("_mib")}
 
@@ -71,13 +72,16 @@ class RunResults:
     train_loss: float  # mean over all optimizer steps
     train_loss_per_epoch: list[float]
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
+    # the HF Trainer's own: optimizer steps x per_device_train_batch_size x accumulation x world_size / s, whole
+    # run; with token-budget batching it counts the rounded mean micro-batch per micro-batch (older runs: the
+    # recipe's 4, docs/h100/runs), not the questions: the tables show steady_train_samples_per_second instead
     train_samples_per_second: float
     eval_samples_per_second: float
     train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)
     warmup_steps: int  # optimizer steps left out of the steady-state figures (metrics.steady_state)
     steady_steps: int
     steady_step_time_s: float | None  # median seconds per optimizer step after the warm-up
-    steady_train_samples_per_second: float | None  # global batch / median step time
+    steady_train_samples_per_second: float | None  # questions/s: questions per step (the mean) / median step time
     steady_train_tokens_per_second: float | None  # median of the steps' non-padding tokens/s
     mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
     # hardware FLOPs utilisation: MFU plus the forward pass activation checkpointing recomputes (train.run_mfu)
@@ -270,8 +274,13 @@ def _labels(df: pd.DataFrame) -> list[str]:
     """Short run names: the experiment, plus what differs between the runs (model, recipe, micro-batch, world
     size); the run directory's name added only where two runs would still share a name."""
     parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
-             ("micro_batch_size_per_gpu", lambda v: f"mb{v}"), ("world_size", lambda v: f"x{v}")]
+             ("micro_batch_size_per_gpu", str), ("world_size", lambda v: f"x{v}")]
     varying = [(k, f) for k, f in parts if k in df and df[k].astype(str).nunique() > 1]
+    df = df.copy()
+    if "micro_batch_size_per_gpu" in df:  # in tokens for a token-budget run: its sequences vary in number
+        df["micro_batch_size_per_gpu"] = [
+            "mb" + _micro_batch(c, v).replace(" seqs", "").replace(",", "").replace("≤", "")
+            for c, v in zip(df["config"] if "config" in df else [None] * len(df), df["micro_batch_size_per_gpu"])]
     labels = [" ".join([str(r["experiment"]), *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
     if len(set(labels)) < len(labels) and "run_dir" in df:
         labels = [f"{label} ({Path(d).name})" for label, d in zip(labels, df["run_dir"])]
@@ -389,21 +398,25 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     """Runs of the same experiment, model and recipe side by side across world sizes (None if all runs have
     one world size). Scaling efficiency = (throughput per GPU) / (throughput per GPU at the smallest world
     size), from the steady-state tokens/s (`metrics.steady_state`: median step after warm-up) where the runs
-    have it, else (runs made before it was recorded) from the whole-run samples/s, warm-up included."""
+    have it, else (runs made before it was recorded) from the whole-run samples/s, warm-up included. Beside it,
+    questions/s: steady (questions per step / median step time) where the runs have it, else the Trainer's
+    samples/s (those older runs had fixed-size batches, so a sample is a question)."""
     if df["world_size"].nunique() < 2:
         return None
     steady = "steady_train_tokens_per_second" in df and df["steady_train_tokens_per_second"].notna().all()
-    t = df.assign(per_gpu=df["train_samples_per_second"] / df["world_size"],
-                  peak=[_per_gpu_peak(r) for _, r in df.iterrows()])
+    # questions/s: the steady one where the runs have it (questions per step / median step time); else the
+    # Trainer's samples/s, which counts questions only with fixed-size batches (runs made before steady figures)
+    questions = "steady_train_samples_per_second" if steady else "train_samples_per_second"
+    t = df.assign(per_gpu=df[questions] / df["world_size"], peak=[_per_gpu_peak(r) for _, r in df.iterrows()])
     if steady:
         t = t.assign(tok_per_gpu=t["steady_train_tokens_per_second"] / t["world_size"])
     t = t.sort_values(["model", "recipe", "experiment", "world_size"])
     speed = "tok_per_gpu" if steady else "per_gpu"
     base = t.groupby(["model", "recipe", "experiment"])[speed].transform("first")
     gpu = df["gpu_peak_mib"].notna().any()
+    name = "steady questions/s" if steady else "samples/s"
     cols = {"experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
-            "global batch": t["global_batch_size"], "samples/s": t["train_samples_per_second"],
-            "samples/s per GPU": t["per_gpu"].round(2)}
+            "global batch": t["global_batch_size"], name: t[questions], f"{name} per GPU": t["per_gpu"].round(2)}
     if steady:
         cols |= {"steady tokens/s": t["steady_train_tokens_per_second"],
                  "steady tokens/s per GPU": t["tok_per_gpu"].round(1)}

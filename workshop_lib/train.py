@@ -361,11 +361,12 @@ def _estimate(counts: dict, exp: Experiment, world_size: int) -> dict:
 
 
 def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
-    """Refuse a GPU whose memory the model states alone (DeepSpeed's estimate) would fill past 90%."""
+    """Refuse a GPU whose memory the model states alone (DeepSpeed's estimate) would fill past 90%
+    (`memory.STATES_MARGIN`)."""
     if not torch.cuda.is_available():
         return
     total_mib = torch.cuda.get_device_properties(local_rank).total_memory / 2**20 * (env.gpu_memory_fraction() or 1)
-    if states_mib > 0.9 * total_mib:
+    if states_mib > memory.STATES_MARGIN * total_mib:
         raise WorkshopError(
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
             f"{cfg.experiment} (DeepSpeed's estimate), more than 90% of this GPU's {total_mib:,.0f} MiB.",
@@ -374,15 +375,15 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
 
 def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_size: int) -> float:
     """Refuse an NVMe offload whose swap files (`memory.estimate_nvme_swap`: 18 bytes/param for parameters and
-    optimizer states, over the nodes) would not fit in 95% of the free space at `cfg.nvme_path`: DeepSpeed
-    would stop with an I/O error in the first step, after minutes of set-up, with the drive full.
+    optimizer states, over the nodes) would not fit in 95% (`memory.DRIVE_MARGIN`) of the free space at
+    `cfg.nvme_path`: DeepSpeed would stop with an I/O error in the first step, after minutes of set-up, with the drive full.
 
     Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
     nodes = max(1, world_size // per_node)  # ranks of one node share its drive
     need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
     free = shutil.disk_usage(cfg.nvme_path).free / memory.MiB
-    if need > 0.95 * free:
+    if need > memory.DRIVE_MARGIN * free:
         raise WorkshopError(
             f"{cfg.experiment} would write about {need:,.0f} MiB of swap files for {cfg.model} "
             f"({num_params / 1e9:.2f}B parameters) to {cfg.nvme_path}, which has {free:,.0f} MiB free.",

@@ -18,6 +18,13 @@ HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Ada
          "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",
          "model.safetensors": "the model's own copy, in the training precision",
          "optimizer.pt": "the optimizer's state"}
+# What a checkpoint of mixed-precision Adam holds per parameter: the optimizer states, K = 12 bytes (fp32 master
+# weights 4, Adam's momentum 4 and variance 4: Rajbhandari et al. 2020, "ZeRO", section 3.1), and the model's own
+# weights in the training precision (model.safetensors: 2 bytes in bf16 or fp16, 4 in fp32). Gradients are not
+# saved. A bf16 run on a GPU: 14 bytes/param; the CPU's fp32 run: 16. Small files (tokenizer, trainer state, RNG
+# states) come on top: on a tiny model they weigh more than on a real one.
+OPTIMIZER_BYTES = 12
+WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
 # in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
 RESUME_TOLERANCE = 1e-3
@@ -41,12 +48,14 @@ def checkpoint_files(ckpt: str | Path, num_params: int | None = None) -> pd.Data
 
 @dataclass(frozen=True)
 class CheckpointSize:
-    """A checkpoint on disk: all its files (MiB) and per parameter (bytes/param), and its largest file."""
+    """A checkpoint on disk: all its files (MiB) and per parameter (bytes/param), its largest file, and the
+    run's precision, which decides the expected bytes/param (`expected_bytes_per_param`)."""
 
     total_mib: float
     num_params: int
     largest_file: str
     largest_mib: float
+    precision: str  # the run's training precision (results.json's "precision": bf16, fp16 or fp32)
 
     @property
     def bytes_per_param(self) -> float:
@@ -57,15 +66,21 @@ class CheckpointSize:
         return self.largest_mib * MiB / self.num_params
 
     @property
+    def expected_bytes_per_param(self) -> int:
+        """`OPTIMIZER_BYTES` (12) + the model's weights in the run's precision (`WEIGHT_BYTES`): 14 in bf16."""
+        return OPTIMIZER_BYTES + WEIGHT_BYTES[self.precision]
+
+    @property
     def largest_holds(self) -> str:
         """What the largest file holds (`holds`)."""
         return holds(self.largest_file)
 
 
-def checkpoint_size(files: pd.DataFrame, num_params: int) -> CheckpointSize:
-    """`CheckpointSize` of `files` (`checkpoint_files`: columns file, MiB) for a model of `num_params`."""
+def checkpoint_size(files: pd.DataFrame, num_params: int, precision: str) -> CheckpointSize:
+    """`CheckpointSize` of `files` (`checkpoint_files`: columns file, MiB) for a model of `num_params` trained
+    in `precision` (bf16, fp16 or fp32)."""
     big = files.sort_values("MiB", ascending=False).iloc[0]
-    return CheckpointSize(float(files["MiB"].sum()), int(num_params), str(big.file), float(big.MiB))
+    return CheckpointSize(float(files["MiB"].sum()), int(num_params), str(big.file), float(big.MiB), precision)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
 from . import DOCS, Comparison, compare
 
 REFERENCES = {"one H100 80GB, 128 GiB host": DOCS / "h100" / "large-models",
@@ -62,17 +63,33 @@ def _row(run_dir: Path, gpu: str) -> dict:
             "activation checkpointing": bool(cfg.get("activation_checkpointing")), "outcome": outcome(run_dir),
             "steady tokens/s": r.get("steady_train_tokens_per_second"),
             "GPU peak MiB (NVML)": r.get("gpu_peak_mib"), "torch peak alloc MiB": r.get("gpu_peak_allocated_mib"),
-            "host peak RSS MiB": r.get("host_peak_rss_mib"),
-            "est. states GPU MiB": est["model_states_gpu_mib"], "est. states host MiB": est["model_states_cpu_mib"],
+            "torch peak reserved MiB": r.get("gpu_peak_reserved_mib"),
+            "host peak RSS MiB, node": node_host_peak(r),
+            "est. states GPU MiB": est["model_states_gpu_mib"],
+            "est. states host MiB, node": est["model_states_cpu_mib"],
             "est. total GPU MiB": est["total_gpu_mib"],
             "NVMe swap MiB": sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
             "est. NVMe MiB": est["nvme_mib"]}
 
 
+def node_host_peak(r: dict) -> float | None:
+    """Host memory of a run's node, MiB: the sum of its ranks' peak RSS on rank 0's host (results.json's
+    per_rank_memory; each rank is a process with its own partition of the offloaded states), to compare with
+    DeepSpeed's per-node estimate. Rank 0's own where the ranks are not recorded; None without a run. The
+    ranks' peaks need not coincide, so this is at most the node's peak."""
+    if not r:
+        return None
+    ranks = r.get("per_rank_memory") if isinstance(r.get("per_rank_memory"), list) else None
+    if not ranks:
+        return r.get("host_peak_rss_mib")
+    host = ranks[0].get("host")
+    return round(sum(x["host_peak_rss_mib"] for x in ranks if x.get("host") == host), 1)
+
+
 def reference_runs(root: Path) -> pd.DataFrame:
     """One row per run under root/runs (a directory, or only its .log when the run stopped before it wrote
-    one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB), NVMe swap files at the end (MiB) and
-    `fit.estimate`'s figures."""
+    one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB; host memory per node, every rank's
+    summed: `node_host_peak`), NVMe swap files at the end (MiB) and `fit.estimate`'s figures (host: per node)."""
     runs = root / "runs"
     if not runs.is_dir():
         return pd.DataFrame()
@@ -115,15 +132,30 @@ def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _df_line(machine_txt: Path) -> list[str]:
+    return next(x for x in machine_txt.read_text().splitlines() if x.startswith("/")).split()
+
+
+# What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
+# vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
+DEVICE_KINDS = {"/dev/nvme": "an NVMe drive", "/dev/vd": "a virtual machine's virtio disk",
+                "/dev/xvd": "a Xen virtual disk", "/dev/sd": "a SCSI or SATA disk"}
+
+
+def drive_device(machine_txt: Path) -> tuple[str, str]:
+    """(the device of the `df -h` line `scripts/large_models.sh` wrote into machine.txt, e.g. '/dev/vda', and
+    what its name says it is: `DEVICE_KINDS`, or "a device of unknown kind")."""
+    dev = _df_line(machine_txt)[0]
+    return dev, next((k for p, k in DEVICE_KINDS.items() if dev.startswith(p)), "a device of unknown kind")
+
+
 def drive_free_gib(machine_txt: Path) -> float:
     """The free space of the drive `scripts/large_models.sh` swapped to, GiB: the 'Avail' column of the `df -h`
     line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
-    line = next(x for x in machine_txt.read_text().splitlines() if x.startswith("/"))
-    avail = line.split()[3]
+    avail = _df_line(machine_txt)[3]
     return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
 
 
-DRIVE_MARGIN = 0.95  # swap files must fit 95% of the drive's free space: the preflight's rule (train.check_nvme_space)
 
 
 @dataclass(frozen=True)
@@ -140,7 +172,8 @@ class NvmeSummary:
     """CPU against NVMe offload of one model in one device call (`offload_comparison`), each figure NVMe's
     against CPU's (`Comparison`, value = NVMe, other = CPU; no band: each run was measured once), the pinned
     host buffers NVMe offload swaps the parameters through (ds_config.json's offload_param: buffer_count x
-    buffer_size elements x 2 bytes, MiB), and which shipped models' swap files that call's drive could hold."""
+    buffer_size elements x 2 bytes, MiB), which shipped models' swap files that call's drive could hold, and
+    what that drive was (machine.txt's df line: its device, and what the device's name says it is)."""
 
     model: str
     training_steps: int  # logged by each run
@@ -150,13 +183,21 @@ class NvmeSummary:
     gpu_peak: Comparison  # MiB, NVML
     buffer_count: int
     buffer_elements: int  # per buffer
+    embedding_elements: int  # the model's token embedding, vocab_size x hidden_size: the largest tensor
     drive_free_gib: float
+    drive_device: str  # e.g. /dev/vda (machine.txt's df line)
+    drive_kind: str  # what the device's name says it is (`DEVICE_KINDS`)
     swap: tuple[SwapFit, ...]  # smallest first
 
     @property
     def pinned_mib(self) -> float:
         """The pinned buffers' size, MiB (16-bit elements)."""
         return self.buffer_count * self.buffer_elements * 2 / 2**20
+
+    @property
+    def buffers_sized_to_embedding(self) -> bool:
+        """Each buffer holds exactly the token embedding (the largest tensor: `train._nvme_buffers`)."""
+        return self.buffer_elements == self.embedding_elements
 
     def comparisons(self) -> pd.DataFrame:
         """One row per figure (titles with units from `results.TABLE`): NVMe's, CPU's, their ratio, the verdict."""
@@ -185,6 +226,7 @@ def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
     swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
     count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
     fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
+    shape = model_shape(cpu["model"])
 
     def vs(metric, column, unit):
         return compare(metric, nvme[column], cpu[column], unit=unit, noise=None)
@@ -193,7 +235,8 @@ def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
         cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s", "steady s/step", "s"),
         vs("steady_train_tokens_per_second", "steady tokens/s", "tokens/s"),
         vs("host_peak_rss_mib", "host peak RSS MiB", "MiB"), vs("gpu_peak_mib", "GPU peak MiB (NVML)", "MiB"),
-        int(count), int(size), free, tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
+        int(count), int(size), shape["vocab_size"] * shape["hidden_size"], free,
+        *drive_device(root / "machine.txt"), tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -228,24 +271,44 @@ def nearest_gpu(gpu_mib: float) -> str:
     return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
 
 
+def this_drive() -> float:
+    """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
+    `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
+    nvme-vs-cpu/machine.txt)."""
+    import os
+    import shutil
+    import tempfile
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
+    return shutil.disk_usage(os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / 2**20
+
+
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     from ..fit import FREE_SHARE
 
     host = e["model_states_cpu_mib"]
-    return e["total_gpu_mib"] <= FREE_SHARE * gpu_mib and (host is None or host <= HOST_SHARE * host_mib)
+    return (e["fits"] and e["total_gpu_mib"] <= FREE_SHARE * gpu_mib
+            and (host is None or host <= HOST_SHARE * host_mib))
 
 
-def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192) -> pd.DataFrame:
+def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192,
+                   nvme_free_mib: float | None = None) -> pd.DataFrame:
     """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
     checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
-    of `gpu_mib` usable with `host_mib` of host memory: one row each, MiB. fits: the GPU total within
-    `fit.FREE_SHARE` of gpu_mib and the host states within `HOST_SHARE` of host_mib."""
+    of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
+    to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
+    the host, the drive), with the GPU total within `fit.FREE_SHARE` of gpu_mib and the host states within
+    `HOST_SHARE` of host_mib."""
     from ..fit import estimate
 
     rows = []
     for name, stage, offload in [("baseline", None, "none"), ("stage2", 2, "none"), ("stage3", 3, "none"),
                                  ("stage3_offload", 3, "cpu"), ("stage3_nvme", 3, "nvme")]:
-        e = estimate(model, stage, offload, max_length=max_tokens)
+        e = estimate(model, stage, offload, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
+                     host_memory_mib=host_mib, nvme_free_mib=nvme_free_mib)
         rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
                      "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
                      "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"],
@@ -282,8 +345,8 @@ def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
 
     for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
         for tokens in TOKENS_TRIED:
-            base, zero2, off = (estimate(model, z, o, max_length=tokens) for z, o in
-                                ((None, "none"), (2, "none"), (3, "cpu")))
+            base, zero2, off = (estimate(model, z, o, max_length=tokens, gpu=nearest_gpu(gpu_mib),
+                                         host_memory_mib=host_mib) for z, o in ((None, "none"), (2, "none"), (3, "cpu")))
             if min(base["total_gpu_mib"], zero2["total_gpu_mib"]) > gpu_mib and _fits(off, gpu_mib, host_mib):
                 return model, tokens, base, zero2, off
     return None
@@ -380,6 +443,76 @@ def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu
 H100 = "one H100 80GB, 128 GiB host"
 
 
+@dataclass(frozen=True)
+class RungAgainstOffload:
+    """The reference machine's model trained two ways on one GPU: the baseline with activation checkpointing
+    (the ladder's first rung that fits it) against ZeRO-3 + CPU offload, steady tokens/s (`Comparison`, value =
+    checkpointing, other = offload; no band: one run each)."""
+
+    model: str
+    tokens_per_second: Comparison
+
+
+def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffload | None:
+    """`RungAgainstOffload` for the largest model that `machine`'s references (default the H100's) trained both
+    as the baseline with activation checkpointing and with ZeRO-3 + CPU offload; None where none did."""
+    from ..fit import model_shape
+
+    df = reference_runs(REFERENCES[machine or H100])
+    if df.empty:
+        return None
+    done = df[(df["outcome"] == "trained") & (df["GPUs"] == 1)]
+    ac = done[(done["experiment"] == "baseline") & done["activation checkpointing"]].set_index("model")
+    off = done[done["experiment"] == "stage3_offload"].set_index("model")
+    both = sorted(set(ac.index) & set(off.index), key=lambda m: model_shape(m)["num_params"])
+    if not both:
+        return None
+    m = both[-1]
+    return RungAgainstOffload(m, compare("steady_train_tokens_per_second", ac.at[m, "steady tokens/s"],
+                                         off.at[m, "steady tokens/s"], noise=None))
+
+
+@dataclass(frozen=True)
+class AllocatorCache:
+    """One reference run's GPU memory from the estimate outwards, MiB: `fit.estimate`'s total for its settings,
+    PyTorch's peak allocated (live tensors), its peak reserved (the caching allocator's segments, live or
+    not) and NVML's peak (what the whole GPU had in use: the reserved segments, the CUDA context, libraries).
+    At the moment of the reserved peak, at least `cached_mib` = reserved - allocated peak was reserved but
+    unallocated: the cache an out-of-memory message calls "reserved by PyTorch but unallocated"."""
+
+    model: str
+    experiment: str
+    estimate_mib: float
+    allocated_mib: float
+    reserved_mib: float
+    nvml_mib: float
+    gpu_mib: float  # the GPU's memory (`fit.GPUS`)
+
+    @property
+    def cached_mib(self) -> float:
+        return self.reserved_mib - self.allocated_mib
+
+    @property
+    def nvml_vs_estimate(self) -> Comparison:
+        """NVML's peak against the estimate (no band: one run)."""
+        return compare("gpu_peak_mib", self.nvml_mib, self.estimate_mib, noise=None)
+
+
+def allocator_cache(experiment: str = "stage3_offload", machine: str | None = None) -> AllocatorCache | None:
+    """`AllocatorCache` of `machine`'s reference run of `experiment` (default: the H100's; the largest model
+    that trained with it, without activation checkpointing: `reference_result`); None where none is on file."""
+    from ..fit import GPUS
+
+    machine = machine or H100
+    r = reference_result(experiment, machine)
+    if r is None:
+        return None
+    df = reference_runs(REFERENCES[machine])
+    row = df[(df["model"] == r["model"]) & (df["experiment"] == experiment) & ~df["activation checkpointing"]].iloc[0]
+    return AllocatorCache(r["model"], experiment, float(row["est. total GPU MiB"]), float(r["gpu_peak_allocated_mib"]),
+                          float(r["gpu_peak_reserved_mib"]), float(r["gpu_peak_mib"]), float(GPUS[GPU_OF[machine]]))
+
+
 def reference_result(experiment: str, machine: str = H100) -> dict | None:
     """results.json of `machine`'s reference run of `experiment` (`REFERENCES`) with the largest model that
     trained with it, without activation checkpointing; None where none is on file."""
@@ -426,7 +559,9 @@ def main() -> None:
         text = (f"# Models that do not fit: reference runs on {machine}\n\nGenerated by `python -m "
                 f"workshop_lib.lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see README.md). "
                 "Estimates: `workshop_lib.fit.estimate` (DeepSpeed's model-state estimators, activations after "
-                "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: median step after warm-up.\n\n"
+                "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: median step after warm-up. "
+                "GPU columns are rank 0's; host memory is per node, like DeepSpeed's estimate of the offloaded "
+                "states beside it: the sum of the node's ranks' peak RSS (`node_host_peak`).\n\n"
                 + df.to_markdown(index=False, floatfmt=",.0f") + "\n")
         (root / "table.md").write_text(text)
         print(f"wrote {root / 'table.md'}")
@@ -438,7 +573,9 @@ def main() -> None:
             + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
             + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
             + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-              f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB.\n\n"
+              f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+              + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding
+                 else "") + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
               "Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against that machine's "
               "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n")
     (NVME_VS_CPU / "table.md").write_text(text)
