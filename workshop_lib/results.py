@@ -223,8 +223,10 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
 
     With `reference` (reference runs indexed by run name, as `lessons.reference`), the figures are formatted,
     and under each run (measured "yours") comes the reference run of the same name (measured "reference"), each
-    figure with its band from `bands` (metric -> relative spread, as `lessons.band`): "101,108 ± 9%". What
-    `workshop report` writes and every learner notebook shows (through `lessons.table`)."""
+    figure with its band from `bands` (metric -> relative spread, as `lessons.band`): "101,108 ± 9%". Each row
+    says which weights the run started from (`weights`); a loss whose reference used another model or other
+    weights is marked "not comparable" and gets no band (`not_comparable`). What `workshop report` writes
+    and every learner notebook shows (through `lessons.table`)."""
     df = df.copy()
     if "mfu" in df:
         df["hfu"] = [hfu(r) for _, r in df.iterrows()]
@@ -245,13 +247,48 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else list(df.index)
     rows = []
     for i, name in enumerate(names):
-        rows.append({"run": name, "measured": "yours"} | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
+        mine = df.iloc[i]
+        rows.append({"run": name, "measured": "yours", "weights": weights(mine)}
+                    | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
         if name in ref.index:
-            rows.append({"run": name, "measured": "reference"} | {
-                TABLE.get(k, k): fmt(ref.at[name, k], k) + (f" ± {b:.0%}" if (b := (bands or {}).get(k)) is not None
-                                                          and k in ref and pd.notna(ref.at[name, k]) else "")
-                if k in ref else "n/a" for k in keys})
+            other = ref.loc[name]
+            apart = not_comparable(mine, other)
+            cells = {}
+            for k in keys:
+                if k not in ref:
+                    cells[TABLE.get(k, k)] = "n/a"
+                    continue
+                cell, b = fmt(other[k], k), (bands or {}).get(k)
+                if apart and k in LOSSES:  # no band: the two losses do not measure the same thing
+                    cell += f" (not comparable: {apart})"
+                elif b is not None and not isinstance(other[k], list) and pd.notna(other[k]):
+                    cell += f" ± {b:.0%}"
+                cells[TABLE.get(k, k)] = cell
+            rows.append({"run": name, "measured": "reference", "weights": weights(other)} | cells)
     return pd.DataFrame(rows)
+
+
+LOSSES = ("train_loss", "eval_loss")  # figures that depend on the model and its starting weights, not the machine
+
+
+def weights(row) -> str:
+    """The weights a run started from (results.json's `random_weights`, `tiny`): "pretrained", "random" or
+    "random, tiny model"."""
+    if not row.get("random_weights"):
+        return "pretrained"
+    return "random, tiny model" if row.get("tiny") is True or str(row.get("model", "")).endswith("(tiny)") else "random"
+
+
+def not_comparable(row, ref) -> str | None:
+    """Why a run's losses cannot stand beside its reference run's, or None where they can: another model, or
+    other starting weights. A random model starts near ln(vocabulary size) nats (Qwen3's 151,936 tokens: 11.9)
+    and a pretrained one near its converged loss, so after 24 steps a pretrained run's 1-2 nats and a random
+    run's 9.4 measure the weights, not the run; memory and speed do not depend on the weights' values."""
+    if str(row.get("model")) != str(ref.get("model")):
+        return f"another model ({ref.get('model')})"
+    if weights(row) != weights(ref):
+        return f"{weights(ref)} weights, yours {weights(row)}"
+    return None
 
 
 def _micro_batch(config, sequences) -> str:
