@@ -50,7 +50,7 @@ planned = config.resolve(RunConfig("stage3_offload", **COMMON))
 SAVE = fine_tuned.save_settings(planned.max_steps)  # save_strategy and save_steps of every run below
 plan = fine_tuned.checkpoint_plan(model.count_params(planned.model, tiny=planned.tiny)["num_params"],
                                   env.pick_precision(planned.precision), planned.max_steps, planned.epochs)
-print(f"{planned.model}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
+print(f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
       f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
       f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
       f"Checkpoints: {SAVE}.")

@@ -88,3 +88,44 @@ def test_a_loss_is_never_set_beside_a_reference_that_started_from_other_weights(
     assert results.not_comparable(tiny.iloc[0], ref.loc["baseline"]).startswith("another model")
     assert results.not_comparable(mine.iloc[0], ref.loc["baseline"]) is None
     assert isinstance(results.exercise_table(mine, cols, ref, bands), pd.DataFrame)
+
+
+def test_the_cpu_runs_the_notebooks_with_the_settings_a_gpu_learner_gets(monkeypatch):
+    """Only the model differs (the tiny one without a GPU): the run length is the reference runs' on both, so
+    CI's notebook runs take the GPU learner's path (03b's killed run once lacked its --max-steps there)."""
+    import torch
+
+    for v in ("WORKSHOP_MAX_STEPS", "WORKSHOP_TINY", "WORKSHOP_RANDOM_WEIGHTS"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = env.notebook_run_options()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = env.notebook_run_options()
+    assert (cpu.pop("tiny"), gpu.pop("tiny")) == (True, False)
+    assert cpu == gpu and cpu["max_steps"] == lessons.GPU_MAX_STEPS
+    monkeypatch.setenv("WORKSHOP_MAX_STEPS", "0")
+    assert env.notebook_run_options()["max_steps"] is None
+
+
+def test_cpu_memory_figures_say_they_cannot_show_the_lesson():
+    ref = lessons.reference("02_zero_stages")
+    assert results.cpu_memory_note(ref) == ""  # GPU runs: nothing to say
+    cpu = ref.assign(gpu_peak_mib=None, host_peak_rss_mib=700.0, estimated_model_states_cpu_mib=5.6)
+    assert "Not meaningful on a CPU" in results.cpu_memory_note(cpu) and "0.8%" in results.cpu_memory_note(cpu)
+
+
+def test_a_resume_shows_the_trainers_warning_only_for_a_setting_it_may_not_change():
+    import logging
+
+    env.quiet_libraries()
+    log = logging.getLogger("transformers.trainer_utils")
+    head = "Warning: The following arguments do not match the ones in the `trainer_state.json` within the checkpoint directory: "
+
+    def shown(message):
+        return all(f(log.makeRecord(log.name, logging.WARNING, __file__, 0, message, None, None)) for f in log.filters)
+
+    assert not shown(head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)")
+    assert not shown("mtime may not be reliable on this filesystem, falling back to numerical ordering")
+    assert shown(head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)"
+                 "\n\tper_device_train_batch_size: 8 (from args) != 4 (from trainer_state.json)")
+    assert shown("Any other warning")

@@ -358,13 +358,31 @@ def build_deepspeed_ops(names: list[str]) -> None:
 _QUIET = False
 
 
+def _expected_resume_notes(record) -> bool:
+    """A logging filter for transformers.trainer_utils: False (dropped) for two warnings of a resume that are
+    expected here: arguments that differ from the checkpoint's where every one is a setting a resume may change
+    (`checkpoint.MAY_CHANGE`, e.g. save_steps; the workshop refused any other change before the Trainer
+    started), and "mtime may not be reliable", after which the Trainer orders checkpoints by step number,
+    as the workshop does. Any other difference still shows."""
+    message = record.getMessage()
+    if message.startswith("mtime may not be reliable"):
+        return False
+    if "do not match the ones in the `trainer_state.json`" in message:
+        from .checkpoint import MAY_CHANGE
+
+        names = re.findall(r"\n\t(\w+):", message)
+        return not (names and set(names) <= MAY_CHANGE)
+    return True
+
+
 def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
     FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its
     barrier() device notice, accelerate's
     OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
-    DeepSpeed its own accumulation on purpose), and transformers' "Writing model shards" bar (one shard,
-    shown at 0% in a notebook's output). Everything else, errors included, still shows."""
+    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard,
+    shown at 0% in a notebook's output) and its expected notes on a resume (`_expected_resume_notes`).
+    Everything else, errors included, still shows."""
     global _QUIET
     if _QUIET:
         return
@@ -376,6 +394,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
+    logging.getLogger("transformers.trainer_utils").addFilter(_expected_resume_notes)
     from transformers.utils import logging as hf_logging
 
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
@@ -402,14 +421,15 @@ def notebook_run_options() -> dict:
     tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
     random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
     overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
-    max_steps: on a GPU, `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), or
-    WORKSHOP_MAX_STEPS (0: the recipe's epochs); None (the recipe's epochs) for the tiny model.
+    max_steps: `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), on a GPU and for
+    the tiny model alike, so that the CPU runs the path a GPU learner runs and has as many steady steps;
+    WORKSHOP_MAX_STEPS sets another number (0: None, the recipe's epochs).
     """
     from .lessons import GPU_MAX_STEPS
 
     tiny = os.environ.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
-    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", 0 if tiny else GPU_MAX_STEPS)) or None
+    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS)) or None
     return {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
             "max_steps": steps}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -316,6 +317,19 @@ def _tiny_note(df: pd.DataFrame) -> str:
     return ""
 
 
+def cpu_memory_note(df: pd.DataFrame) -> str:
+    """A banner for memory figures of runs without a GPU: what they measure (the whole process's host memory),
+    how small the model states are in it (the estimate against the peak RSS), and where the lesson shows ("" for
+    GPU runs)."""
+    if _has_gpu(df) or "host_peak_rss_mib" not in df:
+        return ""
+    states = df["estimated_model_states_cpu_mib"].max() if "estimated_model_states_cpu_mib" in df else float("nan")
+    peak = df["host_peak_rss_mib"].min()
+    return (f"Not meaningful on a CPU: the model states (at most {states:,.1f} MiB estimated) are "
+            f"{states / peak:.1%} of the process's {peak:,.0f} MiB, so what a ZeRO stage or offload saves cannot "
+            "show here. The GPU reference shows it.")
+
+
 def _has_gpu(df: pd.DataFrame) -> bool:
     return "gpu_peak_mib" in df and df["gpu_peak_mib"].notna().any()
 
@@ -350,7 +364,9 @@ def plot_memory_over_time(df: pd.DataFrame):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
     axes[0].legend(fontsize=7)
-    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df))
+    banner = cpu_memory_note(df)
+    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df)
+                 + (f"\n{textwrap.fill(banner, 110)}" if banner else ""))
     fig.tight_layout()
     return fig
 
@@ -394,6 +410,8 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     else:
         a.bar(x, df["host_peak_rss_mib"], label="host peak RSS")
         a.set(ylabel="host memory, MiB", title="Memory per run (no GPU: host)")
+        a.text(0.5, 0.5, "\n".join(textwrap.wrap(cpu_memory_note(df), 48)), transform=a.transAxes, ha="center",
+               va="center", fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "tab:red"})
     a.legend(fontsize=8)
     steady = df["steady_train_tokens_per_second"] if "steady_train_tokens_per_second" in df else None
     speed = steady.fillna(df["train_tokens_per_second"]) if steady is not None else df["train_tokens_per_second"]
