@@ -255,9 +255,9 @@ else:
     line += (" Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
              "memory copies, while fixed per-step costs decide.")
 if not f.on_gpu:
-    line += (f" On a CPU the band ({f.stages['stage1'].speed.band_text}) is the spread of one run's speed between two "
-             "processes of a shared 2-core machine after the warm-up (docs/cpu/run_order.md): the speed lesson is the "
-             "GPU reference's.")
+    line += (f" On a CPU the band ({f.stages['stage1'].speed.band_text}) is how much a run's speed over its kernel's "
+             "baseline varied between processes of a shared 2-core machine after the warm-up (docs/cpu/run_order.md); "
+             "the GPU reference shows the sizes of these costs.")
 print(line)
 head = f"3. ZeRO stages' train losses span {f.loss_spread:.4f} nats (baseline {f.losses['baseline']:.4f})"
 print(head + (": the same data, order and Adam maths, so the stages agree up to rounding; the baseline's torch "

@@ -40,7 +40,8 @@ RUNS = Path("runs/03b_the_fine_tuned_model")
 # %% [markdown]
 # **Disk first.** A checkpoint holds what training needs to continue: Adam's states and the fp32 master weights
 # (12 bytes per parameter) and the model in its training precision, for a Qwen3-0.6B about 8 GiB each. So each
-# run here writes few (`fine_tuned.SAVES`, at evenly spaced steps; `save_total_limit` keeps the newest 2), and
+# run here writes few (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit`
+# keeps the newest 2), and
 # this is what the notebook will write, computed from the parameter count before anything is written:
 
 # %%
@@ -58,7 +59,7 @@ print(f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameter
 #
 # ZeRO-3 with the optimizer and the parameters offloaded: the hardest case to save, since no rank holds the
 # whole model. On save, DeepSpeed gathers the partitioned weights (`stage3_gather_16bit_weights_on_model_save`
-# in the config it gets). Checkpoints as planned above (`SAVE`), the newest 2 kept.
+# in the config it gets). Checkpoints as planned above (`SAVE`).
 
 # %%
 zero3 = run_experiment(RunConfig("stage3_offload", output_dir=str(RUNS / "zero3"), **SAVE, **COMMON))

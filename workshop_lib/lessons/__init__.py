@@ -8,8 +8,8 @@ are written in the solution notebook, from those records.
   (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
 - `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
 - `warm_up(notebook, runs_dir)`: on a CPU, a short run of each of a notebook's experiments before those it measures.
-- `cpu_band()`: the spread of steady tokens/s between two processes on a CPU (docs/cpu/run_order.csv), the band
-  of a CPU run's speed verdicts.
+- `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
+  (docs/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
   |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
   on another H100, docs/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
@@ -157,8 +157,8 @@ WARM_UP_STEPS = 4  # optimizer steps of each warm-up run
 def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float | None:
     """Without a GPU: each experiment of `notebook`'s runs (`COURSE_RUNS`) once, for `WARM_UP_STEPS` optimizer
     steps, into runs_dir/warm-up (removed afterwards, its output held back), before the runs that are measured.
-    On a CPU the first runs of a process pay one-time costs inside their timed steps (DeepSpeed's code paths,
-    PyTorch's kernels and the allocator set up on first use; the first DeepSpeed run most), so without it the
+    On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
+    of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
     run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU
     nothing runs: the 8 warm-up steps of each run cover it, as in the reference runs. Returns the seconds it
     took, or None on a GPU.
@@ -239,16 +239,21 @@ CPU_RUN_ORDER = DOCS / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: note
 
 
 def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
-    """The relative spread of steady tokens/s on a CPU: the largest |a - b| / mean(a, b) of one of notebook 02's
-    runs made after the warm-up in two processes (forwards and reversed, `CPU_RUN_ORDER`, or `measured` with
-    its columns), a fraction; None where not measured. A shared 2-core machine's runs differ far more than an
-    H100's (`band`), so the CPU's speed verdicts use this one."""
+    """The band of a CPU run's speed verdicts: how much one of notebook 02's runs, relative to the baseline of its
+    own process, varied between processes made after the warm-up (`CPU_RUN_ORDER`, or `measured` with its
+    columns): the largest |a - b| / mean(a, b) of a run's tokens/s over its process's baseline's, a fraction;
+    None where not measured. The notebooks compare runs of one kernel, whose machine load they share, so the
+    spread of the ratio is the noise of a comparison; a shared 2-core machine's is far wider than an H100's
+    (`band`)."""
     if measured is None:
         if not CPU_RUN_ORDER.is_file():
             return None
         measured = pd.read_csv(CPU_RUN_ORDER)
-    warm = measured[measured["warm-up"].astype(bool)]
-    spreads = [abs(v.max() - v.min()) / v.mean() for _, v in warm.groupby("run")["steady tokens/s"] if len(v) > 1]
+    warm = measured[measured["warm-up"].astype(bool)].copy()
+    process = warm.groupby(["round", "order"])["steady tokens/s"]
+    warm["ratio"] = warm["steady tokens/s"] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
+    spreads = [(v.max() - v.min()) / ((v.max() + v.min()) / 2) for run, v in warm.groupby("run")["ratio"]
+               if run != "baseline" and len(v) > 1]
     return max(spreads) if spreads else None
 
 

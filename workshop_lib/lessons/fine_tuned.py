@@ -22,8 +22,8 @@ HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Ada
 # in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
 RESUME_TOLERANCE = 1e-3
 # Checkpoints sized for a classroom (a Qwen3-0.6B checkpoint is about 8 GiB): each run of the notebook writes SAVES
-# checkpoints (at every ceil(max_steps / SAVES) steps), the killed run one per step until KILL_AFTER are complete.
-SAVES, KILL_AFTER = 2, 2
+# checkpoint (at its last step), the killed run one per step until KILL_AFTER are complete.
+SAVES, KILL_AFTER = 1, 2
 # Bytes per parameter of one Trainer + DeepSpeed checkpoint (fixed knowledge): the optimizer's fp32 master weights
 # and Adam's two fp32 moments, 4 + 4 + 4 = 12 (the ZeRO paper's K = 12: Rajbhandari et al. 2020, section 3.1),
 # and the model's weights in the training precision (model.safetensors, gathered under ZeRO-3): 2 in bf16/fp16,
@@ -38,7 +38,8 @@ def weight_bytes(precision: str) -> int:
 
 def save_settings(max_steps: int | None) -> dict:
     """The RunConfig checkpoint settings of the notebook's runs: `SAVES` checkpoints per run, every
-    ceil(max_steps / SAVES) optimizer steps; one per epoch where the run goes by epochs (max_steps None)."""
+    ceil(max_steps / SAVES) optimizer steps (with SAVES 1: at the last step); one per epoch where the run goes
+    by epochs (max_steps None)."""
     if max_steps is None:
         return {"save_strategy": "epoch"}
     return {"save_strategy": "steps", "save_steps": -(-max_steps // SAVES)}
@@ -79,11 +80,11 @@ def checkpoint_plan(num_params: int, precision: str, max_steps: int | None, epoc
                     save_total_limit: int = 2) -> CheckpointPlan:
     """`CheckpointPlan` of notebook 03b's runs for a model of `num_params` trained in `precision`: the
     uninterrupted run and the resumed one write `SAVES` checkpoints each (`epochs` where max_steps is None),
-    the killed run `KILL_AFTER` (and perhaps one more, half written, when it is killed); each run keeps
+    the killed run `KILL_AFTER` (and perhaps one more, half written, when it is killed); each run keeps at most
     `save_total_limit`; three runs save model/ and one export in fp32 follows."""
     per_run = SAVES if max_steps is not None else epochs
     return CheckpointPlan(int(num_params), precision, written=2 * per_run + KILL_AFTER + 1,
-                          kept=2 * save_total_limit, models=3)
+                          kept=min(per_run, save_total_limit) + save_total_limit, models=3)
 
 
 def holds(file: str) -> str:
