@@ -32,6 +32,26 @@ def test_a_failed_link_probe_says_nothing_and_real_errors_still_show(capfd, monk
     assert "cannot find -lworkshop_no_such_library" not in err and "collect2" not in err
 
 
+def test_a_probe_finds_a_library_that_is_there_under_a_stderr_without_a_descriptor(monkeypatch):
+    """ipykernel's stderr without its descriptors captured (nbmake) raises on fileno(): DeepSpeed's probe then
+    failed whatever the library, so async_io read "not compatible" in a notebook with libaio installed.
+    libpthread is on every Linux."""
+    import io
+
+    from deepspeed.accelerator import get_accelerator
+
+    class NoDescriptor(io.StringIO):
+        def fileno(self):
+            raise io.UnsupportedOperation("fileno")
+
+    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
+    monkeypatch.setattr(sys, "stderr", NoDescriptor())
+    assert builder.has_function("pthread_create", ("pthread",)) is False  # DeepSpeed alone: the probe breaks
+    with env.quiet_link_probes():
+        assert builder.has_function("pthread_create", ("pthread",)) is True
+    assert isinstance(sys.stderr, NoDescriptor)  # given back
+
+
 def test_the_probe_noise_pattern_is_the_linkers_and_nothing_else():
     noise = ["/usr/bin/ld: cannot find -laio: No such file or directory",
              "collect2: error: ld returned 1 exit status", "ld.lld: cannot find -laio"]

@@ -226,15 +226,20 @@ def quiet_link_probes():
     `/usr/bin/ld: cannot find -laio` and `collect2: error: ld returned 1 exit status`, which a learner reads
     as a failure while the op is simply reported not compatible (`ds_report`, `check_deepspeed_ops`).
     DeepSpeed silences its probe by redirecting sys.stderr's file descriptor, which under Jupyter is not
-    the process's descriptor 2 that the linker writes to. Here descriptor 2 goes to a file while the block
-    runs; every other line is written back to stderr afterwards: real errors still show."""
+    the process's descriptor 2 that the linker writes to, or has none (ipykernel without its descriptors
+    captured, as under nbmake: the probe then fails and reports the op not compatible even with libaio
+    installed). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes to it; every
+    other line is written back to stderr afterwards: real errors still show."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved, stream = os.dup(2), sys.stderr
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
         try:
             yield
         finally:
+            sys.stderr.flush()
+            sys.stderr = stream
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
@@ -346,7 +351,8 @@ def build_deepspeed_ops(names: list[str]) -> None:
         t0 = time.perf_counter()
         announce.start()
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            # quiet_link_probes: load() probes again, and DeepSpeed's own later load() finds it loaded
+            with contextlib.redirect_stdout(io.StringIO()), quiet_link_probes():
                 builder.load(verbose=False)
         finally:
             announce.cancel()
