@@ -54,14 +54,29 @@ display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(in
 #
 # The baseline first, so that this notebook stands alone, then stages 1, 2, 3 (`lessons.COURSE_RUNS`, the
 # same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
+#
+# Without a GPU, a short run of each experiment comes first and is thrown away (`lessons.warm_up`): on a CPU the
+# runs of one kernel get faster one after the other, whatever their order, and the ranking would then say which
+# ran first (docs/cpu/run_order.md). On a GPU each run's first 8 steps are its warm-up, as in the reference.
 
 # %%
+warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
+print("warm-up: " + (f"{warm:.0f} s, not measured" if warm is not None else "none on a GPU"))
 ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+
+# %% [markdown]
+# Without a GPU the memory above is the whole process's, where the tiny model's states are lost (the figures say
+# so): the same runs on the H100 reference show what each stage keeps.
+
+# %%
+if results.cpu_memory_note(df):
+    ref_runs = lessons.reference(NOTEBOOK)
+    results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]]);
 
 # %% [markdown]
 # **Stage 3 runs without torch.compile.** On a GPU the baseline, stage 1 and stage 2 compile each transformer

@@ -23,12 +23,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from workshop_lib import checkpoint, env, evaluation, lessons
+from workshop_lib import checkpoint, config, env, evaluation, lessons, model
 from workshop_lib.lessons import fine_tuned
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
@@ -40,15 +41,31 @@ print(f"device: {env.device_name()}, run options: {COMMON}")
 RUNS = Path("runs/03b_the_fine_tuned_model")
 
 # %% [markdown]
+# **Disk first.** A checkpoint holds what training needs to continue: Adam's states and the fp32 master weights
+# (12 bytes per parameter) and the model in its training precision, for a Qwen3-0.6B about 8 GiB each. So each
+# run here writes few (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit`
+# keeps the newest 2), and
+# this is what the notebook will write, computed from the parameter count before anything is written:
+
+# %%
+planned = config.resolve(RunConfig("stage3_offload", **COMMON))
+SAVE = fine_tuned.save_settings(planned.max_steps)  # save_strategy and save_steps of every run below
+plan = fine_tuned.checkpoint_plan(model.count_params(planned.model, tiny=planned.tiny)["num_params"],
+                                  env.pick_precision(planned.precision), planned.max_steps, planned.epochs)
+print(f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
+      f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
+      f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
+      f"Checkpoints: {SAVE}.")
+
+# %% [markdown]
 # ## 1. The saved model
 #
 # ZeRO-3 with the optimizer and the parameters offloaded: the hardest case to save, since no rank holds the
 # whole model. On save, DeepSpeed gathers the partitioned weights (`stage3_gather_16bit_weights_on_model_save`
-# in the config it gets). A checkpoint every 2 optimizer steps, the newest 2 kept.
+# in the config it gets). Checkpoints as planned above (`SAVE`).
 
 # %%
-zero3 = run_experiment(RunConfig("stage3_offload", output_dir=str(RUNS / "zero3"), save_strategy="steps",
-                                 save_steps=2, **COMMON))
+zero3 = run_experiment(RunConfig("stage3_offload", output_dir=str(RUNS / "zero3"), **SAVE, **COMMON))
 print(sorted(p.name for p in (RUNS / "zero3" / "model").iterdir()))
 
 # %% [markdown]
@@ -91,19 +108,23 @@ files
 # %% [markdown]
 # ## 3. Kill a run, resume it
 #
-# The same run again in a separate process, a checkpoint after every step, killed with SIGKILL (nothing
-# runs on the way out, as when a node dies) once its third checkpoint is written. Then `--resume` (here
-# `resume=True`) continues from its last complete checkpoint.
+# The same run again in a separate process, started as `workshop run` with the same settings
+# (`config.cli_args` writes a `RunConfig` as its command line), a checkpoint after every step, killed with
+# SIGKILL (nothing runs on the way out, as when a node dies) once its second checkpoint is written. Then
+# `--resume` (here `resume=True`) continues from its last complete checkpoint: with the same settings, which a
+# resume checks, except where and how often to write (`checkpoint.MAY_CHANGE`), so it goes back to the plan's
+# few checkpoints.
 
 # %%
 killed = RUNS / "killed"
-flags = ["--tiny"] * COMMON["tiny"] + ["--random-weights"] * COMMON["random_weights"]
-cmd = [sys.executable, "-m", "workshop_lib.cli", "run", "stage3_offload", *flags, "--save-strategy", "steps",
-       "--save-steps", "1", "--output-dir", str(killed), "--overwrite"]
+kill_cfg = RunConfig("stage3_offload", output_dir=str(killed), save_strategy="steps", save_steps=1, **COMMON)
+cmd = [sys.executable, "-m", "workshop_lib.cli", "run", *config.cli_args(kill_cfg)]
+print(" ".join(cmd[1:]))
 # a world of its own: not this kernel's rank variables and rendezvous port (env.ensure_distributed_env)
 own = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
 proc = subprocess.Popen(cmd, env=own, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-while proc.poll() is None and checkpoint.step_of(killed / "checkpoints" / "checkpoint-3") is None:
+last_save = killed / "checkpoints" / f"checkpoint-{fine_tuned.KILL_AFTER}"
+while proc.poll() is None and checkpoint.step_of(last_save) is None:
     time.sleep(0.05)
 proc.kill()
 err = proc.communicate()[1]
@@ -114,8 +135,7 @@ print(f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in
       f"{(killed / 'results.json').exists()}")
 
 # %%
-resumed = run_experiment(RunConfig("stage3_offload", output_dir=str(killed), save_strategy="steps", save_steps=1,
-                                   resume=True, **{**COMMON, "overwrite": False}))
+resumed = run_experiment(replace(kill_cfg, resume=True, overwrite=False, **SAVE))
 both = pd.DataFrame({"uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
                      "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]]},
                     index=["train loss", "last eval loss"])
@@ -153,7 +173,8 @@ print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for 
 # %%
 real = not COMMON["tiny"] and not COMMON["random_weights"]  # Qwen3-0.6B's own weights
 if real:
-    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, **COMMON)
+    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, save_strategy="no",
+                    **COMMON)
 else:
     rows = load_squad("train", 8, verbose=False)
     handful = RUNS / "handful.json"  # the 8 questions as a SQuAD v1.1 file, for training and for the questions
@@ -163,7 +184,7 @@ else:
         for r in rows]}]}))
     cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), train_file=str(handful), eval_file=str(handful),
                     num_train_samples=8, num_eval_samples=8, epochs=60, learning_rate=1e-2, save_strategy="no",
-                    score_questions=8, **COMMON)
+                    score_questions=8, **(COMMON | {"max_steps": None}))  # all 60 epochs: until it memorised them
 scored = run_experiment(cfg)
 print(f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}")
 pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)

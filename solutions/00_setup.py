@@ -34,11 +34,7 @@ print(env.versions())
 # (about a minute, once).
 
 # %%
-import subprocess
-import sys
-
-report = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True).stdout
-print("\n".join(line for line in report.splitlines() if "adam" in line or "torch version" in line
+print("\n".join(line for line in env.ds_report() if "adam" in line or "torch version" in line
                 or "accelerator" in line.lower()))
 
 # %%

@@ -21,8 +21,6 @@
 # reference runs are shown beside yours.
 
 # %%
-import subprocess
-
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
@@ -159,8 +157,7 @@ display(df[["model", "num_params", "steady_train_tokens_per_second", "gpu_peak_m
 # (`[OKAY]`). Where it cannot, the workshop stops with the fix.
 
 # %%
-report = subprocess.run(["ds_report"], capture_output=True, text=True).stdout
-print("\n".join(line for line in report.splitlines() if "async_io" in line))
+print("\n".join(line for line in env.ds_report() if "async_io" in line))
 try:
     env.check_deepspeed_ops(["AsyncIOBuilder"])
     nvme_ok = True

@@ -429,3 +429,17 @@ def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_writte
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"about {need:,.0f} MiB of swap files" in p.stderr and "To fix: pass --nvme-path" in p.stderr
     assert not (tmp_path / "run").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):
+    """Notebook 03b prints its checkpoints' size before writing them (`fine_tuned.checkpoint_plan`): 12 bytes per
+    parameter of optimizer states and the weights in the training precision. The last stage3_offload checkpoint
+    on disk, all files, against it (the small files: RNG states, schedule, tokenizer, zero_to_fp32.py)."""
+    from workshop_lib.lessons import fine_tuned
+
+    r = json.loads((runs / "stage3_offload" / "results.json").read_text())
+    last = checkpoint.find_checkpoints(runs / "stage3_offload")[0][-1]
+    size = fine_tuned.checkpoint_size(fine_tuned.checkpoint_files(last, r["num_params"]), r["num_params"])
+    plan = fine_tuned.checkpoint_plan(r["num_params"], r["precision"], 24, 2)
+    assert plan.bytes_per_param == (16 if r["precision"] == "fp32" else 14)
+    assert plan.checkpoint_mib <= size.total_mib <= 1.1 * plan.checkpoint_mib

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from workshop_lib import checkpoint, cli, rundir
-from workshop_lib.config import EXPERIMENTS, RunConfig, parse_run_args, resolve
+from workshop_lib.config import EXPERIMENTS, RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.errors import WorkshopError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +233,30 @@ def test_config_resolves_from_the_recipe_and_the_command_line():
     assert (cfg.num_train_samples, cfg.epochs, cfg.learning_rate) == (64, 2, 1e-3)  # --tiny's
     assert resolve(RunConfig("stage3_offload", epochs=1)).output_dir.startswith("runs/stage3_offload-")
     assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu", "nvme"}
+
+
+def test_a_run_config_round_trips_through_its_command_line():
+    cfg = RunConfig("stage3_offload", tiny=True, random_weights=True, max_steps=24, save_strategy="steps",
+                    save_steps=1, output_dir="/tmp/x y", overwrite=True, activation_checkpointing=False,
+                    learning_rate=1e-2, ds_config=["zero_optimization.overlap_comm=false", "steps_per_print=5"])
+    argv = cli_args(cfg)
+    assert argv[:1] == ["stage3_offload"] and argv.count("--ds-config") == 2
+    assert parse_run_args(argv) == cfg
+    assert parse_run_args(cli_args(RunConfig("baseline"))) == RunConfig("baseline")
+
+
+def test_notebook_03b_writes_few_checkpoints_and_knows_their_size_first():
+    from workshop_lib.lessons import fine_tuned
+
+    assert fine_tuned.SAVES == 1 and fine_tuned.save_settings(24) == {"save_strategy": "steps", "save_steps": 24}
+    assert fine_tuned.save_settings(None) == {"save_strategy": "epoch"}
+    n = 596_049_920  # Qwen3-0.6B
+    gpu, cpu = fine_tuned.checkpoint_plan(n, "bf16", 24, 3), fine_tuned.checkpoint_plan(n, "fp32", None, 3)
+    assert (gpu.bytes_per_param, cpu.bytes_per_param) == (14, 16)
+    # the uninterrupted and the resumed run one each, the killed one until its second and one half written
+    assert (gpu.written, gpu.kept, cpu.written, cpu.kept) == (1 + 1 + 2 + 1, 1 + 2, 3 + 3 + 2 + 1, 2 + 2)
+    assert gpu.written_mib == pytest.approx(5 * n * 14 / 2**20)
+    assert gpu.kept_mib == pytest.approx((3 * 14 + 3 * 2 + 4) * n / 2**20)  # 3 checkpoints, 3 model/, the export
 
 
 def _start(args, tmp_path):

@@ -377,6 +377,24 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     return cfg
 
 
+def cli_args(cfg: RunConfig) -> list[str]:
+    """The `workshop run` arguments of `cfg`: the experiment, then `--option value` for each field that differs
+    from RunConfig's default (`--ds-config` once per override). `parse_run_args(cli_args(cfg)) == cfg`, so a
+    run started in another process (notebook 03b's killed run) has exactly the settings of the `RunConfig` that
+    resumes it."""
+    argv = [cfg.experiment]
+    for f in fields(RunConfig):
+        value = getattr(cfg, f.name)
+        if f.name == "experiment" or value == f.default:
+            continue
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(value, (list, tuple)):
+            argv += [a for v in value for a in (flag, str(v))]
+        else:
+            argv += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+    return argv
+
+
 def _yes_no_options(parser) -> None:
     """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options
     too (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model`

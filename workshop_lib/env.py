@@ -7,13 +7,21 @@ import contextlib
 import io
 import os
 import platform
+import random
+import re
 import socket
 import sys
-import random
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import torch
+
+# DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection would print "Setting accelerator to
+# CPU. If you have GPU or other accelerator, we were unable to detect it." as a warning in every process
+# (deepspeed/accelerator/real_accelerator.py; DS_ACCELERATOR is its documented override). A value already set wins.
+if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+    os.environ["DS_ACCELERATOR"] = "cpu"
 
 # Dense bf16/fp16 tensor-core peaks in FLOP/s, from the vendors' datasheets (no sparsity). Matched in order
 # against torch.cuda.get_device_name(); an unknown GPU gives MFU null rather than a guess.
@@ -238,21 +246,76 @@ def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_siz
     return ops + ([] if torch.cuda.is_available() or world_size == 1 else ["ShareMemCommBuilder"])
 
 
+# What DeepSpeed's op probes print when an op's library is missing: the test program for async_io links with
+# -laio (`OpBuilder.has_function`), and without libaio the linker says so on the process's stderr.
+LINK_PROBE_NOISE = re.compile(r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^collect2: error: ld returned \d+ exit status")
+
+
+@contextlib.contextmanager
+def quiet_link_probes():
+    """Hold back what DeepSpeed's op-compatibility probes print: with libaio missing, the async_io probe's
+    `/usr/bin/ld: cannot find -laio` and `collect2: error: ld returned 1 exit status`, which a learner reads
+    as a failure while the op is simply reported not compatible (`ds_report`, `check_deepspeed_ops`).
+    DeepSpeed silences its probe by redirecting sys.stderr's file descriptor, which under Jupyter is not
+    the process's descriptor 2 that the linker writes to, or has none (ipykernel without its descriptors
+    captured, as under nbmake: the probe then fails and reports the op not compatible even with libaio
+    installed). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes to it; every
+    other line is written back to stderr afterwards: real errors still show."""
+    sys.stderr.flush()
+    saved, stream = os.dup(2), sys.stderr
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            sys.stderr = stream
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not LINK_PROBE_NOISE.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def compatible_deepspeed_ops() -> dict[str, bool]:
+    """DeepSpeed's op name -> whether it can be built here (`deepspeed.ops.__compatible_ops__`, probed once per
+    process on first use: every op's builder compiles or links a test where it needs a library), probed
+    without the linker's noise (`quiet_link_probes`). {} without DeepSpeed."""
+    try:
+        import deepspeed.ops
+    except ImportError:
+        return {}
+    with quiet_link_probes():
+        compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
+    return compatible if isinstance(compatible, dict) else {}
+
+
 def skip_unused_deepspeed_ops(world_size: int) -> None:
     """In a world of one, stop DeepSpeed from compiling its shared-memory collectives (`deepspeed_shm_comm`,
     CPU accelerator only), which its communication backend builds at start-up whatever the world size
     (deepspeed/comm/torch.py, `build_shm_op`, gated on `deepspeed.ops.__compatible_ops__`): about two minutes
-    of compilation on a 2-core machine that one process never uses. Several ranks keep it."""
-    if world_size != 1 or torch.cuda.is_available():
-        return
-    try:
-        import deepspeed.ops
-    except ImportError:
-        return
-
-    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
-    if isinstance(compatible, dict):
+    of compilation on a 2-core machine that one process never uses. Several ranks keep it. On every machine
+    the ops are probed here first, without the linker's noise (`compatible_deepspeed_ops`)."""
+    compatible = compatible_deepspeed_ops()  # probed here, quietly, before DeepSpeed's own start-up asks
+    if compatible and world_size == 1 and not torch.cuda.is_available():
         compatible["deepspeed_shm_comm"] = False
+
+
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ds_report() -> list[str]:
+    """The lines of `ds_report` (DeepSpeed's environment report: each op, compatible and installed or not,
+    torch, CUDA and DeepSpeed versions, the accelerator), run in a subprocess, its colour codes removed (it
+    colours [OKAY], [NO] and [WARNING] whatever the output is)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True).stdout
+    return ANSI_CODES.sub("", out).splitlines()
 
 
 def _builders(names: list[str]):
@@ -270,7 +333,9 @@ def check_deepspeed_ops(names: list[str]) -> None:
     from .errors import WorkshopError
 
     for builder in _builders(names):
-        if not builder.is_compatible(verbose=False):
+        with quiet_link_probes():
+            compatible = builder.is_compatible(verbose=False)
+        if not compatible:
             fix = ("install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
                    "conda install -c conda-forge libaio), then run again: DeepSpeed compiles the op at first use"
                    if builder.name == "async_io" else
@@ -317,7 +382,8 @@ def build_deepspeed_ops(names: list[str]) -> None:
         t0 = time.perf_counter()
         announce.start()
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            # quiet_link_probes: load() probes again, and DeepSpeed's own later load() finds it loaded
+            with contextlib.redirect_stdout(io.StringIO()), quiet_link_probes():
                 builder.load(verbose=False)
         finally:
             announce.cancel()
@@ -329,12 +395,31 @@ def build_deepspeed_ops(names: list[str]) -> None:
 _QUIET = False
 
 
+def _expected_resume_notes(record) -> bool:
+    """A logging filter for transformers.trainer_utils: False (dropped) for two warnings of a resume that are
+    expected here: arguments that differ from the checkpoint's where every one is a setting a resume may change
+    (`checkpoint.MAY_CHANGE`, e.g. save_steps; the workshop refused any other change before the Trainer
+    started), and "mtime may not be reliable", after which the Trainer orders checkpoints by step number,
+    as the workshop does. Any other difference still shows."""
+    message = record.getMessage()
+    if message.startswith("mtime may not be reliable"):
+        return False
+    if "do not match the ones in the `trainer_state.json`" in message:
+        from .checkpoint import MAY_CHANGE
+
+        names = re.findall(r"\n\t(\w+):", message)
+        return not (names and set(names) <= MAY_CHANGE)
+    return True
+
+
 def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
     FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its
     barrier() device notice, accelerate's
-    OMP_NUM_THREADS notice, and accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
-    DeepSpeed its own accumulation on purpose). Everything else, errors included, still shows."""
+    OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
+    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard,
+    shown at 0% in a notebook's output) and its expected notes on a resume (`_expected_resume_notes`).
+    Everything else, errors included, still shows."""
     global _QUIET
     if _QUIET:
         return
@@ -346,6 +431,18 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
+    logging.getLogger("transformers.trainer_utils").addFilter(_expected_resume_notes)
+    from transformers.utils import logging as hf_logging
+
+    if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
+        def no_shard_bar(factory, args, kwargs, previous=None):
+            if kwargs.get("desc") == "Writing model shards":  # save_pretrained's, one shard: "0%" then done
+                return hf_logging.EmptyTqdm(*args, **kwargs)
+            return previous(factory, args, kwargs) if previous else factory(*args, **kwargs)
+
+        previous = hf_logging.set_tqdm_hook(no_shard_bar)
+        if previous is not None:
+            hf_logging.set_tqdm_hook(lambda f, a, k: no_shard_bar(f, a, k, previous))
     _QUIET = True
 
 
@@ -402,8 +499,9 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
     random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
     overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
-    max_steps: on a GPU, `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), or
-    WORKSHOP_MAX_STEPS (0: the recipe's epochs); None (the recipe's epochs) for the tiny model.
+    max_steps: `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), on a GPU and for
+    the tiny model alike, so that the CPU runs the path a GPU learner runs and has as many steady steps;
+    WORKSHOP_MAX_STEPS sets another number (0: None, the recipe's epochs).
     max_tokens_per_micro_batch: the budget `lessons.course_budget` sizes for this GPU's usable memory
     (`gpu_free_mib`, WORKSHOP_GPU_MEMORY_FRACTION included); absent for the tiny model (its recipe's). The
     choice and its reason are printed, one line.
@@ -415,7 +513,7 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
 
     tiny = os.environ.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
-    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", 0 if tiny else GPU_MAX_STEPS)) or None
+    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS)) or None
     options = {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
                "max_steps": steps}
     if not size_micro_batches:

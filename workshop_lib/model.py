@@ -276,8 +276,9 @@ def check_model_fits_data(net, tokenizer, max_length: int, model_name: str) -> N
                             "use the tokenizer saved with the model, or a model whose vocab_size covers the tokenizer.")
 
 
-def count_params(model_name: str = DEFAULT_MODEL) -> dict:
-    """Parameter counts of the full-size architecture, without allocating it (built on the meta device).
+def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
+    """Parameter counts of the full-size architecture (with `tiny`, of its tiny version, `tiny_config`), without
+    allocating it (built on the meta device).
 
     Returns {"num_params", "largest_layer_params", "num_layers", "hidden_size", "vocab_size"}; a few
     seconds for a 0.6B model, no memory. Used in `00_setup` to estimate memory before any download.
@@ -285,7 +286,7 @@ def count_params(model_name: str = DEFAULT_MODEL) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    cfg = architecture_config(model_name)
+    cfg = tiny_config(model_name, len(local_tokenizer(TINY_VOCAB))) if tiny else architecture_config(model_name)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
     return {"num_params": sum(p.numel() for p in model.parameters()),

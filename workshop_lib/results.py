@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,8 +234,10 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
 
     With `reference` (reference runs indexed by run name, as `lessons.reference`), the figures are formatted,
     and under each run (measured "yours") comes the reference run of the same name (measured "reference"), each
-    figure with its band from `bands` (metric -> relative spread, as `lessons.band`): "101,108 ± 9%". What
-    `workshop report` writes and every learner notebook shows (through `lessons.table`)."""
+    figure with its band from `bands` (metric -> relative spread, as `lessons.band`): "101,108 ± 9%". Each row
+    says which weights the run started from (`weights`); a loss whose reference used another model or other
+    weights is marked "not comparable" and gets no band (`not_comparable`). What `workshop report` writes
+    and every learner notebook shows (through `lessons.table`)."""
     df = df.copy()
     if "mfu" in df:
         df["hfu"] = [hfu(r) for _, r in df.iterrows()]
@@ -255,13 +258,48 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else list(df.index)
     rows = []
     for i, name in enumerate(names):
-        rows.append({"run": name, "measured": "yours"} | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
+        mine = df.iloc[i]
+        rows.append({"run": name, "measured": "yours", "weights": weights(mine)}
+                    | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
         if name in ref.index:
-            rows.append({"run": name, "measured": "reference"} | {
-                TABLE.get(k, k): fmt(ref.at[name, k], k) + (f" ± {b:.0%}" if (b := (bands or {}).get(k)) is not None
-                                                          and k in ref and pd.notna(ref.at[name, k]) else "")
-                if k in ref else "n/a" for k in keys})
+            other = ref.loc[name]
+            apart = not_comparable(mine, other)
+            cells = {}
+            for k in keys:
+                if k not in ref:
+                    cells[TABLE.get(k, k)] = "n/a"
+                    continue
+                cell, b = fmt(other[k], k), (bands or {}).get(k)
+                if apart and k in LOSSES:  # no band: the two losses do not measure the same thing
+                    cell += f" (not comparable: {apart})"
+                elif b is not None and not isinstance(other[k], list) and pd.notna(other[k]):
+                    cell += f" ± {b:.0%}"
+                cells[TABLE.get(k, k)] = cell
+            rows.append({"run": name, "measured": "reference", "weights": weights(other)} | cells)
     return pd.DataFrame(rows)
+
+
+LOSSES = ("train_loss", "eval_loss")  # figures that depend on the model and its starting weights, not the machine
+
+
+def weights(row) -> str:
+    """The weights a run started from (results.json's `random_weights`, `tiny`): "pretrained", "random" or
+    "random, tiny model"."""
+    if not row.get("random_weights"):
+        return "pretrained"
+    return "random, tiny model" if row.get("tiny") is True or str(row.get("model", "")).endswith("(tiny)") else "random"
+
+
+def not_comparable(row, ref) -> str | None:
+    """Why a run's losses cannot stand beside its reference run's, or None where they can: another model, or
+    other starting weights. A random model starts near ln(vocabulary size) nats (Qwen3's 151,936 tokens: 11.9)
+    and a pretrained one near its converged loss, so after 24 steps a pretrained run's 1-2 nats and a random
+    run's 9.4 measure the weights, not the run; memory and speed do not depend on the weights' values."""
+    if str(row.get("model")) != str(ref.get("model")):
+        return f"another model ({ref.get('model')})"
+    if weights(row) != weights(ref):
+        return f"{weights(ref)} weights, yours {weights(row)}"
+    return None
 
 
 def _micro_batch(config, sequences) -> str:
@@ -292,6 +330,19 @@ def _tiny_note(df: pd.DataFrame) -> str:
     if "tiny" in df and (df["tiny"] == True).all():  # noqa: E712 - a column of bools (or None)
         return "\ntiny model (~0.35M parameters) on the CPU: the mechanisms, not the sizes or speeds of a real run"
     return ""
+
+
+def cpu_memory_note(df: pd.DataFrame) -> str:
+    """A banner for memory figures of runs without a GPU: what they measure (the whole process's host memory),
+    how small the model states are in it (the estimate against the peak RSS), and where the lesson shows ("" for
+    GPU runs)."""
+    if _has_gpu(df) or "host_peak_rss_mib" not in df:
+        return ""
+    states = df["estimated_model_states_cpu_mib"].max() if "estimated_model_states_cpu_mib" in df else float("nan")
+    peak = df["host_peak_rss_mib"].min()
+    return (f"Not meaningful on a CPU: the model states (at most {states:,.1f} MiB estimated) are "
+            f"{states / peak:.1%} of the process's {peak:,.0f} MiB, so what a ZeRO stage or offload saves cannot "
+            "show here. The GPU reference shows it.")
 
 
 def _has_gpu(df: pd.DataFrame) -> bool:
@@ -328,7 +379,9 @@ def plot_memory_over_time(df: pd.DataFrame):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
     axes[0].legend(fontsize=7)
-    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df))
+    banner = cpu_memory_note(df)
+    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df)
+                 + (f"\n{textwrap.fill(banner, 110)}" if banner else ""))
     fig.tight_layout()
     return fig
 
@@ -372,6 +425,8 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     else:
         a.bar(x, df["host_peak_rss_mib"], label="host peak RSS")
         a.set(ylabel="host memory, MiB", title="Memory per run (no GPU: host)")
+        a.text(0.5, 0.5, "\n".join(textwrap.wrap(cpu_memory_note(df), 48)), transform=a.transAxes, ha="center",
+               va="center", fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "tab:red"})
     a.legend(fontsize=8)
     steady = df["steady_train_tokens_per_second"] if "steady_train_tokens_per_second" in df else None
     speed = steady.fillna(df["train_tokens_per_second"]) if steady is not None else df["train_tokens_per_second"]

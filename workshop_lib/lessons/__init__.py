@@ -7,6 +7,9 @@ are written in the solution notebook, from those records.
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
 - `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
+- `warm_up(notebook, runs_dir)`: on a CPU, a short run of each of a notebook's experiments before those it measures.
+- `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
+  (docs/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
   |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
   on another H100, docs/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
@@ -67,8 +70,8 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage3_offload": ("stage3_offload", {}),
     },
 }
-# On a GPU the notebooks and the reference stop after this many optimizer steps (the first third is warm-up);
-# the tiny CPU runs go by the recipe's epochs. WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
+# The notebooks and the reference stop after this many optimizer steps (the first third is warm-up), the tiny
+# CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
 GPU_MAX_STEPS = 24
 # The columns of each notebook's exercise table (results.json keys; titles and units from `results.TABLE`).
 _SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
@@ -187,6 +190,48 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **({"save_strategy": "no"} | common | settings))
 
 
+WARM_UP_STEPS = 4  # optimizer steps of each warm-up run
+
+
+def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float | None:
+    """Without a GPU: each experiment of `notebook`'s runs (`COURSE_RUNS`) once, for `WARM_UP_STEPS` optimizer
+    steps, into runs_dir/warm-up (removed afterwards, its output held back), before the runs that are measured.
+    On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
+    of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
+    run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU
+    nothing runs: the 8 warm-up steps of each run cover it, as in the reference runs. Returns the seconds it
+    took, or None on a GPU.
+
+    Raises:
+        WorkshopError: a warm-up run failed (its output is printed first).
+    """
+    import contextlib
+    import io
+    import shutil
+    import time
+
+    import torch
+
+    from ..config import RunConfig
+    from ..errors import WorkshopError
+    from ..train import run_experiment
+
+    if torch.cuda.is_available():
+        return None
+    out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
+    for experiment in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values()):
+        held = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+                run_experiment(RunConfig(experiment, output_dir=str(out / experiment), save_strategy="no",
+                                         save_model=False, **(common | {"max_steps": WARM_UP_STEPS})))
+        except WorkshopError:
+            print(held.getvalue())
+            raise
+    shutil.rmtree(out, ignore_errors=True)
+    return time.perf_counter() - t0
+
+
 def _load(root: Path) -> pd.DataFrame:
     from ..results import find_runs, load_results
 
@@ -226,6 +271,28 @@ def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
         b = again.get(metric)
         if a is not None and b is not None and pd.notna(a) and pd.notna(b) and (a + b):
             spreads.append(abs(a - b) / ((a + b) / 2))
+    return max(spreads) if spreads else None
+
+
+CPU_RUN_ORDER = DOCS / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
+
+
+def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
+    """The band of a CPU run's speed verdicts: how much one of notebook 02's runs, relative to the baseline of its
+    own process, varied between processes made after the warm-up (`CPU_RUN_ORDER`, or `measured` with its
+    columns): the largest |a - b| / mean(a, b) of a run's tokens/s over its process's baseline's, a fraction;
+    None where not measured. The notebooks compare runs of one kernel, whose machine load they share, so the
+    spread of the ratio is the noise of a comparison; a shared 2-core machine's is far wider than an H100's
+    (`band`)."""
+    if measured is None:
+        if not CPU_RUN_ORDER.is_file():
+            return None
+        measured = pd.read_csv(CPU_RUN_ORDER)
+    warm = measured[measured["warm-up"].astype(bool)].copy()
+    process = warm.groupby(["round", "order"])["steady tokens/s"]
+    warm["ratio"] = warm["steady tokens/s"] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
+    spreads = [(v.max() - v.min()) / ((v.max() + v.min()) / 2) for run, v in warm.groupby("run")["ratio"]
+               if run != "baseline" and len(v) > 1]
     return max(spreads) if spreads else None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import Comparison, compare
+from . import Comparison, band, compare, cpu_band
 
 MiB = 2**20
 FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
@@ -33,9 +33,18 @@ def peak_metric(r: dict) -> str:
     return "gpu_peak_allocated_mib" if peak(r)[1].startswith("torch") else "host_peak_rss_mib"
 
 
+def speed_band(r: dict) -> float | None:
+    """The band of steady tokens/s for a run like `r`: the GPU reference's (`lessons.band`), or for a run without
+    a GPU the spread measured on a CPU (`lessons.cpu_band`), which is far wider."""
+    gpu = r.get("gpu_peak_mib")
+    if gpu is not None and gpu == gpu:  # neither missing nor NaN
+        return band("steady_train_tokens_per_second")
+    return cpu_band()
+
+
 def compare_speed(r: dict, other: dict) -> Comparison:
-    """`r`'s tokens/s (`speed`) against `other`'s, with the band of steady tokens/s."""
-    return compare("steady_train_tokens_per_second", speed(r)[0], speed(other)[0])
+    """`r`'s tokens/s (`speed`) against `other`'s, with the band of steady tokens/s on `r`'s machine (`speed_band`)."""
+    return compare("steady_train_tokens_per_second", speed(r)[0], speed(other)[0], noise=speed_band(r))
 
 
 def compare_peak(r: dict, other: dict) -> Comparison:

@@ -28,6 +28,70 @@ WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
 # in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
 RESUME_TOLERANCE = 1e-3
+# Checkpoints sized for a classroom (a Qwen3-0.6B checkpoint is about 8 GiB): each run of the notebook writes SAVES
+# checkpoint (at its last step), the killed run one per step until KILL_AFTER are complete.
+SAVES, KILL_AFTER = 1, 2
+# Bytes per parameter of one Trainer + DeepSpeed checkpoint (fixed knowledge): the optimizer's fp32 master weights
+# and Adam's two fp32 moments, 4 + 4 + 4 = 12 (the ZeRO paper's K = 12: Rajbhandari et al. 2020, section 3.1),
+# and the model's weights in the training precision (model.safetensors, gathered under ZeRO-3): 2 in bf16/fp16,
+# 4 in fp32 (the CPU). 14 on a bf16 GPU, 16 on the CPU.
+OPTIMIZER_BYTES_PER_PARAM = 12
+
+
+def weight_bytes(precision: str) -> int:
+    """Bytes per parameter of the model's weights in `precision` ("bf16", "fp16", "fp32")."""
+    return 4 if precision == "fp32" else 2
+
+
+def save_settings(max_steps: int | None) -> dict:
+    """The RunConfig checkpoint settings of the notebook's runs: `SAVES` checkpoints per run, every
+    ceil(max_steps / SAVES) optimizer steps (with SAVES 1: at the last step); one per epoch where the run goes
+    by epochs (max_steps None)."""
+    if max_steps is None:
+        return {"save_strategy": "epoch"}
+    return {"save_strategy": "steps", "save_steps": -(-max_steps // SAVES)}
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """What the notebook writes to disk, computed before it writes: `written` checkpoints of
+    `bytes_per_param` x `num_params` bytes, of which `kept` stay (save_total_limit per run), and `models`
+    model directories in the training precision (model/ of each run), and the fp32 export."""
+
+    num_params: int
+    precision: str
+    written: int
+    kept: int
+    models: int
+
+    @property
+    def bytes_per_param(self) -> int:
+        return OPTIMIZER_BYTES_PER_PARAM + weight_bytes(self.precision)
+
+    @property
+    def checkpoint_mib(self) -> float:
+        return self.bytes_per_param * self.num_params / MiB
+
+    @property
+    def written_mib(self) -> float:
+        return self.written * self.checkpoint_mib
+
+    @property
+    def kept_mib(self) -> float:
+        """Checkpoints kept and model directories, MiB: the disk space the notebook's runs hold at the end."""
+        return (self.kept * self.checkpoint_mib
+                + (self.models * weight_bytes(self.precision) + weight_bytes("fp32")) * self.num_params / MiB)
+
+
+def checkpoint_plan(num_params: int, precision: str, max_steps: int | None, epochs: int,
+                    save_total_limit: int = 2) -> CheckpointPlan:
+    """`CheckpointPlan` of notebook 03b's runs for a model of `num_params` trained in `precision`: the
+    uninterrupted run and the resumed one write `SAVES` checkpoints each (`epochs` where max_steps is None),
+    the killed run `KILL_AFTER` (and perhaps one more, half written, when it is killed); each run keeps at most
+    `save_total_limit`; three runs save model/ and one export in fp32 follows."""
+    per_run = SAVES if max_steps is not None else epochs
+    return CheckpointPlan(int(num_params), precision, written=2 * per_run + KILL_AFTER + 1,
+                          kept=min(per_run, save_total_limit) + save_total_limit, models=3)
 
 
 def holds(file: str) -> str:
