@@ -38,7 +38,6 @@ def test_the_cpu_band_is_the_spread_of_a_runs_speed_over_its_baseline_between_pr
     ratio = wide.div(wide["baseline"], axis=0).drop(columns="baseline")
     a, b = ratio.max(), ratio.min()  # the two processes furthest apart, per run
     assert lessons.cpu_band() == pytest.approx(((a - b) / ((a + b) / 2)).max())
-    assert lessons.cpu_band() > lessons.band("steady_train_tokens_per_second")
     cpu_run = {"gpu_peak_mib": None, "steady_train_tokens_per_second": 100.0}
     c = baseline.compare_speed(cpu_run, cpu_run | {"steady_train_tokens_per_second": 100.0 * (1 + lessons.cpu_band() / 2)})
     assert c.band == lessons.cpu_band() and c.verdict == "within the band"

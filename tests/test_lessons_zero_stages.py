@@ -51,7 +51,7 @@ def test_figures_and_verdicts_agree_with_the_h100_reference_runs():
     assert f.stage3_uncompiled and f.stage3_like is None
     # how close stage 3 came to the GPU's limit: its NVML peak over the H100's memory (fit.GPUS, by device name)
     assert f.stage3_gpu_total_mib == GPUS["H100 80GB"] and r["stage3"]["device"] == "NVIDIA H100 80GB HBM3"
-    assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H100 80GB"]) and f.stage3_gpu_share > 0.99
+    assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H100 80GB"])
     # stage 2 ran at 1.00x the baseline: inside the measured band, so no finding
     assert f.stages["stage2"].speed.verdict == "within the band" and f.stages["stage3"].speed.verdict == "lower"
     # activation checkpointing: memory clearly lower, speed within the band; HFU counts the recomputed forward

@@ -418,10 +418,10 @@ def explorer():
 
 # The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest:
 # what `estimate` leaves out (allocator fragmentation and cache, cuBLAS and NCCL workspaces, ZeRO-3's gathered
-# layers), measured in the course's reference runs as torch's peak allocated up to a few percent above the
-# estimate and NVML's peak 1-2 GiB above torch's peak reserved (tests/test_fit.py checks both against
-# docs/h100/course/runs).
-FREE_SHARE = 0.9
+# layers): in the course's reference runs torch's peak allocated plus what lies outside its allocator reached up
+# to 1/0.88 of the estimate (stage3_offload at 16,384 tokens; tests/test_gpu_budget.py checks every run of
+# docs/h100/course/runs against this share).
+FREE_SHARE = 0.85
 
 
 @dataclasses.dataclass(frozen=True)
