@@ -439,7 +439,8 @@ def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):
 
     r = json.loads((runs / "stage3_offload" / "results.json").read_text())
     last = checkpoint.find_checkpoints(runs / "stage3_offload")[0][-1]
-    size = fine_tuned.checkpoint_size(fine_tuned.checkpoint_files(last, r["num_params"]), r["num_params"])
+    size = fine_tuned.checkpoint_size(fine_tuned.checkpoint_files(last, r["num_params"]), r["num_params"],
+                                     r["precision"])
     plan = fine_tuned.checkpoint_plan(r["num_params"], r["precision"], 24, 2)
     assert plan.bytes_per_param == (16 if r["precision"] == "fp32" else 14)
     assert plan.checkpoint_mib <= size.total_mib <= 1.1 * plan.checkpoint_mib
