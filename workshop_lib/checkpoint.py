@@ -59,16 +59,22 @@ def _name_step(ckpt: Path) -> int | None:
     return int(n) if ckpt.name.startswith("checkpoint-") and n.isdigit() else None
 
 
+# Bytes per parameter of a checkpoint (fixed knowledge): the optimizer's fp32 master weights and Adam's two fp32
+# moments, 4 + 4 + 4 = 12 (the ZeRO paper's K = 12: Rajbhandari et al. 2020, section 3.1), and the model's weights
+# in the training precision (`WEIGHT_BYTES`).
+OPTIMIZER_BYTES = 12
+WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
 def bytes_per_param(deepspeed: bool, precision: str) -> int:
     """Bytes per parameter one checkpoint of a run holds (the model and Adam's states; the RNG and trainer
-    state are a few KiB). DeepSpeed (ZeRO 0-3, bf16/fp16): the module's weights in the 16-bit training type (2)
-    and the optimizer's fp32 master weights, exp_avg and exp_avg_sq (4 + 4 + 4): 14; in fp32 (the CPU) the
-    weights take 4: 16 (DeepSpeed's `save_checkpoint`: mp_rank_00_model_states.pt and the
-    zero_pp_rank_*_optim_states.pt files). The plain Trainer: fp32 weights (model.safetensors, 4) and
-    torch AdamW's exp_avg and exp_avg_sq (optimizer.pt, 8): 12."""
+    state are a few KiB). DeepSpeed (ZeRO 0-3): `OPTIMIZER_BYTES` (the zero_pp_rank_*_optim_states.pt files)
+    and the module's weights in the training precision (mp_rank_00_model_states.pt): 14 in bf16/fp16, 16 in
+    fp32 (the CPU). The plain Trainer: fp32 weights (model.safetensors, 4) and torch AdamW's exp_avg and
+    exp_avg_sq (optimizer.pt, 8): 12."""
     if not deepspeed:
-        return 12
-    return (4 if precision == "fp32" else 2) + 12
+        return WEIGHT_BYTES["fp32"] + 8
+    return OPTIMIZER_BYTES + WEIGHT_BYTES[precision]
 
 
 def write_manifest(ckpt: str | os.PathLike) -> Path:

@@ -127,24 +127,23 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
     ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
     complete one (`checkpoint.why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older
-    checkpoints, complete or damaged, stay. Returns {"what": what was being written, "partial_mib": MiB removed,
-    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one)}."""
+    checkpoints, complete or damaged, stay. Returns {"what": what was being written,
+    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one), "complete": the complete
+    checkpoints, oldest first}."""
     from . import checkpoint
 
     out = Path(out)
     complete, incomplete = checkpoint.find_checkpoints(out)
-    last = checkpoint.step_of(complete[-1]) if complete else -1
+    last = checkpoint._name_step(complete[-1]) if complete else -1  # complete: already checked
     partial = [c for c in incomplete if checkpoint._name_step(c) > last] + [out / ".model.tmp"]
     what = ("the model (model/)" if partial[-1].exists() else
             f"checkpoint {partial[0]}" if len(partial) > 1 else "the run's logs and results")
-    mib = sum(_mib_under(p) for p in partial)
     for p in partial:
         shutil.rmtree(p, ignore_errors=True)
     for tmp in out.rglob(".*.tmp*"):
         if tmp.is_file():
-            mib += tmp.stat().st_size / 2**20
             tmp.unlink(missing_ok=True)
-    return {"what": what, "partial_mib": mib, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0}
+    return {"what": what, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0, "complete": complete}
 
 
 def _alive(pid: int, host: str, created: float | None = None) -> bool:

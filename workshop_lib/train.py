@@ -122,7 +122,7 @@ def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: Run
     else:  # `checkpoint.bytes_per_param`
         need = f"a checkpoint of this run takes about {cleared['estimate_mib']:,.0f} MiB"
     need += f" and the run keeps up to {cleared['keep']}"
-    complete = checkpoint.find_checkpoints(out)[0]
+    complete = cleared["complete"]
     go_on = checkpoint.run_command(asked, out, "--resume" if complete else "--overwrite")
     return WorkshopError(
         f"The disk holding {out} ({mount}) is full: the run stopped at step {step} while writing {cleared['what']}; "

@@ -10,6 +10,7 @@ from typing import Literal
 
 import pandas as pd
 
+from .. import checkpoint
 from . import Comparison, compare
 
 MiB = 2**20
@@ -23,26 +24,12 @@ HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Ada
 # weights in the training precision (model.safetensors: 2 bytes in bf16 or fp16, 4 in fp32). Gradients are not
 # saved. A bf16 run on a GPU: 14 bytes/param; the CPU's fp32 run: 16. Small files (tokenizer, trainer state, RNG
 # states) come on top: on a tiny model they weigh more than on a real one.
-OPTIMIZER_BYTES = 12
-WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
 # in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
 RESUME_TOLERANCE = 1e-3
 # Checkpoints sized for a classroom (a Qwen3-0.6B checkpoint is about 8 GiB): each run of the notebook writes SAVES
 # checkpoint (at its last step), the killed run one per step until KILL_AFTER are complete.
 SAVES, KILL_AFTER = 1, 2
-# Bytes per parameter of one Trainer + DeepSpeed checkpoint (fixed knowledge): the optimizer's fp32 master weights
-# and Adam's two fp32 moments, 4 + 4 + 4 = 12 (the ZeRO paper's K = 12: Rajbhandari et al. 2020, section 3.1),
-# and the model's weights in the training precision (model.safetensors, gathered under ZeRO-3): 2 in bf16/fp16,
-# 4 in fp32 (the CPU). 14 on a bf16 GPU, 16 on the CPU.
-OPTIMIZER_BYTES_PER_PARAM = 12
-
-
-def weight_bytes(precision: str) -> int:
-    """Bytes per parameter of the model's weights in `precision` ("bf16", "fp16", "fp32")."""
-    return 4 if precision == "fp32" else 2
-
-
 def save_settings(max_steps: int | None) -> dict:
     """The RunConfig checkpoint settings of the notebook's runs: `SAVES` checkpoints per run, every
     ceil(max_steps / SAVES) optimizer steps (with SAVES 1: at the last step); one per epoch where the run goes
@@ -66,7 +53,7 @@ class CheckpointPlan:
 
     @property
     def bytes_per_param(self) -> int:
-        return OPTIMIZER_BYTES_PER_PARAM + weight_bytes(self.precision)
+        return checkpoint.bytes_per_param(True, self.precision)
 
     @property
     def checkpoint_mib(self) -> float:
@@ -80,7 +67,8 @@ class CheckpointPlan:
     def kept_mib(self) -> float:
         """Checkpoints kept and model directories, MiB: the disk space the notebook's runs hold at the end."""
         return (self.kept * self.checkpoint_mib
-                + (self.models * weight_bytes(self.precision) + weight_bytes("fp32")) * self.num_params / MiB)
+                + (self.models * checkpoint.WEIGHT_BYTES[self.precision] + checkpoint.WEIGHT_BYTES["fp32"])
+                * self.num_params / MiB)
 
 
 def checkpoint_plan(num_params: int, precision: str, max_steps: int | None, epochs: int,
@@ -131,8 +119,8 @@ class CheckpointSize:
 
     @property
     def expected_bytes_per_param(self) -> int:
-        """`OPTIMIZER_BYTES` (12) + the model's weights in the run's precision (`WEIGHT_BYTES`): 14 in bf16."""
-        return OPTIMIZER_BYTES + WEIGHT_BYTES[self.precision]
+        """`checkpoint.bytes_per_param` of a DeepSpeed run in the run's precision: 14 in bf16."""
+        return checkpoint.bytes_per_param(True, self.precision)
 
     @property
     def largest_holds(self) -> str:
