@@ -10,8 +10,9 @@
 # - train the same model with ZeRO-3 and CPU offload, see what offload costs against checkpointing, and what
 #   NVMe offload (ZeRO-Infinity) changes: a drive large enough for the swap files, pinned host buffers, slower
 #   steps (after checking that DeepSpeed's `async_io` op builds: libaio);
-# - recognise three failures on sight: out of memory, a batch size that does not add up across ranks, and fp16
-#   overflowing on a model pretrained in bf16.
+#
+# Two more failures to recognise on sight, a batch size that does not add up across ranks and fp16 overflowing on
+# a model pretrained in bf16, are drilled in `03d_failure_drills`, a short notebook of their own.
 #
 # Notebooks 02 and 03 trained Qwen3-0.6B, which fits one GPU anyway: offload only cost speed there. Here the model
 # is the largest Qwen3, in micro-batches of the reference runs' 8,192 tokens or the nearest size that works, that
@@ -31,7 +32,6 @@ from workshop_lib import env, fit, results
 from workshop_lib import lessons
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
-from workshop_lib.lessons import drills
 from workshop_lib.lessons import large_models
 from workshop_lib.train import run_experiment
 
@@ -43,10 +43,10 @@ GPU_KEY = large_models.nearest_gpu(GPU_MIB)  # the fit.GPUS entry for fit's expl
 DRIVE_MIB = large_models.this_drive()  # free where NVMe offload would swap; without a GPU, the reference's drive
 RUNS = "runs/03c_models_that_do_not_fit"
 # Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
-# not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails); else the
-# tiny model.
+# not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails), at most
+# 6 steps (seconds each at this size; the last 4 steady); else the tiny model.
 LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_tokens_per_micro_batch=CHOICE.max_tokens,
-              torch_compile=False, max_steps=COMMON["max_steps"] or 10) if HERE
+              torch_compile=False, max_steps=min(COMMON["max_steps"] or 6, 6)) if HERE
          else {"tiny": True, "save_model": False})
 print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB free on the NVMe offload drive.")
 
@@ -139,7 +139,7 @@ if rung:
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
-# (exercise 5 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU
+# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU
 # keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The host's memory
 # after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
@@ -167,9 +167,15 @@ except WorkshopError as e:
     print(e)
     nvme_ok = False
 
+# %% [markdown]
+# On a GPU this run is **optional** (`RUN_NVME = True` below runs it): building the model again and reading and
+# writing its states on the drive every step takes minutes at this size, the reference below shows what it
+# measured, and notebook time stays for the rest. Without a GPU the tiny model's NVMe run takes seconds and runs.
+
 # %%
+RUN_NVME = not HERE  # set True to run ZeRO-Infinity here on the GPU too
 nvme_run = None
-if nvme_ok:
+if nvme_ok and RUN_NVME:
     nvme = dict(LARGE, max_steps=4) if HERE else LARGE  # every step reads and writes the optimizer states
     try:  # NVMe offload is the least travelled path: a failure is shown, not hidden
         nvme_run = run_experiment(RunConfig("stage3_nvme", output_dir=f"{RUNS}/stage3_nvme", overwrite=True, **nvme))
@@ -201,43 +207,6 @@ print(f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt):
 n.swap_table()
 
 # %% [markdown]
-# ## Two more failure drills
-# **A batch size that does not add up across ranks.** DeepSpeed checks train_batch_size = micro-batch x
-# accumulation x world_size. A config written for one GPU and launched on two fails on every rank, before training:
-
-# %%
-mismatch = drills.batch_size_mismatch()
-print("\n".join(mismatch["error_lines"]))
-print("arithmetic:", mismatch["arithmetic"])
-fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['train_batch_size']}, "
-      f"exit {fixed['returncode']}")
-
-# %% [markdown]
-# **fp16 on a model pretrained in bf16.** bf16 has fp32's range; fp16 stops at 65,504. Sun et al. 2024
-# ("Massive Activations in Large Language Models", COLM 2024) find in pretrained LLMs a few activations up to
-# about 100,000 times the median one, in fixed feature dimensions at the first token, that the models use as
-# biases. How large they are in absolute terms depends on the model (in LLaMA2-7B, their Figure 1, they stay in
-# the thousands, below fp16's limit); where one passes 65,504, fp16 makes it inf, every step overflows, and
-# DeepSpeed's loss scaler halves the scale after each skipped step until it gives up, while bf16 trains. The tiny
-# model, never pretrained, has none: the drill plants one of 1e5 (`drills.plant_massive_activation`, one MLP
-# neuron of the first block firing on the first token, every weight ordinary-sized), above fp16's limit on
-# purpose, to show that failure.
-
-# %%
-fp16 = drills.fp16_overflow()
-planted = fp16.attrs["massive_activation"]
-print(f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
-      f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
-      f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
-      f"|weight| {planted['max_abs_weight']:.1f}")
-drills.plot_fp16_overflow(fp16)
-plt.show()
-display(fp16.groupby("precision", sort=False).agg(
-    steps=("step", "count"), skipped=("skipped", "sum"), first_loss=("loss", "first"), last_loss=("loss", "last"),
-    first_loss_scale=("loss_scale", "first"), last_loss_scale=("loss_scale", "last")))
-
-# %% [markdown]
 # ## Your runs beside the reference
 # Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
 # (docs/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
@@ -256,13 +225,7 @@ large_models.exercise_table(offload_run, nvme_run)
 # 2. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
 
 # %% [markdown] tags=["exercise"]
-# 3. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?
-
-# %% [markdown] tags=["exercise"]
-# 4. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
-
-# %% [markdown] tags=["exercise"]
-# 5. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
+# 3. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
 #    128 GiB of host memory? Compare with the reference runs in docs/h100/large-models and
 #    docs/h200/large-models-x2.
 
@@ -276,5 +239,5 @@ large_models.exercise_table(offload_run, nvme_run)
 #   every step (the reference's figures above).
 # - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
 #   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe.
-# - Out-of-memory messages, DeepSpeed's batch assertion and a collapsing loss scale each say what went wrong and
-#   what to change.
+# - An out-of-memory message says what was asked for, what the GPU held and what PyTorch only cached: enough to
+#   tell a model too big from fragmentation. `03d_failure_drills` drills two more failures.

@@ -16,6 +16,10 @@ trap 'rm -f course/[0-9]*.ipynb solutions/[0-9]*.ipynb' EXIT
 jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py
 # Two workers (WORKSHOP_TEST_WORKERS): a SLURM test waiting on its job leaves a core to the notebooks;
 # tests that share a resource stay in one worker (tests/conftest.py).
+# Each worker's torch gets its share of the cores (OMP_NUM_THREADS, unless set): two workers whose OpenMP pools each
+# spin a thread per core oversubscribe the machine, and a notebook run ran several times slower so.
+workers=${WORKSHOP_TEST_WORKERS:-2}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / workers : 1 ))}
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
 # here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
-pytest -q -m "" -p no:cacheprovider --durations=25 -n "${WORKSHOP_TEST_WORKERS:-2}" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200
+pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200

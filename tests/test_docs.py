@@ -121,3 +121,17 @@ def test_h100_bench_table_matches_its_runs(name, rows_expected):
         assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24 and r["warmup_steps"] == 8
         assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == \
                (r["steady_train_tokens_per_second"], r["mfu"], r["gpu_util_pct"])
+
+
+def test_the_smallest_gpu_the_readme_names_held_every_run_of_those_notebooks():
+    """docs/h100/gpu40/peaks.txt (an H100 made to look like a 40 GB GPU): every run's NVML peak below the share of
+    the GPU PyTorch could use, at the 8,192-token micro-batches the README names, for the notebooks it names."""
+    rows = [line.split() for line in (H100 / "gpu40" / "peaks.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    for notebook, run, tokens, peak, total, fraction in rows:
+        assert float(peak) < float(fraction) * float(total), (notebook, run)
+    limit = float(rows[0][5]) * float(rows[0][4])
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"an H100 limited to {limit:,.0f} MiB this way, where 01, 02, 03 and 03b ran end to end with "
+            f"{max(int(r[2]) for r in rows if r[1] == 'baseline'):,}-token micro-batches") in readme
+    assert {r[0] for r in rows} == {"01", "02", "03", "03b"}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -194,6 +195,9 @@ def init_distributed() -> None:
     finally:
         for v in held:
             os.environ.pop(v, None)
+    # The group outlives each run (a kernel runs several); ended at exit, torch prints no "destroy_process_group()
+    # was not called" warning when the kernel or script ends.
+    atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
 
 
 def loopback_interface() -> str | None:
@@ -494,7 +498,8 @@ def gpu_free_mib() -> float | None:
 
 def notebook_run_options(size_micro_batches: bool = False) -> dict:
     """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"},
-    and with `size_micro_batches` (notebooks 01-03) "max_tokens_per_micro_batch" on a GPU.
+    and with `size_micro_batches` (notebooks 01-03b, and 04 on a machine's own GPUs) "max_tokens_per_micro_batch"
+    on a GPU.
 
     tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
     random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
@@ -528,10 +533,10 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     from .lessons import course_budget
 
     budget, fraction = course_budget(gpu_free_mib()), gpu_memory_fraction()
-    print(budget.line("every run of notebooks 01-03") + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use "
+    print(budget.line("every course run (the experiments of notebooks 01-03)") + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use "
                                                          "that share of the GPU)" if fraction else ""))
     if budget.tokens is None:
-        raise WorkshopError(budget.line("every run of notebooks 01-03"),
+        raise WorkshopError(budget.line("every course run (the experiments of notebooks 01-03)"),
                             "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
                             "WORKSHOP_TINY=1 for the tiny model.")
     return options | {"max_tokens_per_micro_batch": budget.tokens}

@@ -340,7 +340,7 @@ def _duration(seconds: float) -> str:
 def header(notebook: str) -> str:
     """The line at the top of every notebook: reading time (the notebook's prose and code at
     `WORDS_PER_MINUTE`) and run time on each machine it was timed on (docs/notebook_times.json, written by
-    scripts/time_notebooks.py), as Markdown."""
+    scripts/time_notebooks.py), with the DeepSpeed ops it compiled there (once per machine), as Markdown."""
     import json
 
     src = DOCS.parent / "solutions" / f"{notebook}.py"
@@ -348,8 +348,9 @@ def header(notebook: str) -> str:
     parts = [f"**Reading:** about {max(1, round(words / WORDS_PER_MINUTE))} min ({words:,} words)."]
     times = DOCS / "notebook_times.json"
     runs = json.loads(times.read_text()) if times.exists() else {}
-    timed = [f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']})"
-             for device, nbs in sorted(runs.items()) if (t := nbs.get(notebook)) and t["returncode"] == 0]
+    timed = [f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']}"
+             + (f"; it compiled DeepSpeed's {', '.join(t['ops_built'])}, once per machine" if t.get("ops_built") else "")
+             + ")" for device, nbs in sorted(runs.items()) if (t := nbs.get(notebook)) and t["returncode"] == 0]
     parts.append("**Running:** " + ("; ".join(timed) if timed else "not timed yet") +
                  " (`python scripts/time_notebooks.py` times it on yours).")
     return " ".join(parts)

@@ -1,4 +1,4 @@
-"""Failure drills of notebook 03c (`03c_models_that_do_not_fit`, which introduces them): two classic ways a
+"""Failure drills of notebook 03d (`03d_failure_drills`; 03c shows the third, out of memory): two classic ways a
 DeepSpeed run dies, each produced for real by DeepSpeed itself on the tiny model, and returned as data the
 notebook shows. Nothing here is mocked or typed in: the error text is what DeepSpeed printed, the loss scales are
 what its loss scaler held.
@@ -71,7 +71,8 @@ def _batch_config(micro: int, accum: int, config_world_size: int) -> dict:
 
 def _batch_size_rank(argv: list[str]) -> int:
     """One rank of `batch_size_mismatch` (run by torch.distributed.run): `deepspeed.initialize` on the tiny model
-    with the config built for --config-world-size ranks, then one optimizer step (--accum micro-batches of
+    with the config built for --config-world-size ranks (torch's AdamW as the client optimizer), then one optimizer
+    step (--accum micro-batches of
     --micro random 32-token sequences; gloo averages the gradients over the ranks). Rank 0 prints one line.
     A mismatched config never gets past `deepspeed.initialize`: DeepSpeed's assertion ends the process."""
     p = argparse.ArgumentParser(prog="python -m workshop_lib.lessons.drills batch-size-rank")
@@ -88,7 +89,12 @@ def _batch_size_rank(argv: list[str]) -> int:
     torch.manual_seed(0)
     model, tok, info = load_model_and_tokenizer(tiny=True)
     cfg = _resolve_auto(_batch_config(a.micro, a.accum, a.config_world_size), info["num_params"], lr=1e-4)
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    # torch's AdamW as the client optimizer, with the config's settings: DeepSpeed's own (FusedAdam) would first
+    # JIT-build its CPU op, tens of seconds on a fresh machine, for a drill about the batch arithmetic
+    opt = cfg.pop("optimizer")["params"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
+                                  weight_decay=opt["weight_decay"])
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=cfg)
     g = torch.Generator().manual_seed(engine.global_rank)  # each rank its own data, as a sampler would give
     for _ in range(engine.gradient_accumulation_steps()):
         ids = torch.randint(len(tok), (a.micro, 32), generator=g)
@@ -115,8 +121,9 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
 
     The ranks run on the CPU whatever the machine (DS_ACCELERATOR=cpu, CUDA_VISIBLE_DEVICES empty): the drill is
     about the config, not the hardware. The caller's os.environ is not changed; its RANK, MASTER_PORT... are not
-    passed on (the launcher sets them per rank, MASTER_PORT a free port). About 15-30 s on 2 busy cores; the
-    first use on a machine also JIT-builds DeepSpeed's CPU ops (shm_comm, fused_adam; about 40 s each, NOTES.md).
+    passed on (the launcher sets them per rank, MASTER_PORT a free port). The first launch on a machine also
+    JIT-builds DeepSpeed's CPU communication op (shm_comm); the ranks step with torch's AdamW, so no optimizer op
+    is built.
 
     Returns:
         {"command": the launch command (str), "returncode": int (1 mismatched, 0 fixed), "world_size": nproc,
