@@ -134,12 +134,6 @@ f = lesson.figures(runs["baseline"], runs["baseline_classic"], runs["baseline_ac
 # 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% tags=["solution"]
-def within(c) -> str:
-    """A comparison's ratio and verdict, naming the band."""
-    return (f"{c.ratio:.2f}x, within the band ({c.band_text}): the same within the noise" if c.verdict == "within the band"
-            else f"{c.ratio:.2f}x ({c.verdict}; band {c.band_text})")
-
-
 print(f"1. classic takes the loss on '{f.loss_on['classic']}' tokens, default on '{f.loss_on['default']}' tokens: "
       f"different targets, so different scales (and different models and tokenizers: {f.models['classic']} against "
       f"{f.models['default']}).")
@@ -148,7 +142,7 @@ print(f"2. a classic prompt has {f.classic_mean_tokens:.0f} real tokens on avera
       f"padding alone could make it at most {f.padding_speedup_bound:.1f}x faster.")
 rest = f.speed.ratio / f.padding_speedup_bound
 print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic: {f.speed.other:,.0f}: "
-      f"{within(f.speed)}. "
+      f"{f.speed.ratio_text}. "
       + (f"Padding explains at most {f.padding_speedup_bound:.1f}x of the {f.speed.ratio:.1f}x; the other "
          f"{rest:.1f}x comes from the other differences between the recipes (token-budget micro-batches that give "
          "the GPU more work per kernel, compiled blocks, bf16, the attention kernel, and another model)."
@@ -158,8 +152,8 @@ print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic
 a, p = f.accum_speed, f.accum_peak
 print(f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
       f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "
-      f"(the micro-batches group different questions, so not identical); tokens/s {within(a)}; {f.peak_what} "
-      f"{within(p)}. "
+      f"(the micro-batches group different questions, so not identical); tokens/s {a.ratio_text}; {f.peak_what} "
+      f"{p.ratio_text}. "
       + ("Smaller micro-batches hold fewer activations at once but give the GPU less work per kernel."
          if p.verdict == "lower" and a.verdict == "lower" else
          "Here the smaller micro-batches did not trade memory for speed as on a GPU: with a tiny model, per-step "

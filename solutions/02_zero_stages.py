@@ -231,12 +231,6 @@ ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(n
 #    and to HFU?
 
 # %% tags=["solution"]
-def within(c) -> str:
-    """A comparison's ratio and verdict, naming the band."""
-    return (f"{c.ratio:.2f}x, within the band ({c.band_text}): the same within the noise" if c.verdict == "within the band"
-            else f"{c.ratio:.2f}x ({c.verdict}; band {c.band_text})")
-
-
 for s in lesson.STAGES:
     st = f.stages[s]
     measured = (f", model states measured {st.states_mib:,.0f} MiB against the baseline's {f.baseline_states_mib:,.0f}"
@@ -273,7 +267,7 @@ if f.on_gpu:
 else:
     print("1. No GPU: the peaks above are the whole process's host memory (weights, optimizer, activations and "
           "Python together), so the stages' model states cannot be read apart here; the reference rows show them.")
-ratios = ", ".join(f"{s} {within(f.stages[s].speed)}" for s in lesson.STAGES)
+ratios = ", ".join(f"{s} {f.stages[s].speed.ratio_text}" for s in lesson.STAGES)
 line = f"2. slowest: {f.slowest} ({f.speed_kind}); against the baseline: {ratios}."
 if f.slowest == "stage3" and f.slowest_apart:
     line += (" Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
@@ -290,11 +284,11 @@ if not f.on_gpu:
              "the GPU reference shows the sizes of these costs.")
 print(line)
 if f.stage3_like and f.stage3_uncompiled:  # stage 3 against the baseline that did not compile either
-    print(f"2. stage3 against {f.stage3_like} (neither compiled): tokens/s {within(f.stage3_like_speed)}: ZeRO-3's "
+    print(f"2. stage3 against {f.stage3_like} (neither compiled): tokens/s {f.stage3_like_speed.ratio_text}: ZeRO-3's "
           "own cost on one GPU.")
 if f.compile_speed:
     c, m = f.compile_speed, f.compile_peak
-    print(f"2. torch.compile alone (baseline against baseline_no_compile): tokens/s {within(c)}; {f.peak_what} "
+    print(f"2. torch.compile alone (baseline against baseline_no_compile): tokens/s {c.ratio_text}; {f.peak_what} "
           f"{m.difference:+,.0f} MiB ({m.verdict}): the part of stage 3's gap against the compiled baseline that "
           "is compilation, not ZeRO.")
 elif f.stage3_uncompiled:
@@ -307,7 +301,7 @@ print(head + (": the same data, order and Adam maths, so the stages agree up to 
               "model, rounding differences in the first updates can grow. Compare their train_log.csv step by step."))
 p, v = f.ac_peak, f.ac_speed
 print(f"4. activation checkpointing: {f.peak_what} {p.value:,.0f} MiB against {p.other:,.0f} ({p.difference:+,.0f} MiB, "
-      f"{p.verdict}); tokens/s {within(v)}. "
+      f"{p.verdict}); tokens/s {v.ratio_text}. "
       + ("It saved memory; the recomputed forward pass adds work ("
          + (f"{f.ac_hfu_over_mfu - 1:.0%} more FLOPs" if f.ac_hfu_over_mfu else "one more forward pass")
          + "), yet the speed moved within the noise: the steps are not bound by arithmetic alone."
@@ -317,7 +311,7 @@ print(f"4. activation checkpointing: {f.peak_what} {p.value:,.0f} MiB against {p
          "It saved no memory here: with a tiny model the activations are a small part of the memory, and the "
          "measure (host RSS on a CPU) also counts what earlier runs in this process left." if p.verdict != "lower"
          else "It saved memory and ran faster: compare the GPU utilisation column.")
-      + (f" MFU {within(f.ac_mfu)}: the useful work per second; HFU is {f.ac_hfu_over_mfu:.2f}x its MFU, the "
+      + (f" MFU {f.ac_mfu.ratio_text}: the useful work per second; HFU is {f.ac_hfu_over_mfu:.2f}x its MFU, the "
          "recomputed forward pass counted as work the hardware did." if f.ac_mfu else
          " MFU and HFU need a GPU's peak FLOP/s: see the reference rows."))
 

@@ -67,14 +67,8 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
 # 4. When would you use offload in practice?
 
 # %% tags=["solution"]
-def within(c) -> str:
-    """A comparison's ratio and verdict, naming the band."""
-    return (f"{c.ratio:.2f}x, within the band ({c.band_text}): the same within the noise" if c.verdict == "within the band"
-            else f"{c.ratio:.2f}x ({c.verdict}; band {c.band_text})")
-
-
 for o in (f.stage2, f.stage3):
-    speed = f"at {within(o.speed)} the tokens/s" + (
+    speed = f"at {o.speed.ratio_text} the tokens/s" + (
         "" if o.speed.verdict == "lower" else
         ": offload was expected to be slower (the CPU Adam step and the PCIe copies every step); over a few steps, "
         "or on a CPU where both sides are the same memory, that cost can hide")

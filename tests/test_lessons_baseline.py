@@ -19,6 +19,9 @@ def test_a_difference_inside_the_band_is_within_the_band_not_a_finding():
     assert inside.verdict == "within the band" and inside.band_text == "±8.7%"
     outside = lessons.Comparison("steady_train_tokens_per_second", "tokens/s", 36_787, 102_510, band=0.087)
     assert outside.verdict == "lower" and math.isclose(outside.ratio, 36_787 / 102_510)
+    # the sentence the solutions print: a ratio inside the band is named noise, one outside names its verdict
+    assert inside.ratio_text == "1.00x, within the band (±8.7%): the same within the noise"
+    assert outside.ratio_text == "0.36x (lower; band ±8.7%)"
     assert lessons.Comparison("x", "MiB", 2.0, 1.0).verdict == "higher"  # no band: any difference decides
     assert lessons.Comparison("x", "MiB", 1.0, 1.0).verdict == "equal"
     assert lessons.Comparison("x", "MiB", 1.0, 1.0, band=0.0).verdict == "within the band"

@@ -128,6 +128,14 @@ class Comparison:
         """"±8.7%", or "no band measured"."""
         return f"±{self.band:.1%}" if self.band is not None else "no band measured"
 
+    @property
+    def ratio_text(self) -> str:
+        """The ratio and the verdict, naming the band: "1.02x, within the band (±8.7%): the same within the
+        noise", or "0.36x (lower; band ±8.7%)"."""
+        if self.verdict == "within the band":
+            return f"{self.ratio:.2f}x, within the band ({self.band_text}): the same within the noise"
+        return f"{self.ratio:.2f}x ({self.verdict}; band {self.band_text})"
+
 
 def compare(metric: str, value: float, other: float, unit: str | None = None,
             noise: float | None | Literal["reference"] = "reference") -> Comparison:
