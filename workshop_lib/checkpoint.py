@@ -479,7 +479,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     # another world size with the accumulation that keeps the global batch (`world_size_change`)
     per_step = [d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps")
                 else None for d in (before, now)]
-    if per_step[0] == per_step[1]:
+    if per_step[0] is not None and per_step[0] == per_step[1]:
         may_change |= {"world_size", "gradient_accumulation_steps"}
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
             if k not in may_change and before.get(k) != now.get(k)]
