@@ -27,6 +27,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import skip_unless_runnable
 from workshop_lib import checkpoint, evaluation, rundir
 
 pytestmark = pytest.mark.slow
@@ -175,3 +176,17 @@ def test_a_baseline_run_resumes_on_1_rank_from_whole_states(runs, tmp_path):
     assert [(c["world_size"], c["gradient_accumulation_steps"], c["universal"]) for c in r["world_size_changes"]] \
         == [([2, 1], [1, 2], False)]
     assert_same_losses(out, ref, evals_on_one_world_size=False)
+
+
+def test_nvme_offload_is_refused_on_another_world_size(tmp_path):
+    """ZeRO-Infinity's optimizer states on NVMe: DeepSpeed 0.19.8 copies each rank's swap files from the
+    checkpoint's offloaded_tensors/rankR and never reads them from a universal checkpoint (allowed through, the
+    1-rank resume failed with FileNotFoundError: global_step2_universal/offloaded_tensors/rank00). Refused with
+    the fix, before anything is written."""
+    skip_unless_runnable("stage3_nvme")
+    out = stopped_run(tmp_path / "run", 2, "stage3_nvme")
+    before = {f: f.stat().st_mtime_ns for f in out.rglob("*")}
+    p = run(1, "stage3_nvme", "--tiny", "--output-dir", out, "--resume", check=False)
+    assert p.returncode == 2 and "with the optimizer states offloaded to NVMe" in p.stderr, p.stderr[-2000:]
+    assert "To fix: resume on 2 rank(s), or start again on 1 rank(s) with --overwrite." in p.stderr
+    assert {f: f.stat().st_mtime_ns for f in out.rglob("*")} == before

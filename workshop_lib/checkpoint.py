@@ -415,7 +415,8 @@ def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> 
     Raises:
         WorkshopError: the optimizer states are offloaded to NVMe (DeepSpeed 0.19.8 restores them only from the
             swap files of the ranks that wrote them: engine.load_checkpoint copies offloaded_tensors/rankR and
-            never reads a universal checkpoint for them).
+            never reads a universal checkpoint for them; let through, a 2-rank stage3_nvme checkpoint resumed on 1
+            rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00).
     """
     from .config import EXPERIMENTS
 
