@@ -22,6 +22,11 @@ older checkpoints (save_total_limit). Anything else is never loaded:
 the Trainer's rotation would count or delete it) and continues from the newest complete checkpoint; it refuses
 a run whose checkpoints are all damaged. `workshop export` refuses a checkpoint that is not complete and names
 the run's last complete one.
+
+On another world size (`world_size_change`): a resume keeps the global batch by changing the gradient
+accumulation (`resume_accumulation`), and a ZeRO checkpoint, whose optimizer states are partitioned per rank, is
+converted once to DeepSpeed's universal checkpoint beside it (`to_universal`), which the engine loads on any number
+of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ A run is a short sequence of named stages, each a function of its concept's modu
 Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
 the output directory as it was. SIGINT stops it with `rundir.RunInterrupted`; SIGTERM and SIGUSR1 during
 training with `rundir.RunPreempted` after a checkpoint at the next step boundary; the directory is marked
-unfinished either way, and `--resume` continues it from its last complete checkpoint.
+unfinished either way, and `--resume` continues it from its last complete checkpoint, on the same number of
+ranks or another (`checkpoint.world_size_change`: the global batch kept, ZeRO states through DeepSpeed's
+universal checkpoint).
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
 of one), from `workshop run`, and under a launcher (torchrun, deepspeed, srun), where each rank calls it
