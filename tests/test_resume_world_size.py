@@ -46,7 +46,8 @@ def run(nproc: int, *args, stop: bool = False, check: bool = True) -> subprocess
     cmd += [str(FAULTS), "step_end", "TERM"] if stop else ["-m", "workshop_lib.cli"]
     p = subprocess.run(cmd + ["run", *map(str, args)], capture_output=True, text=True, timeout=600, env=ENV)
     if check and not stop and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} run {args} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        raise AssertionError(f"{' '.join(cmd)} run {args} exited {p.returncode}:\n{p.stdout[-3000:]}\n"
+                             f"{p.stderr[-3000:]}")
     return p
 
 

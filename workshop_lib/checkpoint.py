@@ -301,13 +301,15 @@ def zero_partitions(ckpt: str | os.PathLike) -> int:
 
 
 def to_universal(ckpt: str | os.PathLike) -> Path:
-    """The universal checkpoint of the ZeRO checkpoint-N `ckpt` (see `UNIVERSAL`): made by DeepSpeed's own
+    """The universal checkpoint of the ZeRO checkpoint-N `ckpt` (Lian et al. 2024, "Universal Checkpointing",
+    arXiv 2406.18820; DeepSpeed's tutorial of that name; `UNIVERSAL` says what it holds): made by DeepSpeed's own
     converter (`deepspeed.checkpoint.ds_to_universal.main`, what `python -m deepspeed.checkpoint.ds_to_universal
     --input_folder ckpt/global_stepN --output_folder ckpt/global_stepN_universal --inject_missing_state` runs; the
     missing state is the version tag that DeepSpeed's own training scripts add and the HF Trainer's checkpoints
-    lack) the first time, reused after. One process, no worker pool: it reads one rank's partition at a time
-    (host memory about the fp32 states of one rank, 12 bytes/param / world size, plus one parameter's), and writes
-    about the checkpoint's optimizer states again (12 bytes/param) beside them. A conversion killed midway
+    lack) the first time, reused after. One process, no worker pool: DeepSpeed's converter reads one file at a
+    time (one rank's partition of the fp32 states, 12 bytes/param / world size, or the module's weights in the
+    training precision, 2-4 bytes/param: host memory for the larger, from its source, not measured on a large
+    model), and writes the optimizer states again (12 bytes/param) beside the checkpoint. A conversion killed midway
     left no `latest_universal` (DeepSpeed writes it last): its folder is removed and made again. Call on one
     rank, with the others waiting (the file system is shared). Returns ckpt/global_stepN_universal.
 

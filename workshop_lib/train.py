@@ -103,7 +103,8 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
             change = None
             if cfg.resume:  # on another world size: the accumulation that keeps the global batch
                 world_size = env.world()[2]
-                accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, asked.gradient_accumulation_steps)
+                given = asked.gradient_accumulation_steps
+                accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, given)
                 cfg = replace(cfg, gradient_accumulation_steps=accumulation or cfg.gradient_accumulation_steps)
                 checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
                 checkpoint.check_resumable(cfg.output_dir)
@@ -218,9 +219,10 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None) -> dict:
         rundir.claim(out, cfg.overwrite, cfg.resume)
         checkpoint.write_run_config(out, asdict(cfg), world_size)
     env.barrier()
-    resume_from = resume_point(out, rank, change) if cfg.resume else None
-    trainer = None
+    resume_from = trainer = None
     try:
+        if cfg.resume:  # inside: a universal conversion that fails marks the run failed
+            resume_from = resume_point(out, rank, change)
         # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
         # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
