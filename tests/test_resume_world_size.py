@@ -30,7 +30,8 @@ from safetensors.torch import load_file
 from conftest import skip_unless_runnable
 from workshop_lib import checkpoint, evaluation, rundir
 
-pytestmark = pytest.mark.slow
+# one pytest-xdist worker holds the module's reference runs (scripts/test.sh runs two, --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("resume_world_size")]
 # every rank on the CPU, the 1-rank resumes too, unless 2 GPUs can hold the 2-rank runs
 ENV = os.environ | ({"CUDA_VISIBLE_DEVICES": ""} if torch.cuda.device_count() < 2 else {})
 GPU = torch.cuda.device_count() >= 2
