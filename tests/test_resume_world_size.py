@@ -9,9 +9,9 @@ within 1e-5. The same micro-batches make each optimizer step whatever the world 
 seed and the epoch), so only the order in which gradients are summed differs: measured 1.2e-6 on losses of about
 8 nats and 1.2e-7 on the weights (rounding of fp32 sums, ~1e-7 relative, over a few steps). On a GPU, kernels
 differ in the last bits of 16-bit arithmetic: 1e-3, as tests/test_cli.py's resume test. Eval losses are compared
-on one world size: the Trainer's eval loss is a mean of per-batch means, and the same weights scored 8.21575 nats
-in the 2-rank run's evaluation and 8.21666 on one rank (how the eval set is batched and dealt out to the ranks),
-so a 1-rank resume's final eval loss is held to the uninterrupted run's final model scored on one rank.
+on one world size: the same weights scored 8.21575 nats in the 2-rank run's evaluation and 8.21666 on one rank
+(the Trainer's eval loss is a mean of per-batch means, gathered from the ranks; where the two part was not traced
+further), so a 1-rank resume's final eval loss is held to the uninterrupted run's final model scored on one rank.
 """
 
 import json
