@@ -323,12 +323,28 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
 
 
-def test_a_resume_with_another_world_size_is_refused(tmp_path):
-    cfg = {"experiment": "stage2", "recipe": "default", "save_steps": 10}
+def test_a_resume_on_another_world_size_must_keep_the_global_batch(tmp_path):
+    """The world size may change with the accumulation that keeps the micro-batches per optimizer step (2 x 1 =
+    1 x 2); any other change of either is refused, as is any other setting; and a resume on a number of ranks
+    that cannot keep them is refused with the numbers that can (tests/test_resume_world_size.py runs them)."""
+    cfg = {"experiment": "stage2", "recipe": "default", "save_steps": 10, "gradient_accumulation_steps": 1}
     checkpoint.write_run_config(tmp_path, cfg, world_size=2)
     checkpoint.check_same_run(tmp_path, cfg | {"save_steps": 5}, world_size=2)  # how often to save may change
+    checkpoint.check_same_run(tmp_path, cfg | {"gradient_accumulation_steps": 2}, world_size=1)
     with pytest.raises(WorkshopError, match="world_size 2 then, 1 now.*\nTo fix: resume with the settings"):
         checkpoint.check_same_run(tmp_path, cfg, world_size=1)
+    with pytest.raises(WorkshopError, match="gradient_accumulation_steps 1 then, 2 now"):
+        checkpoint.check_same_run(tmp_path, cfg | {"gradient_accumulation_steps": 2}, world_size=2)
+    assert checkpoint.resume_accumulation(tmp_path, 1) == 2 and checkpoint.resume_accumulation(tmp_path, 2) == 1
+    assert checkpoint.resume_accumulation(tmp_path, 1, given=2) == 2
+    with pytest.raises(WorkshopError) as e:
+        checkpoint.resume_accumulation(tmp_path, 4)  # 2 micro-batches per step cannot be dealt to 4 ranks
+    problem, fix = str(e.value).split("\nTo fix: ")
+    assert "2 micro-batch(es) per optimizer step" in problem and "(2 / 4)" in problem
+    assert fix.startswith("resume on 1, 2 rank(s) (torchrun --nproc_per_node N") and "--overwrite" in fix
+    with pytest.raises(WorkshopError, match="--gradient-accumulation-steps 1 would make it 1"):
+        checkpoint.resume_accumulation(tmp_path, 1, given=1)
+    assert checkpoint.resume_accumulation(tmp_path / "none", 3) is None  # nothing to compare: no run_config.json
 
 
 @pytest.mark.slow

@@ -22,6 +22,11 @@ older checkpoints (save_total_limit). Anything else is never loaded:
 the Trainer's rotation would count or delete it) and continues from the newest complete checkpoint; it refuses
 a run whose checkpoints are all damaged. `workshop export` refuses a checkpoint that is not complete and names
 the run's last complete one.
+
+On another world size (`world_size_change`): a resume keeps the global batch by changing the gradient
+accumulation (`resume_accumulation`), and a ZeRO checkpoint, whose optimizer states are partitioned per rank, is
+converted once to DeepSpeed's universal checkpoint beside it (`to_universal`), which the engine loads on any number
+of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are.
 """
 
 from __future__ import annotations
@@ -266,6 +271,198 @@ def kept(out: str | os.PathLike, asked) -> str:
             f"continue from step {_name_step(complete[-1])}: {run_command(asked, out, '--resume')}")
 
 
+# ---- Resume on another world size (DeepSpeed's Universal Checkpointing) ----------------------------------------
+# A ZeRO checkpoint holds one partition of the fp32 master weights and Adam's moments per data-parallel rank
+# (global_stepN/*zero_pp_rank_R_mp_rank_00_optim_states.pt), and DeepSpeed 0.19.8 loads it on that many ranks only
+# ("Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently
+# supported", engine._load_zero_checkpoint). Its answer is the universal checkpoint (Lian et al. 2024, "Universal
+# Checkpointing", arXiv 2406.18820; DeepSpeed tutorial "Universal Checkpointing"): ds_to_universal merges the
+# partitions into one file per parameter and state (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt,
+# exp_avg_sq.pt), written beside global_stepN with a file `latest_universal` naming it, and an engine configured with
+# "checkpoint": {"load_universal": true} reads `latest_universal` instead of `latest` and slices each parameter's
+# states for its own rank, whatever the world size.
+UNIVERSAL = "latest_universal"  # in checkpoint-N/, written last by ds_to_universal: the conversion is whole
+
+
+def written_by(ckpt: str | os.PathLike) -> int:
+    """Ranks (processes) that wrote the checkpoint `ckpt`: the HF Trainer saves every process's RNG states,
+    rng_state_R.pth under several, rng_state.pth in a world of one (`Trainer._save_rng_state`)."""
+    return len(list(Path(ckpt).glob("rng_state_*.pth"))) or 1
+
+
+def zero_partitions(ckpt: str | os.PathLike) -> int:
+    """ZeRO partitions of the optimizer states in checkpoint-N (`ckpt`): DeepSpeed's
+    *zero_pp_rank_R_mp_rank_00_optim_states.pt in the folder its `latest` file names, one per data-parallel rank
+    that wrote them (ZeRO 1-3). 0 where the optimizer states are whole: no DeepSpeed (the Trainer's optimizer.pt),
+    or ZeRO-0 (inside mp_rank_00_model_states.pt); such a checkpoint loads on any number of ranks."""
+    ckpt = Path(ckpt)
+    tag = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
+    return len(list((ckpt / tag).glob("*zero_pp_rank_*_optim_states.pt"))) if tag else 0
+
+
+def to_universal(ckpt: str | os.PathLike) -> Path:
+    """The universal checkpoint of the ZeRO checkpoint-N `ckpt` (Lian et al. 2024, "Universal Checkpointing",
+    arXiv 2406.18820; DeepSpeed's tutorial of that name; `UNIVERSAL` says what it holds): made by DeepSpeed's own
+    converter (`deepspeed.checkpoint.ds_to_universal.main`, what `python -m deepspeed.checkpoint.ds_to_universal
+    --input_folder ckpt/global_stepN --output_folder ckpt/global_stepN_universal --inject_missing_state` runs; the
+    missing state is the version tag that DeepSpeed's own training scripts add and the HF Trainer's checkpoints
+    lack) the first time, reused after. One process, no worker pool: DeepSpeed's converter reads one file at a
+    time (one rank's partition of the fp32 states, 12 bytes/param / world size, or the module's weights in the
+    training precision, 2-4 bytes/param: host memory for the larger, from its source, not measured on a large
+    model), and writes the optimizer states again (12 bytes/param) beside the checkpoint. A conversion killed midway
+    left no `latest_universal` (DeepSpeed writes it last): its folder is removed and made again. Call on one
+    rank, with the others waiting (the file system is shared). Returns ckpt/global_stepN_universal.
+
+    Raises:
+        WorkshopError: `ckpt` holds no ZeRO partitions (`zero_partitions`: it needs no conversion), or
+            DeepSpeed's converter failed (its error named).
+    """
+    import argparse
+
+    ckpt = Path(ckpt)
+    if not zero_partitions(ckpt):
+        raise WorkshopError(f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any "
+                            "number of ranks.", "resume from it as it is.")
+    tag = (ckpt / "latest").read_text().strip()
+    out, latest = ckpt / f"{tag}_universal", ckpt / UNIVERSAL
+    if latest.is_file() and latest.read_text().strip() == out.name and out.is_dir():
+        print(f"Reusing the universal checkpoint {out} (made by an earlier resume).", flush=True)
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    latest.unlink(missing_ok=True)
+    from deepspeed.checkpoint import ds_to_universal
+
+    print(f"Converting {ckpt / tag} to a universal checkpoint in {out} (DeepSpeed's ds_to_universal) ...", flush=True)
+    try:
+        ds_to_universal.main(argparse.Namespace(
+            input_folder=str(ckpt / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
+            keep_temp_folder=False, strict=True, inject_missing_state=True))
+    except Exception as e:
+        shutil.rmtree(out, ignore_errors=True)
+        raise WorkshopError(f"DeepSpeed's ds_to_universal could not convert {ckpt / tag} ({type(e).__name__}: "
+                            f"{e}); nothing of the conversion was kept.",
+                            f"resume on the {zero_partitions(ckpt)} ranks that wrote it.") from e
+    return out
+
+
+# How the data order of a run resumed on another world size compares with the uninterrupted run's, by batching.
+SAME_STEPS = ("every optimizer step takes the same {k} micro-batches as the uninterrupted run's step (their order "
+              "comes from the seed and the epoch alone), dealt out to {w1} rank(s) x {a1} accumulation step(s) "
+              "instead of {w0} x {a0}: the gradients are summed in another order, equal up to float rounding")
+DATA_ORDER = {
+    "token_budget": SAME_STEPS,
+    "random": SAME_STEPS,  # the Trainer's SeedableRandomSampler (accelerate): a permutation of seed + epoch
+    # transformers' LengthGroupedSampler draws from torch's random state, which the Trainer restores only on the
+    # world size that saved it (rng_state_R.pth), and accelerate seeds it differently under one rank and several
+    # (measured, tiny ZeRO-2 from 2 ranks to 1 at step 8 of 16: the steps after it 0.03-0.23 nats from the
+    # uninterrupted run's; with "random" batching the same losses)
+    "group_by_length": ("the length-grouped order is drawn from torch's random state, which the Trainer restores "
+                        "only on the world size that saved it: from the resumed step on, the batches follow "
+                        "another permutation, so the rest of the interrupted epoch may repeat some questions and "
+                        "skip others"),
+}
+EPOCH_END = ("; where an epoch's micro-batches do not divide by the number of ranks, its last step differs too "
+             "(under several ranks accelerate repeats the epoch's first micro-batches so that every rank gets one, "
+             "even_batches); the ranks' RNG states are not restored (rng_state_R.pth belongs to the world size "
+             "that saved it): dropout would differ, and the workshop's models have none")
+
+
+WORLD_SIZE_CHANGES = "world_size_changes.json"  # OUTPUT_DIR/: every resume on another world size, in order
+
+
+def _started(out: str | os.PathLike) -> dict | None:
+    path = Path(out) / RUN_CONFIG
+    if not path.is_file():
+        return None
+    return read_json_object(path, "is damaged: the settings this run started with cannot be compared",
+                            "pass --overwrite to start the run again, or another --output-dir.")
+
+
+def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | None = None) -> int | None:
+    """The gradient_accumulation_steps that resuming the run in `out` on `world_size` ranks takes to keep its
+    global batch: the micro-batches per optimizer step, K = gradient_accumulation_steps x world_size of the
+    run's settings (run_config.json; each micro-batch the same size), divided by `world_size`. None when there
+    is nothing to compare (no run_config.json). Reads only.
+
+    Args:
+        given: --gradient-accumulation-steps as given on the resume's command line (None: not given).
+
+    Raises:
+        WorkshopError: K is not a multiple of `world_size`, or `given` is not K / world_size (the global batch
+            would change); the message names the numbers of ranks that keep it.
+    """
+    before = _started(out)
+    if before is None:
+        return None
+    w0 = before.get("world_size", 1)
+    a0 = before.get("gradient_accumulation_steps") or 1
+    k = a0 * w0
+    if k % world_size == 0 and given in (None, k // world_size):
+        return k // world_size
+    fits = [n for n in range(1, k + 1) if k % n == 0]
+    raise WorkshopError(
+        f"{out} trains with {k} micro-batch(es) per optimizer step (gradient_accumulation_steps {a0} x {w0} "
+        f"rank(s)), and a resume keeps that global batch; on {world_size} rank(s) "
+        + (f"--gradient-accumulation-steps {given} would make it {given * world_size}." if k % world_size == 0
+           else f"no whole accumulation does ({k} / {world_size}).") + " Nothing was changed.",
+        f"resume on {', '.join(map(str, fits))} rank(s) (torchrun --nproc_per_node N, or as many SLURM tasks) "
+        f"without --gradient-accumulation-steps (the resume sets it to {k} / N), or start again on {world_size} "
+        "rank(s) with --overwrite.")
+
+
+def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> dict | None:
+    """What resuming the run in `out` on `world_size` ranks with the settings `config` (a resolved `RunConfig`
+    as a dict, its accumulation from `resume_accumulation`) changes from the run's last complete checkpoint,
+    or None when as many ranks wrote it (`written_by`; without a checkpoint: the run's settings). Reads only.
+
+    Returns:
+        {"step": the checkpoint's optimizer step (0: none, the run starts again), "checkpoint": its path or None,
+        "world_size": [before, now], "gradient_accumulation_steps": [before, now], "micro_batches_per_step": K,
+        "universal": whether DeepSpeed's universal checkpoint is needed (ZeRO 1-3 partitions, `zero_partitions`),
+        "data_order": how the data order differs from the uninterrupted run's (`DATA_ORDER`)}.
+
+    Raises:
+        WorkshopError: the optimizer states are offloaded to NVMe (DeepSpeed 0.19.8 restores them only from the
+            swap files of the ranks that wrote them: engine.load_checkpoint copies offloaded_tensors/rankR and
+            never reads a universal checkpoint for them; let through, a 2-rank stage3_nvme checkpoint resumed on 1
+            rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00).
+    """
+    from .config import EXPERIMENTS
+
+    before = _started(out)
+    if before is None:
+        return None
+    complete = find_checkpoints(out)[0]
+    ckpt = complete[-1] if complete else None
+    w0 = written_by(ckpt) if ckpt else before.get("world_size", 1)
+    if w0 == world_size:
+        return None
+    a1 = config["gradient_accumulation_steps"]
+    k = a1 * world_size
+    universal = ckpt is not None and zero_partitions(ckpt) > 0
+    if universal and EXPERIMENTS[config["experiment"]].offload_optimizer == "nvme":
+        raise WorkshopError(
+            f"{ckpt} was written by {w0} rank(s) with the optimizer states offloaded to NVMe, which DeepSpeed "
+            "0.19.8 restores only on as many ranks (from each rank's swap files), never from a universal "
+            "checkpoint. Nothing was changed.",
+            f"resume on {w0} rank(s), or start again on {world_size} rank(s) with --overwrite.")
+    order = DATA_ORDER[config["batching"]].format(k=k, w0=w0, a0=k // w0, w1=world_size, a1=a1)
+    return {"step": _name_step(ckpt) if ckpt else 0, "checkpoint": str(ckpt) if ckpt else None,
+            "world_size": [w0, world_size], "gradient_accumulation_steps": [k // w0, a1],
+            "micro_batches_per_step": k, "universal": universal, "data_order": order + EPOCH_END}
+
+
+def describe_world_size_change(change: dict) -> str:
+    """One paragraph for the run's output on a `world_size_change`: what changed and what did not."""
+    (w0, w1), (a0, a1) = change["world_size"], change["gradient_accumulation_steps"]
+    how = ("through DeepSpeed's universal checkpoint (ZeRO partitions of "
+           f"{w0} rank(s) re-sliced for {w1})" if change["universal"] else
+           "from states that are whole (no ZeRO partitions: they load on any number of ranks)")
+    return (f"Resuming on another world size: {w0} -> {w1} rank(s), gradient_accumulation_steps {a0} -> {a1}, "
+            f"the global batch kept ({change['micro_batches_per_step']} micro-batch(es) per optimizer step); "
+            f"from step {change['step']}, {how}. Data order: {change['data_order']}.")
+
+
 def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> None:
     """Record the settings a run trains with (OUTPUT_DIR/run_config.json), for `check_same_run`."""
     from .rundir import write_json_atomic
@@ -275,8 +472,9 @@ def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> N
 
 def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> None:
     """Refuse to resume the run in `out` with settings other than those it started with: a checkpoint's
-    Adam states, schedule and data position belong to one experiment, recipe, batch arithmetic and world
-    size. Only `MAY_CHANGE` may differ. Nothing to compare (no run_config.json) passes.
+    Adam states, schedule and data position belong to one experiment, recipe and global batch. Only
+    `MAY_CHANGE` may differ, and the world size with the gradient accumulation when their product, the
+    micro-batches per optimizer step, stays (`world_size_change`). Nothing to compare (no run_config.json) passes.
 
     Raises:
         WorkshopError: naming each differing setting with both values.
@@ -287,8 +485,14 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     before = read_json_object(path, "is damaged: the settings this run started with cannot be compared",
                               "pass --overwrite to start the run again, or another --output-dir.")
     now = config | {"world_size": world_size}
+    may_change = set(MAY_CHANGE)
+    # another world size with the accumulation that keeps the global batch (`world_size_change`)
+    per_step = [d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps")
+                else None for d in (before, now)]
+    if per_step[0] is not None and per_step[0] == per_step[1]:
+        may_change |= {"world_size", "gradient_accumulation_steps"}
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
-            if k not in MAY_CHANGE and before.get(k) != now.get(k)]
+            if k not in may_change and before.get(k) != now.get(k)]
     if diff:
         raise WorkshopError(f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
                             "continue the same run. Nothing was changed.",

@@ -196,7 +196,9 @@ class RunConfig:
         "help": "remove the run (finished or killed) in --output-dir and start again"})
     resume: bool = field(default=False, metadata={
         "help": "continue the unfinished run in --output-dir from its last complete checkpoint (start fresh "
-        "when there is none); refused when a setting differs"})
+        "when there is none); refused when a setting differs. On another number of ranks the gradient accumulation "
+        "changes to keep the global batch, and a ZeRO checkpoint is converted to DeepSpeed's universal checkpoint "
+        "(once)"})
     save_strategy: Literal["no", "steps", "epoch"] = field(default="epoch", metadata={
         "help": "when to write a checkpoint into OUTPUT_DIR/checkpoints (HF Trainer's save_strategy)"})
     save_steps: int = field(default=100, metadata={

@@ -31,7 +31,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
                     gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
                     nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
                     check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
-                    nvme_buffer_count: int = 5, comms_logger: bool = False) -> dict:
+                    nvme_buffer_count: int = 5, comms_logger: bool = False, load_universal: bool = False) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -59,6 +59,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         comms_logger: True adds DeepSpeed's communication logger (`COMMS_LOGGER`, DeepSpeed docs
             "Communication Logging"): every collective through `deepspeed.comm` is timed and its message size
             recorded; `workshop run --comms-logger` writes the totals to comms.json (introduced in `04_multi_gpu`).
+        load_universal: True adds "checkpoint": {"load_universal": true}: the engine resumes from the universal
+            checkpoint that `latest_universal` names (`checkpoint.to_universal`), on any number of ranks
+            (DeepSpeed's Universal Checkpointing, arXiv 2406.18820); `workshop run --resume` sets it on another
+            world size.
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
@@ -124,7 +128,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,
-    } | aio | ({"comms_logger": COMMS_LOGGER} if comms_logger else {})
+    } | aio | ({"comms_logger": COMMS_LOGGER} if comms_logger else {}) | (
+        {"checkpoint": {"load_universal": True}} if load_universal else {})
 
 
 # DeepSpeed's communication logger (deepspeed/comm/config.py): prof_all times every collective (not a chosen
@@ -287,6 +292,13 @@ KEYS: dict[str, Key] = {
                                 "workshop: false"),
     "aio.block_size": Key("NVMe offload: BYTES per asynchronous read or write request", "workshop: DeepSpeed's "
                           "value, written out to tune (ds_nvme_tune measures a drive's best)"),
+    "checkpoint.load_universal": Key(
+        "true: load_checkpoint reads the universal checkpoint that the file latest_universal names (every "
+        "parameter's fp32 weights and Adam moments whole, ds_to_universal's output) and slices it for this "
+        "world size, instead of the ZeRO partitions that `latest` names, which load on the world size that wrote "
+        "them only (DeepSpeed tutorial 'Universal Checkpointing')",
+        "workshop: true when --resume runs on another number of ranks than the checkpoint's (checkpoint.to_universal)",
+        "resume on another number of ranks; the workshop converts the checkpoint and sets it", stages=(1, 2, 3)),
     "aio.queue_depth": Key("NVMe offload: read/write requests in flight at once", "workshop: as aio.block_size"),
     "aio.intra_op_parallelism": Key("NVMe offload: threads that share one read or write",
                                     "workshop: as aio.block_size"),

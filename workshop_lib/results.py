@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -132,6 +132,10 @@ class RunResults:
     # `fit.GPUS` by the device's name)
     gpu_total_mib: float | None = None
     gpu_memory_fraction: float | None = None
+    # every resume on another number of ranks, in order (`checkpoint.world_size_change`): the step, world size and
+    # gradient accumulation before and after (the global batch kept), whether DeepSpeed's universal checkpoint
+    # was loaded, and how the data order differs from an uninterrupted run's; [] when none
+    world_size_changes: list[dict] = field(default_factory=list)
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:

@@ -17,7 +17,9 @@ A run is a short sequence of named stages, each a function of its concept's modu
 Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
 the output directory as it was. SIGINT stops it with `rundir.RunInterrupted`; SIGTERM and SIGUSR1 during
 training with `rundir.RunPreempted` after a checkpoint at the next step boundary; the directory is marked
-unfinished either way, and `--resume` continues it from its last complete checkpoint.
+unfinished either way, and `--resume` continues it from its last complete checkpoint, on the same number of
+ranks or another (`checkpoint.world_size_change`: the global batch kept, ZeRO states through DeepSpeed's
+universal checkpoint).
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
 of one), from `workshop run`, and under a launcher (torchrun, deepspeed, srun), where each rank calls it
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import json
 import os
 import shutil
 import socket
@@ -97,10 +100,16 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
         rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
         try:
             cfg = check_machine(cfg, exp)
-            if cfg.resume:
-                checkpoint.check_same_run(cfg.output_dir, asdict(cfg), env.world()[2])
+            change = None
+            if cfg.resume:  # on another world size: the accumulation that keeps the global batch
+                world_size = env.world()[2]
+                given = asked.gradient_accumulation_steps
+                accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, given)
+                cfg = replace(cfg, gradient_accumulation_steps=accumulation or cfg.gradient_accumulation_steps)
+                checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
                 checkpoint.check_resumable(cfg.output_dir)
-            return _run(cfg, exp)
+                change = checkpoint.world_size_change(cfg.output_dir, asdict(cfg), world_size)
+            return _run(cfg, exp, change)
         except rundir.RunInterrupted as e:
             if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
                 e.args = (f"stopped by {e.args[0]} at step {e.step}; {checkpoint.kept(cfg.output_dir, asked)}",)
@@ -172,7 +181,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
-def _run(cfg: RunConfig, exp: Experiment) -> dict:
+def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None) -> dict:
     rank, local_rank, world_size = env.world()
     out = Path(cfg.output_dir)
     # data, then model: a bad file or a missing model stops here, before anything is written
@@ -210,13 +219,15 @@ def _run(cfg: RunConfig, exp: Experiment) -> dict:
         rundir.claim(out, cfg.overwrite, cfg.resume)
         checkpoint.write_run_config(out, asdict(cfg), world_size)
     env.barrier()
-    resume_from = resume_point(out, rank) if cfg.resume else None
-    trainer = None
+    resume_from = trainer = None
     try:
+        if cfg.resume:  # inside: a universal conversion that fails marks the run failed
+            resume_from = resume_point(out, rank, change)
         # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
         # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
-            trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size)
+            trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size,
+                                    load_universal=bool(change and change["universal"] and resume_from))
             train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from)
         if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
             from . import comms
@@ -292,11 +303,19 @@ def nvme_swap_mib(cfg: RunConfig) -> dict:
     return {k: round(v, 1) for k, v in mib.items()}
 
 
-def resume_point(out: Path, rank: int) -> Path | None:
+def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
     """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
     moves every checkpoint that is not complete (interrupted while being written, or damaged:
     `checkpoint.why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, one line each, and keeps the
-    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on)."""
+    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on).
+
+    On another world size (`change`, from `checkpoint.world_size_change`) rank 0 also says what changes, appends
+    it to OUTPUT_DIR/world_size_changes.json (results.json's `world_size_changes`) and, for ZeRO partitions,
+    makes the checkpoint's universal checkpoint (`checkpoint.to_universal`, once) while the other ranks wait.
+
+    Raises:
+        WorkshopError: DeepSpeed's converter failed (`checkpoint.to_universal`).
+    """
     complete, broken = checkpoint.find_checkpoints(out)
     if rank == 0:
         step = checkpoint.step_of(complete[-1]) if complete else 0
@@ -307,6 +326,24 @@ def resume_point(out: Path, rank: int) -> Path | None:
             print(f"Skipped {b}: {checkpoint.why_incomplete(b)}; moved to {checkpoint.set_aside(b)}, never loaded.")
         print(f"Resuming from {complete[-1]} (step {step})." if complete else
               f"No complete checkpoint in {out / checkpoint.CHECKPOINTS}: training starts from step 0.")
+        if change:
+            print(checkpoint.describe_world_size_change(change), flush=True)
+            changes = out / checkpoint.WORLD_SIZE_CHANGES
+            before = json.loads(changes.read_text()) if changes.is_file() else []
+            if before[-1:] != [change]:  # an attempt stopped before its first checkpoint made the same change
+                rundir.write_json_atomic(changes, before + [change])
+    failed = None
+    if rank == 0 and change and change["universal"]:
+        try:
+            checkpoint.to_universal(complete[-1])
+        except WorkshopError as e:  # raised after the barrier: the other ranks must not wait for it forever
+            failed = e
+    env.barrier()  # the other ranks load the universal checkpoint once rank 0 has made it
+    if failed:
+        raise failed
+    if change and change["universal"] and not (complete[-1] / checkpoint.UNIVERSAL).is_file():
+        raise WorkshopError(f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
+                            f"resume on the {change['world_size'][0]} rank(s) that wrote it.")
     return complete[-1] if complete else None
 
 
@@ -403,8 +440,10 @@ def _activation_checkpointing(on: bool) -> dict:
     return {"activation_checkpointing" if new else "gradient_checkpointing": True}
 
 
-def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eval_ds, world_size: int):
-    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments."""
+def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eval_ds, world_size: int,
+                  load_universal: bool = False):
+    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments;
+    `load_universal`: its engine resumes from the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     out = Path(cfg.output_dir)
@@ -417,7 +456,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                                     **_nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow,
-                                    comms_logger=cfg.comms_logger)
+                                    comms_logger=cfg.comms_logger, load_universal=load_universal)
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             from .ds_config import apply_overrides
 
@@ -572,7 +611,9 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg),
         nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
-        gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction()))
+        gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction(),
+        world_size_changes=json.loads(changes.read_text()) if (changes := Path(cfg.output_dir)
+                                                                / checkpoint.WORLD_SIZE_CHANGES).is_file() else []))
 
 
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",
