@@ -55,13 +55,14 @@ display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(in
 # The baseline first, so that this notebook stands alone, then stages 1, 2, 3 (`lessons.COURSE_RUNS`, the
 # same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
 #
-# Without a GPU, a short run of each experiment comes first and is thrown away (`lessons.warm_up`): on a CPU the
-# runs of one kernel get faster one after the other, whatever their order, and the ranking would then say which
-# ran first (docs/cpu/run_order.md). On a GPU each run's first 8 steps are its warm-up, as in the reference.
+# A short warm-up comes first and is thrown away (`lessons.warm_up`), so that the run order decides nothing: on a
+# CPU the runs of one kernel get faster one after the other, whatever their order (docs/cpu/run_order.md), so each
+# experiment runs a few steps; on a GPU the first run of a kernel pays torch.compile's compilations well past its
+# own 8 warm-up steps, and the runs after it do not (docs/h100/first-run), so the first run does.
 
 # %%
 warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
-print("warm-up: " + (f"{warm:.0f} s, not measured" if warm is not None else "none on a GPU"))
+print(f"warm-up: {warm:.0f} s, not measured")
 ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))

@@ -23,7 +23,7 @@ are written in the solution notebook, from those records.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -201,14 +201,16 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
 WARM_UP_STEPS = 4  # optimizer steps of each warm-up run
 
 
-def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float | None:
-    """Without a GPU: each experiment of `notebook`'s runs (`COURSE_RUNS`) once, for `WARM_UP_STEPS` optimizer
-    steps, into runs_dir/warm-up (removed afterwards, its output held back), before the runs that are measured.
+def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float:
+    """Short runs of `WARM_UP_STEPS` optimizer steps before the runs that are measured, into runs_dir/warm-up
+    (removed afterwards, its output held back): without a GPU each experiment of `notebook`'s runs
+    (`COURSE_RUNS`) once, on a GPU the notebook's first run once.
     On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
     of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
-    run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU
-    nothing runs: the 8 warm-up steps of each run cover it, as in the reference runs. Returns the seconds it
-    took, or None on a GPU.
+    run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU the
+    first run of a process pays torch.compile's compilations for the batch shapes it meets well past its own
+    warm-up steps, and the runs after it do not (scripts/first_run_penalty.py: docs/h100/first-run). Returns
+    the seconds it took.
 
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
@@ -224,15 +226,18 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float | Non
     from ..errors import WorkshopError
     from ..train import run_experiment
 
-    if torch.cuda.is_available():
-        return None
     out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
-    for experiment in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values()):
+    short = common | {"max_steps": WARM_UP_STEPS}
+    if torch.cuda.is_available():
+        configs = [run_config(notebook, next(iter(COURSE_RUNS[notebook])), out, **short)]
+    else:
+        configs = [RunConfig(e, output_dir=str(out / e), **short)
+                   for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values())]
+    for cfg in configs:
         held = io.StringIO()
         try:
             with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
-                run_experiment(RunConfig(experiment, output_dir=str(out / experiment), save_strategy="no",
-                                         save_model=False, **(common | {"max_steps": WARM_UP_STEPS})))
+                run_experiment(replace(cfg, save_strategy="no", save_model=False))
         except WorkshopError:
             print(held.getvalue())
             raise
