@@ -24,7 +24,6 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -139,9 +138,9 @@ if rung:
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
-# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU
-# keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The host's memory
-# after the first step (`host_states_rss_mib`) is what the offloaded states took.
+# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
+# offloaded: the GPU keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The
+# host's memory after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
 # %%
 offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/stage3_offload", overwrite=True, **LARGE))

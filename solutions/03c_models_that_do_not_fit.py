@@ -22,7 +22,6 @@
 # reference runs are shown beside yours.
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -137,9 +136,9 @@ if rung:
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
-# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and offloaded: the GPU
-# keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The host's memory
-# after the first step (`host_states_rss_mib`) is what the offloaded states took.
+# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
+# offloaded: the GPU keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The
+# host's memory after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
 # %%
 offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/stage3_offload", overwrite=True, **LARGE))
@@ -246,7 +245,8 @@ if v.ran:
           f"{v.tokens_per_second.band_text}, one run each, so a small difference is no finding. On the drive: "
           f"{v.swap_params_mib:,.1f} MiB of parameters and {v.swap_optimizer_mib:,.1f} MiB of optimizer states.")
 else:
-    print("NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above") + ").")
+    print("NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above")
+          + ").")
 print(f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ratio:.1f}x CPU offload's steady step "
       f"time ({n.step_time.value:.2f} s against {n.step_time.other:.2f} s; {n.tokens_per_second.value:,.0f} against "
       f"{n.tokens_per_second.other:,.0f} tokens/s; {n.step_time.band_text}, one run each), with a host peak RSS of "

@@ -72,8 +72,8 @@ def _batch_config(micro: int, accum: int, config_world_size: int) -> dict:
 def _batch_size_rank(argv: list[str]) -> int:
     """One rank of `batch_size_mismatch` (run by torch.distributed.run): `deepspeed.initialize` on the tiny model
     with the config built for --config-world-size ranks (torch's AdamW as the client optimizer), then one optimizer
-    step (--accum micro-batches of
-    --micro random 32-token sequences; gloo averages the gradients over the ranks). Rank 0 prints one line.
+    step (--accum micro-batches of --micro random 32-token sequences; gloo averages the gradients over the ranks).
+    Rank 0 prints one line.
     A mismatched config never gets past `deepspeed.initialize`: DeepSpeed's assertion ends the process."""
     p = argparse.ArgumentParser(prog="python -m workshop_lib.lessons.drills batch-size-rank")
     p.add_argument("--micro", type=int, required=True, help="train_micro_batch_size_per_gpu, sequences")
