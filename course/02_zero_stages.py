@@ -55,10 +55,11 @@ display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(in
 # The baseline first, so that this notebook stands alone, then stages 1, 2, 3 (`lessons.COURSE_RUNS`, the
 # same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
 #
-# A short warm-up comes first and is thrown away (`lessons.warm_up`), so that the run order decides nothing: on a
-# CPU the runs of one kernel get faster one after the other, whatever their order (docs/cpu/run_order.md), so each
-# experiment runs a few steps; on a GPU the first run of a kernel pays torch.compile's compilations well past its
-# own 8 warm-up steps, and the runs after it do not (docs/h100/first-run), so the first run does.
+# A warm-up comes first and is thrown away (`lessons.warm_up`), so that the run order decides nothing: on a CPU
+# the runs of one kernel get faster one after the other, whatever their order (docs/cpu/run_order.md), so each
+# experiment runs a few steps; on a GPU the first run of a kernel is about half as fast in its steady steps as
+# the same run later, a warm-up of 4 steps does not change that and one as long as the run does
+# (docs/h100/first-run), so the first run is made once at full length.
 
 # %%
 warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)

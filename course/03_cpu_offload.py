@@ -30,7 +30,7 @@ NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
 
 # %%
-# A short warm-up first, thrown away, so that the run order decides nothing (`lessons.warm_up`, as in 02)
+# A warm-up first, thrown away, so that the run order decides nothing (`lessons.warm_up`, as in 02)
 print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))

@@ -31,25 +31,38 @@ def built_ops() -> set[str]:
     return {so.parent.name for so in Path(get_default_build_root()).glob("*/*/*.so")}
 
 
+def trained_models(name: str, since: float) -> list[str]:
+    """The models of the runs notebook `name` wrote (solutions/runs/NAME/**/run_config.json, modified after
+    `since`, a time.time()), sorted, "tiny model" for a --tiny run: what its header names."""
+    found = set()
+    for cfg in (ROOT / "solutions" / "runs" / name).glob("**/run_config.json"):
+        if cfg.stat().st_mtime >= since:
+            run = json.loads(cfg.read_text())
+            found.add("tiny model" if run.get("tiny") else run.get("model"))
+    return sorted(m for m in found if m)
+
+
 def main(names: list[str]) -> int:
     from workshop_lib import env
     from workshop_lib.config import RECIPES
 
     device = env.device_name()
-    model = "tiny model" if env.notebook_run_options()["tiny"] else RECIPES["default"].model
+    tiny = env.notebook_run_options()["tiny"]
+    model = "tiny model" if tiny else RECIPES["default"].model
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0
     for name in names:
         cell_times = ROOT / "solutions" / "runs" / f".{name}.cells.json"
         cell_times.unlink(missing_ok=True)
-        ops = built_ops()
+        ops, started = built_ops(), time.time()
         t0 = time.perf_counter()
         rc = subprocess.run([sys.executable, __file__, "--cells", f"{name}.py", str(cell_times)],
                             cwd=ROOT / "solutions").returncode
         seconds = round(time.perf_counter() - t0, 1)
         cells = json.loads(cell_times.read_text()) if cell_times.exists() else []
         times.setdefault(device, {})[name] = {"seconds": seconds, "returncode": rc,
-                                              "date": time.strftime("%Y-%m-%d"), "model": model,
+                                              "date": time.strftime("%Y-%m-%d"),
+                                              "model": model if tiny else ", ".join(trained_models(name, started)) or model,
                                               "cells": sorted(cells, key=lambda c: -c[1])[:8],
                                               "ops_built": sorted(built_ops() - ops)}
         print(f"{name}: {seconds:.0f} s on {device}, exit code {rc}", flush=True)

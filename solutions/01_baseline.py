@@ -40,8 +40,8 @@ RECIPES["default"]
 # behind `workshop run baseline` on the command line.
 
 # %%
-# A short warm-up first, thrown away (`lessons.warm_up`): a kernel's first run is slower than the same run later
-# (on a GPU torch.compile compiles for the batch shapes it meets; docs/h100/first-run), and would be compared so
+# A warm-up run first, thrown away (`lessons.warm_up`): a kernel's first run is slower than the same run later
+# (on a GPU about half as fast, unless a run as long comes first; docs/h100/first-run), and would be compared so
 print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
 print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "

@@ -147,3 +147,33 @@ def test_the_first_run_penalty_the_readme_states_is_the_logs():
         first, later = [int(r[3]) for r in rows if r[2] == "stage2"]
         assert first / later < 0.7
         assert f"{first / later:.2f}x" in text
+
+
+def test_the_warm_up_the_readme_states_is_the_logs():
+    """docs/h100/first-run: stage2 after a warm-up of 4 steps against after one of 24, as the README states it,
+    and a finding (below 0.7), not noise."""
+    text = " ".join((H100 / "first-run" / "README.md").read_text().split())
+    speed = {}
+    for steps in (4, 24):
+        lines = (H100 / "first-run" / f"warm_up{steps}.log").read_text().splitlines()
+        assert lines[0].split()[:4] == ["DIAG", "warm-up", str(steps), "steps"]
+        run = lines[1].split(maxsplit=5)
+        assert run[2] == "stage2"
+        speed[steps] = int(run[3])
+    assert speed[4] / speed[24] < 0.7
+    assert f"after 4 steps of warm-up, stage2 ran at {speed[4]:,} tokens/s, after 24 at {speed[24]:,}: " \
+           f"{speed[4] / speed[24]:.2f}x" in text.lower()
+
+
+def test_the_course_reference_speed_band_is_narrow_and_its_baseline_agrees_with_its_repeat():
+    """docs/h100/course: made with the warm-up, one process per notebook, its speed band is below the 0.2 its
+    README promises, and the baseline (the first run of 01) agrees with its repeat within that band."""
+    from workshop_lib import lessons
+
+    text = " ".join((H100 / "course" / "README.md").read_text().split())
+    band = lessons.band("steady_train_tokens_per_second")
+    assert band is not None and band < 0.2 and "checks that it is below 0.2" in text
+    runs = lessons.reference()
+    again = lessons._repeats(lessons.REFERENCE_DIR)["baseline"]["steady_train_tokens_per_second"]
+    first = runs.at["baseline", "steady_train_tokens_per_second"]
+    assert abs(first - again) / ((first + again) / 2) < band

@@ -52,10 +52,11 @@ def test_figures_and_verdicts_agree_with_the_h100_reference_runs():
     # how close stage 3 came to the GPU's limit: its NVML peak over the H100's memory (fit.GPUS, by device name)
     assert f.stage3_gpu_total_mib == GPUS["H100 80GB"] and r["stage3"]["device"] == "NVIDIA H100 80GB HBM3"
     assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H100 80GB"])
-    # stage 2 ran at 1.00x the baseline: inside the measured band, so no finding
+    # stage 2 against the baseline: inside the measured band, so no finding
     assert f.stages["stage2"].speed.verdict == "within the band" and f.stages["stage3"].speed.verdict == "lower"
-    # activation checkpointing: memory clearly lower, speed within the band; HFU counts the recomputed forward
-    assert f.ac_peak.verdict == "lower" and f.ac_speed.verdict == "within the band"
+    # activation checkpointing: memory and speed clearly lower (the recomputation costs time); HFU counts the
+    # recomputed forward
+    assert f.ac_peak.verdict == "lower" and f.ac_speed.verdict == "lower"
     assert 1.2 < f.ac_hfu_over_mfu < 1.4  # one more forward pass of the blocks: about a third more FLOPs
     # the fallback: the same real runs with stage 3's and stage 1's results swapped, so stage 1 is slowest
     swapped = r | {"stage1": r["stage3"] | {"experiment": "stage1"}, "stage3": r["stage1"] | {"experiment": "stage3"}}

@@ -7,7 +7,8 @@ are written in the solution notebook, from those records.
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lib.lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
 - `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
-- `warm_up(notebook, runs_dir)`: on a CPU, a short run of each of a notebook's experiments before those it measures.
+- `warm_up(notebook, runs_dir)`: the runs made and thrown away before those a notebook measures (on a CPU a short
+  run of each of its experiments, on a GPU its first run at full length).
 - `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
   (docs/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
@@ -201,16 +202,17 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
 WARM_UP_STEPS = 4  # optimizer steps of each warm-up run
 
 
-def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float:
-    """Short runs of `WARM_UP_STEPS` optimizer steps before the runs that are measured, into runs_dir/warm-up
-    (removed afterwards, its output held back): without a GPU each experiment of `notebook`'s runs
-    (`COURSE_RUNS`) once, on a GPU the notebook's first run once.
+def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None, **common) -> float:
+    """Runs made before those a notebook measures and thrown away (into runs_dir/warm-up, removed afterwards,
+    their output held back): without a GPU a short run (`WARM_UP_STEPS` optimizer steps) of each experiment of
+    `notebook`'s runs (`COURSE_RUNS`), on a GPU the notebook's first run once, as long as the measured runs
+    (`common`'s max_steps). `steps` overrides the length.
     On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
     of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
     run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU the
-    first run of a process pays torch.compile's compilations for the batch shapes it meets well past its own
-    warm-up steps, and the runs after it do not (scripts/first_run_penalty.py: docs/h100/first-run). Returns
-    the seconds it took.
+    first run of a process is about half as fast in its steady steps as the same run later, and a run of 4
+    steps before it does not change that, where one as long as it does (scripts/first_run_penalty.py:
+    docs/h100/first-run). Returns the seconds it took.
 
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
@@ -227,11 +229,11 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, **common) -> float:
     from ..train import run_experiment
 
     out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
-    short = common | {"max_steps": WARM_UP_STEPS}
     if torch.cuda.is_available():
-        configs = [run_config(notebook, next(iter(COURSE_RUNS[notebook])), out, **short)]
+        configs = [run_config(notebook, next(iter(COURSE_RUNS[notebook])), out,
+                              **common | ({"max_steps": steps} if steps else {}))]
     else:
-        configs = [RunConfig(e, output_dir=str(out / e), **short)
+        configs = [RunConfig(e, output_dir=str(out / e), **common | {"max_steps": steps or WARM_UP_STEPS})
                    for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values())]
     for cfg in configs:
         held = io.StringIO()
@@ -370,9 +372,12 @@ def header(notebook: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m workshop_lib.lessons OUT_DIR [--repeat]`: every run of `COURSE_RUNS` as the notebooks run it
-    on this GPU (random weights, GPU_MAX_STEPS steps, the micro-batch budget `course_budget` sizes for it) into OUT_DIR/runs (OUT_DIR/repeat with --repeat);
-    a finished run is skipped, so an interrupted call resumes."""
+    """`python -m workshop_lib.lessons OUT_DIR [--repeat] [--notebook NB]...`: every run of `COURSE_RUNS` as the
+    notebooks run it on this GPU (random weights, GPU_MAX_STEPS steps, the micro-batch budget `course_budget`
+    sizes for it) into OUT_DIR/runs (OUT_DIR/repeat with --repeat). Each notebook's runs are made as its kernel
+    makes them: in a process of their own, after `warm_up`; --notebook NB makes only NB's, in this process. A
+    finished run is skipped, so an interrupted call resumes. Returns 1 if any run failed, else 0."""
+    import subprocess
     import sys
 
     from .. import env
@@ -382,17 +387,21 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0]) / ("repeat" if "--repeat" in argv else "runs")
+    only = [argv[i + 1] for i, a in enumerate(argv) if a == "--notebook"]
+    if not only:
+        codes = [subprocess.run([sys.executable, "-m", "workshop_lib.lessons", *argv, "--notebook", nb]).returncode
+                 for nb in COURSE_RUNS]
+        return max(codes)
     common = env.notebook_run_options(size_micro_batches=True) | {"random_weights": True}
-    done, failed = set(), []
-    for notebook, runs in COURSE_RUNS.items():
-        for name in runs:
-            if name in done or state(out / name)[0] == "finished":
-                continue
-            done.add(name)
+    failed = []
+    for notebook in only:
+        todo = [name for name in COURSE_RUNS[notebook] if state(out / name)[0] != "finished"]
+        if todo:
+            print(f"{notebook}: warm-up {warm_up(notebook, out, **common):.0f} s, not kept", flush=True)
+        for name in todo:
             try:
                 run_experiment(run_config(notebook, name, out, **common))
             except WorkshopError as e:  # an out-of-memory run is a result too; the others still run
                 print(f"{name} failed: {e}", file=sys.stderr)
                 failed.append(name)
     return 1 if failed else 0
-
