@@ -23,8 +23,8 @@ from workshop_lib.lessons import baseline as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("01_baseline")))
-# Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see env.notebook_run_options.
-COMMON = env.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
+# Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
+COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "01_baseline", "runs/01_baseline"
 RECIPES["default"]

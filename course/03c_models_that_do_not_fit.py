@@ -35,7 +35,7 @@ from workshop_lib.lessons import large_models
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
-COMMON = env.notebook_run_options()
+COMMON = lessons.notebook_run_options()
 CHOICE = large_models.pick_model(*large_models.this_machine())  # this GPU and host, or the reference machine's
 BIG, GPU_MIB, HOST_MIB, HERE = CHOICE.model, CHOICE.gpu_mib, CHOICE.host_mib, CHOICE.here
 GPU_KEY = large_models.nearest_gpu(GPU_MIB)  # the fit.GPUS entry for fit's explain and explorer

@@ -35,7 +35,7 @@ from workshop_lib.errors import WorkshopError
 
 display(Markdown(lessons.header("04_multi_gpu")))
 
-COMMON = env.notebook_run_options()
+COMMON = lessons.notebook_run_options()
 print(f"device: {env.device_name()}, GPUs: {torch.cuda.device_count()}, SLURM: {launch.slurm_available()}")
 RUNS = Path("runs/04_multi_gpu")
 
@@ -132,7 +132,7 @@ extra = ["--max-steps", "16" if on_gpus else "4"] + ([] if on_gpus and not COMMO
 extra += ["--random-weights"] if COMMON["random_weights"] else []
 if on_gpus and not use_slurm and not COMMON["tiny"]:  # this machine's GPUs: micro-batches sized for them, as 01-03
     extra += ["--max-tokens-per-micro-batch",
-              str(env.notebook_run_options(size_micro_batches=True)["max_tokens_per_micro_batch"])]
+              str(lessons.notebook_run_options(size_micro_batches=True)["max_tokens_per_micro_batch"])]
 
 
 def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | None = None, args=()) -> dict:

@@ -76,7 +76,7 @@ def main():
     device = torch.device("cuda") if cuda else torch.device("cpu")
     rank, n = dist.get_rank(), dist.get_world_size()
 
-    from workshop_lib.memory import MiB
+    from workshop_lib.units import MiB
     from workshop_lib.model import count_params
 
     params = count_params(args.model)["num_params"]

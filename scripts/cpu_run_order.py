@@ -1,5 +1,5 @@
 """Does the run order decide notebook 02's speed ranking on a CPU? Notebook 02's four runs (baseline, stage1,
-stage2, stage3) as the notebook makes them (`lessons.run_config`, `env.notebook_run_options`: the tiny model,
+stage2, stage3) as the notebook makes them (`lessons.run_config`, `lessons.notebook_run_options`: the tiny model,
 `lessons.GPU_MAX_STEPS` steps), in one fresh process per case, forwards and reversed, without and with
 `lessons.warm_up` first, each case `--rounds` times. Writes each run's steady tokens/s and its rank into
 docs/cpu/run_order.csv and docs/cpu/run_order.md (on a CPU; a GPU has nothing to show here).
@@ -26,7 +26,7 @@ def one(order: list[str], warm: bool, runs: str) -> dict[str, float]:
     from workshop_lib import env, lessons
     from workshop_lib.train import run_experiment
 
-    common = env.notebook_run_options()
+    common = lessons.notebook_run_options()
     if warm:
         lessons.warm_up(NOTEBOOK, runs, **common)
     return {n: run_experiment(lessons.run_config(NOTEBOOK, n, runs, **common))["steady_train_tokens_per_second"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from workshop_lib import train
 from workshop_lib.config import parse_run_args
+from workshop_lib.train import run_experiment
 
 out, *run_args = sys.argv[1:]
 WAIT, ACTIVE = 10, 3
@@ -28,10 +28,8 @@ class Profile(TrainerCallback):
         prof.stop()
 
 
-build = train.build_trainer
-train.build_trainer = lambda *a, **k: (t := build(*a, **k), t.add_callback(Profile()))[0]
-r = train.run_experiment(replace(parse_run_args(run_args), random_weights=True, max_steps=WAIT + ACTIVE + 3,
-                                output_dir=f"{out}/run", overwrite=True))
+r = run_experiment(replace(parse_run_args(run_args), random_weights=True, max_steps=WAIT + ACTIVE + 3,
+                           output_dir=f"{out}/run", overwrite=True), callbacks=[Profile()])
 ka = prof.key_averages()
 text = (f"steady step time {r['steady_step_time_s']} s, {r['steady_train_tokens_per_second']} tokens/s; "
         f"{ACTIVE} steps profiled\n\nby GPU time\n" + ka.table(sort_by="self_cuda_time_total", row_limit=30)

@@ -2,7 +2,7 @@
 # Set up a virtual environment (.venv) and run every test: unit tests, every experiment through
 # `workshop run --tiny` on the CPU with real DeepSpeed, the batch scripts on a SLURM cluster where one
 # answers (.ci/run starts one), and every notebook of course/ and solutions/
-# executed by nbmake on the tiny model, with the run length a GPU learner gets (env.notebook_run_options:
+# executed by nbmake on the tiny model, with the run length a GPU learner gets (lessons.notebook_run_options:
 # lessons.GPU_MAX_STEPS steps on the CPU too, unless WORKSHOP_MAX_STEPS says otherwise). 22.5 minutes of tests on 2 cores (2026-11-23), most of it DeepSpeed runs,
 # after set-up (about 8 minutes on a fresh machine, compiling DeepSpeed's CPU Adam and async_io).
 #   bash scripts/test.sh

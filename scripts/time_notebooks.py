@@ -43,11 +43,11 @@ def trained_models(name: str, since: float) -> list[str]:
 
 
 def main(names: list[str]) -> int:
-    from workshop_lib import env
+    from workshop_lib import env, lessons
     from workshop_lib.config import RECIPES
 
     device = env.device_name()
-    tiny = env.notebook_run_options()["tiny"]
+    tiny = lessons.notebook_run_options()["tiny"]
     model = "tiny model" if tiny else RECIPES["default"].model
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0

@@ -16,12 +16,12 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import data, env, lessons, memory, model
+from workshop_lib import data, env, lessons, memory, model, units
 
 display(Markdown(lessons.header("00_setup")))
 
 # Without a GPU the tiny model runs on the CPU; WORKSHOP_TINY=1 or 0 forces either way.
-TINY = env.notebook_run_options()["tiny"]
+TINY = lessons.notebook_run_options()["tiny"]
 print(f"device: {env.device_name()}   tiny model: {TINY}")
 print(env.versions())
 
@@ -116,7 +116,7 @@ for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
                          "zero_stage": "Trainer" if stage is None else stage,
                          "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
                          "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
-                         "GPU bytes/param": est["estimated_model_states_gpu_mib"] * memory.MiB / n["num_params"],
+                         "GPU bytes/param": est["estimated_model_states_gpu_mib"] * units.MiB / n["num_params"],
                          "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
 estimates = pd.DataFrame(rows)
 estimates

@@ -416,7 +416,8 @@ def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
 def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_written(tmp_path):
     """Qwen3-8B's swap files (18 bytes/param, ~137 GiB) against the free space of this machine's temporary drive:
     refused after the data and the parameter count, before the model is built or the output directory made."""
-    from workshop_lib.memory import MiB, estimate_nvme_swap
+    from workshop_lib.memory import estimate_nvme_swap
+    from workshop_lib.units import MiB
     from workshop_lib.model import count_params
 
     skip_unless_runnable("stage3_nvme")  # the op check comes first: without libaio that is the refusal

@@ -246,3 +246,14 @@ def test_explorer_builds_and_rerenders(capsys):
     out = capsys.readouterr().out
     assert explain(estimate("Qwen/Qwen3-8B", None, "none", activation_checkpointing=True)) in out
     assert plt.get_fignums() == figures  # each render closed its figure
+
+
+def test_one_gpu_table_gives_memory_and_peak_flops_by_device_name():
+    """`gpus.CATALOGUE`, the one GPU table: torch's device names find their peak (the specific H100 variants
+    before the plain H100), and `fit.GPUS` is its memory column."""
+    from workshop_lib import gpus
+
+    assert gpus.peak_flops("NVIDIA H100 80GB HBM3") == 989e12 and gpus.peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpus.peak_flops("NVIDIA H100 NVL") == 835e12 and gpus.peak_flops("NVIDIA GH200 480GB") == 989e12
+    assert gpus.peak_flops("NVIDIA A100-SXM4-40GB") == 312e12 and gpus.peak_flops("NVIDIA GeForce RTX 4090") is None
+    assert GPUS == {g.name: g.memory_mib for g in gpus.CATALOGUE if g.memory_mib} and GPUS["H100 80GB"] == 81559

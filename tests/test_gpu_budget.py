@@ -87,10 +87,10 @@ def test_the_budget_reaches_the_token_budget_runs(tmp_path):
 
 def test_the_notebook_options_say_what_they_chose(monkeypatch, capsys):
     monkeypatch.setenv("WORKSHOP_TINY", "1")
-    options = env.notebook_run_options(size_micro_batches=True)
+    options = lessons.notebook_run_options(size_micro_batches=True)
     assert "max_tokens_per_micro_batch" not in options  # the tiny model keeps its recipe's
     assert f"{TINY['max_tokens_per_micro_batch']:,} tokens" in capsys.readouterr().out
-    assert env.notebook_run_options() == options
+    assert lessons.notebook_run_options() == options
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.5", "half", "nan"])

@@ -118,13 +118,13 @@ def test_the_cpu_runs_the_notebooks_with_the_settings_a_gpu_learner_gets(monkeyp
     for v in ("WORKSHOP_MAX_STEPS", "WORKSHOP_TINY", "WORKSHOP_RANDOM_WEIGHTS"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cpu = env.notebook_run_options()
+    cpu = lessons.notebook_run_options()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    gpu = env.notebook_run_options()
+    gpu = lessons.notebook_run_options()
     assert (cpu.pop("tiny"), gpu.pop("tiny")) == (True, False)
     assert cpu == gpu and cpu["max_steps"] == lessons.GPU_MAX_STEPS
     monkeypatch.setenv("WORKSHOP_MAX_STEPS", "0")
-    assert env.notebook_run_options()["max_steps"] is None
+    assert lessons.notebook_run_options()["max_steps"] is None
 
 
 def test_cpu_memory_figures_say_they_cannot_show_the_lesson():
@@ -137,7 +137,9 @@ def test_cpu_memory_figures_say_they_cannot_show_the_lesson():
 def test_a_resume_shows_the_trainers_warning_only_for_a_setting_it_may_not_change():
     import logging
 
-    env.quiet_libraries()
+    from workshop_lib import checkpoint
+
+    checkpoint.quiet_resume_notes()
     log = logging.getLogger("transformers.trainer_utils")
     head = "Warning: The following arguments do not match the ones in the `trainer_state.json` within the checkpoint directory: "
 

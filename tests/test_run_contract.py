@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import checkpoint, cli, rundir
+from workshop_lib import checkpoint, cli, env, rundir
 from workshop_lib.config import EXPERIMENTS, RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.errors import WorkshopError
 
@@ -220,7 +220,7 @@ def test_stale_op_build_lock_is_reported_with_the_fix(tmp_path, capsys):
     lock.touch()
     t0 = time.monotonic()
     with pytest.raises(WorkshopError, match=f"rm {lock}"):
-        rundir.wait_for_file_lock(lock, "DeepSpeed's cpu_adam op", timeout_s=0.6, notice_after_s=0.2, poll_s=0.1)
+        env.wait_for_file_lock(lock, "DeepSpeed's cpu_adam op", timeout_s=0.6, notice_after_s=0.2, poll_s=0.1)
     assert time.monotonic() - t0 < 5
     assert f"Waiting for {lock}" in capsys.readouterr().out
 
@@ -451,3 +451,50 @@ def test_a_run_of_one_process_listens_on_the_loopback_interface_only(tmp_path):
         proc.wait()
     assert listening, "gloo listens for its peers: a run with no listening socket was not a DeepSpeed world"
     assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1"}, listening
+
+
+@pytest.mark.slow
+def test_a_callback_given_to_run_experiment_sees_every_step(tmp_path):
+    """`run_experiment(..., callbacks=[...])`: the caller's TrainerCallback runs in the real Trainer, once per
+    optimizer step, and after the workshop's own at the end of training (train_log.csv already complete)."""
+    import pandas as pd
+    from transformers import TrainerCallback
+
+    from workshop_lib.train import run_experiment
+
+    class Seen(TrainerCallback):
+        steps, logged = [], None
+
+        def on_step_end(self, args, state, control, **kw):
+            self.steps.append(state.global_step)
+
+        def on_train_end(self, args, state, control, **kw):
+            self.logged = sorted(pd.read_csv(tmp_path / "run" / "train_log.csv")["step"].unique())
+
+    seen = Seen()
+    r = run_experiment("stage2", tiny=True, max_steps=3, save_strategy="no", save_model=False,
+                       output_dir=str(tmp_path / "run"), callbacks=[seen])
+    assert seen.steps == [1, 2, 3] == seen.logged and r["config"]["max_steps"] == 3
+
+
+def test_atomic_path_leaves_the_old_file_or_the_whole_new_one(tmp_path):
+    """`rundir.atomic_path`, the one way files and directories are written whole: a failure midway keeps the
+    old content and leaves no temporary; a directory replaces an empty one; a lost race keeps the winner's."""
+    target = tmp_path / "scores.json"
+    rundir.write_json_atomic(target, {"em": 1.0})
+    with pytest.raises(RuntimeError):
+        with rundir.atomic_path(target) as tmp:
+            tmp.write_text('{"em": ')
+            raise RuntimeError("killed while writing")
+    assert json.loads(target.read_text()) == {"em": 1.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.json"]
+    (tmp_path / "model").mkdir()
+    with rundir.atomic_path(tmp_path / "model") as tmp:
+        tmp.mkdir()
+        (tmp / "config.json").write_text("{}")
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["config.json"]
+    with rundir.atomic_path(tmp_path / "model", raced_ok=True) as tmp:  # another writer got there first
+        tmp.mkdir()
+        (tmp / "other.json").write_text("{}")
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "scores.json"]

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .config import EXPERIMENTS, RunConfig, resolve
+from .units import MiB
 
 # (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
 # sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
@@ -96,7 +97,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
         tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
     steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
     mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
-    peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    peak = round(torch.cuda.max_memory_allocated() / MiB, 1) if cuda else None
     del net, opt
     torch._dynamo.reset()
     gc.collect()

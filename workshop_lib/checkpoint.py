@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 from .errors import WorkshopError, read_json_object
+from .units import MiB
 
 CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
 RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + world_size), for --resume
@@ -44,7 +46,7 @@ RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + w
 MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps", "save_total_limit",
               "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu"}
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
-CHECKSUM_MAX_BYTES = 16 * 2**20  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
+CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 
 
@@ -508,7 +510,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     and any world size. The weights are loaded into the checkpoint's architecture and written by
     `save_pretrained`, which stores tied weights (Qwen3's embedding and LM head) once: DeepSpeed's own
     safetensors writer refuses them. Needs host memory for the fp32 model twice (8 bytes/param). Written
-    to a temporary directory and renamed, so `out` is whole or absent. Returns `out`.
+    to a temporary directory and renamed (`rundir.atomic_path`), so `out` is whole or absent. Returns `out`.
 
     Args:
         source: a checkpoint-N directory, or a run directory (its last complete checkpoint).
@@ -523,6 +525,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .rundir import atomic_path
+
     ckpt, out = last_checkpoint(source), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise WorkshopError(f"{out} exists and is not an empty directory; nothing was written.",
@@ -531,18 +535,38 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     if not tag or not any((ckpt / tag).glob("*optim_states.pt")):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
                             f"its model.safetensors is the whole model: load {ckpt} with from_pretrained.")
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.float32)
     net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)
     net.tie_weights()
-    net.save_pretrained(tmp)
-    for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
-        if (f.is_file() and f.suffix in (".json", ".txt", ".model", ".jinja")
-                and f.name != "trainer_state.json" and not f.name.endswith(".index.json")):
-            shutil.copy2(f, tmp / f.name)
-    if out.exists():
-        out.rmdir()
     out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        net.save_pretrained(tmp)
+        for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
+            if (f.is_file() and f.suffix in (".json", ".txt", ".model", ".jinja")
+                    and f.name != "trainer_state.json" and not f.name.endswith(".index.json")):
+                shutil.copy2(f, tmp / f.name)
     return out
+
+
+def expected_resume_notes(record) -> bool:
+    """A logging filter for transformers.trainer_utils: False (dropped) for two warnings of a resume that are
+    expected here: arguments that differ from the checkpoint's where every one is a setting a resume may change
+    (`MAY_CHANGE`, e.g. save_steps; the workshop refused any other change before the Trainer
+    started), and "mtime may not be reliable", after which the Trainer orders checkpoints by step number,
+    as the workshop does. Any other difference still shows."""
+    message = record.getMessage()
+    if message.startswith("mtime may not be reliable"):
+        return False
+    if "do not match the ones in the `trainer_state.json`" in message:
+        names = re.findall(r"\n\t(\w+):", message)
+        return not (names and set(names) <= MAY_CHANGE)
+    return True
+
+
+def quiet_resume_notes() -> None:
+    """Install `expected_resume_notes` on transformers.trainer_utils' logger, once per process."""
+    import logging
+
+    log = logging.getLogger("transformers.trainer_utils")
+    if expected_resume_notes not in log.filters:
+        log.addFilter(expected_resume_notes)

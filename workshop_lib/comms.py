@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .units import MiB
+
 COMMS_FILE = "comms.json"
 SOURCE = ("deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside the optimizer steps "
           "(Trainer on_step_begin to on_step_end)")
@@ -76,7 +78,7 @@ def summary(raw: dict) -> dict:
     for op, sizes in raw.items():
         count = sum(v["count"] for v in sizes.values())
         ops[op] = {"count": count,
-                   "message_mib": round(sum(int(b) * v["count"] for b, v in sizes.items()) / 2**20, 4),
+                   "message_mib": round(sum(int(b) * v["count"] for b, v in sizes.items()) / MiB, 4),
                    "latency_ms": round(sum(v["total_latency_ms"] for v in sizes.values()), 3),
                    "algbw_gbps": round(sum(v["tput_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
                    "busbw_gbps": round(sum(v["busbw_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),

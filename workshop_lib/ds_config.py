@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import WorkshopError
+from .units import MiB
 
 Auto = str  # the literal "auto": the HF Trainer integration fills it from TrainingArguments
 
@@ -424,7 +425,7 @@ def gradient_bucket_mib(cfg: dict) -> float | None:
     half = any(cfg.get(p, {}).get("enabled") is True for p in ("bf16", "fp16"))
     overlap = zero.get("overlap_comm", stage == 3)  # DeepSpeed's default: on at stage 3 only
     buffers = 1 if stage == 3 else 1 + bool(overlap)
-    return buffers * elements * (2 if half else 4) / 2**20
+    return buffers * elements * (2 if half else 4) / MiB
 
 
 def parse_override(text: str) -> tuple[str, object]:

@@ -18,16 +18,14 @@ from pathlib import Path
 
 import torch
 
+from . import gpus
+from .units import MiB
+
 # DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection would print "Setting accelerator to
 # CPU. If you have GPU or other accelerator, we were unable to detect it." as a warning in every process
 # (deepspeed/accelerator/real_accelerator.py; DS_ACCELERATOR is its documented override). A value already set wins.
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
-
-# Dense bf16/fp16 tensor-core peaks in FLOP/s, from the vendors' datasheets (no sparsity). Matched in order
-# against torch.cuda.get_device_name(); an unknown GPU gives MFU null rather than a guess.
-PEAK_FLOPS = [("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H200", 989e12),
-              ("GH200", 989e12), ("A100", 312e12), ("L40S", 362e12), ("A10G", 125e12), ("V100", 125e12)]
 
 
 @lru_cache(maxsize=1)
@@ -92,11 +90,9 @@ def liger_available() -> bool:
 
 
 def peak_flops() -> float | None:
-    """Dense 16-bit peak FLOP/s of this GPU (see PEAK_FLOPS), or None on the CPU or an unknown GPU."""
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    return next((f for key, f in PEAK_FLOPS if key in name), None)
+    """Dense 16-bit peak FLOP/s of this GPU (`gpus.peak_flops`), or None on the CPU or an unknown GPU (MFU is then
+    null rather than a guess)."""
+    return gpus.peak_flops(torch.cuda.get_device_name()) if torch.cuda.is_available() else None
 
 
 def versions() -> dict:
@@ -357,7 +353,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
     a cached op loads silently.
 
     Raises:
-        WorkshopError: a lock left by a killed build blocks it (see `workshop_lib.rundir.wait_for_file_lock`;
+        WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
             WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600).
     """
     import threading
@@ -365,8 +361,6 @@ def build_deepspeed_ops(names: list[str]) -> None:
     from pathlib import Path
 
     from torch.utils.cpp_extension import _get_build_directory
-
-    from .rundir import wait_for_file_lock
 
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
@@ -399,21 +393,35 @@ def build_deepspeed_ops(names: list[str]) -> None:
 _QUIET = False
 
 
-def _expected_resume_notes(record) -> bool:
-    """A logging filter for transformers.trainer_utils: False (dropped) for two warnings of a resume that are
-    expected here: arguments that differ from the checkpoint's where every one is a setting a resume may change
-    (`checkpoint.MAY_CHANGE`, e.g. save_steps; the workshop refused any other change before the Trainer
-    started), and "mtime may not be reliable", after which the Trainer orders checkpoints by step number,
-    as the workshop does. Any other difference still shows."""
-    message = record.getMessage()
-    if message.startswith("mtime may not be reliable"):
-        return False
-    if "do not match the ones in the `trainer_state.json`" in message:
-        from .checkpoint import MAY_CHANGE
+def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
+                       poll_s: float = 1.0) -> None:
+    """Wait while `lock` exists (torch's JIT-build lock for a DeepSpeed op). After `notice_after_s` say what
+    is waited for and how to clear a stale lock; after `timeout_s` stop.
 
-        names = re.findall(r"\n\t(\w+):", message)
-        return not (names and set(names) <= MAY_CHANGE)
-    return True
+    torch's lock file records no owner, so a build killed midway leaves it behind and every later build of
+    that op waits on it forever, silently. This function is what makes that wait visible and finite.
+
+    Raises:
+        WorkshopError: the lock is still there after `timeout_s` seconds.
+    """
+    import time
+    from pathlib import Path
+
+    from .errors import WorkshopError
+
+    lock = Path(lock)
+    t0, told = time.monotonic(), False
+    while lock.exists():
+        waited = time.monotonic() - t0
+        if waited > timeout_s:
+            raise WorkshopError(f"{lock} has blocked the build of {what} for {waited:.0f} s: a build that was "
+                                "killed midway leaves this lock behind.",
+                                f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}")
+        if waited > notice_after_s and not told:
+            print(f"Waiting for {lock}: another process is building {what}, or a build killed earlier left this "
+                  f"lock (then: rm {lock}). Giving up after {timeout_s:.0f} s.", flush=True)
+            told = True
+        time.sleep(poll_s)
 
 
 def quiet_libraries() -> None:
@@ -422,7 +430,7 @@ def quiet_libraries() -> None:
     barrier() device notice, accelerate's
     OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard,
-    shown at 0% in a notebook's output) and its expected notes on a resume (`_expected_resume_notes`).
+    shown at 0% in a notebook's output); a resume's expected notes are `checkpoint.quiet_resume_notes`'.
     Everything else, errors included, still shows."""
     global _QUIET
     if _QUIET:
@@ -435,7 +443,6 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
-    logging.getLogger("transformers.trainer_utils").addFilter(_expected_resume_notes)
     from transformers.utils import logging as hf_logging
 
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
@@ -493,53 +500,7 @@ def gpu_free_mib() -> float | None:
     free, total = torch.cuda.mem_get_info()
     if fraction is not None:
         free = min(free, fraction * total - torch.cuda.memory_reserved())
-    return free / 2**20
-
-
-def notebook_run_options(size_micro_batches: bool = False) -> dict:
-    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"},
-    and with `size_micro_batches` (notebooks 01-03b, and 04 on a machine's own GPUs) "max_tokens_per_micro_batch"
-    on a GPU.
-
-    tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
-    random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
-    overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
-    max_steps: `lessons.GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), on a GPU and for
-    the tiny model alike, so that the CPU runs the path a GPU learner runs and has as many steady steps;
-    WORKSHOP_MAX_STEPS sets another number (0: None, the recipe's epochs).
-    max_tokens_per_micro_batch: the budget `lessons.course_budget` sizes for this GPU's usable memory
-    (`gpu_free_mib`, WORKSHOP_GPU_MEMORY_FRACTION included); absent for the tiny model (its recipe's). The
-    choice and its reason are printed, one line.
-
-    Raises:
-        WorkshopError: with `size_micro_batches`, the GPU's free memory holds no run even at the smallest budget.
-    """
-    from .lessons import GPU_MAX_STEPS
-
-    tiny = os.environ.get("WORKSHOP_TINY", "auto")
-    tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
-    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS)) or None
-    options = {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
-               "max_steps": steps}
-    if not size_micro_batches:
-        return options
-    if tiny or not torch.cuda.is_available():
-        from .config import TINY
-
-        print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
-              "no GPU to size them for.")
-        return options
-    from .errors import WorkshopError
-    from .lessons import course_budget
-
-    budget, fraction = course_budget(gpu_free_mib()), gpu_memory_fraction()
-    print(budget.line("every course run (the experiments of notebooks 01-03)") + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use "
-                                                         "that share of the GPU)" if fraction else ""))
-    if budget.tokens is None:
-        raise WorkshopError(budget.line("every course run (the experiments of notebooks 01-03)"),
-                            "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
-                            "WORKSHOP_TINY=1 for the tiny model.")
-    return options | {"max_tokens_per_micro_batch": budget.tokens}
+    return free / MiB
 
 
 def _build_ops_at_setup(names: list[str]) -> int:

@@ -21,6 +21,8 @@ import torch
 from .errors import WorkshopError
 
 PREDICTIONS, SCORES = "predictions.jsonl", "squad_scores.json"
+EVAL_BATCH_SIZE = 4  # questions per evaluation batch, in training's eval loss and here
+
 
 
 def model_dir(path: str | os.PathLike) -> Path:
@@ -88,7 +90,6 @@ def eval_loss(net, tokenizer, config: dict) -> float:
     from transformers import Trainer, TrainingArguments
 
     from .data import load_squad, make_collator, tokenize_squad
-    from .train import EVAL_BATCH_SIZE
 
     rows = load_squad("validation", config["num_eval_samples"], config["eval_file"], verbose=False)
     ds, _ = tokenize_squad(rows, tokenizer, config["max_length"], config["loss_on"])
@@ -163,7 +164,7 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     Raises:
         WorkshopError: no model at `path`; `num_questions` below 1 or more than the dev file holds.
     """
-    from .rundir import write_json_atomic
+    from .rundir import atomic_path, write_json_atomic
 
     from .data import load_squad
 
@@ -176,9 +177,8 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     scores, records = score_model(net, tokenizer, rows, **options)
     out = Path(output_dir or path)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{PREDICTIONS}.tmp{os.getpid()}"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, out / PREDICTIONS)
+    with atomic_path(out / PREDICTIONS) as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
     scores["model"] = str(source)
     write_json_atomic(out / SCORES, scores)
     return scores

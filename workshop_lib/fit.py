@@ -18,18 +18,14 @@ import dataclasses
 import functools
 
 from .errors import WorkshopError
-from .memory import DRIVE_MARGIN, STATES_MARGIN, MiB, estimate_model_states, estimate_nvme_swap
+from .gpus import MEMORY_MIB
+from .memory import DRIVE_MARGIN, STATES_MARGIN, estimate_model_states, estimate_nvme_swap
+from .units import MiB
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 
 MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
 OFFLOADS = ("none", "cpu", "nvme")
-# Total memory as `nvidia-smi --query-gpu=memory.total` prints it, MiB. H100 (80GB HBM3) and H200: read with
-# nvidia-smi on the course's machines. RTX 4090, L40S: nvidia-smi logs in GitHub issues RLinf/RLinf#255 and
-# akash-network/provider-configs#99. A100 80GB: an A800-SXM4-80GB's (the same board) in dexmal/dexbotic#41;
-# A100 40GB: 40 GiB by the same rule, not checked. Laptop GPU: a nominal 8 GiB. CUDA can allocate a little
-# less (the driver keeps some; the CUDA context takes ~0.5 GiB).
-GPUS = {"H200 141GB": 143771, "H100 80GB": 81559, "A100 80GB": 81920, "A100 40GB": 40960, "L40S 48GB": 46068,
-        "RTX 4090 24GB": 24564, "laptop GPU 8GB": 8192}
+GPUS = MEMORY_MIB  # name -> total memory (MiB), from the one GPU table (`gpus.CATALOGUE`)
 # Share of tokens whose logits are computed with logits_on "labelled" (the answers): 54,161 of the bundled
 # SQuAD train set's 2,000,334 tokens = 2.7% (docs/h100/bench/runs/default/results.json), rounded up.
 LABELLED_FRACTION = 0.03
@@ -106,8 +102,8 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_fre
     if model not in MODELS:
         raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
     if gpu not in GPUS:
-        raise WorkshopError(f"Unknown GPU {gpu!r}.", f"use one of {', '.join(GPUS)}, or add yours to fit.GPUS "
-                            "(MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).")
+        raise WorkshopError(f"Unknown GPU {gpu!r}.", f"use one of {', '.join(GPUS)}, or add yours to gpus.CATALOGUE "
+                            "(memory in MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).")
     if zero_stage not in (None, 0, 1, 2, 3) or offload not in OFFLOADS or logits_on not in ("all", "labelled"):
         raise WorkshopError(f"zero_stage={zero_stage!r}, offload={offload!r}, logits_on={logits_on!r}: not an option.",
                             "zero_stage None (HF Trainer), 0, 1, 2 or 3; offload 'none', 'cpu' or 'nvme'; "

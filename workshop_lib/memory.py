@@ -28,7 +28,8 @@ from pathlib import Path
 import psutil
 import torch
 
-MiB = 2**20
+from .units import MiB
+
 FIELDS = ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib", "gpu_util_pct"]
 
 

@@ -46,6 +46,7 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
         from tokenizers import ByteLevelBPETokenizer
 
         from .data import BUNDLED_FILES
+        from .rundir import atomic_path
 
         squad = json.loads(BUNDLED_FILES["train"].read_text())
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
@@ -54,13 +55,11 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
         bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
                                 show_progress=False)
         tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|pad|>")
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tok.save_pretrained(tmp)
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(path)  # atomic, so parallel ranks never read a half-written tokenizer
-        except OSError:
-            pass  # another process won the race; its copy is identical
+        # atomic, so parallel ranks never read a half-written tokenizer; a rank that loses the race keeps the
+        # winner's copy, which is identical
+        with atomic_path(path, raced_ok=True) as tmp:
+            tok.save_pretrained(tmp)
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 
 from .errors import WorkshopError
+from .units import MiB
 
 MARKER = "RUNNING"
 STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; removed when a run starts
@@ -81,17 +82,47 @@ DISK_FULL_FREE_MIB = 16
 PID_CREATED_TOLERANCE_S = 1.0
 
 
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write `obj` as JSON to `path` through a temporary file and a rename: readers see the old file or the
-    whole new one, never half of it, even if the process dies while writing."""
+@contextmanager
+def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
+    """The one way the workshop writes a file or a directory that a reader or a later run may load: yields a
+    temporary sibling (.NAME.tmpPID) to write into; on success it replaces `path` in one rename (readers see the
+    old or the whole new, never half of it, even if the process dies while writing), on any error it is removed
+    (a full disk, a signal: nothing half-written left behind). A directory replaces only an absent or empty
+    `path`. raced_ok: if the rename fails because another process has just written `path` (the same content,
+    e.g. ranks building one tokenizer), the temporary is dropped and `path` kept. The model a run saves is the
+    exception (`train.save_model`): every rank writes into one directory, whose name cannot carry a pid.
+
+    Raises:
+        OSError: the rename failed (and not a race that raced_ok allows).
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    _remove(tmp)
     try:
-        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        yield tmp
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
         os.replace(tmp, path)
-    except BaseException:  # a full disk, a signal: no half-written temporary file left behind
-        tmp.unlink(missing_ok=True)
+    except OSError:
+        _remove(tmp)
+        if not (raced_ok and path.exists()):
+            raise
+    except BaseException:
+        _remove(tmp)
         raise
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write `obj` as JSON (indent 2) to `path` through `atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2) + "\n")
 
 
 def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
@@ -104,7 +135,7 @@ def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
             return True
         seen, hops = seen.__cause__ or seen.__context__, hops + 1
     try:
-        return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * 2**20
+        return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * MiB
     except OSError:
         return False
 
@@ -120,7 +151,7 @@ def mount_point(path: str | os.PathLike) -> Path:
 
 
 def _mib_under(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20 if path.exists() else 0.0
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MiB if path.exists() else 0.0
 
 
 def clear_partial_writes(out: str | os.PathLike) -> dict:
@@ -285,29 +316,3 @@ def interruptible():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-
-
-def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
-                       poll_s: float = 1.0) -> None:
-    """Wait while `lock` exists (torch's JIT-build lock for a DeepSpeed op). After `notice_after_s` say what
-    is waited for and how to clear a stale lock; after `timeout_s` stop.
-
-    torch's lock file records no owner, so a build killed midway leaves it behind and every later build of
-    that op waits on it forever, silently. This function is what makes that wait visible and finite.
-
-    Raises:
-        WorkshopError: the lock is still there after `timeout_s` seconds.
-    """
-    lock = Path(lock)
-    t0, told = time.monotonic(), False
-    while lock.exists():
-        waited = time.monotonic() - t0
-        if waited > timeout_s:
-            raise WorkshopError(f"{lock} has blocked the build of {what} for {waited:.0f} s: a build that was "
-                                "killed midway leaves this lock behind.",
-                                f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}")
-        if waited > notice_after_s and not told:
-            print(f"Waiting for {lock}: another process is building {what}, or a build killed earlier left this "
-                  f"lock (then: rm {lock}). Giving up after {timeout_s:.0f} s.", flush=True)
-            told = True
-        time.sleep(poll_s)

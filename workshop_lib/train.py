@@ -35,6 +35,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -45,29 +46,34 @@ from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import build_ds_config
 from .errors import WorkshopError
+from .evaluation import EVAL_BATCH_SIZE
 from .memory import MemorySampler, estimate_model_states
 from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
                     load_model_and_tokenizer)
 from .results import RunResults
+from .units import MiB
 
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
 # fixed eval batch keeps eval losses comparable when the training micro-batch changes.
-EVAL_BATCH_SIZE = 4
 # Liger-Kernel's fused linear + cross-entropy alone (an option; the default recipe computes the labelled
 # logits only): its other kernels (RoPE, RMSNorm, SwiGLU) are what torch.compile fuses in the default recipe.
 LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
                    "fused_linear_cross_entropy": True}
 
 
-def run_experiment(config: RunConfig | str, /, **settings) -> dict:
+def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
     """Fine-tune on SQuAD as `config` says and return the results (a `RunResults` as a dict, also written
     to OUTPUT_DIR/results.json).
 
         run_experiment(RunConfig("stage2", tiny=True))          # or, the same:
         run_experiment("stage2", tiny=True, output_dir="runs/x")
+        run_experiment(cfg, callbacks=[MyCallback()])           # a profiler, a course hook
 
     Args:
         config: a `RunConfig`, or an experiment name with `settings` as its other fields.
+        callbacks: `transformers.TrainerCallback` instances added to the run's Trainer after the workshop's
+            own (checkpoint manifest, batch order, comms window, step log, stop file, memory phases), called after
+            them for each event.
 
     Writes into the output directory: results.json (rank 0, last, atomically), memory.csv (time series,
     MiB; memory.rankN.csv for other ranks), train_log.csv (one row per optimizer step and evaluation),
@@ -88,6 +94,7 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
     cfg = config if isinstance(config, RunConfig) else RunConfig(config, **settings)
     asked = cfg  # as given, before `resolve`: the settings an interrupted run's message repeats
     env.quiet_libraries()
+    checkpoint.quiet_resume_notes()
     # An earlier run in this process (a notebook kernel) leaves its engine and model in reference cycles that
     # only the collector frees: without this, several GiB of it would still be allocated while this run measures.
     gc.collect()
@@ -109,7 +116,7 @@ def run_experiment(config: RunConfig | str, /, **settings) -> dict:
                 checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
                 checkpoint.check_resumable(cfg.output_dir)
                 change = checkpoint.world_size_change(cfg.output_dir, asdict(cfg), world_size)
-            return _run(cfg, exp, change)
+            return _run(cfg, exp, change, callbacks)
         except rundir.RunInterrupted as e:
             if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
                 e.args = (f"stopped by {e.args[0]} at step {e.step}; {checkpoint.kept(cfg.output_dir, asked)}",)
@@ -135,8 +142,8 @@ def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: Run
     go_on = checkpoint.run_command(asked, out, "--resume" if complete else "--overwrite")
     return WorkshopError(
         f"The disk holding {out} ({mount}) is full: the run stopped at step {step} while writing {cleared['what']}; "
-        f"{need}. The partial files were removed ({usage.free / memory.MiB:,.0f} MiB free of "
-        f"{usage.total / memory.MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
+        f"{need}. The partial files were removed ({usage.free / MiB:,.0f} MiB free of "
+        f"{usage.total / MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
         + (f"Complete checkpoints kept: {', '.join(map(str, complete))}." if complete else "No checkpoint was kept."),
         f"free space on {mount} (`du -sh {mount}/*` shows what holds it) or copy the run to a larger disk, then "
         f"{go_on}")
@@ -181,7 +188,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
-def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None) -> dict:
+def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks: Sequence = ()) -> dict:
     rank, local_rank, world_size = env.world()
     out = Path(cfg.output_dir)
     # data, then model: a bad file or a missing model stops here, before anything is written
@@ -228,7 +235,7 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None) -> dict:
         with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
             trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size,
                                     load_universal=bool(change and change["universal"] and resume_from))
-            train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from)
+            train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from, callbacks)
         if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
             from . import comms
 
@@ -255,7 +262,7 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None) -> dict:
             elif full:  # what was half-written goes first: it frees the space the marker needs
                 per_param = checkpoint.bytes_per_param(exp.deepspeed, cfg.precision)
                 e.disk_full = rundir.clear_partial_writes(out) | {
-                    "estimate_mib": info["num_params"] * per_param / memory.MiB, "keep": cfg.save_total_limit}
+                    "estimate_mib": info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
                 rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
             else:
                 rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
@@ -299,7 +306,7 @@ def nvme_swap_mib(cfg: RunConfig) -> dict:
     Returns {"params": MiB, "optimizer": MiB}."""
     root, mib = nvme_swap_dir(cfg) / "zero_stage_3", {"params": 0.0, "optimizer": 0.0}
     for f in root.rglob("*.swp"):
-        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / memory.MiB
+        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / MiB
     return {k: round(v, 1) for k, v in mib.items()}
 
 
@@ -402,7 +409,7 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
     (`memory.STATES_MARGIN`)."""
     if not torch.cuda.is_available():
         return
-    total_mib = torch.cuda.get_device_properties(local_rank).total_memory / 2**20 * (env.gpu_memory_fraction() or 1)
+    total_mib = torch.cuda.get_device_properties(local_rank).total_memory / MiB * (env.gpu_memory_fraction() or 1)
     if states_mib > memory.STATES_MARGIN * total_mib:
         raise WorkshopError(
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
@@ -419,7 +426,7 @@ def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_siz
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
     nodes = max(1, world_size // per_node)  # ranks of one node share its drive
     need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
-    free = shutil.disk_usage(cfg.nvme_path).free / memory.MiB
+    free = shutil.disk_usage(cfg.nvme_path).free / MiB
     if need > memory.DRIVE_MARGIN * free:
         raise WorkshopError(
             f"{cfg.experiment} would write about {need:,.0f} MiB of swap files for {cfg.model} "
@@ -506,11 +513,13 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
                          processing_class=tokenizer)
 
 
-def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: Path | None = None):
+def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: Path | None = None,
+          callbacks: Sequence = ()):
     """Trainer.train() with each step timed and the memory phases marked on `mem` (`MemorySampler.mark`:
     train_begin, states after the first optimizer step, train_end), from the checkpoint `resume_from` if given
-    (and a final evaluation if max_steps ended the run before the first epoch's). Returns (TrainOutput, step
-    log callback, wall seconds since the sampler started).
+    (and a final evaluation if max_steps ended the run before the first epoch's); `callbacks` (TrainerCallback)
+    come after the workshop's own. Returns (TrainOutput, step log callback, wall seconds since the sampler
+    started).
 
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
@@ -520,7 +529,7 @@ def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: 
     try:
         steps = _step_log_callback(out / "train_log.csv", mem.t0)
         stop = _stop_callback(out / rundir.STOP_FILE)
-        for callback in (steps, stop, _phase_callback(mem), _evaluate_before_save_callback()):
+        for callback in (steps, stop, _phase_callback(mem), _evaluate_before_save_callback(), *callbacks):
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:

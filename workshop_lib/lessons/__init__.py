@@ -182,9 +182,57 @@ def course_budget(free_mib: float):
                               least=r.max_length)
 
 
+def notebook_run_options(size_micro_batches: bool = False) -> dict:
+    """The `run_experiment` options every notebook uses: {"tiny", "random_weights", "overwrite", "max_steps"},
+    and with `size_micro_batches` (notebooks 01-03b, and 04 on a machine's own GPUs) "max_tokens_per_micro_batch"
+    on a GPU.
+
+    tiny: WORKSHOP_TINY=1 or 0 forces it; by default the tiny model runs exactly when no GPU is visible.
+    random_weights: WORKSHOP_RANDOM_WEIGHTS=1 for the real architecture without a download.
+    overwrite: re-running a notebook replaces its own runs under runs/<notebook>/.
+    max_steps: `GPU_MAX_STEPS` optimizer steps per run (the reference runs' length), on a GPU and for
+    the tiny model alike, so that the CPU runs the path a GPU learner runs and has as many steady steps;
+    WORKSHOP_MAX_STEPS sets another number (0: None, the recipe's epochs).
+    max_tokens_per_micro_batch: the budget `course_budget` sizes for this GPU's usable memory
+    (`env.gpu_free_mib`, WORKSHOP_GPU_MEMORY_FRACTION included); absent for the tiny model (its recipe's). The
+    choice and its reason are printed, one line.
+
+    Raises:
+        WorkshopError: with `size_micro_batches`, the GPU's free memory holds no run even at the smallest budget.
+    """
+    import torch
+
+    from .. import env
+
+    tiny = os.environ.get("WORKSHOP_TINY", "auto")
+    tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
+    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS)) or None
+    options = {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
+               "max_steps": steps}
+    if not size_micro_batches:
+        return options
+    if tiny or not torch.cuda.is_available():
+        from ..config import TINY
+
+        print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
+              "no GPU to size them for.")
+        return options
+    from ..errors import WorkshopError
+
+    budget, fraction = course_budget(env.gpu_free_mib()), env.gpu_memory_fraction()
+    line = budget.line("every course run (the experiments of notebooks 01-03)")
+    print(line + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use that share of the GPU)"
+                  if fraction else ""))
+    if budget.tokens is None:
+        raise WorkshopError(line,
+                            "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
+                            "WORKSHOP_TINY=1 for the tiny model.")
+    return options | {"max_tokens_per_micro_batch": budget.tokens}
+
+
 def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     """The `RunConfig` of run `name` of `notebook`, writing to runs_dir/name, with the notebook's `common`
-    options (`env.notebook_run_options()`; its max_tokens_per_micro_batch, the GPU's budget, goes to the
+    options (`notebook_run_options()`; its max_tokens_per_micro_batch, the GPU's budget, goes to the
     runs that batch by tokens, a quarter of it to the quarter-budget run). No checkpoints: these runs measure (a Qwen3-0.6B checkpoint is
     8-10 GB); the fine-tuned model is still saved in runs_dir/name/model."""
     from ..config import RECIPES, TINY, RunConfig
@@ -392,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         codes = [subprocess.run([sys.executable, "-m", "workshop_lib.lessons", *argv, "--notebook", nb]).returncode
                  for nb in COURSE_RUNS]
         return max(codes)
-    common = env.notebook_run_options(size_micro_batches=True) | {"random_weights": True}
+    common = notebook_run_options(size_micro_batches=True) | {"random_weights": True}
     failed = []
     for notebook in only:
         todo = [name for name in COURSE_RUNS[notebook] if state(out / name)[0] != "finished"]

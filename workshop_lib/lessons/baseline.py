@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import MiB
 from . import Comparison, band, compare, cpu_band
 
-MiB = 2**20
 FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
 
 

@@ -11,9 +11,9 @@ from typing import Literal
 import pandas as pd
 
 from .. import checkpoint
+from ..units import MiB
 from . import Comparison, compare
 
-MiB = 2**20
 # what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
 HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Adam's two moments",
          "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
-from . import DOCS, Comparison, compare
+from ..units import MiB
+from . import DOCS, Comparison, compare, notebook_run_options
 
 REFERENCES = {"one H100 80GB, 128 GiB host": DOCS / "h100" / "large-models",
               "two H200 141GB, 256 GiB host": DOCS / "h200" / "large-models-x2"}
@@ -192,7 +193,7 @@ class NvmeSummary:
     @property
     def pinned_mib(self) -> float:
         """The pinned buffers' size, MiB (16-bit elements)."""
-        return self.buffer_count * self.buffer_elements * 2 / 2**20
+        return self.buffer_count * self.buffer_elements * 2 / MiB
 
     @property
     def buffers_sized_to_embedding(self) -> bool:
@@ -260,8 +261,8 @@ def this_machine() -> tuple[float | None, float]:
 
     from .. import env
 
-    tiny = env.notebook_run_options()["tiny"]
-    return None if tiny else env.gpu_free_mib(), psutil.virtual_memory().total / 2**20
+    tiny = notebook_run_options()["tiny"]
+    return None if tiny else env.gpu_free_mib(), psutil.virtual_memory().total / MiB
 
 
 def nearest_gpu(gpu_mib: float) -> str:
@@ -283,7 +284,7 @@ def this_drive() -> float:
 
     if not torch.cuda.is_available():
         return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
-    return shutil.disk_usage(os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / 2**20
+    return shutil.disk_usage(os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
 
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
@@ -386,11 +387,11 @@ class HostStates:
 
     @property
     def bytes_per_param(self) -> float:
-        return self.host_states_rss_mib * 2**20 / self.num_params
+        return self.host_states_rss_mib * MiB / self.num_params
 
     @property
     def estimate_bytes_per_param(self) -> float:
-        return self.estimated_host_states_mib * 2**20 / self.num_params
+        return self.estimated_host_states_mib * MiB / self.num_params
 
     @property
     def libraries_dominate(self) -> bool:
@@ -544,8 +545,8 @@ def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100
                          "steady tokens/s": r.get("steady_train_tokens_per_second"),
                          "GPU peak MiB (NVML)": r.get("gpu_peak_mib"),
                          "host RSS after step 1 MiB": r.get("host_states_rss_mib"),
-                         "host bytes/param after step 1": r["host_states_rss_mib"] * 2**20 / n,
-                         "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * 2**20 / n,
+                         "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
+                         "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
                          "host peak RSS MiB": r.get("host_peak_rss_mib"),
                          "NVMe swap MiB": sum(swap.values()) if swap else None})
     return pd.DataFrame(rows)

@@ -15,9 +15,9 @@ import pandas as pd
 
 from ..comms import COMMS_FILE
 from ..results import scaling_table
+from ..units import MiB
 from . import Comparison, band, compare
 
-MiB = 2**20
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
 PER_GPU = {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n, 3: lambda n: 16 / n}
 # How far the measured fall of the peak may be from the 16Ψ arithmetic's fall of the model states and still

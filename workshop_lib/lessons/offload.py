@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import MiB
 from . import Comparison, compare
 from .baseline import compare_speed
 
-MiB = 2**20
 RUNS = ("stage2", "stage2_offload", "stage3", "stage3_offload")
 
 

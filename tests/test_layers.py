@@ -1,0 +1,68 @@
+"""The library's layers point one way: a module imports only modules of its own layer or below, at the top
+or inside a function alike (issue 25). A new module is placed in `LAYERS` by whoever adds it."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "workshop_lib"
+# low to high: errors; the machine; the concepts (each importing its peers at will); one run; what runs many
+# runs (the course, the benchmark); the command line
+LAYERS = [
+    {"errors", "units", "gpus"},
+    {"env"},
+    {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
+     "results", "comms", "launch"},
+    {"train"},
+    {"lessons", "bench"},
+    {"cli"},
+]
+LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
+
+
+def _module(path: Path) -> str:
+    """workshop_lib/lessons/drills.py -> "lessons": the top-level module or package a file belongs to."""
+    return path.relative_to(ROOT).parts[0].removesuffix(".py")
+
+
+def imports(path: Path) -> set[str]:
+    """The workshop_lib top-level modules `path` imports, anywhere in the file."""
+    found = set()
+    depth = len(path.relative_to(ROOT).parts) - 1  # 0 for workshop_lib/x.py, 1 for workshop_lib/lessons/x.py
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            if node.level - 1 < depth:  # inside its own package (lessons' `from . import band`)
+                continue
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            found.update(names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workshop_lib."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "workshop_lib":
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_every_module_has_a_layer():
+    modules = {_module(p) for p in ROOT.rglob("*.py")} - {"__init__"}
+    assert modules == set(LAYER), f"place these in LAYERS: {modules - set(LAYER)}; gone: {set(LAYER) - modules}"
+
+
+def test_no_module_imports_one_of_a_higher_layer():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        me = _module(path)
+        if me == "__init__":
+            continue
+        for other in imports(path) - {me}:
+            if LAYER[other] > LAYER[me]:
+                wrong.append(f"{path.relative_to(ROOT)} ({me}, layer {LAYER[me]}) imports {other} (layer {LAYER[other]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_mib_is_defined_once():
+    """One home for the byte unit: `units.MiB`; no module divides by a literal 2**20 of its own."""
+    import re
+
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(ROOT.rglob("*.py")) if p.name != "units.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"MiB\s*=\s*2\s*\*\*\s*20|[/*]\s*2\s*\*\*\s*20\b", line.split("#")[0])]
+    assert not found, found
