@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+from generated import write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTE = ("*Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours "
@@ -24,19 +25,8 @@ def learner_text(solution: Path) -> str:
 
 
 def main(check: bool) -> int:
-    stale = []
-    for sol in sorted((ROOT / "solutions").glob("[0-9]*.py")):
-        target, text = ROOT / "course" / sol.name, learner_text(sol)
-        if check:
-            if not target.exists() or target.read_text() != text:
-                stale.append(target.name)
-        else:
-            target.write_text(text)
-            print(target.relative_to(ROOT))
-    if stale:
-        print(f"course/ is out of date for {', '.join(stale)}. To fix: python scripts/make_course.py")
-        return 1
-    return 0
+    files = {ROOT / "course" / sol.name: learner_text(sol) for sol in sorted((ROOT / "solutions").glob("[0-9]*.py"))}
+    return write_or_check(files, ROOT, check, "python scripts/make_course.py")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,17 @@ fi
   fail "workshop_lib is not installed in $(command -v python)." "pip install -e . in that environment."
 
 # --- where things go ------------------------------------------------------------------------------
-export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${SLURM_JOB_NAME}-${SLURM_JOB_ID}}
+# A run is named after its job: runs/<name>-<job id>, its log logs/<name>-<job id>.out (#SBATCH --output), where
+# the name is the job's (--job-name; each script's own by default), or WORKSHOP_RUN_NAME where it is set
+# (one_gpu.slurm: its experiment; the log SLURM writes under the job's name is linked under the run's).
+WORKSHOP_RUN_NAME=${WORKSHOP_RUN_NAME:-$SLURM_JOB_NAME}
+export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${WORKSHOP_RUN_NAME}-${SLURM_JOB_ID}}
 mkdir -p logs "$(dirname "$WORKSHOP_OUTPUT_DIR")"
+if [ "$WORKSHOP_RUN_NAME" != "$SLURM_JOB_NAME" ]; then
+  log_=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p' || true)
+  case $log_ in "$PWD"/logs/*) log_=${log_##*/} ;; esac  # a relative link beside it
+  [ -z "$log_" ] || ln -sfn "$log_" "logs/$WORKSHOP_RUN_NAME-$SLURM_JOB_ID.out"
+fi
 # Compute nodes often have no internet: models and data come from a shared cache (EDIT: HF_HOME on a
 # shared filesystem; download once on a login node with `hf download Qwen/Qwen3-0.6B`).
 export HF_HOME=${HF_HOME:-$HOME/.cache/huggingface}

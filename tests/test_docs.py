@@ -1,5 +1,6 @@
 """Figures in the docs come from committed runs: the README's H100 excerpt, docs/h100/report.csv and the
-H200 scaling tables must match the results.json files they were made from."""
+H200 scaling tables must match the results.json files they were made from. The README's layout and the
+package docstring name every file and module there is, and nothing that is not."""
 
 import json
 import re
@@ -177,3 +178,39 @@ def test_the_course_reference_speed_band_is_narrow_and_its_baseline_agrees_with_
     again = lessons._repeats(lessons.REFERENCE_DIR)["baseline"]["steady_train_tokens_per_second"]
     first = runs.at["baseline", "steady_train_tokens_per_second"]
     assert abs(first - again) / ((first + again) / 2) < band
+
+
+def readme_layout() -> dict[str, str]:
+    """The README's Layout block: folder ("slurm/") -> the text of its entry, continuation lines joined."""
+    block = (ROOT / "README.md").read_text().split("## Layout")[1].split("```")[1]
+    entries, folder = {}, None
+    for line in block.strip().splitlines():
+        if not line[0].isspace():
+            folder, line = line.split(maxsplit=1)
+            entries[folder] = ""
+        entries[folder] += " " + line.strip()
+    return entries
+
+
+def test_readme_layout_names_every_module_script_and_batch_script_and_only_those():
+    """Every module of workshop_lib/ and workshop_lib/lessons/ (but the package's own __init__.py), every file
+    of scripts/ and slurm/ is named in its entry; every file named in an entry exists."""
+    entries = readme_layout()
+    for folder, text in entries.items():
+        assert (ROOT / folder).is_dir(), folder
+        named = set(re.findall(r"(?<![\w/.-])([\w/-]+\.(?:py|sh|slurm|def|toml))\b", text))
+        missing = [n for n in named if not (ROOT / (n if "/" in n else folder + n)).is_file()]
+        assert not missing, f"README's layout names {missing} under {folder}, which do not exist"
+        if folder in ("workshop_lib/", "workshop_lib/lessons/", "scripts/", "slurm/"):
+            files = {f.name for f in (ROOT / folder).iterdir() if f.is_file() and f.suffix not in (".pyc",)}
+            if folder.startswith("workshop_lib"):
+                files = {f for f in files if f.endswith(".py")} - ({"__init__.py"} if folder == "workshop_lib/" else set())
+            assert files <= named, f"README's layout does not name {sorted(files - named)} under {folder}"
+
+
+def test_package_docstring_names_every_module():
+    import workshop_lib
+
+    modules = {f.stem for f in (ROOT / "workshop_lib").glob("*.py")} - {"__init__"} | {"lessons"}
+    named = set(re.findall(r"`(\w+)`", workshop_lib.__doc__))
+    assert modules <= named, f"workshop_lib's docstring does not name {sorted(modules - named)}"

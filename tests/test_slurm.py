@@ -26,14 +26,15 @@ def job_env(env=None) -> dict:
                 "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
 
 
-def sbatch(script, *args, env=None, job_name=None):
-    """Submit with --wait from the repo root; return (exit code, job id, log text, results dict or None)."""
+def sbatch(script, *args, env=None, job_name=None, run_name=None):
+    """Submit with --wait from the repo root; return (exit code, job id, log text, results dict or None). The run
+    and its log are named `run_name`, by default the job's name (`job_name`, else the script's)."""
     e = job_env(env)
     name = ["--job-name", job_name] if job_name else []
     p = subprocess.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", *name, f"slurm/{script}.slurm", *args],
                        cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200)
     job = p.stdout.strip().split(";")[0]
-    name = job_name or script
+    name = run_name or job_name or script
     log = (ROOT / "logs" / f"{name}-{job}.out").read_text()
     res = ROOT / "runs" / f"{name}-{job}" / "results.json"
     return p.returncode, job, log, json.loads(res.read_text()) if res.exists() else None
@@ -54,6 +55,29 @@ def test_single_node_batch_job_as_printed():
     assert rc == 0, log[-3000:]
     assert r["experiment"] == "stage2_offload" and r["world_size"] == 1 and r["offload_optimizer"]
     assert "wrote runs/stage2_offload-" in log
+
+
+def test_one_gpu_script_runs_the_experiment_named_first_as_its_own_script_does():
+    """`sbatch slurm/one_gpu.slurm stage2_offload`: the job of slurm/stage2_offload.slurm, its run and log named
+    after the experiment (runs/stage2_offload-<job id>; logs/stage2_offload-<job id>.out links to SLURM's
+    logs/one_gpu-<job id>.out)."""
+    rc, job, log, r = sbatch("one_gpu", "stage2_offload", "--max-steps", "2", run_name="stage2_offload")
+    assert rc == 0, log[-3000:]
+    assert r["experiment"] == "stage2_offload" and r["world_size"] == 1 and r["offload_optimizer"]
+    assert f"wrote runs/stage2_offload-{job}/results.json" in log
+    assert (ROOT / "logs" / f"stage2_offload-{job}.out").resolve() == ROOT / "logs" / f"one_gpu-{job}.out"
+
+
+@pytest.mark.parametrize("args, error", [((), "no experiment given."), (("stage9", "--max-steps", "2"),
+                                                                        "unknown experiment 'stage9'.")])
+def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, error):
+    from workshop_lib.config import EXPERIMENTS
+
+    rc, job, log, r = sbatch("one_gpu", *args)
+    assert rc == 2 and r is None, log[-3000:]
+    lines = log.strip().splitlines()
+    assert lines[-2] == f"workshop job: error: {error}"
+    assert lines[-1].startswith("To fix: ") and lines[-1].endswith("one of: " + " ".join(EXPERIMENTS))
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
@@ -117,22 +141,28 @@ def test_a_rank_that_dies_ends_the_job():
     assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
 
 
-def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resumes(tmp_path):
+@pytest.mark.parametrize("script", ["stage2", "one_gpu"])
+def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resumes(script, tmp_path):
     """SIGUSR1 to the batch shell, as SLURM sends it before the time limit (the scripts' --signal=B:USR1@120;
     sent here once training runs, with scancel --signal=USR1 --batch, so the test need not wait for a
     limit): the rank checkpoints at its next step and exits 75, the job requeues itself, its next start
-    resumes, and the job ends with the train and eval losses of an uninterrupted run."""
+    resumes, and the job ends with the train and eval losses of an uninterrupted run. The same through
+    one_gpu.slurm (its #SBATCH lines are the template's), whose run keeps the experiment's name across starts."""
     import time
 
     args = ["--epochs", "4"]  # 16 steps: training still runs when the signal comes
-    name = "stage2_requeue"
-    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", "--job-name", name, "slurm/stage2.slurm", *args],
+    if script == "stage2":
+        name = run_name = "stage2_requeue"
+        submit = ["--job-name", name, "slurm/stage2.slurm"]
+    else:
+        name, run_name, submit = "one_gpu", "stage2", ["slurm/one_gpu.slurm", "stage2"]
+    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", *submit, *args],
                            cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     jid, deadline = "", time.time() + 600
     while not jid and time.time() < deadline:
         jid = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
         time.sleep(0.5)
-    log_path = ROOT / "runs" / f"{name}-{jid}" / "train_log.csv"
+    log_path = ROOT / "runs" / f"{run_name}-{jid}" / "train_log.csv"
     while time.time() < deadline and not (log_path.exists() and len(log_path.read_text().splitlines()) > 3):
         time.sleep(0.2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
@@ -146,11 +176,11 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
             break
         time.sleep(1)
     rc = job.wait(timeout=900)
-    log = (ROOT / "logs" / f"{name}-{jid}.out").read_text()
+    log = (ROOT / "logs" / f"{run_name}-{jid}.out").read_text()
     assert rc == 0, job.stdout.read() + log[-3000:]
     assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
     assert log.count("Resuming from") == 1, log[-3000:]
-    r = json.loads((ROOT / "runs" / f"{name}-{jid}" / "results.json").read_text())
+    r = json.loads((ROOT / "runs" / f"{run_name}-{jid}" / "results.json").read_text())
     want = json.loads((ref / "results.json").read_text())
     # CPU fp32, one process either way: measured identical
     assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (want["global_steps"], want["train_loss"],

@@ -4,7 +4,10 @@ One module per concept: `config` (RunConfig, experiments, recipes), `data` (SQuA
 `model` (hub, random-weight and tiny models), `ds_config` (DeepSpeed configs), `env` (the machine, ranks,
 DeepSpeed ops), `memory` (sampler and estimates), `fit` (will a run fit a GPU? its explorer), `metrics` (MFU),
 `train` (`run_experiment`), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories,
-signals), `results` (RunResults, tables, plots), `launch` (torchrun, SLURM), `cli` (`workshop run`, `workshop report`).
+signals), `checkpoint` (resume, export), `evaluation` (the fine-tuned model: generation, EM/F1), `results`
+(RunResults, tables, plots), `bench` (recipes and ZeRO settings against a plain PyTorch loop), `launch` (torchrun,
+SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`). The package `lessons` holds what the
+notebooks share and each notebook's figures and verdicts.
 """
 
 from .errors import WorkshopError

@@ -1,0 +1,21 @@
+"""Generated files, written or checked: the loop that scripts/make_course.py and scripts/make_slurm.py share."""
+
+from pathlib import Path
+
+
+def write_or_check(files: dict[Path, str], root: Path, check: bool, fix: str) -> int:
+    """Write each path's text (printing the path, relative to `root`), or with `check` write nothing and name the
+    files that are missing or differ, with the command that fixes them. Returns the exit code: 1 if any is stale."""
+    stale = []
+    for path, text in files.items():
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+            print(path.relative_to(root))
+    if stale:
+        folder = next(iter(files)).parent.relative_to(root)
+        print(f"{folder}/ is out of date for {', '.join(stale)}. To fix: {fix}")
+        return 1
+    return 0
