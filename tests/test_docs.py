@@ -214,3 +214,20 @@ def test_package_docstring_names_every_module():
     modules = {f.stem for f in (ROOT / "workshop_lib").glob("*.py")} - {"__init__"} | {"lessons"}
     named = set(re.findall(r"`(\w+)`", workshop_lib.__doc__))
     assert modules <= named, f"workshop_lib's docstring does not name {sorted(modules - named)}"
+
+
+def test_the_zenflow_readme_says_what_its_summary_shows():
+    """docs/h100/zenflow: ZenFlow slower than ZeRO-2 + CPU offload with both overlap settings, with more host
+    memory, and a higher loss at every step after the first (about a nat on average), as its README says."""
+    summary = (H100 / "zenflow" / "summary.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| ---")}
+    speed, host = rows["steady_train_tokens_per_second"], rows["host_peak_rss_mib"]
+    assert float(speed[1]) < float(speed[0]) and float(speed[3]) < float(speed[0])
+    assert float(host[1]) > float(host[0]) and float(host[3]) > float(host[0])
+    diffs = [[float(c) for c in cells[1:]] for step, cells in rows.items() if step.isdigit() and int(step) > 1]
+    assert diffs and all(d > 0 for row in diffs for d in row)
+    means = [float(m) for m in re.findall(r"mean ([+-][\d.]+) nats", summary)]
+    assert len(means) == 2 and all(0.75 < m < 1.25 for m in means)
+    text = " ".join((H100 / "zenflow" / "README.md").read_text().split())
+    assert "slower, not faster" in text and "about a nat on average" in text

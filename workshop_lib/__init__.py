@@ -6,8 +6,10 @@ DeepSpeed ops), `memory` (sampler and estimates), `fit` (will a run fit a GPU? i
 `train` (`run_experiment`), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories,
 signals), `checkpoint` (resume, export), `evaluation` (the fine-tuned model: generation, EM/F1), `results`
 (RunResults, tables, plots), `bench` (recipes and ZeRO settings against a plain PyTorch loop), `launch` (torchrun,
-SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`). The package `lessons` holds what the
-notebooks share and each notebook's figures and verdicts.
+SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
+table: memory and peak FLOP/s). The package `lessons` holds what the notebooks share and each notebook's figures
+and verdicts. A module imports only modules of its own layer or below (tests/test_layers.py): errors, units,
+gpus; env; the concepts; train; lessons and bench; cli.
 """
 
 from .errors import WorkshopError
