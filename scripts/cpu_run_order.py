@@ -23,7 +23,7 @@ NOTEBOOK, ORDER = "02_zero_stages", ["baseline", "stage1", "stage2", "stage3"]
 
 def one(order: list[str], warm: bool, runs: str) -> dict[str, float]:
     """In this process: the warm-up (if `warm`), then the runs in `order`; run -> steady tokens/s."""
-    from workshop_lib import env, lessons
+    from workshop_lib import lessons
     from workshop_lib.train import run_experiment
 
     common = lessons.notebook_run_options()

@@ -47,8 +47,7 @@ def main(names: list[str]) -> int:
     from workshop_lib.config import RECIPES
 
     device = env.device_name()
-    tiny = lessons.notebook_run_options()["tiny"]
-    model = "tiny model" if tiny else RECIPES["default"].model
+    model = "tiny model" if lessons.notebook_run_options()["tiny"] else RECIPES["default"].model  # when no run says
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0
     for name in names:
@@ -62,7 +61,7 @@ def main(names: list[str]) -> int:
         cells = json.loads(cell_times.read_text()) if cell_times.exists() else []
         times.setdefault(device, {})[name] = {"seconds": seconds, "returncode": rc,
                                               "date": time.strftime("%Y-%m-%d"),
-                                              "model": model if tiny else ", ".join(trained_models(name, started)) or model,
+                                              "model": ", ".join(trained_models(name, started)) or model,
                                               "cells": sorted(cells, key=lambda c: -c[1])[:8],
                                               "ops_built": sorted(built_ops() - ops)}
         print(f"{name}: {seconds:.0f} s on {device}, exit code {rc}", flush=True)

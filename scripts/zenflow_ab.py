@@ -9,7 +9,6 @@ their difference) and keeps each run's results.json and train_log.csv under OUT/
     WORKSHOP_RANDOM_WEIGHTS=1 python scripts/zenflow_ab.py OUT [--tiny]
 """
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -39,7 +38,6 @@ def main(out: Path, tiny: bool) -> None:
         results[name] = run_experiment(RunConfig("stage2_offload", output_dir=str(d), ds_config=overrides or None,
                                                  **common))
         logs[name] = pd.read_csv(d / "train_log.csv").dropna(subset=["loss"])
-        (d / "model").exists() and shutil.rmtree(d / "model")
     shutil.rmtree(out / "runs" / "warm-up")
     base, names = results["stage2_offload"], ["stage2_offload_zenflow", "stage2_offload_zenflow_no_overlap"]
     fig = ["steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib", "gpu_peak_mib",

@@ -497,4 +497,7 @@ def test_atomic_path_leaves_the_old_file_or_the_whole_new_one(tmp_path):
         tmp.mkdir()
         (tmp / "other.json").write_text("{}")
     assert [p.name for p in (tmp_path / "model").iterdir()] == ["config.json"]
+    with pytest.raises(OSError):  # the race allowance covers the rename, not a failure while writing
+        with rundir.atomic_path(tmp_path / "model", raced_ok=True) as tmp:
+            raise OSError(28, "No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "scores.json"]

@@ -21,8 +21,10 @@ import torch
 from .errors import WorkshopError
 
 PREDICTIONS, SCORES = "predictions.jsonl", "squad_scores.json"
-EVAL_BATCH_SIZE = 4  # questions per evaluation batch, in training's eval loss and here
-
+# The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
+# fixed eval batch keeps eval losses comparable when the training micro-batch changes (training's eval loss
+# and `eval_loss` here both use it).
+EVAL_BATCH_SIZE = 4
 
 
 def model_dir(path: str | os.PathLike) -> Path:

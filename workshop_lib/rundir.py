@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import socket
-import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -102,11 +101,12 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
         yield tmp
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()
-        os.replace(tmp, path)
-    except OSError:
-        _remove(tmp)
-        if not (raced_ok and path.exists()):
-            raise
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if not (raced_ok and path.exists()):
+                raise
+            _remove(tmp)  # another process wrote `path` first
     except BaseException:
         _remove(tmp)
         raise

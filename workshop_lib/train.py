@@ -53,8 +53,6 @@ from .model import (check_model_fits_data, check_model_source, compile_layers, c
 from .results import RunResults
 from .units import MiB
 
-# The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
-# fixed eval batch keeps eval losses comparable when the training micro-batch changes.
 # Liger-Kernel's fused linear + cross-entropy alone (an option; the default recipe computes the labelled
 # logits only): its other kernels (RoPE, RMSNorm, SwiGLU) are what torch.compile fuses in the default recipe.
 LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,

@@ -428,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
     import subprocess
     import sys
 
-    from .. import env
     from ..errors import WorkshopError
     from ..rundir import state
     from ..train import run_experiment
