@@ -44,10 +44,10 @@ def trained_models(name: str, since: float) -> list[str]:
 
 def main(names: list[str]) -> int:
     from workshop_lib import env, lessons
-    from workshop_lib.config import RECIPES
+    from workshop_lib.config import recipe_settings
 
     device = env.device_name()
-    model = "tiny model" if lessons.notebook_run_options()["tiny"] else RECIPES["default"].model  # when no run says
+    model = "tiny model" if lessons.notebook_run_options()["tiny"] else recipe_settings("default")["model"]  # when no run says
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0
     for name in names:

@@ -16,7 +16,7 @@ import json
 from IPython.display import Markdown, display
 
 from workshop_lib import env, lessons, results
-from workshop_lib.config import RECIPES
+from workshop_lib.config import recipe_settings
 from workshop_lib.lessons import baseline as lesson
 from workshop_lib.train import run_experiment
 
@@ -25,7 +25,7 @@ display(Markdown(lessons.header("01_baseline")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "01_baseline", "runs/01_baseline"
-RECIPES["default"]
+recipe_settings("default")  # the default recipe: its overlay (config.RECIPES) over each setting's base
 
 # %% [markdown]
 # ## 1. One run

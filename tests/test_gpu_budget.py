@@ -8,12 +8,13 @@ import json
 import pytest
 
 from workshop_lib import env, lessons
-from workshop_lib.config import RECIPES, TINY
+from workshop_lib.config import TINY, recipe_settings
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, estimate
 from workshop_lib.lessons import REFERENCE_DIR
 
-MODEL = RECIPES["default"].model
+DEFAULT = recipe_settings("default")
+MODEL = DEFAULT["model"]
 
 
 def _largest(tokens: int) -> float:
@@ -25,7 +26,7 @@ def _largest(tokens: int) -> float:
                                          ("A100 40GB", 8192), ("RTX 4090 24GB", 4096)])
 def test_the_budget_is_the_largest_halving_whose_estimates_fit(gpu, tokens):
     b = lessons.course_budget(GPUS[gpu])
-    assert b.tokens == tokens and b.most == RECIPES["default"].max_tokens_per_micro_batch
+    assert b.tokens == tokens and b.most == DEFAULT["max_tokens_per_micro_batch"]
     assert _largest(tokens) == b.estimate_mib <= FREE_SHARE * GPUS[gpu]
     if tokens < b.most:  # twice the budget does not fit
         assert _largest(2 * tokens) == b.above_mib > FREE_SHARE * GPUS[gpu]
@@ -44,7 +45,7 @@ def test_the_readme_states_the_share_and_sizes_the_budget_uses():
 
 def test_a_gpu_too_small_for_the_smallest_budget_gets_none():
     b = lessons.course_budget(GPUS["laptop GPU 8GB"])
-    assert b.tokens is None and b.least == RECIPES["default"].max_length
+    assert b.tokens is None and b.least == DEFAULT["max_length"]
     assert b.estimate_mib == _largest(b.least) > FREE_SHARE * GPUS["laptop GPU 8GB"]
 
 

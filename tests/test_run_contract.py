@@ -235,6 +235,40 @@ def test_config_resolves_from_the_recipe_and_the_command_line():
     assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu", "nvme"}
 
 
+def test_recipes_are_overlays_of_the_run_configs_own_fields():
+    """A recipe names only RunConfig fields; a setting it leaves out takes the field's base; every overlay the
+    library, the notebooks and the benchmark pass is checked against RunConfig's fields and types."""
+    from workshop_lib import bench, config
+    from workshop_lib.lessons import COURSE_RUNS, QUARTER, large_models
+
+    classic, default = config.recipe_settings("classic"), config.recipe_settings("default")
+    assert set(classic) == set(default) == set(config.RECIPE_FIELDS)
+    assert classic["max_length"] == config.BASE["max_length"] == 512  # classic leaves it out
+    assert config.recipe_settings("default", tiny=True)["num_train_samples"] == config.TINY["num_train_samples"]
+    assert "padding" in config.RunConfig.__dataclass_fields__ and not hasattr(config, "Recipe")
+    overlays = {"bench.BEFORE": bench.BEFORE, "large_models.LARGE": large_models.LARGE}
+    overlays |= {f"bench {label}": settings for label, settings in bench.VARIANTS}
+    overlays |= {f"{nb}/{run}": {k: v for k, v in settings.items() if v != QUARTER}
+                 for nb, runs in COURSE_RUNS.items() for run, (_, settings) in runs.items()}
+    for where, settings in overlays.items():
+        assert config.check_overlay(settings, where) is settings
+    with pytest.raises(WorkshopError, match=r"recipe 'x': 'paddding' is not a recipe setting"):
+        config.check_overlay({"paddding": "longest"}, "recipe 'x'", recipe_only=True)
+    with pytest.raises(WorkshopError, match="'output_dir' is not a recipe setting"):
+        config.check_overlay({"output_dir": "runs"}, "TINY", recipe_only=True)
+    with pytest.raises(WorkshopError, match="padding must be one of 'longest', 'max_length', got 'maxlen'"):
+        config.check_overlay({"padding": "maxlen"}, "a notebook")
+    with pytest.raises(WorkshopError, match="max_length must be int or None, got '512'"):
+        config.check_overlay({"max_length": "512"}, "a notebook")
+    with pytest.raises(WorkshopError, match="liger_kernel must be bool or None, got 1"):
+        config.check_overlay({"liger_kernel": 1}, "a notebook")
+    # a notebook's RunConfig is checked the same way when it resolves, before anything is written
+    with pytest.raises(WorkshopError, match=r"(?s)RunConfig: padding must be one of .*To fix: set padding"):
+        resolve(RunConfig("stage2", padding="maxlen", output_dir="/tmp/x"))
+    with pytest.raises(WorkshopError, match=r"Unknown recipe 'clasic'"):
+        resolve(RunConfig("stage2", recipe="clasic", output_dir="/tmp/x"))
+
+
 def test_a_run_config_round_trips_through_its_command_line():
     cfg = RunConfig("stage3_offload", tiny=True, random_weights=True, max_steps=24, save_strategy="steps",
                     save_steps=1, output_dir="/tmp/x y", overwrite=True, activation_checkpointing=False,

@@ -1,12 +1,16 @@
 """Every setting of a run, declared once: experiments, recipes and `RunConfig` (introduced in `01_baseline`).
 
 - `Experiment`: what DeepSpeed does in a run: the ZeRO stage and where optimizer states and parameters live.
-- `Recipe`: a named set of training defaults: model, precision, attention, padding, batching, sizes.
-- `RunConfig`: one run's settings, each with its help text and unit. `workshop run` is generated from it
-  (`transformers.HfArgumentParser`, as in the HF examples), notebooks build it directly, and results.json
-  stores it resolved (every field filled in) under "config". A field left None takes the recipe's value.
+- `RunConfig`: one run's settings, each declared once with its help text and unit. `workshop run` is generated
+  from it (`transformers.HfArgumentParser`, as in the HF examples), notebooks build it directly, and
+  results.json stores it resolved (every field filled in) under "config".
+- `RECIPES`: named overlays of RunConfig's recipe settings (the fields declared with `_recipe_opt`, each with
+  its `base` value): model, precision, attention, padding, batching, sizes. A field left None takes the
+  recipe's value (`recipe_settings`). `TINY` is --tiny's overlay; `check_overlay` checks any overlay (a
+  notebook's, the benchmark's) against RunConfig's fields and types.
 
-A new experiment or recipe is one entry in `EXPERIMENTS` or `RECIPES`; no code branches on a name.
+A new experiment is one entry in `EXPERIMENTS`, a new recipe one entry in `RECIPES`, a new recipe setting one
+`_recipe_opt` field of `RunConfig`; no code branches on a name.
 This module imports neither torch nor transformers at import time, so `workshop --help` stays fast.
 """
 
@@ -58,70 +62,45 @@ EXPERIMENTS = {e.name: e for e in [
 ]}
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """Training defaults. Global batch = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
-    world_size (4 x 4 x 1 GPU = 16 sequences per optimizer step)."""
-
-    name: str
-    model: str
-    precision: Literal["bf16", "fp16", "fp32"]  # on a GPU; bf16 falls back to fp16 where unsupported; CPU: fp32
-    attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"]  # "default": the model's own
-    padding: Literal["longest", "max_length"]  # per batch (multiple of 8), or every sequence to max_length
-    batching: Literal["random", "group_by_length", "token_budget"]  # token_budget: max_tokens_per_micro_batch
-    loss_on: Literal["answer", "all"]  # answer tokens only, or every token
-    liger_kernel: bool = False  # Liger-Kernel's fused linear + cross-entropy (no full logits), on a GPU only
-    logits_on: Literal["all", "labelled"] = "all"  # labelled: LM head only where the loss has targets (exact)
-    torch_compile: bool = False  # torch.compile each transformer block, on a GPU only
-    dataloader_num_workers: int = 0  # processes preparing micro-batches beside training (0: in the loop)
-    reduce_bucket_size: int = 0  # DeepSpeed gradient bucket, elements; 0: "auto" (transformers: hidden_size²)
-    check_grad_overflow: bool = True  # bf16 under DeepSpeed: check every gradient for inf/NaN before each step
-    drop_attention_mask: bool = False  # right-padded causal batches need none (pad labels are -100): exact
-    max_tokens_per_micro_batch: int = 16384  # padded tokens per micro-batch, with batching "token_budget"
-    activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
-    max_length: int = 512  # tokens per sequence
-    train_micro_batch_size_per_gpu: int = 4  # sequences per GPU per forward pass
-    gradient_accumulation_steps: int = 4  # forward passes per optimizer step
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.01
-    epochs: int = 3
-    num_train_samples: int | None = 500  # questions; None: all the data holds
-    num_eval_samples: int = 50
-
-
-RECIPES = {r.name: r for r in [
+# A recipe is a named overlay of RunConfig's recipe settings (the fields declared with `_recipe_opt`): what it
+# leaves out takes the field's `base` value. Checked against RunConfig's fields and types at import (`check_overlay`).
+RECIPES: dict[str, dict] = {
     # The original workshop exactly: BLOOM-560m, prompts padded to 512 tokens, fp16, loss on every token.
-    Recipe("classic", "bigscience/bloom-560m", precision="fp16", attn_implementation="default",
-           padding="max_length", batching="random", loss_on="all"),
+    "classic": dict(model="bigscience/bloom-560m", precision="fp16", attn_implementation="default",
+                    padding="max_length", batching="random", loss_on="all"),
     # Same data and optimizer, sized for a busy GPU: micro-batches of up to 32,768 tokens of similar-length
     # questions (no fixed padding, no attention mask), one per optimizer step; the LM head only where the
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
     # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
     # (bf16 has fp32's range: no loss scale to adjust); all the questions.
     # Every lever is an A/B row of `workshop bench` (docs/h100/bench).
-    Recipe("default", "Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
-           padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
-           torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
-           gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, check_grad_overflow=False,
-           num_train_samples=None),
-]}
+    "default": dict(model="Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
+                    padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
+                    torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
+                    gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, check_grad_overflow=False,
+                    num_train_samples=None),
+}
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
 # 6,144 tokens (~20 of the tiny tokenizer's ~280-token questions, some 4 steps an epoch); a larger learning
 # rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps.
 TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3,
         "max_tokens_per_micro_batch": 6144}
+REQUIRED = object()  # the `base` of a recipe setting every recipe must give
+BASE: dict = {}  # recipe setting -> its value where a recipe leaves it out (REQUIRED: none); `_recipe_opt` fills it
 
 
 def _opt(help: str, **kw):
     return field(default=None, metadata={"help": help, **kw})
 
 
-def _recipe_opt(name: str, help: str, **kw):
-    """An optional field whose default comes from the recipe; its help shows the recipes' values."""
-    default = getattr(RECIPES["default"], name)
-    others = [f"; recipe {r.name}: {getattr(r, name)}" for r in RECIPES.values() if getattr(r, name) != default]
+def _recipe_opt(name: str, base, help: str, **kw):
+    """A recipe setting: a field left None on the command line or in a notebook, which `resolve` fills from
+    the recipe (`RECIPES`), else from `base`; its help shows the recipes' values and --tiny's."""
+    BASE[name] = base
+    value = {r: RECIPES[r].get(name, base) for r in RECIPES}
+    others = [f"; recipe {r}: {v}" for r, v in value.items() if v != value["default"]]
     tiny = [f"; --tiny: {TINY[name]}"] if name in TINY else []
-    return _opt(f"{help} (default: {default}{''.join(others + tiny)})", **kw)
+    return _opt(f"{help} (default: {value['default']}{''.join(others + tiny)})", **kw)
 
 
 @dataclass
@@ -133,57 +112,57 @@ class RunConfig:
     recipe: str = field(default="default", metadata={"help": "one of: " + ", ".join(RECIPES)})
     tiny: bool = field(default=False, metadata={
         "help": "a ~0.35M-parameter model of the same family, 64 train / 16 eval questions (CPU-friendly)"})
-    model: str | None = _opt("hub name or local directory (default: the recipe's)")
+    model: str | None = _recipe_opt("model", REQUIRED, "hub name or local directory")
     random_weights: bool = field(default=False, metadata={
         "help": "the published architecture with random weights (no download; for memory and speed)"})
     train_file: str | None = _opt("SQuAD v1.1-format JSON to train on (default: SQuAD train)")
     eval_file: str | None = _opt("SQuAD v1.1-format JSON to evaluate on (default: SQuAD dev)")
-    num_train_samples: int | None = _recipe_opt("num_train_samples", "questions to train on, the file's first N "
+    num_train_samples: int | None = _recipe_opt("num_train_samples", 500, "questions to train on, the file's first N "
                                                 "(None: all)")
-    num_eval_samples: int | None = _recipe_opt("num_eval_samples", "questions to evaluate on")
-    epochs: int | None = _recipe_opt("epochs", "passes over the training questions")
+    num_eval_samples: int | None = _recipe_opt("num_eval_samples", 50, "questions to evaluate on")
+    epochs: int | None = _recipe_opt("epochs", 3, "passes over the training questions")
     max_steps: int | None = _opt("stop after N optimizer steps (overrides epochs)")
     train_micro_batch_size_per_gpu: int | None = _recipe_opt(
-        "train_micro_batch_size_per_gpu", "sequences per GPU per forward pass", aliases=["--micro-batch-size"])
-    gradient_accumulation_steps: int | None = _recipe_opt("gradient_accumulation_steps", "forward passes per optimizer step")
-    learning_rate: float | None = _recipe_opt("learning_rate", "peak learning rate, linear decay to 0")
-    weight_decay: float | None = _recipe_opt("weight_decay", "AdamW weight decay")
+        "train_micro_batch_size_per_gpu", 4, "sequences per GPU per forward pass", aliases=["--micro-batch-size"])
+    gradient_accumulation_steps: int | None = _recipe_opt("gradient_accumulation_steps", 4, "forward passes per optimizer step")
+    learning_rate: float | None = _recipe_opt("learning_rate", 5e-5, "peak learning rate, linear decay to 0")
+    weight_decay: float | None = _recipe_opt("weight_decay", 0.01, "AdamW weight decay")
     max_length: int | None = _recipe_opt(
-        "max_length", "tokens per sequence at most; longer contexts are cut around the answer")
-    loss_on: Literal["answer", "all"] | None = _recipe_opt("loss_on", "answer: loss on the answer tokens; all: on every token")
+        "max_length", 512, "tokens per sequence at most; longer contexts are cut around the answer")
+    loss_on: Literal["answer", "all"] | None = _recipe_opt("loss_on", REQUIRED, "answer: loss on the answer tokens; all: on every token")
     precision: Literal["bf16", "fp16", "fp32"] | None = _recipe_opt(
-        "precision", "16-bit type on a GPU (bf16 falls back to fp16 where unsupported); the CPU trains in fp32")
+        "precision", REQUIRED, "16-bit type on a GPU (bf16 falls back to fp16 where unsupported); the CPU trains in fp32")
     attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"] | None = _recipe_opt(
-        "attn_implementation", "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's")
-    padding: Literal["longest", "max_length"] | None = _recipe_opt("padding", "pad per batch, or every sequence to max_length")
+        "attn_implementation", REQUIRED, "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's")
+    padding: Literal["longest", "max_length"] | None = _recipe_opt("padding", REQUIRED, "pad per batch, or every sequence to max_length")
     batching: Literal["random", "group_by_length", "token_budget"] | None = _recipe_opt(
-        "batching", "random; group_by_length: similar lengths together; token_budget: micro-batches of similar "
+        "batching", REQUIRED, "random; group_by_length: similar lengths together; token_budget: micro-batches of similar "
         "lengths sized by --max-tokens-per-micro-batch")
     max_tokens_per_micro_batch: int | None = _recipe_opt(
-        "max_tokens_per_micro_batch", "padded tokens per micro-batch with --batching token_budget")
+        "max_tokens_per_micro_batch", 16384, "padded tokens per micro-batch with --batching token_budget")
     liger_kernel: bool | None = _recipe_opt(
-        "liger_kernel", "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, "
+        "liger_kernel", False, "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, "
         "where installed)")
     logits_on: Literal["all", "labelled"] | None = _recipe_opt(
-        "logits_on", "all: the LM head projects every position onto the vocabulary, as transformers does; "
+        "logits_on", "all", "all: the LM head projects every position onto the vocabulary, as transformers does; "
         "labelled: only the positions the loss has a target for (exact; with loss on the answers, a few of them)")
     torch_compile: bool | None = _recipe_opt(
-        "torch_compile", "true: torch.compile each transformer block (fuses its small kernels; GPU only, the "
+        "torch_compile", False, "true: torch.compile each transformer block (fuses its small kernels; GPU only, the "
         "first steps compile)")
     dataloader_num_workers: int | None = _recipe_opt(
-        "dataloader_num_workers", "processes that collate micro-batches while the GPU trains (0: in the "
+        "dataloader_num_workers", 0, "processes that collate micro-batches while the GPU trains (0: in the "
         "training loop)")
     reduce_bucket_size: int | None = _recipe_opt(
-        "reduce_bucket_size", "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
+        "reduce_bucket_size", 0, "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
         "parameters; 0: transformers' auto, hidden_size²")
     check_grad_overflow: bool | None = _recipe_opt(
-        "check_grad_overflow", "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
+        "check_grad_overflow", True, "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
         "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)")
     drop_attention_mask: bool | None = _recipe_opt(
-        "drop_attention_mask", "true: no attention mask for right-padded batches (exact: causal attention never "
+        "drop_attention_mask", False, "true: no attention mask for right-padded batches (exact: causal attention never "
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
     activation_checkpointing: bool | None = _recipe_opt(
-        "activation_checkpointing", "true: recompute activations in the backward pass (less memory, slower)")
+        "activation_checkpointing", False, "true: recompute activations in the backward pass (less memory, slower)")
     nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme (default: "
                                  "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)")
     ds_config: list[str] | None = _opt(
@@ -219,7 +198,71 @@ class RunConfig:
         "after each collective, so the run's speed is not the real one)"})
 
 
-RECIPE_FIELDS = [f.name for f in fields(Recipe) if f.name != "name"]
+RECIPE_FIELDS = list(BASE)
+
+
+def recipe_settings(recipe: str = "default", tiny: bool = False) -> dict:
+    """Every recipe setting of `recipe`, --tiny's on top with `tiny`: {field name: value}, the recipe's overlay
+    (`RECIPES`) over each field's `base`. What `resolve` fills a field left None with.
+
+    Raises:
+        WorkshopError: an unknown recipe.
+    """
+    if recipe not in RECIPES:
+        raise WorkshopError(f"Unknown recipe {recipe!r}.", f"use one of: {', '.join(RECIPES)}.")
+    return BASE | RECIPES[recipe] | (TINY if tiny else {})
+
+
+def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict:
+    """`settings` ({RunConfig field: value}: a recipe, --tiny's values, a notebook's or the benchmark's
+    settings) checked against RunConfig's fields and their types (a `Literal` field against its choices);
+    returned unchanged.
+
+    Raises:
+        WorkshopError: a key that is not a field of RunConfig (not a recipe setting, with `recipe_only`), or
+            a value of another type or outside the field's choices; `where` names the overlay.
+    """
+    allowed = RECIPE_FIELDS if recipe_only else [f.name for f in fields(RunConfig)]
+    for name, value in settings.items():
+        if name not in allowed:
+            raise WorkshopError(f"{where}: {name!r} is not a {'recipe setting' if recipe_only else 'RunConfig field'}.",
+                                f"use one of: {', '.join(allowed)}.")
+        _check_type(name, value, where)
+    return settings
+
+
+def _check_type(name: str, value, where: str) -> None:
+    """Raise WorkshopError unless `value` is of RunConfig field `name`'s type (None where the field allows it;
+    a `Literal`'s choices; int for int, a number for float, bool for bool, strings for list[str])."""
+    import numbers
+    import types
+    import typing
+
+    hint = typing.get_type_hints(RunConfig)[name]
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for kind in kinds:
+        origin = typing.get_origin(kind)
+        if (kind is type(None) and value is None
+                or origin is Literal and value in typing.get_args(kind)
+                or kind is bool and isinstance(value, bool)
+                or kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool)
+                or kind is float and isinstance(value, numbers.Real) and not isinstance(value, bool)
+                or kind is str and isinstance(value, str)
+                or origin is list and isinstance(value, (list, tuple, str))):
+            return
+    choices = [c for k in kinds if typing.get_origin(k) is Literal for c in typing.get_args(k)]
+    expected = f"one of {', '.join(map(repr, choices))}" if choices else " or ".join(
+        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
+    raise WorkshopError(f"{where}: {name} must be {expected}, got {value!r}.",
+                        f"set {name} (--{name.replace('_', '-')}) to {expected}.")
+
+
+for _name, _recipe in RECIPES.items():  # a typo in a recipe fails here, at import, naming it
+    check_overlay(_recipe, f"recipe {_name!r}", recipe_only=True)
+    missing = [name for name, base in BASE.items() if base is REQUIRED and name not in _recipe]
+    if missing:
+        raise WorkshopError(f"recipe {_name!r} does not set {', '.join(missing)}.", "give every recipe these settings.")
+check_overlay(TINY, "TINY", recipe_only=True)
 
 
 def resolve(cfg: RunConfig) -> RunConfig:
@@ -234,10 +277,10 @@ def resolve(cfg: RunConfig) -> RunConfig:
     """
     if cfg.experiment not in EXPERIMENTS:
         raise WorkshopError(f"Unknown experiment {cfg.experiment!r}.", f"use one of: {', '.join(EXPERIMENTS)}.")
-    if cfg.recipe not in RECIPES:
-        raise WorkshopError(f"Unknown recipe {cfg.recipe!r}.", f"use one of: {', '.join(RECIPES)}.")
-    rec = asdict(RECIPES[cfg.recipe]) | (TINY if cfg.tiny else {})
+    rec = recipe_settings(cfg.recipe, cfg.tiny)
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
+    for f in fields(RunConfig):
+        _check_type(f.name, getattr(cfg, f.name), "RunConfig")
     for name in ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
                  "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:

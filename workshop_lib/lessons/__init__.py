@@ -154,17 +154,17 @@ def budget_setups() -> dict[str, dict]:
     budget (the default recipe's runs; not the classic recipe's, nor the quarter-budget one, which a full budget
     bounds), by run name. A run with activation checkpointing counts as without it: checkpointing only lowers
     the peak, and fit's estimate with it fell below the measured peak (docs/h100/course/runs/baseline_ac)."""
-    from ..config import EXPERIMENTS, RECIPES
+    from ..config import EXPERIMENTS, recipe_settings
 
     setups = {}
     for runs in COURSE_RUNS.values():
         for name, (experiment, settings) in runs.items():
-            recipe = RECIPES[settings.get("recipe", "default")]
-            if recipe.batching != "token_budget" or "max_tokens_per_micro_batch" in settings:
+            recipe = recipe_settings(settings.get("recipe", "default"))
+            if recipe["batching"] != "token_budget" or "max_tokens_per_micro_batch" in settings:
                 continue
             exp = EXPERIMENTS[experiment]
             setups[name] = {"zero_stage": exp.zero_stage, "offload": "none" if exp.offload_optimizer == "none"
-                            else "cpu", "logits_on": recipe.logits_on}
+                            else "cpu", "logits_on": recipe["logits_on"]}
     return setups
 
 
@@ -174,12 +174,12 @@ def course_budget(free_mib: float):
     `fit.estimate` of every run (`budget_setups`) fits (`fit.micro_batch_budget`). One budget for all: the
     notebooks share runs (02's baseline is 01's), and a comparison needs the same micro-batches on both sides.
     A pure function of `free_mib`."""
-    from ..config import RECIPES
+    from ..config import recipe_settings
     from ..fit import micro_batch_budget
 
-    r = RECIPES["default"]
-    return micro_batch_budget(r.model, budget_setups(), free_mib, most=r.max_tokens_per_micro_batch,
-                              least=r.max_length)
+    r = recipe_settings("default")
+    return micro_batch_budget(r["model"], budget_setups(), free_mib, most=r["max_tokens_per_micro_batch"],
+                              least=r["max_length"])
 
 
 def notebook_run_options(size_micro_batches: bool = False) -> dict:
@@ -235,14 +235,14 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     options (`notebook_run_options()`; its max_tokens_per_micro_batch, the GPU's budget, goes to the
     runs that batch by tokens, a quarter of it to the quarter-budget run). No checkpoints: these runs measure (a Qwen3-0.6B checkpoint is
     8-10 GB); the fine-tuned model is still saved in runs_dir/name/model."""
-    from ..config import RECIPES, TINY, RunConfig
+    from ..config import RunConfig, recipe_settings
 
     experiment, settings = COURSE_RUNS[notebook][name]
     if settings.get("max_tokens_per_micro_batch") == QUARTER:
-        budget = common.get("max_tokens_per_micro_batch") or (TINY["max_tokens_per_micro_batch"] if common.get("tiny")
-                                                              else RECIPES["default"].max_tokens_per_micro_batch)
+        budget = (common.get("max_tokens_per_micro_batch")
+                  or recipe_settings("default", common.get("tiny", False))["max_tokens_per_micro_batch"])
         settings = settings | {"max_tokens_per_micro_batch": budget // 4}
-    if RECIPES[settings.get("recipe", "default")].batching != "token_budget":  # the budget means nothing there
+    if recipe_settings(settings.get("recipe", "default"))["batching"] != "token_budget":  # the budget means nothing there
         common = {k: v for k, v in common.items() if k != "max_tokens_per_micro_batch"}
     return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **({"save_strategy": "no"} | common | settings))
 
