@@ -35,14 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "and measure memory and speed.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,bench,report,export,eval,ask}",
                            parser_class=_Parser)
-    # `run` only names itself here: its options are generated from RunConfig by config.parse_run_args.
+    # `run`, `eval` and `bench` only name themselves here: their options are generated from their dataclasses
+    # (config.RunConfig, EvalConfig, BenchConfig) by config.parse_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
-    bench = sub.add_parser("bench", help="every recipe and ZeRO setting against a plain PyTorch loop, one GPU")
-    bench.add_argument("--out", default="bench", metavar="DIR", help="where to write (default bench/)")
-    bench.add_argument("--model", help="hub name or local directory (default: each recipe's)")
-    bench.add_argument("--max-steps", type=int, default=30, metavar="N", help="optimizer steps per row (default 30)")
-    bench.add_argument("--tiny", action="store_true", help="the tiny model (a CPU check of the benchmark itself)")
-    bench.add_argument("--only", nargs="+", metavar="ROW", help="only these rows (labels of bench.VARIANTS)")
+    sub.add_parser("bench", help="every recipe and ZeRO setting against a plain PyTorch loop, one GPU", add_help=False)
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
     rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
@@ -50,15 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "directory, through DeepSpeed's zero_to_fp32")
     exp.add_argument("source", metavar="CHECKPOINT_OR_RUN_DIR", help="checkpoint-N, or a run (its last checkpoint)")
     exp.add_argument("out", metavar="OUT", help="new directory for the model")
-    ev = sub.add_parser("eval", help="generate answers for SQuAD dev questions; exact match and F1")
-    ev.add_argument("model", metavar="MODEL_OR_RUN_DIR", help="a run directory (its model/), a model directory "
-                    "or a hub name")
-    ev.add_argument("--num-questions", type=int, default=500, metavar="N", help="the first N dev questions (default 500)")
-    ev.add_argument("--output-dir", metavar="DIR", help="where predictions.jsonl and squad_scores.json go "
-                    "(default: MODEL_OR_RUN_DIR)")
-    ev.add_argument("--eval-file", metavar="JSON", help="SQuAD v1.1-format JSON (default: SQuAD dev)")
-    ev.add_argument("--batch-size", type=int, default=16, metavar="N", help="prompts per generate call (default 16)")
-    ev.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="answer length cap (default 32)")
+    sub.add_parser("eval", help="generate answers for SQuAD dev questions; exact match and F1", add_help=False)
     ask = sub.add_parser("ask", help="one answer from a model to a question about a context")
     ask.add_argument("model", metavar="MODEL_OR_RUN_DIR")
     ask.add_argument("--question", required=True)
@@ -77,9 +65,9 @@ def _end_process_group() -> None:
 
 
 def run(argv: list[str]) -> int:
-    from .config import parse_run_args
+    from .config import parse_args
 
-    cfg = parse_run_args(argv)
+    cfg = parse_args("run", argv)
     from .env import world
     from .rundir import RunInterrupted
     from .train import run_experiment
@@ -117,40 +105,44 @@ def report(a: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate(cfg) -> int:
+    """`workshop eval` with its `config.EvalConfig`."""
+    from .evaluation import evaluate_squad, model_caveat
+
+    s = evaluate_squad(cfg.model, cfg.output_dir, cfg.num_questions, eval_file=cfg.eval_file,
+                       batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
+    print(f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
+          f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
+          f"{cfg.output_dir or cfg.model}/predictions.jsonl and squad_scores.json")
+    if caveat := model_caveat(cfg.model):
+        print(caveat)
+    return 0
+
+
+def bench(cfg) -> int:
+    """`workshop bench` with its `config.BenchConfig`."""
+    from .bench import run_bench
+
+    run_bench(cfg.out, cfg.model, cfg.max_steps, cfg.tiny, cfg.only)
+    _end_process_group()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
         if argv[:1] == ["run"]:
             return run(argv[1:])
-        a = parser.parse_args(argv)
-        if a.command == "bench":
-            from .bench import run_bench
+        if argv[:1] in (["eval"], ["bench"]):
+            from .config import parse_args
 
-            run_bench(a.out, a.model, a.max_steps, a.tiny, a.only)
-            _end_process_group()
-            return 0
+            return (evaluate if argv[0] == "eval" else bench)(parse_args(argv[0], argv[1:]))
+        a = parser.parse_args(argv)
         if a.command == "export":
             from .checkpoint import export
 
             print(f"wrote {export(a.source, a.out)} (fp32 safetensors, config, tokenizer)")
-            return 0
-        if a.command == "eval":
-            from .evaluation import evaluate_squad
-
-            for name in ("num_questions", "batch_size", "max_new_tokens"):
-                if getattr(a, name) < 1:
-                    raise WorkshopError(f"{name} must be at least 1, got {getattr(a, name)}.",
-                                        f"pass --{name.replace('_', '-')} N with N >= 1.")
-            from .evaluation import model_caveat
-
-            s = evaluate_squad(a.model, a.output_dir, a.num_questions, eval_file=a.eval_file,
-                               batch_size=a.batch_size, max_new_tokens=a.max_new_tokens)
-            print(f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
-                  f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
-                  f"{a.output_dir or a.model}/predictions.jsonl and squad_scores.json")
-            if caveat := model_caveat(a.model):
-                print(caveat)
             return 0
         if a.command == "ask":
             from .evaluation import ask, model_caveat

@@ -393,12 +393,59 @@ def _check_writable(path: Path, name: str) -> None:
                             "(your home or scratch directory).") from e
 
 
-def parse_run_args(argv: list[str]) -> RunConfig:
-    """`workshop run EXPERIMENT [--option value ...]` -> RunConfig (unresolved), through HfArgumentParser.
-    A bad option or value prints argparse's message with a "To fix:" line and exits with status 2."""
+@dataclass
+class EvalConfig:
+    """`workshop eval`'s settings: answers generated for SQuAD dev questions, scored by exact match and F1
+    (`evaluation.evaluate_squad`)."""
+
+    model: str = field(metadata={"help": "a run directory (its model/), a model directory or a hub name",
+                                 "metavar": "MODEL_OR_RUN_DIR"})
+    num_questions: int = field(default=500, metadata={"help": "the first N dev questions", "metavar": "N"})
+    output_dir: str | None = _opt("where predictions.jsonl and squad_scores.json go (default: MODEL_OR_RUN_DIR)",
+                                  metavar="DIR")
+    eval_file: str | None = _opt("SQuAD v1.1-format JSON (default: SQuAD dev)", metavar="JSON")
+    batch_size: int = field(default=16, metadata={"help": "prompts per generate call", "metavar": "N"})
+    max_new_tokens: int = field(default=32, metadata={"help": "answer length cap, tokens", "metavar": "N"})
+
+
+@dataclass
+class BenchConfig:
+    """`workshop bench`'s settings: every row of `bench.VARIANTS` and the plain-PyTorch ceiling, one GPU, one
+    process (`bench.run_bench`)."""
+
+    out: str = field(default="bench", metadata={"help": "where to write", "metavar": "DIR"})
+    model: str | None = _opt("hub name or local directory (default: each recipe's)")
+    max_steps: int = field(default=30, metadata={"help": "optimizer steps per row", "metavar": "N"})
+    tiny: bool = field(default=False, metadata={"help": "the tiny model (a CPU check of the benchmark itself)"})
+    only: list[str] | None = _opt("only these rows (labels of bench.VARIANTS)", metavar="ROW", nargs="+")
+
+
+COMMANDS = {  # `workshop COMMAND`: its settings, the positional field, one line of description
+    "run": (RunConfig, "experiment", "Run one experiment; write results.json, memory.csv, train_log.csv and, with "
+            "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
+            + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + "."),
+    "eval": (EvalConfig, "model", "Generate answers for SQuAD dev questions; exact match and F1 (SQuAD v1.1's "
+             "official normalisation); predictions.jsonl and squad_scores.json into the output directory."),
+    "bench": (BenchConfig, None, "Every recipe and ZeRO setting against a plain PyTorch loop, on one GPU in one "
+              "process; bench.csv, bench.md and the runs into --out."),
+}
+
+
+def parse_args(command: str, argv: list[str]):
+    """`workshop COMMAND [POSITIONAL] [--option value ...]` -> the command's settings (`COMMANDS`: RunConfig
+    unresolved, EvalConfig, BenchConfig), through HfArgumentParser, so each option is its dataclass field: one
+    declaration, with its help. Counts are checked (`check_counts`).
+
+    Raises:
+        SystemExit(2): a bad option or value, after argparse's message and a "To fix:" line.
+        WorkshopError: a count below 1 (eval, bench).
+    """
     import argparse
 
     from transformers import HfArgumentParser
+
+    cls, positional, description = COMMANDS[command]
+    prog = f"workshop {command}"
 
     class Help(argparse.ArgumentDefaultsHelpFormatter):  # "(default: X)" only where X says something
         def _get_help_string(self, action):
@@ -406,20 +453,34 @@ def parse_run_args(argv: list[str]) -> RunConfig:
 
     class Parser(HfArgumentParser):
         def error(self, message):
-            self.exit(2, f"workshop run: error: {message}\nTo fix: see `workshop run --help` for the options.\n")
+            self.exit(2, f"{prog}: error: {message}\nTo fix: see `{prog} --help` for the options.\n")
 
-    if argv and not argv[0].startswith("-"):  # the experiment is positional on the command line
-        argv = ["--experiment", argv[0], *argv[1:]]
-    parser = Parser(RunConfig, prog="workshop run", usage="workshop run EXPERIMENT [options]", formatter_class=Help,
-                    allow_abbrev=False,
-                    description="Run one experiment; write results.json, memory.csv, train_log.csv and, with "
-                    "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
-                    + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + ".")
-    _yes_no_options(parser)
+    if positional and argv and not argv[0].startswith("-"):  # the first argument names it on the command line
+        argv = [f"--{positional}", argv[0], *argv[1:]]
+    usage = f"{prog} {positional.upper() if positional else ''} [options]".replace("  ", " ")
+    parser = Parser(cls, prog=prog, usage=usage, formatter_class=Help, allow_abbrev=False, description=description)
+    _yes_no_options(parser, cls)
     cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if cls is not RunConfig:  # RunConfig's counts are checked by `resolve`, with the recipe filled in
+        check_counts(cfg)
     return cfg
+
+
+def check_counts(cfg) -> None:
+    """Raise WorkshopError naming the first int field of `cfg` (EvalConfig, BenchConfig) below 1, with the fix."""
+    import typing
+
+    for name, kind in typing.get_type_hints(type(cfg)).items():
+        if kind is int and getattr(cfg, name) < 1:
+            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
+                                f"pass --{name.replace('_', '-')} N with N >= 1.")
+
+
+def parse_run_args(argv: list[str]) -> RunConfig:
+    """`workshop run EXPERIMENT [--option value ...]` -> RunConfig (unresolved): `parse_args("run", argv)`."""
+    return parse_args("run", argv)
 
 
 def cli_args(cfg: RunConfig) -> list[str]:
@@ -440,7 +501,7 @@ def cli_args(cfg: RunConfig) -> list[str]:
     return argv
 
 
-def _yes_no_options(parser) -> None:
+def _yes_no_options(parser, cls=RunConfig) -> None:
     """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options
     too (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model`
     that HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's
@@ -448,7 +509,7 @@ def _yes_no_options(parser) -> None:
     import argparse
     import typing
 
-    hints = typing.get_type_hints(RunConfig)
+    hints = typing.get_type_hints(cls)
     yes_no = {name for name, t in hints.items() if t is bool or t == bool | None}
     for action in parser._actions:
         if action.dest not in yes_no:
