@@ -19,7 +19,6 @@
 
 # %%
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import ds_config, env, launch, lessons, memory, model, results
+from workshop_lib import ds_config, env, launch, lessons, memory, model, results, variables
 from workshop_lib.comms import COMMS_FILE
 from workshop_lib.lessons import multi_gpu as lesson
 from workshop_lib.errors import WorkshopError
@@ -123,10 +122,10 @@ gpus = torch.cuda.device_count()
 # WORKSHOP_NOTEBOOK_SLURM=1 (on a cluster's login node): submit GPU jobs. Else ranks on this machine: one
 # per GPU with 2+ GPUs, or 2 CPU processes of the tiny model; where a SLURM cluster answers (and
 # WORKSHOP_NOTEBOOK_SLURM is not 0), the 2-rank ZeRO-2 run of the tiny model goes to it as a two-node job.
-flag = os.environ.get("WORKSHOP_NOTEBOOK_SLURM")
-use_slurm = flag == "1" and launch.slurm_available()
+flag = variables.get("WORKSHOP_NOTEBOOK_SLURM")  # True, False, or None where unset
+use_slurm = flag is True and launch.slurm_available()
 on_gpus = use_slurm or gpus >= 2
-two_node_cpu = not on_gpus and flag != "0" and launch.slurm_available()
+two_node_cpu = not on_gpus and flag is not False and launch.slurm_available()
 sizes = [1, 2, 4] if use_slurm else ([n for n in (1, 2, 4) if n <= gpus] if on_gpus else [1, 2])
 extra = ["--max-steps", "16" if on_gpus else "4"] + ([] if on_gpus and not COMMON["tiny"] else ["--tiny"])
 extra += ["--random-weights"] if COMMON["random_weights"] else []

@@ -231,3 +231,9 @@ def test_the_zenflow_readme_says_what_its_summary_shows():
     assert len(means) == 2 and all(0.75 < m < 1.25 for m in means)
     text = " ".join((H100 / "zenflow" / "README.md").read_text().split())
     assert "slower, not faster" in text and "about a nat on average" in text
+
+
+def test_readme_lists_every_environment_variable_from_its_table():
+    from workshop_lib.variables import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text()

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent / "workshop_lib"
 # low to high: errors; the machine; the concepts (each importing its peers at will); one run; what runs many
 # runs (the course, the benchmark); the command line
 LAYERS = [
-    {"errors", "units", "gpus"},
+    {"errors", "units", "gpus", "variables"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
      "results", "comms", "launch"},

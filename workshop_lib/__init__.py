@@ -7,9 +7,9 @@ DeepSpeed ops), `memory` (sampler and estimates), `fit` (will a run fit a GPU? i
 signals), `checkpoint` (resume, export), `evaluation` (the fine-tuned model: generation, EM/F1), `results`
 (RunResults, tables, plots), `bench` (recipes and ZeRO settings against a plain PyTorch loop), `launch` (torchrun,
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
-table: memory and peak FLOP/s). The package `lessons` holds what the notebooks share and each notebook's figures
+table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place). The package `lessons` holds what the notebooks share and each notebook's figures
 and verdicts. A module imports only modules of its own layer or below (tests/test_layers.py): errors, units,
-gpus; env; the concepts; train; lessons and bench; cli.
+gpus, variables; env; the concepts; train; lessons and bench; cli.
 """
 
 from .errors import WorkshopError

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from . import variables
 from .errors import WorkshopError
 
 Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
@@ -330,7 +331,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
                             "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.")
     if exp.offloads_to_nvme:
         if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
-            cfg = replace(cfg, nvme_path=os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())
+            cfg = replace(cfg, nvme_path=variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())
         if not Path(cfg.nvme_path).is_dir():
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from . import gpus
+from . import gpus, variables
 from .units import MiB
 
 # DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection would print "Setting accelerator to
@@ -175,7 +175,7 @@ def init_distributed() -> None:
 
     if dist.is_initialized() or (world()[2] == 1 and "RANK" not in os.environ):
         return
-    timeout = datetime.timedelta(seconds=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)))
+    timeout = datetime.timedelta(seconds=variables.get("WORKSHOP_DIST_TIMEOUT_S", 1800))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if world()[2] > 1:
         dist.init_process_group(backend, timeout=timeout)
@@ -365,7 +365,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
-                           timeout_s=float(os.environ.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600)))
+                           timeout_s=variables.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600.0))
         cached = any(build_dir.glob("*.so"))
         note = ("its cached build is from another torch installation or compiler" if cached else
                 "once per machine and torch")
@@ -472,17 +472,13 @@ def gpu_memory_fraction() -> float | None:
     Raises:
         WorkshopError: the variable is not a number in (0, 1].
     """
-    raw = os.environ.get("WORKSHOP_GPU_MEMORY_FRACTION", "")
-    if not raw:
+    fraction = variables.get("WORKSHOP_GPU_MEMORY_FRACTION")
+    if fraction is None:
         return None
-    try:
-        fraction = float(raw)
-    except ValueError:
-        fraction = float("nan")
     if not 0 < fraction <= 1:
         from .errors import WorkshopError
 
-        raise WorkshopError(f"WORKSHOP_GPU_MEMORY_FRACTION={raw!r} is not a share of the GPU's memory.",
+        raise WorkshopError(f"WORKSHOP_GPU_MEMORY_FRACTION={fraction!r} is not a share of the GPU's memory.",
                             "set it to a number above 0 and at most 1 (0.5: half the GPU), or unset it.")
     if not torch.cuda.is_available():
         return None

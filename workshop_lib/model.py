@@ -15,9 +15,9 @@ bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from . import variables
 from .env import hub_reachable
 from .errors import WorkshopError, read_json_object
 
@@ -30,7 +30,7 @@ TINY_VOCAB, LOCAL_VOCAB = 4096, 32000
 # Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.35M parameters with a 4096-token vocabulary.
 TINY_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 128, "head_dim": 16, "max_position_embeddings": 1024}
-CACHE_DIR = Path(os.environ.get("WORKSHOP_CACHE", Path.home() / ".cache" / "workshop_lib"))
+CACHE_DIR = Path(variables.get("WORKSHOP_CACHE", Path.home() / ".cache" / "workshop_lib"))
 
 
 def local_tokenizer(vocab_size: int = TINY_VOCAB):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, env, memory, metrics, rundir
+from . import checkpoint, env, memory, metrics, rundir, variables
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import build_ds_config
@@ -478,7 +478,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
         deepspeed=ds_config, seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers, include_num_input_tokens_seen="non_padding",
-        ddp_timeout=int(os.environ.get("WORKSHOP_DIST_TIMEOUT_S", 1800)),  # a dead rank fails, never hangs
+        ddp_timeout=variables.get("WORKSHOP_DIST_TIMEOUT_S", 1800),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))

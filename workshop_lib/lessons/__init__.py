@@ -202,12 +202,12 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     """
     import torch
 
-    from .. import env
+    from .. import env, variables
 
-    tiny = os.environ.get("WORKSHOP_TINY", "auto")
+    tiny = variables.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
-    steps = int(os.environ.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS)) or None
-    options = {"tiny": tiny, "random_weights": os.environ.get("WORKSHOP_RANDOM_WEIGHTS") == "1", "overwrite": True,
+    steps = variables.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS) or None
+    options = {"tiny": tiny, "random_weights": variables.get("WORKSHOP_RANDOM_WEIGHTS", False), "overwrite": True,
                "max_steps": steps}
     if not size_micro_batches:
         return options

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
+from .. import variables
 from ..units import MiB
 from . import DOCS, Comparison, compare, notebook_run_options
 
@@ -276,7 +277,6 @@ def this_drive() -> float:
     """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
     `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
     nvme-vs-cpu/machine.txt)."""
-    import os
     import shutil
     import tempfile
 
@@ -284,7 +284,7 @@ def this_drive() -> float:
 
     if not torch.cuda.is_available():
         return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
-    return shutil.disk_usage(os.environ.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
+    return shutil.disk_usage(variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
 
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
