@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from packaging.version import Version
 
 from . import gpus, variables
 from .units import MiB
@@ -215,26 +216,55 @@ def barrier() -> None:
         dist.barrier()
 
 
-# The oldest DeepSpeed this workshop accepts (pyproject.toml's floor): earlier releases compute wrong ZeRO-2
-# gradients (0.17.6-0.18.2, DeepSpeed #7718; multi-rank bf16 0.18.3-0.19.3, #8224) or NaN under torch.compile (#8061).
-DEEPSPEED_MIN = (0, 19, 8)
+# The DeepSpeed this workshop was tested with: pyproject.toml's floor, above every range below (tests/test_setup.py).
+DEEPSPEED_FLOOR = "0.19.8"
+
+# DeepSpeed releases with known defects that a workshop run can hit, each range `first` <= version < `fixed`
+# (first None: every earlier release). Each bound is from DeepSpeed's issue threads and release tags (#7718's end
+# from huggingface/trl#4540); docs/deepspeed_versions.md gives the source of each.
+DEEPSPEED_DEFECTS = [
+    {"first": "0.17.6", "fixed": "0.18.3", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/7718",
+     "defect": "ZeRO-2 computes wrong gradients (gradient norms far below ZeRO-3's on the same run)"},
+    {"first": "0.18.3", "fixed": "0.19.6", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/8224",
+     "defect": "ZeRO-2 + bf16 on several ranks silently drops part of a gradient when a parameter gets "
+               "gradients from two parts of one backward (regression from #7665, fixed by #8245)"},
+    {"first": "0.18.5", "fixed": "0.18.7", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/7885",
+     "defect": "ZeRO backward hooks recount the used parameters in every gradient hook: ZeRO-2 steps about "
+               "2.5x slower in the fix's measurement (#7886)"},
+    {"first": None, "fixed": "0.19.3", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/8061",
+     "defect": "ZeRO-1/2 with overlap_comm under torch.compile reduces a gradient bucket before every stream "
+               "has written it: NaN loss from the first step (fixed by #8080)"},
+]
+
+
+def known_defects(version: str) -> list[dict]:
+    """The entries of `DEEPSPEED_DEFECTS` whose range holds DeepSpeed `version` ("0.18.2", "0.19.8+cu130"); []
+    for a version outside every range. Compared as `packaging.version.Version`s: a local tag ("+cu130") is its
+    release, a pre-release ("0.19.3rc1", "0.19.3.dev0") comes before it.
+
+    Raises:
+        packaging.version.InvalidVersion: `version` is not a version string.
+    """
+    v = Version(version)
+    return [d for d in DEEPSPEED_DEFECTS
+            if (d["first"] is None or Version(d["first"]) <= v) and v < Version(d["fixed"])]
 
 
 def check_deepspeed_version(version: str) -> None:
-    """Refuse a DeepSpeed older than `DEEPSPEED_MIN`, before anything is written.
+    """Refuse a DeepSpeed whose release has known defects (`known_defects`), before anything is written; a
+    version outside every range passes silently.
 
     Raises:
-        WorkshopError: the installed version, the defects of its range and the fix.
+        WorkshopError: the installed version, each defect of its range with its issue, and the fix.
     """
-    from packaging.version import Version
-
     from .errors import WorkshopError
 
-    if Version(version).release[:3] < DEEPSPEED_MIN:
-        floor = ".".join(map(str, DEEPSPEED_MIN))
-        raise WorkshopError(f"DeepSpeed {version} is older than {floor}, the oldest this workshop runs: releases "
-                            "0.17.6 to 0.19.3 compute wrong ZeRO-2 gradients in some set-ups (DeepSpeed issues "
-                            "#7718, #8224).", f"pip install -U 'deepspeed>={floor}'.")
+    found = known_defects(version)
+    if found:
+        listed = "".join(f"\n  - {d['defect']} ({d['issue']})" for d in found)
+        raise WorkshopError(f"DeepSpeed {version} is installed, a release with known defects:{listed}",
+                            f"pip install -U 'deepspeed>={DEEPSPEED_FLOOR}' (the release this workshop is tested "
+                            "with).")
 
 
 def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_size: int = 1) -> list[str]:
