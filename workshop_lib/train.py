@@ -26,8 +26,8 @@ ranks or another (`checkpoint.world_size_change`: the global batch kept, ZeRO st
 universal checkpoint).
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
-of one, and removed when the run ends: `teardown.restored_world`), from `workshop run`, and under a launcher (torchrun, deepspeed, srun), where each rank calls it
-and rank 0 writes the results.
+of one, and removed when the run ends: `teardown.restored_world`), from `workshop run`, and under a launcher
+(torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results.
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
 @dataclass
 class Run:
     """One run's state, which its stages share (torchtune's recipe): `run_experiment` makes it with the resolved
-    settings and this process's rank; each stage fills in what it makes, the next reads it. None until then."""
+    settings and this process's rank; each stage fills in what it makes (None or empty until then), the next
+    reads it."""
 
     cfg: RunConfig  # resolved (`config.resolve`, `check_machine`)
     exp: Experiment
@@ -559,7 +560,8 @@ def build_trainer(run: Run):
         callbacks.append(Window(cfg.comms_logger))
     run.trainer = trainer_class(
         model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
-        data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
+        data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
+                                    attention_mask=not cfg.drop_attention_mask,
                                     labelled_positions=cfg.logits_on == "labelled"),
         processing_class=run.tokenizer)
     return run.trainer
