@@ -18,7 +18,6 @@
 
 # %%
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -122,9 +121,8 @@ killed = RUNS / "killed"
 kill_cfg = RunConfig("stage3_offload", output_dir=str(killed), save_strategy="steps", save_steps=1, **COMMON)
 cmd = [sys.executable, "-m", "workshop_lib.cli", "run", *config.cli_args(kill_cfg)]
 print(" ".join(cmd[1:]))
-# a world of its own: not this kernel's rank variables and rendezvous port (env.ensure_distributed_env)
-own = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-proc = subprocess.Popen(cmd, env=own, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+# a world of its own: the kernel's runs left no rank variables behind (`teardown.restored_world`)
+proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 last_save = killed / "checkpoints" / f"checkpoint-{fine_tuned.KILL_AFTER}"
 while proc.poll() is None and checkpoint.step_of(last_save) is None:
     time.sleep(0.05)

@@ -22,11 +22,13 @@ def workshop(*args, cwd=None, check=True):
 
 @pytest.fixture(autouse=True)
 def _no_inherited_world(monkeypatch):
-    """A test starts without a world's variables, and leaves none: a run made in this worker's process
-    (`env.ensure_distributed_env`) sets RANK, WORLD_SIZE and MASTER_PORT, whose store still listens there;
-    a `workshop run` child inheriting them took itself for a launched rank and failed on that port (EADDRINUSE,
-    seen in CI). monkeypatch removes them again after the test."""
-    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    """A test starts without a world's variables (`teardown.DIST_VARS`), and leaves none: a `workshop run` child
+    inheriting RANK, WORLD_SIZE and MASTER_PORT took itself for a launched rank and failed on that port
+    (EADDRINUSE, seen in CI). A run removes those it set when it ends (`teardown.restored_world`); a test that
+    calls `env.ensure_distributed_env` itself does not. monkeypatch removes them again after the test."""
+    from workshop_lib.teardown import DIST_VARS
+
+    for v in DIST_VARS:
         monkeypatch.delenv(v, raising=False)
 
 

@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+from workshop_lib import teardown
 from workshop_lib.lessons import drills
 from workshop_lib.model import load_model_and_tokenizer
 
@@ -35,9 +36,9 @@ def test_planted_activation_overflows_fp16_only_in_the_activations():
 def test_fp16_loss_scale_collapses_while_bf16_trains(route):
     from deepspeed.accelerator import get_accelerator
 
-    before = {k: os.environ.get(k) for k in drills.DIST_VARS}
+    before = {k: os.environ.get(k) for k in teardown.DIST_VARS}
     df = drills.fp16_overflow(steps=20, route=route)
-    assert {k: os.environ.get(k) for k in drills.DIST_VARS} == before  # no MASTER_PORT left for later subprocesses
+    assert {k: os.environ.get(k) for k in teardown.DIST_VARS} == before  # no MASTER_PORT left for later subprocesses
     assert df.attrs["route"] == ("engine" if route == "auto" and get_accelerator().is_fp16_supported() else "scaler")
     assert df.attrs["fp16_supported"] == get_accelerator().is_fp16_supported()
     f16, b16 = df[df.precision == "fp16"], df[df.precision == "bf16"]
@@ -79,7 +80,7 @@ def test_fp16_loss_scale_collapses_while_bf16_trains(route):
 
 @pytest.mark.slow
 def test_batch_size_mismatch_fails_with_deepspeeds_assertion_and_the_fix_runs():
-    before = {k: os.environ.get(k) for k in drills.DIST_VARS}
+    before = {k: os.environ.get(k) for k in teardown.DIST_VARS}
     bad = drills.batch_size_mismatch(fixed=False, micro=4, accum=4, nproc=2)
     assert bad["returncode"] != 0 and bad["config"]["train_batch_size"] == 16
     assert bad["error_lines"] and all(
@@ -95,4 +96,4 @@ def test_batch_size_mismatch_fails_with_deepspeeds_assertion_and_the_fix_runs():
     good = drills.batch_size_mismatch(fixed=True, micro=4, accum=4, nproc=2)
     assert good["returncode"] == 0 and good["error_lines"] == [] and good["config"]["train_batch_size"] == 32
     assert good["output_lines"] and "train_batch_size 32 = 4 x 4 x 2; 1 optimizer step" in good["output_lines"][0]
-    assert {k: os.environ.get(k) for k in drills.DIST_VARS} == before
+    assert {k: os.environ.get(k) for k in teardown.DIST_VARS} == before

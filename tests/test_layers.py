@@ -11,7 +11,7 @@ LAYERS = [
     {"errors", "units", "gpus", "variables"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
-     "results", "comms", "launch"},
+     "results", "comms", "launch", "callbacks", "teardown", "nvme"},
     {"train"},
     {"lessons", "bench"},
     {"cli"},

@@ -1,7 +1,6 @@
 import csv
 
 import numpy as np
-import pytest
 import torch
 
 from workshop_lib.memory import MemorySampler, estimate_model_states
@@ -62,29 +61,3 @@ def test_phases_split_setup_from_training(tmp_path):
     setup_peak = max(r["host_rss_mib"] for r in mem.rows if r["time_s"] < s["train_begin_s"])
     assert s["host_peak_rss_mib"] < setup_peak - 200
     assert s["setup_seconds"] == s["train_begin_s"] < s["train_end_s"] and s["host_states_rss_mib"] > 0
-
-
-@pytest.mark.slow  # a real ZeRO-3 DeepSpeed run in this process: minutes on 2 cores
-def test_a_zero3_run_leaves_nothing_alive_for_the_next_run_in_the_process(tmp_path):
-    """Notebooks run several experiments in one kernel: after a ZeRO-3 run no model or optimizer of it may stay
-    reachable (DeepSpeed 0.19.8 keeps the model in FWD_MODULE_STACK and an lru_cache; on the H100 that left the
-    fp32 master weights and Adam moments allocated for every later run). In a process of its own, as a kernel:
-    a run in this one would leave its rank variables (MASTER_PORT) to every later test's subprocesses."""
-    import subprocess
-    import sys
-
-    script = f"""
-import gc
-from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
-from transformers import PreTrainedModel
-from workshop_lib.config import RunConfig
-from workshop_lib.train import run_experiment
-r = run_experiment(RunConfig("stage3", tiny=True, output_dir={str(tmp_path / "run")!r}, save_strategy="no", max_steps=2))
-assert r["global_steps"] == 2
-del r
-gc.collect()
-print("ALIVE", [type(o).__name__ for o in gc.get_objects() if isinstance(o, (DeepSpeedZeroOptimizer_Stage3, PreTrainedModel))])
-"""
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "ALIVE []" in p.stdout, p.stdout[-2000:]

@@ -56,7 +56,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         nvme_buffer_size: parameter elements per NVMe read/write buffer (offload_param "nvme"); DeepSpeed needs
             it at least the largest parameter tensor's (Qwen3-0.6B's embedding: 155.6M). Default 1e8, DeepSpeed's.
         nvme_buffer_count: those buffers, one per parameter tensor in use at once (DeepSpeed's default 5 is
-            fewer than one transformer layer's tensors; `train._nvme_buffers` sizes both for a model).
+            fewer than one transformer layer's tensors; `nvme.nvme_buffers` sizes both for a model).
         comms_logger: True adds DeepSpeed's communication logger (`COMMS_LOGGER`, DeepSpeed docs
             "Communication Logging"): every collective through `deepspeed.comm` is timed and its message size
             recorded; `workshop run --comms-logger` writes the totals to comms.json (introduced in `04_multi_gpu`).
@@ -283,10 +283,10 @@ KEYS: dict[str, Key] = {
                                                      "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)),
     "zero_optimization.offload_param.buffer_count": Key(
         "NVMe parameter offload: host buffers the parameters are read into, one per tensor in use at once",
-        "workshop: sized for the model (train._nvme_buffers)", stages=(3,)),
+        "workshop: sized for the model (nvme.nvme_buffers)", stages=(3,)),
     "zero_optimization.offload_param.buffer_size": Key(
         "ELEMENTS per such buffer: at least the largest parameter tensor", "workshop: sized for the model "
-        "(train._nvme_buffers)", stages=(3,)),
+        "(nvme.nvme_buffers)", stages=(3,)),
     "steps_per_print": Key("DeepSpeed prints its progress every this many steps (1e6: practically never)",
                            "workshop: the Trainer logs instead"),
     "wall_clock_breakdown": Key("time the forward, backward and optimizer step apart in every step and print it",

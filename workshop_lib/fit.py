@@ -144,7 +144,7 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
         gpu: a key of `GPUS`. host_memory_mib: the node's memory, to check the offloaded states against.
         flash_attention: flash attention or SDPA's flash kernel (the workshop's default), else eager.
         nvme_free_mib: free space on each node's NVMe drive, MiB; the swap files must fit 95% of it
-            (`memory.DRIVE_MARGIN`, the rule train.check_nvme_space refuses by). None: not checked.
+            (`memory.DRIVE_MARGIN`, the rule nvme.check_nvme_space refuses by). None: not checked.
 
     Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
     DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),

@@ -202,7 +202,7 @@ def summarize(rows: list[dict]) -> dict:
 # offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
 # (docs/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
 NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
-# Swap files must fit this share of the drive's free space (train.check_nvme_space refuses a run otherwise;
+# Swap files must fit this share of the drive's free space (nvme.check_nvme_space refuses a run otherwise;
 # fit.estimate's verdict and notebook 03c's drive check use the same rule): the drive also holds the rest.
 DRIVE_MARGIN = 0.95
 

@@ -124,7 +124,7 @@ class RunResults:
     em_before: float | None = None
     f1_before: float | None = None
     # ZeRO-Infinity (offload to nvme): MiB of swap files on this node's nvme_path when training ended, all ranks,
-    # {"params": ..., "optimizer": ...} (`train.nvme_swap_mib`); None without NVMe offload
+    # {"params": ..., "optimizer": ...} (`nvme.nvme_swap_mib`); None without NVMe offload
     nvme_swap_mib: dict | None = None
     # rank 0's GPU: its memory as nvidia-smi prints it (NVML's total, the measure of gpu_peak_mib), and the share
     # WORKSHOP_GPU_MEMORY_FRACTION let PyTorch's allocator use (`env.gpu_memory_fraction`); None without a GPU

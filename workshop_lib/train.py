@@ -1,18 +1,22 @@
 """One experiment, end to end (introduced in `01_baseline`; every later notebook and `workshop run` call
 `run_experiment`).
 
-A run is a short sequence of named stages, each a function of its concept's module:
+A run is a short sequence of named stages that share one `Run` (torchtune's recipe), each a function here or
+of its concept's module:
 
     resolve    config.resolve, model.check_model_source, rundir.check   settings filled in and validated
     machine    check_machine                                            GPU, DeepSpeed, ops, precision, ranks
-    data       data.load_squad                                          SQuAD rows (a bad file stops here)
-    model      model.load_model_and_tokenizer, data.tokenize_squad      model, tokenizer, tokenised data
-    engine     build_trainer (after env.build_deepspeed_ops, rundir.claim)  HF Trainer (+ DeepSpeed)
-    train      train                                                    Trainer.train under the memory sampler,
+    data       load_data, check_resources                               SQuAD rows (a bad file stops here);
+                                                                        will the model fit the GPU and drive?
+    model      load_model                                               model, tokenizer, tokenised data
+    engine     claim, build_trainer                                     DeepSpeed's ops built, the directory
+                                                                        claimed; HF Trainer (+ DeepSpeed)
+    train      train (callbacks: step log, stop, evaluation, phases)    Trainer.train under the memory sampler,
                                                                         checkpoints; from one with --resume
     save       save_model                                               OUTPUT_DIR/model, loadable by
                                                                         from_pretrained
     record     record, rundir.finish                                    results.json, atomically
+    cleanup    mark_ended (on an error), cleanup (teardown.release)     the next run in this process starts clean
 
 Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
 the output directory as it was. SIGINT stops it with `rundir.RunInterrupted`; SIGTERM and SIGUSR1 during
@@ -22,32 +26,33 @@ ranks or another (`checkpoint.world_size_change`: the global batch kept, ZeRO st
 universal checkpoint).
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
-of one), from `workshop run`, and under a launcher (torchrun, deepspeed, srun), where each rank calls it
-and rank 0 writes the results.
+of one, and removed when the run ends: `teardown.restored_world`), from `workshop run`, and under a launcher
+(torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results.
 """
 
 from __future__ import annotations
 
-import csv
-import gc
 import json
 import os
 import shutil
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from . import checkpoint, env, memory, metrics, rundir, variables
+from . import checkpoint, env, memory, metrics, rundir, teardown, variables
+from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
-from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import build_ds_config
 from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE
 from .memory import MemorySampler, estimate_model_states
+from .nvme import check_nvme_space, nvme_buffers, nvme_swap_dir, nvme_swap_mib
 from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
                     load_model_and_tokenizer)
 from .results import RunResults
@@ -95,10 +100,9 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     checkpoint.quiet_resume_notes()
     # An earlier run in this process (a notebook kernel) leaves its engine and model in reference cycles that
     # only the collector frees: without this, several GiB of it would still be allocated while this run measures.
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    with rundir.interruptible():
+    teardown.free_memory()
+    # the rank variables a world of one sets (`env.ensure_distributed_env`) go when the run ends
+    with teardown.restored_world(), rundir.interruptible():
         cfg = resolve(cfg)
         exp = EXPERIMENTS[cfg.experiment]
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
@@ -186,126 +190,193 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
+@dataclass
+class Run:
+    """One run's state, which its stages share (torchtune's recipe): `run_experiment` makes it with the resolved
+    settings and this process's rank; each stage fills in what it makes (None or empty until then), the next
+    reads it."""
+
+    cfg: RunConfig  # resolved (`config.resolve`, `check_machine`)
+    exp: Experiment
+    rank: int = 0  # the world: `env.world()`, read once
+    local_rank: int = 0
+    world_size: int = 1
+    change: dict | None = None  # a resume on another world size: `checkpoint.world_size_change`
+    callbacks: Sequence = ()  # the caller's TrainerCallbacks, after the workshop's own
+    # load_data
+    train_raw: Any = None  # SQuAD rows, a datasets.Dataset (`data.load_squad`)
+    eval_raw: Any = None
+    # load_model
+    net: Any = None  # the model (transformers PreTrainedModel), on the CPU until the Trainer moves it
+    tokenizer: Any = None
+    info: dict = field(default_factory=dict)  # `model.load_model_and_tokenizer`'s: num_params, num_layers...
+    scores_before: dict = field(default_factory=dict)  # EM/F1 before fine-tuning (--score-questions, rank 0)
+    train_ds: Any = None  # tokenised (`data.tokenize_squad`)
+    eval_ds: Any = None
+    train_stats: DataStats | None = None
+    eval_stats: DataStats | None = None
+    estimate: dict = field(default_factory=dict)  # DeepSpeed's model-states estimate, MiB (`_estimate`)
+    # build_trainer and train
+    resume_from: Path | None = None  # the checkpoint a --resume starts from
+    batches: TokenBudgetBatchSampler | None = None  # token-budget batching's sampler; None: the Trainer's
+    trainer: Any = None  # transformers Trainer
+    mem: MemorySampler | None = None
+    train_out: Any = None  # Trainer.train's TrainOutput
+    steps: Any = None  # the step log callback (`callbacks.step_log`): step times and tokens
+    wall: float = 0.0  # seconds since the memory sampler started
+    # record
+    results: dict = field(default_factory=dict)  # a `RunResults` as a dict
+
+    @property
+    def out(self) -> Path:
+        """The output directory."""
+        return Path(self.cfg.output_dir)
+
+
 def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks: Sequence = ()) -> dict:
     rank, local_rank, world_size = env.world()
-    out = Path(cfg.output_dir)
+    run = Run(cfg, exp, rank, local_rank, world_size, change, callbacks)
     # data, then model: a bad file or a missing model stops here, before anything is written
-    train_raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=rank == 0)
-    eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=rank == 0)
-    from transformers import set_seed
+    load_data(run)
+    check_resources(run)
+    load_model(run)
+    claim(run)
+    try:
+        if cfg.resume:  # inside: a universal conversion that fails marks the run failed
+            run.resume_from = resume_point(run.out, rank, change)
+        # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
+        # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
+        with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
+            build_trainer(run)
+            train(run)
+        if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
+            from . import comms
 
-    # before a minute of building the model: will it fit on the GPU, and its swap files on the drive?
+            comms.write(run.out, run.trainer)
+        if cfg.save_model:
+            save_model(run)
+        record(run)
+        if cfg.score_questions and rank == 0:
+            score_after_training(run)
+        if rank == 0:
+            rundir.finish(run.out, run.results)
+    except BaseException as e:
+        mark_ended(run, e)
+        raise
+    finally:
+        cleanup(run)
+    return run.results
+
+
+def load_data(run: Run) -> None:
+    """SQuAD's training and evaluation rows (`data.load_squad`), as many as the settings ask, into `run`.
+
+    Raises:
+        WorkshopError: a missing or malformed file, or fewer questions than asked.
+    """
+    cfg = run.cfg
+    run.train_raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=run.rank == 0)
+    run.eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=run.rank == 0)
+
+
+def check_resources(run: Run) -> None:
+    """Before a minute of building the model: will its states fit on the GPU (`_check_fits`), and its swap
+    files on the drive (`nvme.check_nvme_space`)? Checked from the model's config alone; not for the tiny model.
+
+    Raises:
+        WorkshopError: the GPU or the drive is too small, with both figures.
+    """
+    cfg, exp = run.cfg, run.exp
     if not cfg.tiny and (torch.cuda.is_available() or exp.offloads_to_nvme):
         from .model import count_params
 
         counts = count_params(cfg.model)
-        _check_fits(cfg, _estimate(counts, exp, world_size)["estimated_model_states_gpu_mib"], local_rank)
+        _check_fits(cfg, _estimate(counts, exp, run.world_size)["estimated_model_states_gpu_mib"], run.local_rank)
         if exp.offloads_to_nvme:
-            check_nvme_space(cfg, exp, counts["num_params"], world_size)
-    set_seed(cfg.seed)  # before building the model: the same random init in every experiment
+            check_nvme_space(cfg, exp, counts["num_params"], run.world_size)
+
+
+def load_model(run: Run) -> None:
+    """The model and tokenizer (the same random init in every experiment: seeded first), the recipe's changes
+    to the model (`apply_speed_levers`), the tokenised data and DeepSpeed's estimate, into `run`; with
+    --score-questions, rank 0 scores the model as loaded (`score_before_training`).
+
+    Raises:
+        WorkshopError: a model that cannot be had, or whose context is shorter than --max-length.
+    """
+    from transformers import set_seed
+
+    cfg = run.cfg
+    set_seed(cfg.seed)
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
-    net, tokenizer, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
-                                                    attn_implementation=attn)
-    check_model_fits_data(net, tokenizer, cfg.max_length, cfg.model)
-    before = score_before_training(net, tokenizer, cfg) if cfg.score_questions and rank == 0 else {}
-    apply_speed_levers(net, cfg)
-    train_ds, train_stats = tokenize_squad(train_raw, tokenizer, cfg.max_length, cfg.loss_on)
-    eval_ds, eval_stats = tokenize_squad(eval_raw, tokenizer, cfg.max_length, cfg.loss_on)
-    estimate = _estimate(info, exp, world_size)
-    if exp.deepspeed:  # JIT-build the ops now, saying so, one rank per node first; the others load them
-        ops = env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, world_size)
-        if local_rank == 0:
+    run.net, run.tokenizer, run.info = load_model_and_tokenizer(
+        cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights, attn_implementation=attn)
+    check_model_fits_data(run.net, run.tokenizer, cfg.max_length, cfg.model)
+    if cfg.score_questions and run.rank == 0:
+        run.scores_before = score_before_training(run.net, run.tokenizer, cfg)
+    apply_speed_levers(run.net, cfg)
+    run.train_ds, run.train_stats = tokenize_squad(run.train_raw, run.tokenizer, cfg.max_length, cfg.loss_on)
+    run.eval_ds, run.eval_stats = tokenize_squad(run.eval_raw, run.tokenizer, cfg.max_length, cfg.loss_on)
+    run.estimate = _estimate(run.info, run.exp, run.world_size)
+
+
+def claim(run: Run) -> None:
+    """Build DeepSpeed's ops (JIT, saying so: one rank per node first, the others then load them), then rank 0
+    claims the output directory (`rundir.claim`) and writes run_config.json, while the others wait: the first
+    stage that writes anything."""
+    if run.exp.deepspeed:
+        ops = env.deepspeed_ops(run.exp.offload_optimizer, run.exp.offload_param, run.world_size)
+        if run.local_rank == 0:
             env.build_deepspeed_ops(ops)
         env.barrier()
-        if local_rank != 0:
+        if run.local_rank != 0:
             env.build_deepspeed_ops(ops)
     env.barrier()  # every rank validated the directory before rank 0 changes it
-    if rank == 0:
-        rundir.claim(out, cfg.overwrite, cfg.resume)
-        checkpoint.write_run_config(out, asdict(cfg), world_size)
+    if run.rank == 0:
+        rundir.claim(run.out, run.cfg.overwrite, run.cfg.resume)
+        checkpoint.write_run_config(run.out, asdict(run.cfg), run.world_size)
     env.barrier()
-    resume_from = trainer = None
-    try:
-        if cfg.resume:  # inside: a universal conversion that fails marks the run failed
-            resume_from = resume_point(out, rank, change)
-        # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
-        # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
-        with MemorySampler(out / "memory.csv" if rank == 0 else out / f"memory.rank{rank}.csv") as mem:
-            trainer = build_trainer(cfg, exp, net, tokenizer, train_ds, eval_ds, world_size,
-                                    load_universal=bool(change and change["universal"] and resume_from))
-            train_out, steps, wall = train(trainer, mem, out, cfg.experiment, resume_from, callbacks)
-        if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
-            from . import comms
-
-            comms.write(out, trainer)
-        if cfg.save_model:
-            save_model(trainer, out, rank)
-        results = record(cfg, exp, trainer, train_out, mem, steps, wall, info, estimate, train_ds, train_stats,
-                         eval_stats, world_size)
-        if cfg.score_questions and rank == 0:
-            from .evaluation import evaluate_squad
-
-            after = evaluate_squad(out, out, cfg.score_questions, eval_file=cfg.eval_file, max_length=cfg.max_length)
-            results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
-        if rank == 0:
-            rundir.finish(out, results)
-    except BaseException as e:
-        step = trainer.state.global_step if trainer is not None else 0
-        full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
-        if rank == 0:
-            if isinstance(e, rundir.RunPreempted):
-                rundir.mark_ended(out, status="preempted", signal=e.args[0], step=step)
-            elif isinstance(e, rundir.RunInterrupted):
-                rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
-            elif full:  # what was half-written goes first: it frees the space the marker needs
-                per_param = checkpoint.bytes_per_param(exp.deepspeed, cfg.precision)
-                e.disk_full = rundir.clear_partial_writes(out) | {
-                    "estimate_mib": info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
-                rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
-            else:
-                rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
-        e.step = step
-        raise
-    finally:
-        if trainer is not None:
-            _release(trainer)
-        if exp.offloads_to_nvme:  # the swap files: as large as what they hold
-            shutil.rmtree(nvme_swap_dir(cfg), ignore_errors=True)
-    return results
 
 
-def _nvme_buffers(net) -> dict:
-    """ZeRO-Infinity's parameter buffers for `net`: DeepSpeed swaps each parameter tensor from NVMe into a
-    buffer of its own (runtime/swap_tensor/partitioned_param_swapper.py), so a buffer must hold the largest
-    tensor (the embedding: 155.6M elements for Qwen3-0.6B, above DeepSpeed's default 1e8; no larger) and there must be
-    one per tensor in use at once: a transformer layer's, the next layer's being prefetched, and the embedding
-    and LM head (Qwen3: 11 tensors a layer -> 24 buffers; with 5, DeepSpeed stops: "Not enough buffers 0 for
-    swapping 1"). Pinned host memory: count x size x 2 bytes (Qwen3-1.7B: 24 x 311M x 2 = 14 GiB)."""
-    layers = next((m for m in net.modules() if isinstance(m, torch.nn.ModuleList)), [])
-    per_layer = max((len(list(layer.parameters())) for layer in layers), default=5)
-    return {"nvme_buffer_count": 2 * per_layer + 2,
-            "nvme_buffer_size": max(2**20, max(p.numel() for p in net.parameters()))}  # aio: 1 MiB at least
+def score_after_training(run: Run) -> None:
+    """SQuAD EM and F1 of the fine-tuned model in OUTPUT_DIR/model (`evaluation.evaluate_squad`), added to
+    `run.results` beside those before training."""
+    from .evaluation import evaluate_squad
+
+    cfg, before = run.cfg, run.scores_before
+    after = evaluate_squad(run.out, run.out, cfg.score_questions, eval_file=cfg.eval_file, max_length=cfg.max_length)
+    run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
 
 
-def nvme_swap_dir(cfg: RunConfig) -> Path:
-    """This run's folder under --nvme-path for ZeRO-Infinity's swap files (DeepSpeed adds zero_stage_3/<what>/
-    rank<N>), so that two runs sharing a drive never swap into each other's files; removed when the run ends
-    (checkpoints, not swap files, are what a resumed run reads)."""
-    import hashlib
+def mark_ended(run: Run, e: BaseException) -> None:
+    """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
+    failed; a full disk's partial writes removed first (`rundir.clear_partial_writes`). Sets `e.step` (the last
+    optimizer step) on every rank and, for a full disk, `e.disk_full` on rank 0 (`disk_full_error` reads both)."""
+    cfg, out = run.cfg, run.out
+    step = run.trainer.state.global_step if run.trainer is not None else 0
+    full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
+    if run.rank == 0:
+        if isinstance(e, rundir.RunPreempted):
+            rundir.mark_ended(out, status="preempted", signal=e.args[0], step=step)
+        elif isinstance(e, rundir.RunInterrupted):
+            rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
+        elif full:  # what was half-written goes first: it frees the space the marker needs
+            per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
+            e.disk_full = rundir.clear_partial_writes(out) | {
+                "estimate_mib": run.info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
+            rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
+        else:
+            rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
+    e.step = step
 
-    run = Path(cfg.output_dir).resolve()
-    return Path(cfg.nvme_path) / f"workshop-{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}"
 
-
-def nvme_swap_mib(cfg: RunConfig) -> dict:
-    """MiB of ZeRO-Infinity's swap files in this run's `nvme_swap_dir` (every rank of this node), by what they
-    hold: DeepSpeed writes parameters to zero_stage_3/<dtype>params/rank<N> (tensors of 1 MiB and more only,
-    `swap_tensor.utils.MIN_AIO_BYTES`) and optimizer states to zero_stage_3/optimizer/rank<N>.
-    Returns {"params": MiB, "optimizer": MiB}."""
-    root, mib = nvme_swap_dir(cfg) / "zero_stage_3", {"params": 0.0, "optimizer": 0.0}
-    for f in root.rglob("*.swp"):
-        mib["optimizer" if f.relative_to(root).parts[0] == "optimizer" else "params"] += f.stat().st_size / MiB
-    return {k: round(v, 1) for k, v in mib.items()}
+def cleanup(run: Run) -> None:
+    """However the run ended: its Trainer released for the next run in this process (`teardown.release`), and
+    ZeRO-Infinity's swap files, as large as what they hold, removed."""
+    if run.trainer is not None:
+        teardown.release(run.trainer)
+    if run.exp.offloads_to_nvme:
+        shutil.rmtree(nvme_swap_dir(run.cfg), ignore_errors=True)
 
 
 def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
@@ -367,12 +438,13 @@ def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
     return scores
 
 
-def save_model(trainer, out: Path, rank: int) -> Path:
+def save_model(run: Run) -> Path:
     """Write the fine-tuned model to OUTPUT_DIR/model: model.safetensors, config.json,
     generation_config.json and the tokenizer, which `AutoModelForCausalLM.from_pretrained` and
     `AutoTokenizer.from_pretrained` load (Trainer.save_model; under ZeRO-3 the engine gathers the partitioned
     weights first, `stage3_gather_16bit_weights_on_model_save`: a collective, so every rank calls this).
     Written to a temporary directory and renamed by rank 0: model/ is whole or absent. Returns its path."""
+    trainer, out, rank = run.trainer, run.out, run.rank
     final, tmp = out / "model", out / ".model.tmp"
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -415,25 +487,6 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
             "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
 
 
-def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_size: int) -> float:
-    """Refuse an NVMe offload whose swap files (`memory.estimate_nvme_swap`: 18 bytes/param for parameters and
-    optimizer states, over the nodes) would not fit in 95% (`memory.DRIVE_MARGIN`) of the free space at
-    `cfg.nvme_path`: DeepSpeed would stop with an I/O error in the first step, after minutes of set-up, with the drive full.
-
-    Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
-    nodes = max(1, world_size // per_node)  # ranks of one node share its drive
-    need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
-    free = shutil.disk_usage(cfg.nvme_path).free / MiB
-    if need > memory.DRIVE_MARGIN * free:
-        raise WorkshopError(
-            f"{cfg.experiment} would write about {need:,.0f} MiB of swap files for {cfg.model} "
-            f"({num_params / 1e9:.2f}B parameters) to {cfg.nvme_path}, which has {free:,.0f} MiB free.",
-            "pass --nvme-path DIR on a drive with more free space (or set WORKSHOP_NVME_PATH), use more nodes, "
-            "or CPU offload (stage3_offload) where the host's memory holds the states.")
-    return need
-
-
 def _activation_checkpointing(on: bool) -> dict:
     """TrainingArguments' switch for it: `activation_checkpointing` from transformers 5.2x, before that
     `gradient_checkpointing` (5.17 on the GPU machines), which 5.2x deprecates; nothing when off."""
@@ -445,20 +498,21 @@ def _activation_checkpointing(on: bool) -> dict:
     return {"activation_checkpointing" if new else "gradient_checkpointing": True}
 
 
-def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eval_ds, world_size: int,
-                  load_universal: bool = False):
-    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments;
-    `load_universal`: its engine resumes from the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
+def build_trainer(run: Run):
+    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, and
+    with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned.
+    A resume on another world size loads the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    out = Path(cfg.output_dir)
-    ds_config, batches = None, token_budget_batches(cfg, train_ds)
-    micro = trainer_micro_batch(cfg, batches)
+    cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
+    load_universal = bool(run.change and run.change["universal"] and run.resume_from)
+    ds_config, batches = None, token_budget_batches(cfg, run.train_ds)
+    run.batches, micro = batches, trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
         ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
                                     micro, cfg.gradient_accumulation_steps,
                                     world_size, nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
-                                    **_nvme_buffers(net),
+                                    **nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow,
                                     comms_logger=cfg.comms_logger, load_universal=load_universal)
@@ -466,7 +520,7 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
             from .ds_config import apply_overrides
 
             ds_config = apply_overrides(ds_config, cfg.ds_config)
-        if env.world()[0] == 0:
+        if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=micro,
@@ -504,30 +558,32 @@ def build_trainer(cfg: RunConfig, exp: Experiment, net, tokenizer, train_ds, eva
         from .comms import Window
 
         callbacks.append(Window(cfg.comms_logger))
-    return trainer_class(model=net, args=args, train_dataset=train_ds, eval_dataset=eval_ds, callbacks=callbacks,
-                         data_collator=make_collator(tokenizer, cfg.padding, cfg.max_length,
-                                                     attention_mask=not cfg.drop_attention_mask,
-                                                     labelled_positions=cfg.logits_on == "labelled"),
-                         processing_class=tokenizer)
+    run.trainer = trainer_class(
+        model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
+        data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
+                                    attention_mask=not cfg.drop_attention_mask,
+                                    labelled_positions=cfg.logits_on == "labelled"),
+        processing_class=run.tokenizer)
+    return run.trainer
 
 
-def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: Path | None = None,
-          callbacks: Sequence = ()):
-    """Trainer.train() with each step timed and the memory phases marked on `mem` (`MemorySampler.mark`:
-    train_begin, states after the first optimizer step, train_end), from the checkpoint `resume_from` if given
-    (and a final evaluation if max_steps ended the run before the first epoch's); `callbacks` (TrainerCallback)
-    come after the workshop's own. Returns (TrainOutput, step log callback, wall seconds since the sampler
-    started).
+def train(run: Run) -> None:
+    """Trainer.train() with each step timed and the memory phases marked on `run.mem` (`MemorySampler.mark`:
+    train_begin, states after the first optimizer step, train_end), from the checkpoint `run.resume_from` if
+    given (and a final evaluation if max_steps ended the run before the first epoch's); `run.callbacks`
+    (TrainerCallback) come after the workshop's own (`callbacks`). Sets `run.train_out` (TrainOutput),
+    `run.steps` (the step log callback) and `run.wall` (seconds since the sampler started).
 
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
         RunPreempted: SIGTERM or SIGUSR1 reached a rank; every rank stopped at the same step boundary after
             the Trainer saved a checkpoint there.
     """
+    trainer, mem, out, resume_from = run.trainer, run.mem, run.out, run.resume_from
     try:
-        steps = _step_log_callback(out / "train_log.csv", mem.t0)
-        stop = _stop_callback(out / rundir.STOP_FILE)
-        for callback in (steps, stop, _phase_callback(mem), _evaluate_before_save_callback(), *callbacks):
+        steps = step_log(out / "train_log.csv", mem.t0)
+        stop = stop_at_step_boundary(out / rundir.STOP_FILE)
+        for callback in (steps, stop, phases(mem), evaluate_before_save(), *run.callbacks):
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
@@ -539,45 +595,24 @@ def train(trainer, mem: MemorySampler, out: Path, experiment: str, resume_from: 
         if not any("eval_loss" in h for h in trainer.state.log_history):
             trainer.evaluate()
     except torch.cuda.OutOfMemoryError as e:
-        raise WorkshopError(f"The GPU ran out of memory during {experiment} ({e}). memory.csv and "
+        raise WorkshopError(f"The GPU ran out of memory during {run.cfg.experiment} ({e}). memory.csv and "
                             "train_log.csv in the output directory show how far it got.",
                             "lower --max-tokens-per-micro-batch or --micro-batch-size (and raise "
                             "--gradient-accumulation-steps to keep the global batch), turn on "
                             "--activation-checkpointing, or use CPU offload (stage2_offload, stage3_offload).") from e
-    return train_out, steps, time.perf_counter() - mem.t0
+    run.train_out, run.steps, run.wall = train_out, steps, time.perf_counter() - mem.t0
 
 
-def _phase_callback(mem: MemorySampler):
-    """A TrainerCallback marking the memory phases on `mem`: training begins (after model and engine set-up),
-    the first optimizer step of this train() call has ended (the model states kept between steps), training
-    ends."""
-    from transformers import TrainerCallback
-
-    class Phases(TrainerCallback):
-        first = True
-
-        def on_train_begin(self, args, state, control, **kw):
-            mem.mark("train_begin")
-
-        def on_step_end(self, args, state, control, **kw):
-            if self.first:
-                mem.mark("states")
-                self.first = False
-
-        def on_train_end(self, args, state, control, **kw):
-            mem.mark("train_end")
-
-    return Phases()
-
-
-def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampler, steps, wall: float, info: dict,
-           estimate: dict, train_ds, train_stats, eval_stats, world_size: int) -> dict:
-    """The results of a finished run, every rank's memory gathered (a collective: every rank calls it).
-    MFU is computed from the steady-state tokens/s (`metrics.steady_state`)."""
-    rank, local_rank, _ = env.world()
+def record(run: Run) -> dict:
+    """The results of a finished run (a `RunResults` as a dict, also set as `run.results`), every rank's memory
+    gathered (a collective: every rank calls it). MFU is computed from the steady-state tokens/s
+    (`metrics.steady_state`)."""
+    cfg, exp, trainer, mem, steps, info = run.cfg, run.exp, run.trainer, run.mem, run.steps, run.info
+    train_ds, train_stats, world_size = run.train_ds, run.train_stats, run.world_size
+    rank, local_rank = run.rank, run.local_rank
     history = trainer.state.log_history
     evals = [h for h in history if "eval_loss" in h]
-    m = train_out.metrics  # of this Trainer.train() call: after a resume, the steps since the checkpoint
+    m = run.train_out.metrics  # of this Trainer.train() call: after a resume, the steps since the checkpoint
     tokens_per_s = sum(steps.step_tokens) / m["train_runtime"]
     # Every step is logged (logging_steps=1) and a resumed run's log history comes back with its checkpoint:
     # their mean is the whole run's train loss (the Trainer's own covers the steps since the resume only).
@@ -592,7 +627,7 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
-    return asdict(RunResults(
+    run.results = asdict(RunResults(
         experiment=cfg.experiment, recipe=cfg.recipe, model=f"{cfg.model} (tiny)" if cfg.tiny else cfg.model,
         tiny=cfg.tiny, random_weights=cfg.random_weights or cfg.tiny, zero_stage=exp.zero_stage, offload_optimizer=exp.offload_optimizer,
         offload_param=exp.offload_param, precision=cfg.precision, attn_implementation=info["attn_implementation"],
@@ -613,14 +648,15 @@ def record(cfg: RunConfig, exp: Experiment, trainer, train_out, mem: MemorySampl
         num_params=info["num_params"],
         **{k: mine[k] for k in PHASE_KEYS},  # rank 0's; every rank's in per_rank_memory
         per_rank_memory=_gather_per_rank(mine | {"rank": rank, "local_rank": local_rank, "host": host}),
-        **estimate, data_stats={"train": train_stats.as_dict(), "eval": eval_stats.as_dict()},
-        device=env.device_name(), versions=env.versions(), wall_seconds=round(wall, 1),
+        **run.estimate, data_stats={"train": train_stats.as_dict(), "eval": run.eval_stats.as_dict()},
+        device=env.device_name(), versions=env.versions(), wall_seconds=round(run.wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
         config=asdict(cfg),
         nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
         gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction(),
         world_size_changes=json.loads(changes.read_text()) if (changes := Path(cfg.output_dir)
                                                                 / checkpoint.WORLD_SIZE_CHANGES).is_file() else []))
+    return run.results
 
 
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",
@@ -674,125 +710,6 @@ def _micro_batches(cfg: RunConfig, train_ds) -> int:
     return len(batches) if batches is not None else -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
 
 
-def _step_log_callback(path: Path, t0: float):
-    """A TrainerCallback appending every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
-    rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
-    an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
-    eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
-    resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
-    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures."""
-    from transformers import TrainerCallback
-
-    fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
-              "tokens", "num_input_tokens_seen"]
-
-    class StepLog(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
-            self.step_times, self.step_tokens, self.step_ends = [], [], []
-            if state.is_world_process_zero:
-                kept = []
-                if state.global_step and path.is_file():  # resumed: the rows up to the checkpoint's step
-                    with path.open(newline="") as f:
-                        kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
-                self.f = path.open("w", newline="")
-                self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
-                self.w.writeheader()
-                self.w.writerows(kept)
-
-        def on_step_end(self, args, state, control, **kw):
-            now = time.perf_counter()
-            self.step_times.append(now - self.last)
-            self.step_tokens.append(state.num_input_tokens_seen - self.seen)
-            self.step_ends.append(now - t0)
-            self.last, self.seen = now, state.num_input_tokens_seen
-
-        def on_evaluate(self, args, state, control, **kw):
-            self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
-
-        on_save = on_evaluate  # nor is writing a checkpoint
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
-                return
-            row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - t0, 3)}
-            if "loss" in logs and self.step_times:
-                row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
-            self.w.writerow(row)
-            self.f.flush()
-
-        def on_train_end(self, args, state, control, **kw):
-            if state.is_world_process_zero:
-                self.f.close()
-
-    return StepLog()
-
-
-def _stop_callback(stop_file: Path):
-    """A TrainerCallback that, at every optimizer step's end, asks all ranks whether one received SIGTERM or
-    SIGUSR1 (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at
-    the same step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum`
-    keeps the signal."""
-    import signal
-
-    import torch.distributed as dist
-    from transformers import TrainerCallback
-
-    class StopAtStepBoundary(TrainerCallback):
-        signum = None
-
-        def on_step_end(self, args, state, control, **kw):
-            asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0))
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
-                dist.all_reduce(asked_, op=dist.ReduceOp.MAX)
-                asked = int(asked_.item())
-            if asked:
-                self.signum = asked
-                control.should_save = control.should_training_stop = True
-
-        def on_epoch_end(self, args, state, control, **kw):
-            # Stopped mid-epoch, the Trainer would evaluate the unfinished epoch before the checkpoint: that
-            # epoch's evaluation comes when the resumed run finishes it, so an interrupted run's evaluations
-            # are those of an uninterrupted one.
-            if self.signum and abs(state.epoch - round(state.epoch)) > 1e-6:
-                control.should_evaluate = False
-
-    return StopAtStepBoundary()
-
-
-def _evaluate_before_save_callback():
-    """A TrainerCallback that makes each epoch's evaluation at the end of the epoch's last optimizer step (or
-    of the run's last, when max_steps ends it mid-epoch) instead of at the epoch's end, so that a checkpoint of
-    that step holds the evaluation in its log history (trainer_state.json) and a run resumed from it never
-    skips it. The Trainer evaluates before it saves within one step's end (`_maybe_log_save_evaluate`), but
-    by itself it evaluates at the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that
-    save_strategy "steps" or a stop at the step boundary wrote at the step's end. The epoch's end then neither
-    evaluates again nor writes the checkpoint of the same step a second time."""
-    from transformers import TrainerCallback
-
-    class EvaluateBeforeSave(TrainerCallback):
-        evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
-
-        def on_step_end(self, args, state, control, **kw):
-            if abs(state.epoch - round(state.epoch)) < 1e-6 or state.global_step >= state.max_steps:
-                control.should_evaluate = True
-
-        def on_evaluate(self, args, state, control, **kw):
-            self.evaluated = state.global_step
-
-        def on_save(self, args, state, control, **kw):
-            self.saved = state.global_step
-
-        def on_epoch_end(self, args, state, control, **kw):
-            if self.evaluated == state.global_step:
-                control.should_evaluate = False
-            if self.saved == state.global_step:
-                control.should_save = False
-
-    return EvaluateBeforeSave()
-
-
 def _gather_per_rank(summary: dict) -> list[dict]:
     """Every rank's memory summary, in rank order (all_gather_object; just [summary] in a world of one)."""
     import torch.distributed as dist
@@ -802,44 +719,3 @@ def _gather_per_rank(summary: dict) -> list[dict]:
     out: list = [None] * dist.get_world_size()
     dist.all_gather_object(out, summary)
     return out
-
-
-def _release_zero3_globals() -> None:
-    """Drop the two module-level references through which DeepSpeed's ZeRO-3 (0.19.8) keeps a finished run's
-    model, and with it the optimizer's fp32 partitions, alive after `engine.destroy()`: the top module that
-    `DeepSpeedZeRoOffload` pushes on `parameter_offload.FWD_MODULE_STACK` and never pops, and the
-    `functools.lru_cache` on `PartitionedParameterCoordinator.__params_to_release`, whose keys are the
-    coordinator and its submodules. Without this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and
-    Adam moments allocated on the GPU for every later run in the same process (docs/h100/course/README.md)."""
-    try:
-        from deepspeed.runtime.zero import parameter_offload
-        from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
-    except ImportError:
-        return
-    parameter_offload.FWD_MODULE_STACK.clear()
-    fn = vars(PartitionedParameterCoordinator).get("_PartitionedParameterCoordinator__params_to_release")
-    cells = getattr(fn, "__closure__", None) or ()  # the lru_cache sits under DeepSpeed's NVTX wrapper
-    for f in (fn, *(c.cell_contents for c in cells)):
-        if hasattr(f, "cache_clear"):
-            f.cache_clear()
-
-
-def _release(trainer) -> None:
-    """Free the engine, optimizer and GPU memory so the next experiment in the same kernel starts clean."""
-    from accelerate.state import AcceleratorState
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-    try:
-        trainer.accelerator.free_memory()
-    finally:
-        trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
-        unset_hf_deepspeed_config()
-        AcceleratorState._reset_state(reset_partial_state=True)
-        # set by accelerate's Accelerator for a DeepSpeed run and never unset: a later Trainer in this process
-        # (a baseline run, an evaluation) would build a DeepSpeed engine from it
-        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
-        torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
-        _release_zero3_globals()
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()

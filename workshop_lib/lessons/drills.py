@@ -32,15 +32,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import env
+from .. import env, teardown
 from ..ds_config import build_ds_config
 from ..errors import WorkshopError
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder holding workshop_lib/, for the ranks' imports
-# The variables a launcher sets per process; a caller's own (a notebook after `env.ensure_distributed_env`)
-# must not reach the ranks of a new launch, whose launcher sets them afresh.
-DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-             "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 FP16_MAX = 65504.0  # torch.finfo(torch.float16).max: 5 exponent bits; bf16 keeps fp32's 8 (max ~3.4e38)
 # DeepSpeed's own wording, matched in the ranks' stderr and in the exception of its loss scaler.
 BATCH_ASSERTION = "Check batch related parameters"
@@ -147,7 +143,7 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
            "--master_addr", "127.0.0.1", "--master_port", str(env.free_port()),
            "-m", "workshop_lib.lessons.drills", "batch-size-rank",
            "--micro", str(micro), "--accum", str(accum), "--config-world-size", str(config_world)]
-    child_env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    child_env = teardown.without_world()  # a caller's RANK, MASTER_PORT...: the launcher sets them afresh
     child_env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "",
                   "OMP_NUM_THREADS": "1",  # torchrun's own default for several ranks, without its warning
                   "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))}
@@ -202,17 +198,10 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
 @contextlib.contextmanager
 def _world_of_one():
     """`env.ensure_distributed_env` for the duration only: DeepSpeed needs RANK, MASTER_PORT... in one process,
-    but a MASTER_PORT left in os.environ would reach every later subprocess (the ZeRO-3 leak test's lesson)."""
-    saved = {k: os.environ.get(k) for k in DIST_VARS}
-    env.ensure_distributed_env()
-    try:
+    but a MASTER_PORT left in os.environ would reach every later subprocess (`teardown.restored_world`)."""
+    with teardown.restored_world():
+        env.ensure_distributed_env()
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class _Messages(logging.Handler):

@@ -198,7 +198,7 @@ class NvmeSummary:
 
     @property
     def buffers_sized_to_embedding(self) -> bool:
-        """Each buffer holds exactly the token embedding (the largest tensor: `train._nvme_buffers`)."""
+        """Each buffer holds exactly the token embedding (the largest tensor: `nvme.nvme_buffers`)."""
         return self.buffer_elements == self.embedding_elements
 
     def comparisons(self) -> pd.DataFrame:

@@ -1,0 +1,159 @@
+"""The workshop's own Trainer callbacks, which `train.train` adds to every run before the caller's (introduced in
+`01_baseline`, whose train_log.csv `step_log` writes): the step log, the stop at a step boundary (SIGTERM,
+SIGUSR1, the stop file), each epoch's evaluation before the step's checkpoint, and the memory phases.
+
+Each is built by a function, so that importing this module does not import transformers.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import torch
+
+from . import rundir
+from .memory import MemorySampler
+
+
+def step_log(path: Path, t0: float):
+    """A TrainerCallback appending every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
+    rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
+    an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
+    eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
+    resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
+    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures."""
+    from transformers import TrainerCallback
+
+    fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
+              "tokens", "num_input_tokens_seen"]
+
+    class StepLog(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
+            self.step_times, self.step_tokens, self.step_ends = [], [], []
+            if state.is_world_process_zero:
+                kept = []
+                if state.global_step and path.is_file():  # resumed: the rows up to the checkpoint's step
+                    with path.open(newline="") as f:
+                        kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
+                self.f = path.open("w", newline="")
+                self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
+                self.w.writeheader()
+                self.w.writerows(kept)
+
+        def on_step_end(self, args, state, control, **kw):
+            now = time.perf_counter()
+            self.step_times.append(now - self.last)
+            self.step_tokens.append(state.num_input_tokens_seen - self.seen)
+            self.step_ends.append(now - t0)
+            self.last, self.seen = now, state.num_input_tokens_seen
+
+        def on_evaluate(self, args, state, control, **kw):
+            self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
+
+        on_save = on_evaluate  # nor is writing a checkpoint
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
+                return
+            row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - t0, 3)}
+            if "loss" in logs and self.step_times:
+                row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
+            self.w.writerow(row)
+            self.f.flush()
+
+        def on_train_end(self, args, state, control, **kw):
+            if state.is_world_process_zero:
+                self.f.close()
+
+    return StepLog()
+
+
+def stop_at_step_boundary(stop_file: Path):
+    """A TrainerCallback that, at every optimizer step's end, asks all ranks whether one received SIGTERM or
+    SIGUSR1 (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at
+    the same step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum`
+    keeps the signal."""
+    import signal
+
+    import torch.distributed as dist
+    from transformers import TrainerCallback
+
+    class StopAtStepBoundary(TrainerCallback):
+        signum = None
+
+        def on_step_end(self, args, state, control, **kw):
+            asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0))
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
+                dist.all_reduce(asked_, op=dist.ReduceOp.MAX)
+                asked = int(asked_.item())
+            if asked:
+                self.signum = asked
+                control.should_save = control.should_training_stop = True
+
+        def on_epoch_end(self, args, state, control, **kw):
+            # Stopped mid-epoch, the Trainer would evaluate the unfinished epoch before the checkpoint: that
+            # epoch's evaluation comes when the resumed run finishes it, so an interrupted run's evaluations
+            # are those of an uninterrupted one.
+            if self.signum and abs(state.epoch - round(state.epoch)) > 1e-6:
+                control.should_evaluate = False
+
+    return StopAtStepBoundary()
+
+
+def evaluate_before_save():
+    """A TrainerCallback that makes each epoch's evaluation at the end of the epoch's last optimizer step (or
+    of the run's last, when max_steps ends it mid-epoch) instead of at the epoch's end, so that a checkpoint of
+    that step holds the evaluation in its log history (trainer_state.json) and a run resumed from it never
+    skips it. The Trainer evaluates before it saves within one step's end (`_maybe_log_save_evaluate`), but
+    by itself it evaluates at the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that
+    save_strategy "steps" or a stop at the step boundary wrote at the step's end. The epoch's end then neither
+    evaluates again nor writes the checkpoint of the same step a second time."""
+    from transformers import TrainerCallback
+
+    class EvaluateBeforeSave(TrainerCallback):
+        evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
+
+        def on_step_end(self, args, state, control, **kw):
+            if abs(state.epoch - round(state.epoch)) < 1e-6 or state.global_step >= state.max_steps:
+                control.should_evaluate = True
+
+        def on_evaluate(self, args, state, control, **kw):
+            self.evaluated = state.global_step
+
+        def on_save(self, args, state, control, **kw):
+            self.saved = state.global_step
+
+        def on_epoch_end(self, args, state, control, **kw):
+            if self.evaluated == state.global_step:
+                control.should_evaluate = False
+            if self.saved == state.global_step:
+                control.should_save = False
+
+    return EvaluateBeforeSave()
+
+
+def phases(mem: MemorySampler):
+    """A TrainerCallback marking the memory phases on `mem`: training begins (after model and engine set-up),
+    the first optimizer step of this train() call has ended (the model states kept between steps), training
+    ends."""
+    from transformers import TrainerCallback
+
+    class Phases(TrainerCallback):
+        first = True
+
+        def on_train_begin(self, args, state, control, **kw):
+            mem.mark("train_begin")
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.first:
+                mem.mark("states")
+                self.first = False
+
+        def on_train_end(self, args, state, control, **kw):
+            mem.mark("train_end")
+
+    return Phases()
