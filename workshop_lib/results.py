@@ -53,6 +53,7 @@ COLUMNS = {
     "train_samples_per_second": Column("samples/s", "samples/s", default=False),
     "num_params": Column("parameters", "parameters", default=False),
     "nvme_swap_mib": Column("NVMe swap MiB", "MiB", default=False),  # params + optimizer swap files
+    "em": Column("exact match (%)", "%", default=False), "f1": Column("F1 (%)", "%", default=False),  # SQuAD v1.1
 }
 
 
