@@ -245,17 +245,19 @@ def hfu(row) -> float | None:
 
 
 def fmt(value, metric: str) -> str:
-    """One figure as the tables show it: MFU/HFU as percentages, losses and seconds to 4 decimals, the rest
-    (MiB, tokens/s) to whole units with thousands separators; "n/a" where missing (a GPU figure on a CPU)."""
+    """One figure as the tables show it, by its unit (`COLUMNS`): fractions (MFU, HFU) as percentages, nats and
+    seconds to 4 decimals, the rest (MiB, tokens/s) to whole units with thousands separators; "n/a" where missing
+    (a GPU figure on a CPU)."""
     if isinstance(value, (list, tuple)):
         return " / ".join(fmt(v, metric) for v in value)
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "n/a"
     if not isinstance(value, (int, float)):
         return str(value)
-    if metric in ("mfu", "hfu"):
+    u = COLUMNS[metric].unit if metric in COLUMNS else ""
+    if u == "fraction":
         return f"{value:.1%}"
-    return f"{value:,.4f}" if metric in ("train_loss", "eval_loss", "steady_step_time_s") else f"{value:,.0f}"
+    return f"{value:,.4f}" if u in ("nats", "s") else f"{value:,.0f}"
 
 
 def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference: pd.DataFrame | None = None,
@@ -282,9 +284,8 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     if reference is None:
         if "eval_loss" in t:
             t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
-        for k in ("mfu", "hfu"):
-            if k in t:
-                t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
+        for k in [k for k in keys if COLUMNS.get(k, Column(k)).unit == "fraction"]:  # MFU, HFU: percentages
+            t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
         return t.rename(columns=titles)
     ref = reference.copy()
     if "mfu" in ref:
