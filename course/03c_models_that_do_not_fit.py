@@ -112,7 +112,7 @@ else:
 reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
 display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
-                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB (NVML)"]])
+                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB"]])
 cache = large_models.allocator_cache()  # None without docs/
 if cache:
     print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "

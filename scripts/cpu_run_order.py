@@ -17,8 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from workshop_lib.results import title, unit  # noqa: E402 - after the path
+
 OUT = ROOT / "docs" / "cpu"
 NOTEBOOK, ORDER = "02_zero_stages", ["baseline", "stage1", "stage2", "stage3"]
+TPS = "steady_train_tokens_per_second"
 
 
 def one(order: list[str], warm: bool, runs: str) -> dict[str, float]:
@@ -52,7 +55,7 @@ def main(rounds: int) -> int:
                 ranked = sorted(speeds, key=speeds.get, reverse=True)
                 for position, name in enumerate(order, 1):
                     rows.append({"round": r, "warm-up": warm, "order": label, "position": position, "run": name,
-                                 "steady tokens/s": speeds[name], "rank (1 = fastest)": ranked.index(name) + 1})
+                                 title(TPS): speeds[name], "rank (1 = fastest)": ranked.index(name) + 1})
                 print(f"round {r}, warm-up {warm}, {label}: {speeds}", flush=True)
     df = pd.DataFrame(rows)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -77,21 +80,21 @@ def report(df, device: str, date: str) -> str:
     the spread of a run's speed relative to its process's baseline after the warm-up (`lessons.cpu_band`)."""
     from workshop_lib import lessons
 
-    wide = df.pivot_table(index="run", columns=["warm-up", "order", "round"], values="steady tokens/s").loc[ORDER]
+    wide = df.pivot_table(index="run", columns=["warm-up", "order", "round"], values=title(TPS)).loc[ORDER]
     wide.columns = [f"{'warm-up' if w else 'no warm-up'}, {o}, #{r}" for w, o, r in wide.columns]
     lines, band = [], lessons.cpu_band(df)
     for warm, g in df.groupby("warm-up"):
         verdicts = {}  # (round, order) -> each stage against the baseline of its process, in the CPU's band
         for (r, o), c in g.groupby(["round", "order"]):
-            speed = c.set_index("run")["steady tokens/s"]
-            verdicts[(r, o)] = tuple(lessons.Comparison("steady_train_tokens_per_second", "tokens/s", speed[n],
+            speed = c.set_index("run")[title(TPS)]
+            verdicts[(r, o)] = tuple(lessons.Comparison(TPS, unit(TPS), speed[n],
                                                         speed["baseline"], band).verdict for n in ORDER[1:])
         lines.append(f"- {'With' if warm else 'Without'} the warm-up, each stage against its process's baseline "
                      f"(band ±{band:.0%}): "
                      + "; ".join(f"{o} #{r}: " + ", ".join(f"{n} {v}" for n, v in zip(ORDER[1:], vs))
                                  for (r, o), vs in verdicts.items())
                      + ". " + _contradictions(verdicts))
-    both = df.pivot_table(index=["round", "order", "run"], columns="warm-up", values="steady tokens/s")
+    both = df.pivot_table(index=["round", "order", "run"], columns="warm-up", values=title(TPS))
     slow = (both[False] / both[True]).unstack("run")[ORDER]  # without the warm-up / with it, same round and order
     lines.append("- Speed without the warm-up over speed with it, the same run in the same round and order: "
                  + "; ".join(f"#{r} {o}: " + ", ".join(f"{n} {v:.2f}" for n, v in row.items())

@@ -110,7 +110,7 @@ else:
 reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
 display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
-                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB (NVML)"]])
+                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB"]])
 cache = large_models.allocator_cache()  # None without docs/
 if cache:
     print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
@@ -285,9 +285,9 @@ if len(z3) and fix8:
     print(f"The reference closest to the H100 answer ({fix8['change']}, ~{fix8['estimate']['total_gpu_mib']:,.0f} MiB "
           f"per GPU estimated): {r['model']} {r['experiment']} with activation checkpointing on {r['GPUs']} H200s "
           f"trained at {r['steady tokens/s']:,.0f} tokens/s, PyTorch's peak {r['torch peak alloc MiB']:,.0f} MiB and "
-          f"NVML's {r['GPU peak MiB (NVML)']:,.0f} MiB per GPU (estimated {r['est. total GPU MiB']:,.0f}): "
-          + (f"{fit.GPUS['H100 80GB'] - r['GPU peak MiB (NVML)']:,.0f} MiB under an H100's {fit.GPUS['H100 80GB']:,}."
-             if r["GPU peak MiB (NVML)"] < fit.GPUS["H100 80GB"] else
+          f"NVML's {r['GPU peak MiB']:,.0f} MiB per GPU (estimated {r['est. total GPU MiB']:,.0f}): "
+          + (f"{fit.GPUS['H100 80GB'] - r['GPU peak MiB']:,.0f} MiB under an H100's {fit.GPUS['H100 80GB']:,}."
+             if r["GPU peak MiB"] < fit.GPUS["H100 80GB"] else
              f"more than an H100's {fit.GPUS['H100 80GB']:,} MiB."))
 
 # %% [markdown]

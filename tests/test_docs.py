@@ -96,7 +96,7 @@ def test_readme_h200_excerpt_matches_the_runs():
         r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
         assert abs(int(per_gpu.replace(",", "")) - r["steady tokens/s per GPU"]) <= 0.5 and eff == r["scaling efficiency"]
         assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) <= 0.5
-        assert abs(int(est.replace(",", "")) - r["DS est. model states GPU MiB"]) <= 0.5
+        assert abs(int(est.replace(",", "")) - r["est. model states GPU MiB"]) <= 0.5
 
 
 def test_readme_lists_every_experiment():

@@ -54,6 +54,19 @@ def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme()
     assert "of swap files on each node's NVMe drive" in explain(est)
 
 
+def test_every_experiment_is_an_estimate_setup():
+    """`Experiment.fit_setup` is what fit.estimate models: at stage 3 its offload moves the optimizer states and
+    the parameters together, so an experiment that offloads one without the other would be estimated wrongly."""
+    from workshop_lib.config import EXPERIMENTS
+
+    for name, exp in EXPERIMENTS.items():
+        if exp.zero_stage == 3:
+            assert exp.offload_param == exp.offload_optimizer, name
+        else:
+            assert exp.offload_param == "none", name
+        assert estimate("Qwen/Qwen3-0.6B", **exp.fit_setup)["config"]["offload"] == exp.offload_optimizer
+
+
 def test_layer_activations_are_the_papers_eq1():
     # Korthikanti et al. 2022, eq. 1, for GPT-3 175B (s=2048, h=12288, a=96), one sequence:
     # s·b·h = 2048 x 12288 = 25,165,824; 34 + 5·a·s/h = 34 + 5 x 96 x 2048 / 12288 = 34 + 80 = 114.

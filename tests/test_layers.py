@@ -66,3 +66,20 @@ def test_mib_is_defined_once():
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"MiB\s*=\s*2\s*\*\*\s*20|[/*]\s*2\s*\*\*\s*20\b", line.split("#")[0])]
     assert not found, found
+
+
+def test_results_titles_are_written_once():
+    """One home for the titles of results.json's figures: `results.COLUMNS`. No other module or script writes
+    one as a string of its own (a name that is its own key, "model", is not a title); each takes it from
+    `results.title`, so a title changed there changes every table. Units are in the titles where they have one."""
+    from workshop_lib.results import COLUMNS
+
+    words = {"parameters", "micro-batch"}  # plain words too: a model's parameter count, fit's micro-batch slider
+    titles = {c.title for k, c in COLUMNS.items() if c.title != k} - words
+    found = [f"{p.relative_to(ROOT.parent)}:{node.lineno}: {node.value!r}"
+             for p in sorted([*ROOT.rglob("*.py"), *(ROOT.parent / "scripts").rglob("*.py")]) if p.name != "results.py"
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Constant) and node.value in titles]
+    assert not found, "\n".join(found)
+    for key, c in COLUMNS.items():
+        assert c.unit in ("", "nats", "fraction") or c.unit in c.title, key

@@ -73,7 +73,7 @@ def _check(df, ref):
         assert x.per_rank.band == band(col) and x.steady == steady
         assert x.per_rank.verdict == _verdict(x.per_rank.value, x.per_rank.other, band(col))
     col = "steady_train_tokens_per_second" if steady else "train_tokens_per_second"  # multi_node_row's
-    assert a.global_batch == scaling.groupby("GPUs")["global batch"].mean().to_dict()
+    assert a.global_batch == scaling.groupby("GPUs")["global batch (questions)"].mean().to_dict()
     assert a.max_steps == df.global_steps.max() and a.model_params == df.num_params.iloc[0]
     m = a.multi_node
     row = df[df.run_dir == m["run"]].iloc[0]

@@ -41,9 +41,9 @@ VARIANTS = [
     ("A/B: ZeRO-2, 2 data loader workers", dict(experiment="stage2", dataloader_num_workers=2)),
     ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
 ]
-COLUMNS = {"steady_train_tokens_per_second": "steady tokens/s", "steady_train_samples_per_second": "steady samples/s",
-           "steady_step_time_s": "s/step", "mfu": "MFU", "gpu_util_pct": "GPU util %",
-           "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_mib": "GPU peak MiB", "train_loss": "train loss"}
+# The table's figures: results.json keys, shown under their `results.title`
+COLUMNS = ["steady_train_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
+           "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "train_loss"]
 
 
 def run_dir_name(label: str) -> str:
@@ -118,8 +118,10 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from .results import title
     from .train import run_experiment
 
+    titles = {k: title(k) for k in COLUMNS}
     out = Path(out_dir)
     rows = []
     for label, fields in VARIANTS:
@@ -136,7 +138,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
         out.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(rows).rename(columns=COLUMNS).to_csv(out / "bench.csv", index=False)
+        pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
     from .train import check_machine
 
@@ -158,11 +160,11 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
               "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
                   "default before (4 x 4 sequences)", nan),
               f"fastest row ({best}) / classic": tps[best] / tps.get("classic", nan)}
-    table = df.rename(columns=COLUMNS)
+    table = df.rename(columns=titles)
     files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
     out.mkdir(parents=True, exist_ok=True)
     files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
-        f"- {k} (steady tokens/s): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
+        f"- {k} ({titles['steady_train_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
     table.to_csv(files["csv"], index=False)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")

@@ -49,6 +49,13 @@ class Experiment:
         """ZeRO-Infinity: optimizer states or parameters swapped to `RunConfig.nvme_path`."""
         return "nvme" in (self.offload_optimizer, self.offload_param)
 
+    @property
+    def fit_setup(self) -> dict:
+        """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
+        "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
+        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it)."""
+        return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
+
 
 EXPERIMENTS = {e.name: e for e in [
     Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),

@@ -15,30 +15,58 @@ import pandas as pd
 from . import rundir
 from .errors import WorkshopError
 
-# The columns of the exercise table: results.json key -> column title (units in the title).
-TABLE = {
-    "experiment": "experiment", "model": "model", "recipe": "recipe", "precision": "precision",
-    "world_size": "world size", "micro_batch_size_per_gpu": "micro-batch", "global_batch_size": "global batch (questions)",
-    "tokens_per_step": "tokens/step",
-    "steps_per_epoch": "steps/epoch",
-    "train_loss": "train loss", "eval_loss": "eval loss per epoch",
-    "train_tokens_per_second": "tokens/s", "steady_train_tokens_per_second": "steady tokens/s",
-    "steady_train_samples_per_second": "steady questions/s", "steady_step_time_s": "steady s/step", "mfu": "MFU",
-    "hfu": "HFU", "gpu_util_pct": "GPU util %",
-    "gpu_states_allocated_mib": "model states MiB (measured)", "estimated_model_states_gpu_mib": "est. model states GPU MiB",
-    "estimated_model_states_cpu_mib": "est. model states CPU MiB",
-    "gpu_peak_allocated_mib": "torch peak alloc MiB", "gpu_peak_reserved_mib": "torch peak reserved MiB",
-    "gpu_peak_mib": "GPU peak MiB", "gpu_mean_mib": "GPU mean MiB", "gpu_min_mib": "GPU min MiB",
-    "host_states_rss_mib": "host RSS after step 1 MiB", "host_peak_rss_mib": "host peak RSS MiB",
+@dataclass(frozen=True)
+class Column:
+    """How the tables show one results.json key: `title`, the unit in it where it has one ("torch peak alloc
+    MiB"), and `unit`, what `lessons.compare` states ("MiB": 2**20 bytes; losses in "nats" per label token; MFU
+    and HFU as a "fraction" of the GPUs' peak; "" for a name or a count). `default`: one of the exercise table's
+    columns when none are named (`exercise_table`)."""
+
+    title: str
+    unit: str = ""
+    default: bool = True
+
+
+# The one home of the titles and units of results.json's figures: every table, plot and verdict takes them from
+# here (`title`, `unit`), in this order in the exercise table. Adding a figure: its RunResults field, a line here.
+COLUMNS = {
+    "experiment": Column("experiment"), "model": Column("model"), "recipe": Column("recipe"),
+    "precision": Column("precision"), "world_size": Column("world size"),
+    "micro_batch_size_per_gpu": Column("micro-batch"), "global_batch_size": Column("global batch (questions)"),
+    "tokens_per_step": Column("tokens/step"), "steps_per_epoch": Column("steps/epoch"),
+    "train_loss": Column("train loss", "nats"), "eval_loss": Column("eval loss per epoch", "nats"),
+    "train_tokens_per_second": Column("tokens/s", "tokens/s"),
+    "steady_train_tokens_per_second": Column("steady tokens/s", "tokens/s"),
+    "steady_train_samples_per_second": Column("steady questions/s", "questions/s"),
+    "steady_step_time_s": Column("steady s/step", "s"),
+    "mfu": Column("MFU", "fraction"), "hfu": Column("HFU", "fraction"), "gpu_util_pct": Column("GPU util %", "%"),
+    "gpu_states_allocated_mib": Column("model states MiB (measured)", "MiB"),
+    "estimated_model_states_gpu_mib": Column("est. model states GPU MiB", "MiB"),
+    "estimated_model_states_cpu_mib": Column("est. model states CPU MiB", "MiB"),
+    "gpu_peak_allocated_mib": Column("torch peak alloc MiB", "MiB"),
+    "gpu_peak_reserved_mib": Column("torch peak reserved MiB", "MiB"),
+    "gpu_peak_mib": Column("GPU peak MiB", "MiB"),  # NVML: all of the GPU's memory in use
+    "gpu_mean_mib": Column("GPU mean MiB", "MiB"), "gpu_min_mib": Column("GPU min MiB", "MiB"),
+    "host_states_rss_mib": Column("host RSS after step 1 MiB", "MiB"),
+    "host_peak_rss_mib": Column("host peak RSS MiB", "MiB"),
+    # shown only where a table names them
+    "train_samples_per_second": Column("samples/s", "samples/s", default=False),
+    "num_params": Column("parameters", "parameters", default=False),
+    "nvme_swap_mib": Column("NVMe swap MiB", "MiB", default=False),  # params + optimizer swap files
+    "em": Column("exact match (%)", "%", default=False), "f1": Column("F1 (%)", "%", default=False),  # SQuAD v1.1
 }
 
-# The unit of each figure the lessons compare (`lessons.compare`): memory in MiB (2**20 bytes), losses in nats
-# per label token, MFU and HFU as fractions of the GPUs' peak.
-UNITS = {"train_loss": "nats", "eval_loss": "nats", "train_tokens_per_second": "tokens/s",
-         "steady_train_tokens_per_second": "tokens/s", "train_samples_per_second": "samples/s",
-         "steady_train_samples_per_second": "questions/s",
-         "steady_step_time_s": "s", "mfu": "fraction", "hfu": "fraction", "gpu_util_pct": "%",
-         "num_params": "parameters"} | {k: "MiB" for k in TABLE if k.endswith("_mib")}
+
+def title(key: str) -> str:
+    """The column title of results.json's `key` (`COLUMNS`), e.g. "steady tokens/s". Raises KeyError for a key
+    without one."""
+    return COLUMNS[key].title
+
+
+def unit(key: str) -> str:
+    """The unit of results.json's `key` (`COLUMNS`), e.g. "tokens/s"; "" for a name or a count. Raises KeyError
+    for a key without one."""
+    return COLUMNS[key].unit
 
 
 @dataclass
@@ -217,23 +245,26 @@ def hfu(row) -> float | None:
 
 
 def fmt(value, metric: str) -> str:
-    """One figure as the tables show it: MFU/HFU as percentages, losses and seconds to 4 decimals, the rest
-    (MiB, tokens/s) to whole units with thousands separators; "n/a" where missing (a GPU figure on a CPU)."""
+    """One figure as the tables show it, by its unit (`COLUMNS`): fractions (MFU, HFU) as percentages, nats and
+    seconds to 4 decimals, the rest (MiB, tokens/s) to whole units with thousands separators; "n/a" where missing
+    (a GPU figure on a CPU)."""
     if isinstance(value, (list, tuple)):
         return " / ".join(fmt(v, metric) for v in value)
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "n/a"
     if not isinstance(value, (int, float)):
         return str(value)
-    if metric in ("mfu", "hfu"):
+    u = COLUMNS[metric].unit if metric in COLUMNS else ""
+    if u == "fraction":
         return f"{value:.1%}"
-    return f"{value:,.4f}" if metric in ("train_loss", "eval_loss", "steady_step_time_s") else f"{value:,.0f}"
+    return f"{value:,.4f}" if u in ("nats", "s") else f"{value:,.0f}"
 
 
 def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference: pd.DataFrame | None = None,
                    bands: dict[str, float | None] | None = None) -> pd.DataFrame:
     """The exercise table: one row per run of `df` (`load_results`), the `columns` (results.json keys; default
-    every key of `TABLE` the runs have) under `TABLE`'s titles, units in them (losses in nats, memory in MiB).
+    every `default` key of `COLUMNS` the runs have) under their titles, units in them (losses in nats, memory in
+    MiB).
     The micro-batch is in sequences, or in tokens for a token-budget run; HFU is filled in for older runs (`hfu`).
 
     With `reference` (reference runs indexed by run name, as `lessons.reference`), the figures are formatted,
@@ -245,17 +276,17 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     df = df.copy()
     if "mfu" in df:
         df["hfu"] = [hfu(r) for _, r in df.iterrows()]
-    keys = [c for c in (columns or TABLE) if c in df]
+    keys = [k for k in (columns or [k for k, col in COLUMNS.items() if col.default]) if k in df]
+    titles = {k: COLUMNS[k].title if k in COLUMNS else k for k in keys}
     t = df[keys].copy()
     if "config" in df and "micro_batch_size_per_gpu" in t:
         t["micro_batch_size_per_gpu"] = [_micro_batch(c, mb) for c, mb in zip(df["config"], t["micro_batch_size_per_gpu"])]
     if reference is None:
         if "eval_loss" in t:
             t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
-        for k in ("mfu", "hfu"):
-            if k in t:
-                t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
-        return t.rename(columns=TABLE)
+        for k in [k for k in keys if COLUMNS.get(k, Column(k)).unit == "fraction"]:  # MFU, HFU: percentages
+            t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
+        return t.rename(columns=titles)
     ref = reference.copy()
     if "mfu" in ref:
         ref["hfu"] = [hfu(r) for _, r in ref.iterrows()]
@@ -264,21 +295,21 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     for i, name in enumerate(names):
         mine = df.iloc[i]
         rows.append({"run": name, "measured": "yours", "weights": weights(mine)}
-                    | {TABLE.get(k, k): fmt(t[k].iloc[i], k) for k in keys})
+                    | {titles[k]: fmt(t[k].iloc[i], k) for k in keys})
         if name in ref.index:
             other = ref.loc[name]
             apart = not_comparable(mine, other)
             cells = {}
             for k in keys:
                 if k not in ref:
-                    cells[TABLE.get(k, k)] = "n/a"
+                    cells[titles[k]] = "n/a"
                     continue
                 cell, b = fmt(other[k], k), (bands or {}).get(k)
                 if apart and k in LOSSES:  # no band: the two losses do not measure the same thing
                     cell += f" (not comparable: {apart})"
                 elif b is not None and not isinstance(other[k], list) and pd.notna(other[k]):
                     cell += f" ± {b:.0%}"
-                cells[TABLE.get(k, k)] = cell
+                cells[titles[k]] = cell
             rows.append({"run": name, "measured": "reference", "weights": weights(other)} | cells)
     return pd.DataFrame(rows)
 
@@ -418,7 +449,7 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     labels = _labels(df)
     x = range(len(df))
     if _has_gpu(df):
-        bars = [(k, TABLE[k]) for k in ("gpu_states_allocated_mib", "gpu_peak_allocated_mib",
+        bars = [(k, title(k)) for k in ("gpu_states_allocated_mib", "gpu_peak_allocated_mib",
                                          "gpu_peak_reserved_mib", "gpu_peak_mib") if k in df]
         w = 0.8 / len(bars)
         for i, (key, name) in enumerate(bars):
@@ -453,6 +484,16 @@ def _per_gpu_peak(row) -> float | None:
     return max(vals) if vals else None
 
 
+# The scaling table's own columns beside results.json's (`scaling_table`): the largest rank's peak, GPU (NVML) or
+# host RSS.
+PEAK_PER_GPU, PEAK_PER_RANK = "peak GPU MiB per GPU", "peak host RSS MiB per rank"
+
+
+def per_gpu(key: str) -> str:
+    """The scaling table's title of a speed divided by the GPUs: "steady tokens/s per GPU"."""
+    return f"{title(key)} per GPU"
+
+
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     """Runs of the same experiment, model and recipe side by side across world sizes (None if all runs have
     one world size). Scaling efficiency = (throughput per GPU) / (throughput per GPU at the smallest world
@@ -473,16 +514,17 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     speed = "tok_per_gpu" if steady else "per_gpu"
     base = t.groupby(["model", "recipe", "experiment"])[speed].transform("first")
     gpu = df["gpu_peak_mib"].notna().any()
-    name = "steady questions/s" if steady else "samples/s"
     cols = {"experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
-            "global batch": t["global_batch_size"], name: t[questions], f"{name} per GPU": t["per_gpu"].round(2)}
+            title("global_batch_size"): t["global_batch_size"], title(questions): t[questions],
+            per_gpu(questions): t["per_gpu"].round(2)}
     if steady:
-        cols |= {"steady tokens/s": t["steady_train_tokens_per_second"],
-                 "steady tokens/s per GPU": t["tok_per_gpu"].round(1)}
+        tokens = "steady_train_tokens_per_second"
+        cols |= {title(tokens): t[tokens], per_gpu(tokens): t["tok_per_gpu"].round(1)}
     return pd.DataFrame(cols | {
         "scaling efficiency": (t[speed] / base).map("{:.0%}".format),
-        ("peak GPU MiB per GPU" if gpu else "peak host RSS MiB per rank"): t["peak"],
-        "DS est. model states GPU MiB": t["estimated_model_states_gpu_mib"], "train loss": t["train_loss"],
+        (PEAK_PER_GPU if gpu else PEAK_PER_RANK): t["peak"],
+        title("estimated_model_states_gpu_mib"): t["estimated_model_states_gpu_mib"],
+        title("train_loss"): t["train_loss"],
     })
 
 
@@ -491,14 +533,14 @@ def plot_scaling(df: pd.DataFrame):
     dashed, DeepSpeed's estimate of the model states per GPU (the part ZeRO divides)."""
     t = scaling_table(df)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    mem_col = next(c for c in t.columns if c.startswith("peak "))
-    speed = "steady tokens/s per GPU" if "steady tokens/s per GPU" in t else "samples/s per GPU"
+    mem_col = PEAK_PER_GPU if PEAK_PER_GPU in t else PEAK_PER_RANK
+    speed = next(s for s in map(per_gpu, ("steady_train_tokens_per_second", "train_samples_per_second")) if s in t)
+    est = title("estimated_model_states_gpu_mib")
     for label, g in t.groupby(_labels(t)):  # one line per experiment (and model, recipe where they vary)
         a.plot(g["GPUs"], g[speed], marker="o", label=label)
         line, = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
-        if g["DS est. model states GPU MiB"].notna().all() and mem_col.startswith("peak GPU"):
-            b.plot(g["GPUs"], g["DS est. model states GPU MiB"], ls="--", color=line.get_color(),
-                   label=f"{label}: DS est. model states")
+        if g[est].notna().all() and mem_col == PEAK_PER_GPU:
+            b.plot(g["GPUs"], g[est], ls="--", color=line.get_color(), label=f"{label}: est. model states")
     a.set(xlabel="GPUs (ranks)", ylabel=speed, title="Throughput per GPU")
     b.set(xlabel="GPUs (ranks)", ylabel=mem_col, title="Peak memory per GPU")
     for ax in (a, b):

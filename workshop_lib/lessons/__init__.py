@@ -74,7 +74,7 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
 # The notebooks and the reference stop after this many optimizer steps (the first third is warm-up), the tiny
 # CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
 GPU_MAX_STEPS = 24
-# The columns of each notebook's exercise table (results.json keys; titles and units from `results.TABLE`).
+# The columns of each notebook's exercise table (results.json keys; titles and units from `results.COLUMNS`).
 _SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
 COLUMNS = {
     "01_baseline": [*_SPEED, "tokens_per_step", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
@@ -140,12 +140,12 @@ class Comparison:
 
 def compare(metric: str, value: float, other: float, unit: str | None = None,
             noise: float | None | Literal["reference"] = "reference") -> Comparison:
-    """`value` against `other` for results.json's `metric`: its unit from `results.UNITS` unless given, and
+    """`value` against `other` for results.json's `metric`: its unit from `results.COLUMNS` unless given, and
     as band the spread measured on the reference runs (`band(metric)`) unless `noise` gives one (None: none)."""
-    from ..results import UNITS
+    from ..results import COLUMNS
 
     spread = band(metric) if noise == "reference" else noise
-    return Comparison(metric, unit or UNITS.get(metric, ""), float(value), float(other),
+    return Comparison(metric, unit or (COLUMNS[metric].unit if metric in COLUMNS else ""), float(value), float(other),
                       None if spread is None else float(spread))
 
 
@@ -162,9 +162,7 @@ def budget_setups() -> dict[str, dict]:
             recipe = recipe_settings(settings.get("recipe", "default"))
             if recipe["batching"] != "token_budget" or "max_tokens_per_micro_batch" in settings:
                 continue
-            exp = EXPERIMENTS[experiment]
-            setups[name] = {"zero_stage": exp.zero_stage, "offload": "none" if exp.offload_optimizer == "none"
-                            else "cpu", "logits_on": recipe["logits_on"]}
+            setups[name] = EXPERIMENTS[experiment].fit_setup | {"logits_on": recipe["logits_on"]}
     return setups
 
 
@@ -351,9 +349,12 @@ def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
         if not CPU_RUN_ORDER.is_file():
             return None
         measured = pd.read_csv(CPU_RUN_ORDER)
+    from ..results import title
+
+    tps = title("steady_train_tokens_per_second")
     warm = measured[measured["warm-up"].astype(bool)].copy()
-    process = warm.groupby(["round", "order"])["steady tokens/s"]
-    warm["ratio"] = warm["steady tokens/s"] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
+    process = warm.groupby(["round", "order"])[tps]
+    warm["ratio"] = warm[tps] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
     spreads = [(v.max() - v.min()) / ((v.max() + v.min()) / 2) for run, v in warm.groupby("run")["ratio"]
                if run != "baseline" and len(v) > 1]
     return max(spreads) if spreads else None

@@ -165,6 +165,8 @@ def resume(resume_step: int, resumed: dict, uninterrupted: dict) -> Resume:
 def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, scored: dict) -> pd.DataFrame:
     """The exercise table of notebook 03b, from its runs (results.json dicts) and the reloaded model's eval loss
     (nats): train loss and last eval loss (nats), exact match and F1 (%, SQuAD v1.1) where each was measured."""
+    from ..results import title, unit
+
     nan = float("nan")
     return pd.DataFrame(
         [[uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],
@@ -174,4 +176,5 @@ def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, sc
          [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]]],
         index=["ZeRO-3 + offload, uninterrupted", "the same, killed and resumed", "the reloaded model/",
                "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
-        columns=["train loss (nats)", "last eval loss (nats)", "exact match (%)", "F1 (%)"])
+        columns=[f"{title('train_loss')} ({unit('train_loss')})", f"last eval loss ({unit('eval_loss')})", title("em"),
+                 title("f1")])

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
 from .. import variables
+from ..results import title
 from ..units import MiB
 from . import DOCS, Comparison, compare, notebook_run_options
 
@@ -47,31 +48,30 @@ def outcome(run_dir: Path) -> str:
 
 def _row(run_dir: Path, gpu: str) -> dict:
     from .. import fit
+    from ..config import EXPERIMENTS
 
     cfg = json.loads((run_dir / "run_config.json").read_text()) if (run_dir / "run_config.json").is_file() else {}
     name = run_dir.name
     model = cfg.get("model") or f"Qwen/{name.split('-stage')[0].split('-baseline')[0]}"
     experiment = cfg.get("experiment") or name.split("-")[-1]
     world = cfg.get("world_size", 1)
-    from ..config import EXPERIMENTS
-
-    exp = EXPERIMENTS[experiment]
-    offload = "none" if exp.offload_optimizer == "none" else exp.offload_optimizer
-    est = fit.estimate(model, exp.zero_stage, offload if exp.zero_stage else "none", gpus_per_node=world,
+    est = fit.estimate(model, **EXPERIMENTS[experiment].fit_setup, gpus_per_node=world,
                        train_micro_batch_size_per_gpu=1, max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
                        activation_checkpointing=bool(cfg.get("activation_checkpointing")), gpu=gpu)
     r = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
     return {"model": model, "experiment": experiment, "GPUs": world,
             "activation checkpointing": bool(cfg.get("activation_checkpointing")), "outcome": outcome(run_dir),
-            "steady tokens/s": r.get("steady_train_tokens_per_second"),
-            "GPU peak MiB (NVML)": r.get("gpu_peak_mib"), "torch peak alloc MiB": r.get("gpu_peak_allocated_mib"),
-            "torch peak reserved MiB": r.get("gpu_peak_reserved_mib"),
-            "host peak RSS MiB, node": node_host_peak(r),
+            **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "gpu_peak_allocated_mib",
+                                            "gpu_peak_reserved_mib")},
+            NODE_HOST_PEAK: node_host_peak(r),
             "est. states GPU MiB": est["model_states_gpu_mib"],
             "est. states host MiB, node": est["model_states_cpu_mib"],
             "est. total GPU MiB": est["total_gpu_mib"],
-            "NVMe swap MiB": sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
+            title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
             "est. NVMe MiB": est["nvme_mib"]}
+
+
+NODE_HOST_PEAK = title("host_peak_rss_mib") + ", node"  # `node_host_peak`: the node's ranks' peaks summed
 
 
 def node_host_peak(r: dict) -> float | None:
@@ -127,9 +127,8 @@ def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
         steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
         mem = pd.read_csv(run / "memory.csv")
         rows.append({"model": cfg["model"], "experiment": cfg["experiment"], "training steps": len(log),
-                     "steady s/step": steady["steady_step_time_s"],
-                     "steady tokens/s": steady["steady_train_tokens_per_second"],
-                     "GPU peak MiB (NVML)": mem["gpu_used_mib"].max(), "host peak RSS MiB": mem["host_rss_mib"].max(),
+                     **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
+                     title("gpu_peak_mib"): mem["gpu_used_mib"].max(), title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
                      "results.json": (run / "results.json").is_file()})
     return pd.DataFrame(rows)
 
@@ -202,10 +201,8 @@ class NvmeSummary:
         return self.buffer_elements == self.embedding_elements
 
     def comparisons(self) -> pd.DataFrame:
-        """One row per figure (titles with units from `results.TABLE`): NVMe's, CPU's, their ratio, the verdict."""
-        from ..results import TABLE
-
-        return pd.DataFrame([{"figure": TABLE.get(c.metric, c.metric), "NVMe offload": c.value, "CPU offload": c.other,
+        """One row per figure (titles with units from `results.COLUMNS`): NVMe's, CPU's, their ratio, the verdict."""
+        return pd.DataFrame([{"figure": title(c.metric), "NVMe offload": c.value, "CPU offload": c.other,
                               "NVMe / CPU": c.ratio, "verdict": f"{c.verdict} ({c.band_text})"}
                              for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)])
 
@@ -230,13 +227,12 @@ def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
     fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
     shape = model_shape(cpu["model"])
 
-    def vs(metric, column, unit):
-        return compare(metric, nvme[column], cpu[column], unit=unit, noise=None)
+    def vs(metric):
+        return compare(metric, nvme[title(metric)], cpu[title(metric)], noise=None)
 
     return NvmeSummary(
-        cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s", "steady s/step", "s"),
-        vs("steady_train_tokens_per_second", "steady tokens/s", "tokens/s"),
-        vs("host_peak_rss_mib", "host peak RSS MiB", "MiB"), vs("gpu_peak_mib", "GPU peak MiB (NVML)", "MiB"),
+        cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s"), vs("steady_train_tokens_per_second"),
+        vs("host_peak_rss_mib"), vs("gpu_peak_mib"),
         int(count), int(size), shape["vocab_size"] * shape["hidden_size"], free,
         *drive_device(root / "machine.txt"), tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
 
@@ -295,6 +291,9 @@ def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
             and (host is None or host <= HOST_SHARE * host_mib))
 
 
+CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload", "stage3_nvme")  # `configurations`' rows
+
+
 def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192,
                    nvme_free_mib: float | None = None) -> pd.DataFrame:
     """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
@@ -303,12 +302,12 @@ def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int 
     to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
     the host, the drive), with the GPU total within `fit.FREE_SHARE` of gpu_mib and the host states within
     `HOST_SHARE` of host_mib."""
+    from ..config import EXPERIMENTS
     from ..fit import estimate
 
     rows = []
-    for name, stage, offload in [("baseline", None, "none"), ("stage2", 2, "none"), ("stage3", 3, "none"),
-                                 ("stage3_offload", 3, "cpu"), ("stage3_nvme", 3, "nvme")]:
-        e = estimate(model, stage, offload, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
+    for name in CONFIGURATIONS:
+        e = estimate(model, **EXPERIMENTS[name].fit_setup, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
                      host_memory_mib=host_mib, nvme_free_mib=nvme_free_mib)
         rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
                      "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
@@ -342,12 +341,13 @@ class Choice:
 
 
 def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
+    from ..config import EXPERIMENTS
     from ..fit import MODELS, estimate, model_shape
 
     for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
         for tokens in TOKENS_TRIED:
-            base, zero2, off = (estimate(model, z, o, max_length=tokens, gpu=nearest_gpu(gpu_mib),
-                                         host_memory_mib=host_mib) for z, o in ((None, "none"), (2, "none"), (3, "cpu")))
+            base, zero2, off = (estimate(model, **EXPERIMENTS[e].fit_setup, max_length=tokens, gpu=nearest_gpu(gpu_mib),
+                                         host_memory_mib=host_mib) for e in ("baseline", "stage2", "stage3_offload"))
             if min(base["total_gpu_mib"], zero2["total_gpu_mib"]) > gpu_mib and _fits(off, gpu_mib, host_mib):
                 return model, tokens, base, zero2, off
     return None
@@ -469,8 +469,8 @@ def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffl
     if not both:
         return None
     m = both[-1]
-    return RungAgainstOffload(m, compare("steady_train_tokens_per_second", ac.at[m, "steady tokens/s"],
-                                         off.at[m, "steady tokens/s"], noise=None))
+    tps = "steady_train_tokens_per_second"
+    return RungAgainstOffload(m, compare(tps, ac.at[m, title(tps)], off.at[m, title(tps)], noise=None))
 
 
 @dataclass(frozen=True)
@@ -531,7 +531,7 @@ def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100
     """The learner's table for 03c's exercises 1 and 2: their stage3_offload and stage3_nvme runs (results.json
     dicts; `nvme_run` None where it did not run), each followed by `machine`'s reference run of the same
     experiment (`reference_result`; a larger model). Columns: run, measured, model, parameters (M), steady
-    tokens/s, GPU peak MiB (NVML), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
+    tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
     states in bytes/param, host peak RSS MiB, NVMe swap MiB (parameters + optimizer, at the end)."""
     rows = []
     for experiment, run in (("stage3_offload", offload_run), ("stage3_nvme", nvme_run)):
@@ -542,13 +542,12 @@ def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100
             rows.append({"run": experiment, "measured": measured,
                          "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
                          "parameters (M)": n / 1e6,
-                         "steady tokens/s": r.get("steady_train_tokens_per_second"),
-                         "GPU peak MiB (NVML)": r.get("gpu_peak_mib"),
-                         "host RSS after step 1 MiB": r.get("host_states_rss_mib"),
+                         **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib",
+                                                         "host_states_rss_mib")},
                          "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
                          "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
-                         "host peak RSS MiB": r.get("host_peak_rss_mib"),
-                         "NVMe swap MiB": sum(swap.values()) if swap else None})
+                         title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
+                         title("nvme_swap_mib"): sum(swap.values()) if swap else None})
     return pd.DataFrame(rows)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..comms import COMMS_FILE
-from ..results import scaling_table
+from ..results import PEAK_PER_GPU, PEAK_PER_RANK, per_gpu, scaling_table, title, unit
 from ..units import MiB
-from . import Comparison, band, compare
+from . import Comparison, compare
 
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
 PER_GPU = {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n, 3: lambda n: 16 / n}
@@ -44,8 +44,9 @@ def gpu_bytes_per_param(stage: int, n: int, offload_optimizer: bool = False, off
 
 
 # Columns of the scaling table shown beside the H200 reference (where both have them).
-BESIDE = ["global batch", "steady tokens/s", "steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU",
-          "peak host RSS MiB per rank", "DS est. model states GPU MiB"]
+BESIDE = [title("global_batch_size"), title("steady_train_tokens_per_second"),
+          per_gpu("steady_train_tokens_per_second"), "scaling efficiency", PEAK_PER_GPU, PEAK_PER_RANK,
+          title("estimated_model_states_gpu_mib")]
 
 
 def reference_info(ref: pd.DataFrame | None) -> dict | None:
@@ -76,10 +77,6 @@ def beside(scaling: pd.DataFrame, ref: pd.DataFrame | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-UNIT = {"steady_train_tokens_per_second": "tokens/s", "train_tokens_per_second": "tokens/s",
-        "train_samples_per_second": "samples/s"}
-
-
 def _speed(df: pd.DataFrame) -> str:
     """The speed `results.scaling_table` compares: steady tokens/s where every run has it, else samples/s."""
     ok = "steady_train_tokens_per_second" in df and df["steady_train_tokens_per_second"].notna().all()
@@ -99,10 +96,10 @@ def multi_node_row(df: pd.DataFrame) -> dict:
     tps = "steady_train_tokens_per_second" if pd.notna(r.get("steady_train_tokens_per_second")) else "train_tokens_per_second"
     one = df[(df["experiment"] == r["experiment"]) & (df["world_size"] == 1) & (df["model"] == r["model"])]
     return {"run": r["run_dir"], "nodes (distinct hosts)": hosts[best], "ranks": int(r["world_size"]),
-            "tokens/s": round(r[tps]),
+            unit(tps): round(r[tps]),
             "peak memory per rank MiB": max(x[key] for x in ranks) if ranks else None,
             "memory": "GPU (NVML)" if key == "gpu_peak_mib" else "host RSS",
-            "tokens/s against 1 rank": f"{r[tps] / one[tps].iloc[0]:.2f}x" if len(one) and pd.notna(one[tps].iloc[0]) else "n/a",
+            f"{unit(tps)} against 1 rank": f"{r[tps] / one[tps].iloc[0]:.2f}x" if len(one) and pd.notna(one[tps].iloc[0]) else "n/a",
             "source": "a several-node job" if hosts[best] > 1 else "ranks on this one machine (no several-node run found)"}
 
 
@@ -155,7 +152,7 @@ def scaling(df: pd.DataFrame) -> list[Scaling]:
         for _, r in g.iloc[1:].iterrows():
             out.append(Scaling(exp, int(r["world_size"]), int(first["world_size"]),
                                compare(col, r[col] / r["world_size"], first[col] / first["world_size"],
-                                       unit=f"{UNIT[col]} per rank"), col.startswith("steady")))
+                                       unit=f"{unit(col)} per rank"), col.startswith("steady")))
     return out
 
 
@@ -195,8 +192,8 @@ def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
     states = pd.DataFrame([{"zero_stage": s, "MiB per GPU on 16 GPUs": num_params * PER_GPU[s](16) / MiB,
                             "MiB per GPU on 1 GPU": a[(1, s)], "fraction of 1 GPU": PER_GPU[s](16) / PER_GPU[s](1),
                             "not partitioned MiB": num_params * PER_GPU[s](math.inf) / MiB} for s in (2, 3)])
-    mem = next(c for c in scaling_df.columns if c.startswith("peak"))
-    on_gpu = not mem.startswith("peak host")
+    mem = PEAK_PER_GPU if PEAK_PER_GPU in scaling_df else PEAK_PER_RANK
+    on_gpu = mem == PEAK_PER_GPU
     memory = []
     for exp, g in scaling_df.groupby("experiment"):
         first, last = g.iloc[0], g.iloc[-1]
@@ -212,9 +209,9 @@ def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
     one = df[(df["experiment"] == r["experiment"]) & (df["world_size"] == 1) & (df["model"] == r["model"])]
     col = "steady_train_tokens_per_second"  # as multi_node_row
     col = col if pd.notna(r.get(col)) else "train_tokens_per_second"
-    speed = (compare(col, r[col] / r["world_size"], one[col].iloc[0], unit="tokens/s per rank")
+    speed = (compare(col, r[col] / r["world_size"], one[col].iloc[0], unit=f"{unit(col)} per rank")
              if len(one) and pd.notna(one[col].iloc[0]) else None)
-    return MultiGpu(states, memory, scaling_df.groupby("GPUs")["global batch"].mean().to_dict(), scaling(df),
+    return MultiGpu(states, memory, scaling_df.groupby("GPUs")[title("global_batch_size")].mean().to_dict(), scaling(df),
                    scaling(ref) if ref is not None and not ref.empty else [], on_gpu, int(df["global_steps"].max()),
                    int(df["num_params"].iloc[0]), row, speed)
 

@@ -81,4 +81,4 @@ def zero_split(estimates: pd.DataFrame, model_name: str) -> ZeroSplit:
 
     s0, s2 = mib(0, 1), mib(2, 1)
     return ZeroSplit(model_name, s0, s2, mib(3, 4),
-                     compare("estimated_model_states_gpu_mib", s2, s0, unit="MiB", noise=None))
+                     compare("estimated_model_states_gpu_mib", s2, s0, noise=None))
