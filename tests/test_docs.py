@@ -237,3 +237,37 @@ def test_readme_lists_every_environment_variable_from_its_table():
     from workshop_lib.variables import markdown_table
 
     assert markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_the_activation_count_is_the_gpus_measurement():
+    """`fit.qwen3_constants` against scripts/activation_bytes.py's H100 run: with SDPA (flash) and eager
+    attention within 1% of the measured bytes per token per layer; compiled blocks keep less than the count."""
+    from workshop_lib.fit import model_shape, qwen3_constants
+
+    measured = json.loads((ROOT / "docs/h100/activations/summary.json").read_text())
+    for model, rows in measured["models"].items():
+        shape, s = model_shape(model), measured["seq"]
+        flash = qwen3_constants(shape, flash_attention=True)[0]
+        c, big_s = qwen3_constants(shape, flash_attention=False)
+        eager = c + big_s * shape["num_attention_heads"] * s / shape["hidden_size"]  # eq. 1's S·a·s/h term
+        assert rows["sdpa"]["C"] == pytest.approx(flash, rel=0.01), model
+        assert rows["eager"]["C"] == pytest.approx(eager, rel=0.01), model
+        assert rows["sdpa, compiled blocks"]["C"] < flash, model
+
+
+def test_the_deepcompile_findings_are_the_logs():
+    """docs/h100/deepcompile/README.md: the key alone never activates DeepCompile; the Trainer's torch_compile
+    does, with a first step of minutes; on a fresh machine the first step did not end before the timeout."""
+    d = ROOT / "docs/h100/deepcompile"
+
+    def steps(name):
+        return [(float(t), a == "True") for t, a in
+                re.findall(r"^step \d+: ([\d.]+) s, deepcompile active: (\w+)", (d / name).read_text(), re.M)]
+
+    assert all(not active for log in ("key_only.log", "ab_key_only.log") for _, active in steps(log))
+    compiled = steps("trainer_compile.log")
+    assert all(active for _, active in compiled) and round(compiled[0][0]) == 224
+    assert max(t for t, _ in compiled[1:]) < 1
+    assert not steps("ab_trainer_compile.log") and "rc=124" in (d / "ab_trainer_compile.log").read_text()
+    readme = (d / "README.md").read_text()
+    assert "first step took 224 s" in readme and "after 330 s" in readme

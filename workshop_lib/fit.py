@@ -56,13 +56,11 @@ def qwen3_constants(shape: dict, flash_attention: bool = True) -> tuple[float, f
     block, for transformers' own Qwen3 code with bf16 weights (as DeepSpeed trains it). The paper's 34 assumes
     a 4h GeLU MLP, LayerNorm, dropout and full multi-head attention; Qwen3 has a SwiGLU MLP of width
     intermediate_size, RMSNorm (computed in fp32) also on queries and keys, grouped-query attention (fewer
-    key/value heads) and no dropout. C is about 66.5 for Qwen3-4B and 52.5 for -8B with flash attention.
-    Checked on one H100 (torch 2.11, transformers 5.17, 1 and 3 random bf16 layers, s = 4096, memory allocated
-    by the forward pass): 66.6·h (4B) and 52.6·h (8B) bytes per token per layer with SDPA (its flash kernel
-    keeps what flash_attention_2 keeps: Q, K, V, output, logsumexp), 378.5·h and 247.5·h with eager attention:
-    these counts to 0.3%. torch.compile'd blocks (the default recipe at stages 0-2) kept 42.3·h and 32.9·h, so
-    for them the estimate is ~1.6x high. The HF Trainer alone (fp32 weights, bf16 autocast) keeps its norms'
-    tensors in fp32: more than this count (not measured)."""
+    key/value heads) and no dropout. Measured against a GPU's forward pass by scripts/activation_bytes.py
+    (SDPA, whose flash kernel keeps what flash_attention_2 keeps: Q, K, V, output, logsumexp; eager attention;
+    compiled blocks, for which this count is an upper bound); the H100's figures are in
+    docs/h100/activations/summary.json, and tests/test_docs.py checks this count against them. The HF Trainer
+    alone (fp32 weights, bf16 autocast) keeps its norms' tensors in fp32: more than this count (not measured)."""
     h, i, a = shape["hidden_size"], shape["intermediate_size"], shape["num_attention_heads"]
     q, kv = a * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]  # query and key/value widths
     # Bytes per token. Each of the 2 RMSNorms: its input upcast to fp32 (4h), the normalised bf16 copy (2h) and

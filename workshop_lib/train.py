@@ -488,8 +488,8 @@ def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
 
 
 def _activation_checkpointing(on: bool) -> dict:
-    """TrainingArguments' switch for it: `activation_checkpointing` from transformers 5.2x, before that
-    `gradient_checkpointing` (5.17 on the GPU machines), which 5.2x deprecates; nothing when off."""
+    """TrainingArguments' switch for it: `activation_checkpointing` where TrainingArguments has it (newer
+    transformers), else `gradient_checkpointing`, which the newer releases deprecate; nothing when off."""
     from transformers import TrainingArguments
 
     if not on:
