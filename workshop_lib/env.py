@@ -388,7 +388,6 @@ def build_deepspeed_ops(names: list[str]) -> None:
     """
     import threading
     import time
-    from pathlib import Path
 
     from torch.utils.cpp_extension import _get_build_directory
 
@@ -435,7 +434,6 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
         WorkshopError: the lock is still there after `timeout_s` seconds.
     """
     import time
-    from pathlib import Path
 
     from .errors import WorkshopError
 
