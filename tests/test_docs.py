@@ -271,3 +271,12 @@ def test_the_deepcompile_findings_are_the_logs():
     assert not steps("ab_trainer_compile.log") and "rc=124" in (d / "ab_trainer_compile.log").read_text()
     readme = (d / "README.md").read_text()
     assert "first step took 224 s" in readme and "after 330 s" in readme
+    # the A/B in one call: steps 2-5 with DeepCompile against steps 5-12 (the last two thirds) without
+    import statistics
+
+    on, off = [t for t, _ in steps("ab2_trainer_compile.log")], [t for t, _ in steps("ab2_key_only.log")]
+    assert (round(on[0]), len(on), len(off)) == (255, 5, 12)
+    fast, slow = statistics.median(on[1:]), statistics.median(off[4:])
+    assert f"median of {fast:.3f} s" in readme and f"median of {slow:.3f} s" in readme
+    assert f"{slow / fast:.1f}x" in readme and f"({min(off[4:]):.3f}-{max(off[4:]):.3f} s)" in readme
+    assert "Launching compile passes: global_steps=5" in (d / "ab2_trainer_compile.log").read_text()
