@@ -16,10 +16,12 @@ This module imports neither torch nor transformers at import time, so `workshop 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 import tempfile
+import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -239,14 +241,20 @@ def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict
     return settings
 
 
+@functools.cache
+def field_types(cls) -> dict:
+    """{field name: type} of dataclass `cls` (RunConfig, EvalConfig, BenchConfig), its annotations evaluated once
+    (`typing.get_type_hints`), for `resolve`'s check of every field, `check_counts` and the yes/no options."""
+    return typing.get_type_hints(cls)
+
+
 def _check_type(name: str, value, where: str) -> None:
     """Raise WorkshopError unless `value` is of RunConfig field `name`'s type (None where the field allows it;
     a `Literal`'s choices; int for int, a number for float, bool for bool, strings for list[str])."""
     import numbers
     import types
-    import typing
 
-    hint = typing.get_type_hints(RunConfig)[name]
+    hint = field_types(RunConfig)[name]
     kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for kind in kinds:
         origin = typing.get_origin(kind)
@@ -478,9 +486,8 @@ def parse_args(command: str, argv: list[str]):
 
 def check_counts(cfg) -> None:
     """Raise WorkshopError naming the first int field of `cfg` (EvalConfig, BenchConfig) below 1, with the fix."""
-    import typing
 
-    for name, kind in typing.get_type_hints(type(cfg)).items():
+    for name, kind in field_types(type(cfg)).items():
         if kind is int and getattr(cfg, name) < 1:
             raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
                                 f"pass --{name.replace('_', '-')} N with N >= 1.")
@@ -515,9 +522,8 @@ def _yes_no_options(parser, cls=RunConfig) -> None:
     that HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's
     help."""
     import argparse
-    import typing
 
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     yes_no = {name for name, t in hints.items() if t is bool or t == bool | None}
     for action in parser._actions:
         if action.dest not in yes_no:
