@@ -52,6 +52,9 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export WORKSHOP_DIST_TIMEOUT_S=${WORKSHOP_DIST_TIMEOUT_S:-300}  # collectives and rendezvous, seconds
 export MASTER_ADDR=${WORKSHOP_MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}
 export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+# Nodes of this start's allocation: a requeued job may start on fewer (scontrol update JobId=J NumNodes=1
+# NumTasks=1 while it waits), but the batch environment keeps the submission's SLURM_NTASKS, so every srun
+# below names its task count from the nodes rather than inherit it; the run resumes on the new world size.
 NNODES=${SLURM_NNODES:-1}
 GPUS_PER_NODE=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 # One process per GPU; on CPU nodes (WORKSHOP_TINY=1) WORKSHOP_CPU_PROCS_PER_NODE processes.
@@ -116,18 +119,19 @@ _launch() {
   local run=("$@")
   case ${WORKSHOP_LAUNCHER:-torchrun} in
     torchrun)   # one torchrun per node; c10d rendezvous at MASTER_ADDR, no ssh
-      srun --kill-on-bad-exit=1 --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" -m torch.distributed.run \
-        --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
+      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" \
+        -m torch.distributed.run --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
         --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" \
         --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
     srun)       # SLURM starts every rank itself; ranks from its variables
-      srun --kill-on-bad-exit=1 --ntasks-per-node="$NPROC_PER_NODE" "${SRUN_CONTAINER[@]}" bash -c \
+      srun --kill-on-bad-exit=1 --ntasks=$((NNODES * NPROC_PER_NODE)) --ntasks-per-node="$NPROC_PER_NODE" \
+        "${SRUN_CONTAINER[@]}" bash -c \
         'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec python "$@"' \
         _ "${run[@]}" ;;
     deepspeed)  # DeepSpeed's launcher on each node, hostfile from the allocation, --no_ssh
       local hostfile=$WORKSHOP_OUTPUT_DIR.hostfile
       scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/ slots=$NPROC_PER_NODE/" > "$hostfile"
-      srun --kill-on-bad-exit=1 --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" bash -c \
+      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" bash -c \
         'exec deepspeed --hostfile "$0" --no_ssh --node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR" \
            --master_port "$MASTER_PORT" --no_local_rank --module "$@"' \
         "$hostfile" "${run[@]:1}" ;;

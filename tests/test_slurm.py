@@ -185,3 +185,71 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     # CPU fp32, one process either way: measured identical
     assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (want["global_steps"], want["train_loss"],
                                                                     want["eval_loss"])
+
+
+def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp_path):
+    """A 2-node job (one CPU rank per node) warned before its time limit (SIGUSR1, as in the test above)
+    checkpoints, requeues itself, and is changed while it waits to 1 node (`scontrol update JobId=J NumNodes=1-1
+    NumTasks=1 NumCPUs=<its CPUs per task>`, what an admin or a user does to get a requeued job started sooner):
+    its next start, in the same run directory (the job id's), resumes on 1 rank through DeepSpeed's universal
+    checkpoint, with gradient_accumulation_steps 2 instead of 1, and ends with the global batch, the steps, every
+    step's training loss and the final weights of an uninterrupted 2-rank run (torchrun on this machine, started
+    while the job waits), within the CPU tests' tolerance (tests/test_resume_world_size.py's TOL, 1e-5 in fp32).
+    The batch environment keeps the submission's SLURM_NTASKS=2 across the requeue: an srun that inherited it
+    started two torchrun agents on the one node (SLURM's warning "can't honor --ntasks-per-node")."""
+    import re
+    import time
+
+    import pandas as pd
+    from safetensors.torch import load_file
+    from test_resume_world_size import TOL
+
+    from workshop_lib import launch
+
+    name, args = "multi_node_shrink", ["--epochs", "8"]  # 16 steps on 2 ranks: training still runs at the signal
+    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", "--job-name", name, "slurm/multi_node.slurm",
+                            "stage2", *args], cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    jid, deadline = "", time.time() + 600
+    while not jid and time.time() < deadline:
+        jid = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
+        time.sleep(0.5)
+    out = ROOT / "runs" / f"{name}-{jid}"
+    while time.time() < deadline and not ((out / "train_log.csv").exists()
+                                          and len((out / "train_log.csv").read_text().splitlines()) > 3):
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
+    ref = launch.run_local("stage2", 2, tmp_path / "ref", "--tiny", *args, env={"CUDA_VISIBLE_DEVICES": ""})
+    changed = False
+    while job.poll() is None and time.time() < deadline:  # requeued and held (BeginTime): 1 node, then release
+        state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
+        if "PENDING" in state and "BeginTime" in state:
+            cpus = re.search(r"CPUs/Task=(\d+)", subprocess.run(["scontrol", "show", "job", jid], capture_output=True,
+                                                                 text=True).stdout).group(1)
+            subprocess.run(["scontrol", "update", f"JobId={jid}", "NumNodes=1-1", "NumTasks=1", f"NumCPUs={cpus}"],
+                           check=True)
+            subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
+            changed = True
+            break
+        time.sleep(1)
+    rc = job.wait(timeout=900)
+    log = (ROOT / "logs" / f"{name}-{jid}.out").read_text()
+    assert changed and rc == 0, job.stdout.read() + log[-3000:]
+    assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
+    assert f"job {jid}: 2 node(s) x 1 process(es)" in log and f"job {jid}: 1 node(s) x 1 process(es)" in log
+    assert "can't honor --ntasks-per-node" not in log, log[-3000:]
+    assert log.count("Resuming from") == 1 and log.count("to a universal checkpoint in") == 1, log[-3000:]
+    assert ("Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global batch "
+            "kept (2 micro-batch(es) per optimizer step)") in log, log[-3000:]
+    r = json.loads((out / "results.json").read_text())
+    assert (r["world_size"], r["gradient_accumulation_steps"]) == (1, 2)
+    assert (r["global_batch_size"], r["global_steps"]) == (ref["global_batch_size"], ref["global_steps"])
+    [change] = r["world_size_changes"]
+    assert (change["world_size"], change["gradient_accumulation_steps"], change["universal"]) == ([2, 1], [1, 2], True)
+    assert 0 < change["step"] < r["global_steps"]
+    assert abs(r["train_loss"] - ref["train_loss"]) <= TOL, (r["train_loss"], ref["train_loss"])
+    steps, ref_steps = (pd.read_csv(d / "train_log.csv").dropna(subset=["loss"]) for d in (out, tmp_path / "ref"))
+    assert list(steps["step"]) == list(ref_steps["step"]) == list(range(1, r["global_steps"] + 1))
+    assert abs(steps["loss"].to_numpy() - ref_steps["loss"].to_numpy()).max() <= TOL
+    a, b = (load_file(d / "model" / "model.safetensors") for d in (out, tmp_path / "ref"))
+    assert a.keys() == b.keys() and max((a[k].float() - b[k].float()).abs().max().item() for k in a) <= TOL
