@@ -192,3 +192,40 @@ def test_nvme_offload_is_refused_on_another_world_size(tmp_path):
     assert p.returncode == 2 and "with the optimizer states offloaded to NVMe" in p.stderr, p.stderr[-2000:]
     assert "To fix: resume on 2 rank(s), or start again on 1 rank(s) with --overwrite." in p.stderr
     assert {f: f.stat().st_mtime_ns for f in out.rglob("*")} == before
+
+
+def test_notebook_03b_kills_a_2_rank_run_and_compares_its_resume_on_1_rank(runs, tmp_path):
+    """Notebook 03b's step, through the library as the notebook calls it: `fine_tuned.killed_on_ranks` kills
+    torchrun and both ranks with SIGKILL once checkpoint-2 is complete (no rank outlives it), `launch.run_local`
+    resumes on 1 rank, and `fine_tuned.other_world` reads what the resume printed, the change it recorded and every
+    step's loss beside the uninterrupted 2-rank run's; `fine_tuned.resumable_on` names the ranks a resume keeps
+    the global batch on (2 micro-batches per step: 1 or 2). Run again on the finished run's directory, the kill
+    waits for the new run's checkpoint (it once took the old run's for it and killed the new one before it began)."""
+    from workshop_lib import launch
+    from workshop_lib.lessons import fine_tuned
+
+    cpu = {} if GPU else {"CUDA_VISIBLE_DEVICES": ""}
+    ref, out = runs("stage2-ref"), tmp_path / "killed"
+    step = fine_tuned.killed_on_ranks("stage2", 2, out, "--tiny", env=cpu)
+    assert step >= fine_tuned.KILL_AFTER and not (out / "results.json").exists()
+    alive = [pid for pid in filter(str.isdigit, os.listdir("/proc"))
+             if str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()] if Path("/proc").is_dir() else []
+    assert alive == [], alive
+    assert "$ " in (out / "launch.log").read_text() and "--save-steps 1" in (out / "launch.log").read_text()
+    launch.run_local("stage2", 1, out, "--tiny", "--resume", env=cpu)
+    moved = fine_tuned.other_world(out, ref)
+    assert [ln.split(" ")[0] for ln in moved.printed] == ["Resuming", "Resuming", "Converting"], moved.printed
+    assert moved.printed[0].startswith(f"Resuming from {out / 'checkpoints'}/checkpoint-{step}")
+    assert moved.printed[1].startswith("Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps "
+                                       "1 -> 2, the global batch kept")
+    assert (moved.change["step"], moved.change["world_size"], moved.change["universal"]) == (step, [2, 1], True)
+    assert list(moved.losses.index) == [1, 2, 3, 4] and moved.global_batch_size[0] == moved.global_batch_size[1]
+    assert (moved.losses["difference"].loc[:step] == 0).all()  # before the kill: 2 ranks either way
+    assert moved.max_difference <= TOL and (GPU or moved.verdict == "the same losses")  # the notebook's: CPU ranks
+    assert fine_tuned.resumable_on(out, 4) == {1: 2, 2: 1}
+    with pytest.raises(ValueError, match="records no resume on another world size"):
+        fine_tuned.other_world(ref, ref)
+    # the notebook run again: the finished run's checkpoints are removed first, never taken for the new run's
+    assert fine_tuned.killed_on_ranks("stage2", 2, out, "--tiny", env=cpu) >= fine_tuned.KILL_AFTER
+    assert not (out / "results.json").exists() and not (out / checkpoint.WORLD_SIZE_CHANGES).exists()
+    assert (out / "launch.log").read_text().count("$ ") == 1
