@@ -4,6 +4,7 @@ package docstring name every file and module there is, and nothing that is not."
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -108,7 +109,7 @@ def test_readme_lists_every_experiment():
     assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(EXPERIMENTS)
 
 
-@pytest.mark.parametrize("name, rows_expected", [("bench", 7), ("bench-levers", 12)])
+@pytest.mark.parametrize("name, rows_expected", [("bench", 7), ("bench-levers", 12), ("bench-gap", 7)])
 def test_h100_bench_table_matches_its_runs(name, rows_expected):
     """docs/h100/bench*/bench.csv, row by row, against the results.json of the run behind it."""
     from workshop_lib.bench import run_dir_name
@@ -122,6 +123,58 @@ def test_h100_bench_table_matches_its_runs(name, rows_expected):
         assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24 and r["warmup_steps"] == 8
         assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == \
                (r["steady_train_tokens_per_second"], r["mfu"], r["gpu_util_pct"])
+
+
+def _window_tokens_per_second(run: Path) -> float:
+    """All the tokens of a run's steady steps over their summed step times (train_log.csv, results.json's warm-up)."""
+    log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
+    steady = log.iloc[json.loads((run / "results.json").read_text())["warmup_steps"]:]
+    return steady["tokens"].sum() / steady["step_time_s"].sum()
+
+
+def test_the_gap_readme_states_its_runs():
+    """docs/h100/bench-gap: the targets' ratios, ZenFlow's two kinds of steps, throughput, loss and host memory,
+    the persistence and core-binding A/Bs and the profile's per-step figures, each as the README states it,
+    computed from the committed runs, table and profile."""
+    gap = H100 / "bench-gap"
+    text = " ".join((gap / "README.md").read_text().split())
+    runs = {d.name: d for d in (gap / "runs").iterdir()}
+    window = {n: _window_tokens_per_second(d) for n, d in runs.items()}
+    table = pd.read_csv(gap / "bench.csv").set_index("row")
+    z2, off = window["default_ZeRO-2"], window["default_ZeRO-2_plus_CPU_offload"]
+    zf, acc4 = window["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"], window[
+        "A_B_ZeRO-2_plus_CPU_offload_4_x_32k_tokens_accumulation_4"]
+    ceiling = table.loc["default ZeRO-2", "steady tokens/s"] / table.loc["plain PyTorch (ceiling)", "steady tokens/s"]
+    assert f"| default ZeRO-2 at least 0.9x of the plain PyTorch ceiling | {ceiling:.2f}x | no |" in text
+    assert f"| default ZeRO-3 at least 0.6x of default ZeRO-2 | {window['default_ZeRO-3'] / z2:.2f}x | no |" in text
+    assert f"| {max(acc4, zf, off) / z2:.2f}x (accumulation 4" in text and f"{off / z2:.2f}x at the same global" in text
+    assert f"1.{round(100 * window['A_B_ZeRO-3_every_parameter_persistent_one_GPU'] / window['default_ZeRO-3']) - 100:02d}x of default ZeRO-3, within the noise" in text
+    steps = sorted(pd.read_csv(runs["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"] / "train_log.csv")
+                   .dropna(subset=["step_time_s"])["step_time_s"].iloc[8:])
+    fast, slow = statistics.median(steps[:8]), statistics.median(steps[8:])
+    assert slow > 2.5 * fast and f"(median {fast:.2f} s)" in text and f"(median {slow:.2f} s)" in text
+    r_zf, r_off = (json.loads((runs[n] / "results.json").read_text())
+                   for n in ("A_B_ZeRO-2_plus_CPU_offload_ZenFlow", "default_ZeRO-2_plus_CPU_offload"))
+    assert f"median-based {r_zf['steady_train_tokens_per_second']:,.0f} tokens/s" in text
+    assert (f"{zf / off:.2f}x as fast as plain offload, with a train loss "
+            f"{r_zf['train_loss'] - r_off['train_loss']:.2f} nats higher and a host peak RSS "
+            f"{r_zf['host_peak_rss_mib'] / r_off['host_peak_rss_mib']:.2f}x as large") in text
+    assert f"{acc4 / off:.2f}x plain offload over the window" in text
+    cb = {n: json.loads((gap / "core-binding" / n / "results.json").read_text())["steady_train_tokens_per_second"]
+          for n in ("plain", "bound", "plain2")}
+    assert min(cb["plain"], cb["plain2"]) <= cb["bound"] <= max(cb["plain"], cb["plain2"])
+    assert f"{cb['plain']:,.0f}, {cb['bound']:,.0f} and {cb['plain2']:,.0f}" in text
+    assert f"differed by {max(cb['plain'], cb['plain2']) / min(cb['plain'], cb['plain2']):.2f}x" in text
+    assert "'numactl', '-m', '0', '-C', '0-15'" in (gap / "core-binding" / "bound.log").read_text()
+    prof = (gap / "profile" / "profile.txt").read_text()
+    row = {line.split()[0]: re.split(r"\s{2,}", line.strip()) for line in prof.splitlines() if line.strip()}
+    per_step = lambda name, col: float(row[name][col].removesuffix("ms")) / 3  # noqa: E731 - 3 steps profiled
+    gpu = float(re.search(r"Self CUDA time total: ([\d.]+)ms", prof).group(1)) / 3
+    assert f"{gpu:.0f} ms of GPU kernels" in text and f"({1000 * table.loc['plain PyTorch (ceiling)', 'steady s/step']:.0f} ms" in text
+    assert f"collation {per_step('enumerate(DataLoader)#_SingleProcessDataLoaderIter._...', 4):.1f} ms" in text
+    acc = row["torch::autograd::AccumulateGrad"]
+    assert f"{int(acc[-1]) // 3} `AccumulateGrad` calls (ZeRO-2's per-parameter gradient hooks) {per_step('torch::autograd::AccumulateGrad', 4):.1f} ms" in text
+    assert f"{int(row['aten::linalg_vector_norm'][-1]) // 3} per-tensor gradient norms" in text
 
 
 def test_the_smallest_gpu_the_readme_names_held_every_run_of_those_notebooks():
@@ -271,7 +324,6 @@ def test_the_deepcompile_findings_are_the_logs():
     assert not steps("ab_trainer_compile.log") and "rc=124" in (d / "ab_trainer_compile.log").read_text()
     readme = (d / "README.md").read_text()
     assert "first step took 224 s" in readme and "after 330 s" in readme
-    # the A/B in one call: steps 2-5 with DeepCompile against steps 5-12 (the last two thirds) without
     import statistics
 
     on, off = [t for t, _ in steps("ab2_trainer_compile.log")], [t for t, _ in steps("ab2_key_only.log")]

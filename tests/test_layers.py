@@ -11,7 +11,7 @@ LAYERS = [
     {"errors", "units", "gpus", "variables"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
-     "results", "comms", "launch", "callbacks", "teardown", "nvme"},
+     "results", "comms", "launch", "callbacks", "teardown", "nvme", "zenflow"},
     {"train"},
     {"lessons", "bench"},
     {"cli"},

@@ -5,7 +5,7 @@ One module per concept: `config` (RunConfig, experiments, recipes), `data` (SQuA
 DeepSpeed ops), `memory` (sampler and estimates), `fit` (will a run fit a GPU? its explorer), `metrics` (MFU),
 `train` (`run_experiment`, its stages and their `Run`), `callbacks` (the Trainer callbacks of every run: step
 log, stop, phases), `teardown` (the clean-up that lets a kernel run several experiments), `nvme` (ZeRO-Infinity's
-swap files), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories, signals),
+swap files), `zenflow` (ZenFlow's own update schedule under the Trainer), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories, signals),
 `checkpoint` (resume, export), `evaluation` (the fine-tuned model: generation, EM/F1), `results` (RunResults,
 tables, plots), `bench` (recipes and ZeRO settings against a plain PyTorch loop), `launch` (torchrun, SLURM),
 `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU table:

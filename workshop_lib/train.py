@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, env, memory, metrics, rundir, teardown, variables
+from . import checkpoint, env, memory, metrics, rundir, teardown, variables, zenflow
 from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
@@ -587,7 +587,8 @@ def train(run: Run) -> None:
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
-            train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+            with zenflow.own_update_boundaries():
+                train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
             rundir.StopRequest.training = False
         if stop.signum and trainer.state.global_step < trainer.state.max_steps:

@@ -1,0 +1,42 @@
+"""ZenFlow through the HF Trainer: its own update schedule, which accelerate overrides.
+
+ZenFlow (DeepSpeed >= 0.17.5, `zero_optimization.zenflow`; Lan et al. 2025, "ZenFlow: Enabling Stall-Free
+Offloading Training via Importance-Aware Gradient Updating", arXiv 2505.12242) updates the `topk_ratio` share of
+gradient columns on the GPU at every step and the rest on the CPU every `update_interval` steps, overlapped with
+the next steps' GPU work. It decides those CPU-update boundaries itself: `configure_zenflow` sets the engine's
+gradient_accumulation_steps to `update_interval`, and `engine.is_gradient_accumulation_boundary` asks
+`is_zenflow_update_boundary` - unless a boundary was set by hand.
+
+accelerate's `DeepSpeedEngineWrapper.backward` (1.15) sets it by hand at every micro-batch from the Trainer's
+`sync_gradients`, which with gradient_accumulation_steps 1 is always True: every step becomes a full CPU update
+as well as a selective GPU one, and nothing overlaps (`docs/h100/zenflow`: slower than plain offload, in that
+configuration). `own_update_boundaries` lets ZenFlow's engines decide, as DeepSpeed's own ZenFlow examples do
+(`engine.backward(loss); engine.step()` per micro-batch), and leaves every other engine as accelerate drives it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
+
+@contextmanager
+def own_update_boundaries():
+    """Within the block, accelerate's DeepSpeed wrapper leaves the update boundary of an engine with ZenFlow
+    (`engine.zenflow`) to ZenFlow's schedule; other engines are driven as before. Restored on exit."""
+    accelerate_backward = DeepSpeedEngineWrapper.backward
+
+    def backward(self, loss, sync_gradients=True, **kwargs):
+        if not getattr(self.engine, "zenflow", False):
+            return accelerate_backward(self, loss, sync_gradients, **kwargs)
+        self.engine._is_gradient_accumulation_boundary = None  # ZenFlow's schedule decides (see the module)
+        self.engine.backward(loss, **kwargs)
+        if sync_gradients:
+            self.engine.step()
+
+    DeepSpeedEngineWrapper.backward = backward
+    try:
+        yield
+    finally:
+        DeepSpeedEngineWrapper.backward = accelerate_backward
