@@ -60,7 +60,8 @@ def record(run) -> dict:
         tiny=cfg.tiny, random_weights=cfg.random_weights or cfg.tiny, zero_stage=exp.zero_stage,
         offload_optimizer=exp.offload_optimizer, offload_param=exp.offload_param, precision=cfg.precision,
         attn_implementation=info["attn_implementation"], loss_on=cfg.loss_on, padding=cfg.padding,
-        world_size=world_size, micro_batch_size_per_gpu=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        world_size=world_size, micro_batch_size_per_gpu=micro,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         global_batch_size=micro * cfg.gradient_accumulation_steps * world_size,  # = ds_config's train_batch_size
         tokens_per_step=round(train_stats.tokens / per_epoch),
         epochs=cfg.epochs if not cfg.max_steps else round(trainer.state.epoch, 3), max_steps=cfg.max_steps,

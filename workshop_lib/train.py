@@ -150,7 +150,7 @@ class Run:
     settings and this process's rank; each stage fills in what it makes (None or empty until then), the next
     reads it."""
 
-    cfg: RunConfig  # resolved (`config.resolve`, `preflight.check_machine`)
+    cfg: RunConfig  # resolved (`config.resolve`, `preflight.check_machine`, `preflight.check_resume`)
     exp: Experiment
     rank: int = 0  # the world: `env.world()`, read once
     local_rank: int = 0
@@ -169,7 +169,7 @@ class Run:
     eval_ds: Any = None
     train_stats: DataStats | None = None
     eval_stats: DataStats | None = None
-    estimate: dict = field(default_factory=dict)  # DeepSpeed's model-states estimate, MiB (`preflight.recorded_states`)
+    estimate: dict = field(default_factory=dict)  # model-states estimate, MiB (`preflight.recorded_states`)
     # build_trainer and train
     resume_from: Path | None = None  # the checkpoint a --resume starts from
     batches: TokenBudgetBatchSampler | None = None  # token-budget batching's sampler; None: the Trainer's
@@ -178,7 +178,7 @@ class Run:
     train_out: Any = None  # Trainer.train's TrainOutput
     steps: Any = None  # the step log callback (`callbacks.step_log`): step times and tokens
     wall: float = 0.0  # seconds since the memory sampler started
-    # record
+    # record (`record.record`)
     results: dict = field(default_factory=dict)  # a `RunResults` as a dict
 
     @property
