@@ -88,7 +88,7 @@ if results.cpu_memory_note(df):
 # is skipped.
 
 # %%
-if torch.cuda.is_available():  # torch.compile runs on a GPU only (train.check_machine)
+if torch.cuda.is_available():  # torch.compile runs on a GPU only (preflight.check_machine)
     run_experiment(lessons.run_config(NOTEBOOK, "baseline_no_compile", RUNS, **COMMON))
 
 # %% [markdown]

@@ -11,8 +11,8 @@ LAYERS = [
     {"errors", "units", "gpus", "variables"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
-     "results", "comms", "launch", "callbacks", "teardown", "nvme", "zenflow"},
-    {"train"},
+     "results", "comms", "launch", "callbacks", "teardown", "nvme", "preflight", "zenflow"},
+    {"train", "record"},
     {"lessons", "bench"},
     {"cli"},
 ]

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from workshop_lib import env, lessons, results
 

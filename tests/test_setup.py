@@ -103,7 +103,7 @@ def test_the_cases_reach_both_edges_of_every_range():
 
 
 def test_the_installed_deepspeed_has_no_known_defect():
-    """What `workshop run` checks (train.check_machine), on this machine's DeepSpeed."""
+    """What `workshop run` checks (preflight.check_machine), on this machine's DeepSpeed."""
     import importlib.metadata as md
 
     from workshop_lib.env import check_deepspeed_version

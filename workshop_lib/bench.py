@@ -74,7 +74,8 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     from . import metrics
     from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
     from .model import load_model_and_tokenizer
-    from .train import apply_speed_levers, run_mfu
+    from .record import run_mfu
+    from .train import apply_speed_levers
 
     cuda = torch.cuda.is_available()
     net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
@@ -152,7 +153,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
-    from .train import check_machine
+    from .preflight import check_machine
 
     base = check_machine(resolve(RunConfig("baseline", model=model, tiny=tiny, random_weights=not tiny,
                                            num_train_samples=num_train_samples,

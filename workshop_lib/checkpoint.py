@@ -31,12 +31,23 @@ of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are.
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import logging
 import os
 import re
+import shlex
 import shutil
+from dataclasses import MISSING, fields
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from . import env, rundir  # rundir imports this module inside a function: either may be imported first
+from .config import EXPERIMENTS
 from .errors import WorkshopError, read_json_object
 from .units import MiB
 
@@ -51,8 +62,6 @@ DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: 
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(2**20):
@@ -88,15 +97,13 @@ def write_manifest(ckpt: str | os.PathLike) -> Path:
     """Write ckpt/MANIFEST (atomically): every other file under `ckpt`, by path relative to it, with its size
     in bytes and, up to CHECKSUM_MAX_BYTES, its SHA-256. Call once the checkpoint is written whole
     (`manifest_callback`). Returns the manifest's path."""
-    from .rundir import write_json_atomic
-
     ckpt, files = Path(ckpt), {}
     for f in sorted(ckpt.rglob("*")):
         if f.is_file() and f.name != MANIFEST and not f.name.startswith(f".{MANIFEST}.tmp"):
             size = f.stat().st_size
             files[f.relative_to(ckpt).as_posix()] = {"bytes": size} | (
                 {"sha256": _sha256(f)} if size <= CHECKSUM_MAX_BYTES else {})
-    write_json_atomic(ckpt / MANIFEST, {"step": _name_step(ckpt), "files": files})
+    rundir.write_json_atomic(ckpt / MANIFEST, {"step": _name_step(ckpt), "files": files})
     return ckpt / MANIFEST
 
 
@@ -223,14 +230,9 @@ def manifest_callback():
     """A TrainerCallback writing each checkpoint's MANIFEST once it is written whole: in `on_save`, which the
     Trainer calls after `_save_checkpoint` (transformers 5.2x `Trainer._maybe_log_save_evaluate`). Every
     rank writes its own ZeRO shards and RNG states: all ranks meet at a barrier first, then rank 0 writes."""
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    from .env import barrier
-
     class Manifest(TrainerCallback):
         def on_save(self, args, state, control, **kw):
-            barrier()
+            env.barrier()
             if state.is_world_process_zero:
                 write_manifest(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
@@ -241,9 +243,6 @@ def run_command(asked, output_dir: str | os.PathLike, flag: str) -> str:
     """The `workshop run` command line of the run whose settings were `asked` (a RunConfig as given, before
     `config.resolve`) into `output_dir`, with `flag` ("--resume" or "--overwrite") instead of either:
     what the messages of an interrupted run suggest."""
-    import shlex
-    from dataclasses import MISSING, fields
-
     args = ["workshop", "run", asked.experiment]
     for f in fields(asked):
         value = getattr(asked, f.name)
@@ -261,10 +260,8 @@ def run_command(asked, output_dir: str | os.PathLike, flag: str) -> str:
 def kept(out: str | os.PathLike, asked) -> str:
     """What an interrupted run in `out` kept and how to go on, for its message: the complete checkpoints
     (paths, steps) and the `--resume` command line, or that none was kept and the `--overwrite` one."""
-    from .rundir import MARKER
-
     out, complete = Path(out), find_checkpoints(out)[0]
-    marked = f"marked unfinished ({out / MARKER})"
+    marked = f"marked unfinished ({out / rundir.MARKER})"
     if not complete:
         return (f"kept no checkpoint, only what it logged in {out} (train_log.csv, memory.csv), {marked}. To "
                 f"start again: {run_command(asked, out, '--overwrite')}")
@@ -319,8 +316,6 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
         WorkshopError: `ckpt` holds no ZeRO partitions (`zero_partitions`: it needs no conversion), or
             DeepSpeed's converter failed (its error named).
     """
-    import argparse
-
     ckpt = Path(ckpt)
     if not zero_partitions(ckpt):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any "
@@ -332,7 +327,7 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     latest.unlink(missing_ok=True)
-    from deepspeed.checkpoint import ds_to_universal
+    from deepspeed.checkpoint import ds_to_universal  # here: DeepSpeed is optional (the baseline runs without it)
 
     print(f"Converting {ckpt / tag} to a universal checkpoint in {out} (DeepSpeed's ds_to_universal) ...", flush=True)
     try:
@@ -429,8 +424,6 @@ def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> 
             never reads a universal checkpoint for them; let through, a 2-rank stage3_nvme checkpoint resumed on 1
             rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00).
     """
-    from .config import EXPERIMENTS
-
     before = _started(out)
     if before is None:
         return None
@@ -465,11 +458,53 @@ def describe_world_size_change(change: dict) -> str:
             f"from step {change['step']}, {how}. Data order: {change['data_order']}.")
 
 
+def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
+    """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
+    moves every checkpoint that is not complete (interrupted while being written, or damaged:
+    `why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, one line each, and keeps the
+    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on).
+
+    On another world size (`change`, from `world_size_change`) rank 0 also says what changes, appends
+    it to OUTPUT_DIR/world_size_changes.json (results.json's `world_size_changes`) and, for ZeRO partitions,
+    makes the checkpoint's universal checkpoint (`to_universal`, once) while the other ranks wait.
+
+    Raises:
+        WorkshopError: DeepSpeed's converter failed (`to_universal`).
+    """
+    complete, broken = find_checkpoints(out)
+    if rank == 0:
+        step = step_of(complete[-1]) if complete else 0
+        for f in out.glob("memory*.csv"):
+            if ".before-resume-" not in f.name:
+                f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
+        for b in broken:
+            print(f"Skipped {b}: {why_incomplete(b)}; moved to {set_aside(b)}, never loaded.")
+        print(f"Resuming from {complete[-1]} (step {step})." if complete else
+              f"No complete checkpoint in {out / CHECKPOINTS}: training starts from step 0.")
+        if change:
+            print(describe_world_size_change(change), flush=True)
+            changes = out / WORLD_SIZE_CHANGES
+            before = json.loads(changes.read_text()) if changes.is_file() else []
+            if before[-1:] != [change]:  # an attempt stopped before its first checkpoint made the same change
+                rundir.write_json_atomic(changes, before + [change])
+    failed = None
+    if rank == 0 and change and change["universal"]:
+        try:
+            to_universal(complete[-1])
+        except WorkshopError as e:  # raised after the barrier: the other ranks must not wait for it forever
+            failed = e
+    env.barrier()  # the other ranks load the universal checkpoint once rank 0 has made it
+    if failed:
+        raise failed
+    if change and change["universal"] and not (complete[-1] / UNIVERSAL).is_file():
+        raise WorkshopError(f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
+                            f"resume on the {change['world_size'][0]} rank(s) that wrote it.")
+    return complete[-1] if complete else None
+
+
 def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> None:
     """Record the settings a run trains with (OUTPUT_DIR/run_config.json), for `check_same_run`."""
-    from .rundir import write_json_atomic
-
-    write_json_atomic(Path(out) / RUN_CONFIG, config | {"world_size": world_size})
+    rundir.write_json_atomic(Path(out) / RUN_CONFIG, config | {"world_size": world_size})
 
 
 def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> None:
@@ -521,11 +556,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); `out` exists and is not empty.
     """
-    import torch
+    # here: DeepSpeed is optional (the baseline runs without it)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .rundir import atomic_path
 
     ckpt, out = last_checkpoint(source), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -539,7 +571,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
+    with rundir.atomic_path(out) as tmp:
         net.save_pretrained(tmp)
         for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
             if (f.is_file() and f.suffix in (".json", ".txt", ".model", ".jinja")
@@ -565,8 +597,6 @@ def expected_resume_notes(record) -> bool:
 
 def quiet_resume_notes() -> None:
     """Install `expected_resume_notes` on transformers.trainer_utils' logger, once per process."""
-    import logging
-
     log = logging.getLogger("transformers.trainer_utils")
     if expected_resume_notes not in log.filters:
         log.addFilter(expected_resume_notes)

@@ -96,6 +96,26 @@ def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
     return total + 8 * s * b * h, f"{formula}, s={s} b={b} h={h} (Korthikanti et al. 2022 eq. 1, Qwen3, {attn})"
 
 
+def model_states(counts: dict, zero_stage: int | None, offload_optimizer: bool, offload_param: bool,
+                 gpus_per_node: int = 1, nodes: int = 1) -> dict:
+    """The model states (parameters, gradients, Adam states) of a model with `counts` (`model.count_params`'s
+    num_params and largest_layer_params) per GPU and per node's host, MiB: DeepSpeed's estimate
+    (`memory.estimate_model_states`). `estimate` and the run's preflight (`preflight.check_states_fit`) both
+    take their figure from here. Returns {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib",
+    "estimator"}."""
+    return estimate_model_states(counts["num_params"], counts["largest_layer_params"], zero_stage,
+                                 offload_optimizer=offload_optimizer, offload_param=offload_param,
+                                 num_gpus_per_node=gpus_per_node, num_nodes=nodes)
+
+
+def states_fit(states_gpu_mib: float, gpu_memory_mib: float) -> bool:
+    """The rule for the model states (`model_states`, MiB per GPU) on a GPU of `gpu_memory_mib` MiB: they fit
+    within `memory.STATES_MARGIN` of its memory, leaving the rest to activations, the CUDA context and the
+    caching allocator. Part of `estimate`'s verdict, and the whole of the preflight's refusal
+    (`preflight.check_states_fit`: the states are certain before a run, the activations only estimated)."""
+    return states_gpu_mib <= STATES_MARGIN * gpu_memory_mib
+
+
 def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, **sizes) -> None:
     if model not in MODELS:
         raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
@@ -148,8 +168,8 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
     DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
     activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib,
     fits, estimator, activation_formula, and config (the arguments, for `explain`). "fits": the total within
-    the GPU's memory, the model states within 90% of it (`memory.STATES_MARGIN`: `workshop run` refuses more
-    before building the model), and, where given, the host states within host_memory_mib and nvme_mib within
+    the GPU's memory, the model states within 90% of it (`states_fit`: `workshop run` refuses more before
+    building the model), and, where given, the host states within host_memory_mib and nvme_mib within
     95% of nvme_free_mib.
 
     Raises:
@@ -161,9 +181,7 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
            nodes=nodes, train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)
     shape = model_shape(model)
     offloads = offload != "none"  # the optimizer states; at stage 3 the parameters too (stage3_offload)
-    states = estimate_model_states(shape["num_params"], shape["largest_layer_params"], zero_stage,
-                                   offload_optimizer=offloads, offload_param=offloads and zero_stage == 3,
-                                   num_gpus_per_node=gpus_per_node, num_nodes=nodes)
+    states = model_states(shape, zero_stage, offloads, offloads and zero_stage == 3, gpus_per_node, nodes)
     gpu_states, cpu_states = states["estimated_model_states_gpu_mib"], states["estimated_model_states_cpu_mib"]
     nvme = None
     if offload == "nvme":  # the swap files; the host keeps pinned buffers, which are not estimated
@@ -175,7 +193,7 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
     memory = GPUS[gpu]
     host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
     drive_ok = nvme is None or nvme_free_mib is None or nvme <= DRIVE_MARGIN * nvme_free_mib
-    fits = total <= memory and gpu_states <= STATES_MARGIN * memory and host_ok and drive_ok
+    fits = total <= memory and states_fit(gpu_states, memory) and host_ok and drive_ok
     return {"num_params": shape["num_params"], "model_states_gpu_mib": gpu_states, "model_states_cpu_mib": cpu_states,
             "nvme_mib": nvme, "activations_gpu_mib": round(act / MiB, 1), "logits_gpu_mib": round(logits / MiB, 1),
             "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "fits": fits,
@@ -308,7 +326,7 @@ def check_fits(**kw) -> dict:
         parts = f"model states {est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f}"
         parts += f" + logits {est['logits_gpu_mib']:,.0f}" if est["logits_gpu_mib"] >= 1 else ""
         problem = f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), the {c['gpu']} has {_mib(gpu)}."
-    elif est["model_states_gpu_mib"] > STATES_MARGIN * gpu:
+    elif not states_fit(est["model_states_gpu_mib"], gpu):
         problem = (f"{who} needs ~{_mib(est['model_states_gpu_mib'])} per GPU for its model states alone, more than "
                    f"{STATES_MARGIN:.0%} of the {c['gpu']}'s {_mib(gpu)} (`workshop run` refuses it).")
     elif est["nvme_mib"] is not None and c["nvme_free_mib"] and est["nvme_mib"] > DRIVE_MARGIN * c["nvme_free_mib"]:

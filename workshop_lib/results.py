@@ -113,7 +113,7 @@ class RunResults:
     steady_train_samples_per_second: float | None  # questions/s: questions per step (the mean) / median step time
     steady_train_tokens_per_second: float | None  # median of the steps' non-padding tokens/s
     mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
-    # hardware FLOPs utilisation: MFU plus the forward pass activation checkpointing recomputes (train.run_mfu)
+    # hardware FLOPs utilisation: MFU plus the forward pass activation checkpointing recomputes (record.run_mfu)
     hfu: float | None
     gpu_util_pct: float | None  # NVML utilisation of rank 0's GPU over the steady steps, mean percent
     num_params: int

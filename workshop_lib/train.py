@@ -5,17 +5,18 @@ A run is a short sequence of named stages that share one `Run` (torchtune's reci
 of its concept's module:
 
     resolve    config.resolve, model.check_model_source, rundir.check   settings filled in and validated
-    machine    check_machine                                            GPU, DeepSpeed, ops, precision, ranks
-    data       load_data, check_resources                               SQuAD rows (a bad file stops here);
-                                                                        will the model fit the GPU and drive?
+    machine    preflight.check_machine                                  GPU, DeepSpeed, ops, precision, ranks
+    data       load_data, preflight.check_resources                     SQuAD rows (a bad file stops here);
+                                                                        will the model states fit the GPU,
+                                                                        the swap files the drive?
     model      load_model                                               model, tokenizer, tokenised data
     engine     claim, build_trainer                                     DeepSpeed's ops built, the directory
                                                                         claimed; HF Trainer (+ DeepSpeed)
-    train      train (callbacks: step log, stop, evaluation, phases)    Trainer.train under the memory sampler,
-                                                                        checkpoints; from one with --resume
+    train      checkpoint.resume_point (with --resume),                 Trainer.train under the memory sampler,
+               train (callbacks: step log, stop, evaluation, phases)    checkpoints; from one with --resume
     save       save_model                                               OUTPUT_DIR/model, loadable by
                                                                         from_pretrained
-    record     record, rundir.finish                                    results.json, atomically
+    record     record.record, rundir.finish                             results.json, atomically
     cleanup    mark_ended (on an error), cleanup (teardown.release)     the next run in this process starts clean
 
 Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
@@ -32,30 +33,30 @@ of one, and removed when the run ends: `teardown.restored_world`), from `worksho
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
-from . import checkpoint, env, memory, metrics, rundir, teardown, variables, zenflow
+from . import checkpoint, comms, env, preflight, rundir, teardown, variables, zenflow
 from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-from .ds_config import build_ds_config
+from .ds_config import apply_overrides, build_ds_config
 from .errors import WorkshopError
-from .evaluation import EVAL_BATCH_SIZE
-from .memory import MemorySampler, estimate_model_states
-from .nvme import check_nvme_space, nvme_buffers, nvme_swap_dir, nvme_swap_mib
+from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
+from .memory import MemorySampler
 from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
                     load_model_and_tokenizer)
-from .results import RunResults
+from .nvme import nvme_buffers, nvme_swap_dir
+from .record import record
 from .units import MiB
 
 # Liger-Kernel's fused linear + cross-entropy alone (an option; the default recipe computes the labelled
@@ -108,16 +109,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
         rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
         try:
-            cfg = check_machine(cfg, exp)
-            change = None
-            if cfg.resume:  # on another world size: the accumulation that keeps the global batch
-                world_size = env.world()[2]
-                given = asked.gradient_accumulation_steps
-                accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, given)
-                cfg = replace(cfg, gradient_accumulation_steps=accumulation or cfg.gradient_accumulation_steps)
-                checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
-                checkpoint.check_resumable(cfg.output_dir)
-                change = checkpoint.world_size_change(cfg.output_dir, asdict(cfg), world_size)
+            cfg = preflight.check_machine(cfg, exp)
+            cfg, change = preflight.check_resume(cfg, asked.gradient_accumulation_steps)
             return _run(cfg, exp, change, callbacks)
         except rundir.RunInterrupted as e:
             if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
@@ -151,52 +144,13 @@ def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: Run
         f"{go_on}")
 
 
-def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
-    """Stop early, with the fix, when this machine cannot run the experiment; set up the ranks; return
-    `cfg` with precision and attention resolved for this machine.
-
-    Raises:
-        WorkshopError: no GPU for a full-size model; DeepSpeed missing; a DeepSpeed op the experiment needs
-            cannot be built here (a compiler and ninja; with a GPU the CUDA toolkit; for NVMe libaio).
-    """
-    if not torch.cuda.is_available() and not (cfg.tiny or cfg.allow_cpu):
-        raise WorkshopError("No CUDA GPU is visible, and a full-size model on the CPU would take hours.",
-                            "add --tiny to run the tiny model on the CPU, or run on a GPU node "
-                            "(check `nvidia-smi` and CUDA_VISIBLE_DEVICES).")
-    if exp.deepspeed:
-        env.sanitize_cuda_arch_list()
-        try:
-            import deepspeed
-        except ImportError as e:
-            raise WorkshopError(f"DeepSpeed is not installed ({e}).",
-                                "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
-                                "the baseline experiment, which does not use DeepSpeed.") from e
-        env.check_deepspeed_version(deepspeed.__version__)
-        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, env.world()[2]))
-        env.ensure_distributed_env()
-    if torch.cuda.is_available():
-        torch.cuda.set_device(env.world()[1])
-        env.gpu_memory_fraction()  # WORKSHOP_GPU_MEMORY_FRACTION: this GPU made to look smaller
-    env.init_distributed()
-    precision = env.pick_precision(cfg.precision)
-    compile_ = cfg.torch_compile and torch.cuda.is_available()
-    if compile_ and (exp.zero_stage or 0) >= 3:
-        compile_ = False
-        if env.world()[0] == 0:
-            print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                  "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
-    return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
-                   torch_compile=compile_,
-                   attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
-
-
 @dataclass
 class Run:
     """One run's state, which its stages share (torchtune's recipe): `run_experiment` makes it with the resolved
     settings and this process's rank; each stage fills in what it makes (None or empty until then), the next
     reads it."""
 
-    cfg: RunConfig  # resolved (`config.resolve`, `check_machine`)
+    cfg: RunConfig  # resolved (`config.resolve`, `preflight.check_machine`, `preflight.check_resume`)
     exp: Experiment
     rank: int = 0  # the world: `env.world()`, read once
     local_rank: int = 0
@@ -215,7 +169,7 @@ class Run:
     eval_ds: Any = None
     train_stats: DataStats | None = None
     eval_stats: DataStats | None = None
-    estimate: dict = field(default_factory=dict)  # DeepSpeed's model-states estimate, MiB (`_estimate`)
+    estimate: dict = field(default_factory=dict)  # model-states estimate, MiB (`preflight.recorded_states`)
     # build_trainer and train
     resume_from: Path | None = None  # the checkpoint a --resume starts from
     batches: TokenBudgetBatchSampler | None = None  # token-budget batching's sampler; None: the Trainer's
@@ -224,7 +178,7 @@ class Run:
     train_out: Any = None  # Trainer.train's TrainOutput
     steps: Any = None  # the step log callback (`callbacks.step_log`): step times and tokens
     wall: float = 0.0  # seconds since the memory sampler started
-    # record
+    # record (`record.record`)
     results: dict = field(default_factory=dict)  # a `RunResults` as a dict
 
     @property
@@ -238,20 +192,18 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks:
     run = Run(cfg, exp, rank, local_rank, world_size, change, callbacks)
     # data, then model: a bad file or a missing model stops here, before anything is written
     load_data(run)
-    check_resources(run)
+    preflight.check_resources(cfg, exp, world_size, local_rank)
     load_model(run)
     claim(run)
     try:
         if cfg.resume:  # inside: a universal conversion that fails marks the run failed
-            run.resume_from = resume_point(run.out, rank, change)
+            run.resume_from = checkpoint.resume_point(run.out, rank, change)
         # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
         # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
         with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
             build_trainer(run)
             train(run)
         if cfg.comms_logger:  # every rank's collectives into comms.json (a gather: every rank)
-            from . import comms
-
             comms.write(run.out, run.trainer)
         if cfg.save_model:
             save_model(run)
@@ -279,23 +231,6 @@ def load_data(run: Run) -> None:
     run.eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=run.rank == 0)
 
 
-def check_resources(run: Run) -> None:
-    """Before a minute of building the model: will its states fit on the GPU (`_check_fits`), and its swap
-    files on the drive (`nvme.check_nvme_space`)? Checked from the model's config alone; not for the tiny model.
-
-    Raises:
-        WorkshopError: the GPU or the drive is too small, with both figures.
-    """
-    cfg, exp = run.cfg, run.exp
-    if not cfg.tiny and (torch.cuda.is_available() or exp.offloads_to_nvme):
-        from .model import count_params
-
-        counts = count_params(cfg.model)
-        _check_fits(cfg, _estimate(counts, exp, run.world_size)["estimated_model_states_gpu_mib"], run.local_rank)
-        if exp.offloads_to_nvme:
-            check_nvme_space(cfg, exp, counts["num_params"], run.world_size)
-
-
 def load_model(run: Run) -> None:
     """The model and tokenizer (the same random init in every experiment: seeded first), the recipe's changes
     to the model (`apply_speed_levers`), the tokenised data and DeepSpeed's estimate, into `run`; with
@@ -304,8 +239,6 @@ def load_model(run: Run) -> None:
     Raises:
         WorkshopError: a model that cannot be had, or whose context is shorter than --max-length.
     """
-    from transformers import set_seed
-
     cfg = run.cfg
     set_seed(cfg.seed)
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
@@ -317,7 +250,7 @@ def load_model(run: Run) -> None:
     apply_speed_levers(run.net, cfg)
     run.train_ds, run.train_stats = tokenize_squad(run.train_raw, run.tokenizer, cfg.max_length, cfg.loss_on)
     run.eval_ds, run.eval_stats = tokenize_squad(run.eval_raw, run.tokenizer, cfg.max_length, cfg.loss_on)
-    run.estimate = _estimate(run.info, run.exp, run.world_size)
+    run.estimate = preflight.recorded_states(run.info, run.exp, run.world_size)
 
 
 def claim(run: Run) -> None:
@@ -341,8 +274,6 @@ def claim(run: Run) -> None:
 def score_after_training(run: Run) -> None:
     """SQuAD EM and F1 of the fine-tuned model in OUTPUT_DIR/model (`evaluation.evaluate_squad`), added to
     `run.results` beside those before training."""
-    from .evaluation import evaluate_squad
-
     cfg, before = run.cfg, run.scores_before
     after = evaluate_squad(run.out, run.out, cfg.score_questions, eval_file=cfg.eval_file, max_length=cfg.max_length)
     run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
@@ -379,55 +310,9 @@ def cleanup(run: Run) -> None:
         shutil.rmtree(nvme_swap_dir(run.cfg), ignore_errors=True)
 
 
-def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
-    """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
-    moves every checkpoint that is not complete (interrupted while being written, or damaged:
-    `checkpoint.why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, one line each, and keeps the
-    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on).
-
-    On another world size (`change`, from `checkpoint.world_size_change`) rank 0 also says what changes, appends
-    it to OUTPUT_DIR/world_size_changes.json (results.json's `world_size_changes`) and, for ZeRO partitions,
-    makes the checkpoint's universal checkpoint (`checkpoint.to_universal`, once) while the other ranks wait.
-
-    Raises:
-        WorkshopError: DeepSpeed's converter failed (`checkpoint.to_universal`).
-    """
-    complete, broken = checkpoint.find_checkpoints(out)
-    if rank == 0:
-        step = checkpoint.step_of(complete[-1]) if complete else 0
-        for f in out.glob("memory*.csv"):
-            if ".before-resume-" not in f.name:
-                f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
-        for b in broken:
-            print(f"Skipped {b}: {checkpoint.why_incomplete(b)}; moved to {checkpoint.set_aside(b)}, never loaded.")
-        print(f"Resuming from {complete[-1]} (step {step})." if complete else
-              f"No complete checkpoint in {out / checkpoint.CHECKPOINTS}: training starts from step 0.")
-        if change:
-            print(checkpoint.describe_world_size_change(change), flush=True)
-            changes = out / checkpoint.WORLD_SIZE_CHANGES
-            before = json.loads(changes.read_text()) if changes.is_file() else []
-            if before[-1:] != [change]:  # an attempt stopped before its first checkpoint made the same change
-                rundir.write_json_atomic(changes, before + [change])
-    failed = None
-    if rank == 0 and change and change["universal"]:
-        try:
-            checkpoint.to_universal(complete[-1])
-        except WorkshopError as e:  # raised after the barrier: the other ranks must not wait for it forever
-            failed = e
-    env.barrier()  # the other ranks load the universal checkpoint once rank 0 has made it
-    if failed:
-        raise failed
-    if change and change["universal"] and not (complete[-1] / checkpoint.UNIVERSAL).is_file():
-        raise WorkshopError(f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
-                            f"resume on the {change['world_size'][0]} rank(s) that wrote it.")
-    return complete[-1] if complete else None
-
-
 def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
     """SQuAD EM and F1 of the model as loaded, before fine-tuning (`evaluation.score_model` on
     `cfg.score_questions` dev questions; on the GPU where there is one, then back to the CPU)."""
-    from .evaluation import score_model
-
     if torch.cuda.is_available():
         net.to("cuda")
     rows = load_squad("validation", cfg.score_questions, cfg.eval_file, verbose=False, count_option="--score-questions")
@@ -458,40 +343,9 @@ def save_model(run: Run) -> Path:
     return final
 
 
-def _estimate(counts: dict, exp: Experiment, world_size: int) -> dict:
-    """DeepSpeed's estimate of the model states (`memory.estimate_model_states`) for this run's GPUs; without
-    a GPU every state it places lives in host memory: GPU part None, the host part both."""
-    gpus_per_node = max(torch.cuda.device_count(), 1)
-    estimate = estimate_model_states(counts["num_params"], counts["largest_layer_params"], exp.zero_stage,
-                                 exp.offload_optimizer != "none", exp.offload_param != "none",
-                                 num_gpus_per_node=min(world_size, gpus_per_node),
-                                 num_nodes=max(1, world_size // gpus_per_node))
-    if torch.cuda.is_available():
-        return estimate
-    return {"estimated_model_states_gpu_mib": None,
-            "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
-                                                    + estimate["estimated_model_states_cpu_mib"], 1),
-            "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
-
-
-def _check_fits(cfg: RunConfig, states_mib: float, local_rank: int) -> None:
-    """Refuse a GPU whose memory the model states alone (DeepSpeed's estimate) would fill past 90%
-    (`memory.STATES_MARGIN`)."""
-    if not torch.cuda.is_available():
-        return
-    total_mib = torch.cuda.get_device_properties(local_rank).total_memory / MiB * (env.gpu_memory_fraction() or 1)
-    if states_mib > memory.STATES_MARGIN * total_mib:
-        raise WorkshopError(
-            f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
-            f"{cfg.experiment} (DeepSpeed's estimate), more than 90% of this GPU's {total_mib:,.0f} MiB.",
-            "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
-
-
 def _activation_checkpointing(on: bool) -> dict:
     """TrainingArguments' switch for it: `activation_checkpointing` where TrainingArguments has it (newer
     transformers), else `gradient_checkpointing`, which the newer releases deprecate; nothing when off."""
-    from transformers import TrainingArguments
-
     if not on:
         return {}
     new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
@@ -502,8 +356,6 @@ def build_trainer(run: Run):
     """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, and
     with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned.
     A resume on another world size loads the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
     cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
     load_universal = bool(run.change and run.change["universal"] and run.resume_from)
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds)
@@ -517,8 +369,6 @@ def build_trainer(run: Run):
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow,
                                     comms_logger=cfg.comms_logger, load_universal=load_universal)
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
-            from .ds_config import apply_overrides
-
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
@@ -538,10 +388,8 @@ def build_trainer(run: Run):
         **_activation_checkpointing(cfg.activation_checkpointing))
     trainer_class, callbacks = Trainer, [checkpoint.manifest_callback()]  # each checkpoint's manifest, last
     if batches is not None:
-        class trainer_class(Trainer):  # noqa: N801 - the Trainer, with micro-batches sized in tokens
+        class TokenBudgetTrainer(Trainer):  # the Trainer, with micro-batches sized in tokens
             def get_train_dataloader(self):
-                from torch.utils.data import DataLoader
-
                 return self.accelerator.prepare(DataLoader(
                     self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator,
                     num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
@@ -553,11 +401,10 @@ def build_trainer(run: Run):
             def on_epoch_begin(self, args, state, control, **kw):
                 batches.set_epoch(int(state.epoch or 0))  # state.epoch: e + steps done / steps per epoch
 
+        trainer_class = TokenBudgetTrainer
         callbacks.append(EpochOrder())
     if exp.deepspeed:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
-        from .comms import Window
-
-        callbacks.append(Window(cfg.comms_logger))
+        callbacks.append(comms.Window(cfg.comms_logger))
     run.trainer = trainer_class(
         model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
         data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
@@ -604,86 +451,12 @@ def train(run: Run) -> None:
     run.train_out, run.steps, run.wall = train_out, steps, time.perf_counter() - mem.t0
 
 
-def record(run: Run) -> dict:
-    """The results of a finished run (a `RunResults` as a dict, also set as `run.results`), every rank's memory
-    gathered (a collective: every rank calls it). MFU is computed from the steady-state tokens/s
-    (`metrics.steady_state`)."""
-    cfg, exp, trainer, mem, steps, info = run.cfg, run.exp, run.trainer, run.mem, run.steps, run.info
-    train_ds, train_stats, world_size = run.train_ds, run.train_stats, run.world_size
-    rank, local_rank = run.rank, run.local_rank
-    history = trainer.state.log_history
-    evals = [h for h in history if "eval_loss" in h]
-    m = run.train_out.metrics  # of this Trainer.train() call: after a resume, the steps since the checkpoint
-    tokens_per_s = sum(steps.step_tokens) / m["train_runtime"]
-    # Every step is logged (logging_steps=1) and a resumed run's log history comes back with its checkpoint:
-    # their mean is the whole run's train loss (the Trainer's own covers the steps since the resume only).
-    step_losses = [h["loss"] for h in history if "loss" in h]
-    micro_batches = _micro_batches(cfg, train_ds)
-    per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
-    micro = trainer.args.per_device_train_batch_size  # `trainer_micro_batch`, as ds_config.json has it
-    global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
-                    else micro * cfg.gradient_accumulation_steps * world_size)
-    steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
-    mfu, hfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
-    warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
-    mine = mem.summary()
-    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
-    run.results = asdict(RunResults(
-        experiment=cfg.experiment, recipe=cfg.recipe, model=f"{cfg.model} (tiny)" if cfg.tiny else cfg.model,
-        tiny=cfg.tiny, random_weights=cfg.random_weights or cfg.tiny, zero_stage=exp.zero_stage, offload_optimizer=exp.offload_optimizer,
-        offload_param=exp.offload_param, precision=cfg.precision, attn_implementation=info["attn_implementation"],
-        loss_on=cfg.loss_on, padding=cfg.padding, world_size=world_size,
-        micro_batch_size_per_gpu=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        global_batch_size=micro * cfg.gradient_accumulation_steps * world_size,  # = ds_config's train_batch_size
-        tokens_per_step=round(train_stats.tokens / per_epoch),
-        epochs=cfg.epochs if not cfg.max_steps else round(trainer.state.epoch, 3), max_steps=cfg.max_steps,
-        steps_per_epoch=per_epoch,
-        global_steps=trainer.state.global_step, train_loss=round(sum(step_losses) / len(step_losses), 4),
-        train_loss_per_epoch=metrics.per_epoch([h for h in history if "loss" in h], "loss"),
-        eval_loss=[round(h["eval_loss"], 4) for h in evals],
-        train_samples_per_second=round(m["train_samples_per_second"], 2),
-        eval_samples_per_second=round(evals[-1]["eval_samples_per_second"], 2),
-        train_tokens_per_second=round(tokens_per_s, 1), **steady,
-        mfu=round(mfu, 4) if mfu is not None else None, hfu=round(hfu, 4) if hfu is not None else None,
-        gpu_util_pct=memory.mean_gpu_util(mem.rows, warm_end, steps.step_ends[-1] if steps.step_ends else 0.0),
-        num_params=info["num_params"],
-        **{k: mine[k] for k in PHASE_KEYS},  # rank 0's; every rank's in per_rank_memory
-        per_rank_memory=_gather_per_rank(mine | {"rank": rank, "local_rank": local_rank, "host": host}),
-        **run.estimate, data_stats={"train": train_stats.as_dict(), "eval": run.eval_stats.as_dict()},
-        device=env.device_name(), versions=env.versions(), wall_seconds=round(run.wall, 1),
-        train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
-        config=asdict(cfg),
-        nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
-        gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction(),
-        world_size_changes=json.loads(changes.read_text()) if (changes := Path(cfg.output_dir)
-                                                                / checkpoint.WORLD_SIZE_CHANGES).is_file() else []))
-    return run.results
-
-
-PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib", "host_states_rss_mib",
-              "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "gpu_mean_mib", "gpu_min_mib",
-              "host_peak_rss_mib")
-
-
 def apply_speed_levers(net, cfg: RunConfig) -> None:
     """The recipe's changes to the model itself, in place: logits only where labelled, compiled blocks."""
     if cfg.logits_on == "labelled":
         compute_logits_where_labelled(net)
     if cfg.torch_compile:
         compile_layers(net)
-
-
-def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None,
-            world_size: int) -> tuple[float | None, float | None]:
-    """(MFU, HFU) of a run (`metrics.mfu`) from its steady tokens/s, the model's `info` and the data's
-    `DataStats`: mean sequence length, and the share of positions whose logits the run computes (all, or the
-    labelled). HFU counts the forward pass activation checkpointing recomputes (`metrics.recompute_flops_per_token`);
-    without checkpointing it equals MFU. (None, None) where the GPU's peak is unknown (a CPU)."""
-    flops, hardware = metrics.run_flops_per_token(
-        info["num_params"], info["num_layers"], info["attention_width"], info["lm_head_params"], stats.tokens,
-        stats.used, stats.labelled_tokens, cfg.logits_on == "labelled", cfg.activation_checkpointing)
-    mfu = metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
-    return mfu, (mfu * hardware / flops if mfu is not None else None)
 
 
 def token_budget_batches(cfg: RunConfig, train_ds) -> TokenBudgetBatchSampler | None:
@@ -703,20 +476,3 @@ def trainer_micro_batch(cfg: RunConfig, batches: TokenBudgetBatchSampler | None)
     if batches is None:
         return cfg.train_micro_batch_size_per_gpu
     return max(1, round(batches.mean_batch_size))
-
-
-def _micro_batches(cfg: RunConfig, train_ds) -> int:
-    """Micro-batches in one pass over the training set, all ranks together."""
-    batches = token_budget_batches(cfg, train_ds)
-    return len(batches) if batches is not None else -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu)
-
-
-def _gather_per_rank(summary: dict) -> list[dict]:
-    """Every rank's memory summary, in rank order (all_gather_object; just [summary] in a world of one)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [summary]
-    out: list = [None] * dist.get_world_size()
-    dist.all_gather_object(out, summary)
-    return out

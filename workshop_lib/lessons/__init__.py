@@ -58,7 +58,7 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage2": ("stage2", {}),
         "stage3": ("stage3", {}),
         "baseline_ac": ("baseline", {"activation_checkpointing": True}),
-        # ZeRO-3 runs without torch.compile (train.check_machine): the baseline the same way, to compare like
+        # ZeRO-3 runs without torch.compile (preflight.check_machine): the baseline the same way, to compare like
         # with like, and the compilation's own effect beside it
         "baseline_no_compile": ("baseline", {"torch_compile": False}),
         # one key of stage 2's ds_config.json changed (--ds-config): one gradient bucket instead of two

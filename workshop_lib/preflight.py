@@ -1,0 +1,147 @@
+"""What a run checks before it trains, so that it stops in seconds with the fix instead of minutes in (introduced
+in `01_baseline`; the refusal of a model too large in `03c_models_that_do_not_fit`). `run_experiment` calls
+`check_machine` and `check_resume` once the settings are resolved, and `check_resources` once the data is read;
+all come before anything is written.
+
+    check_machine      GPU, DeepSpeed and its ops, precision, attention, the ranks
+    check_resume       with --resume: the same run, a complete checkpoint, the global batch on this world size
+    check_resources    the model states against the GPU's memory (`check_states_fit`, `fit`'s rule), and
+                       ZeRO-Infinity's swap files against the drive (`nvme.check_nvme_space`)
+
+Will it fit? The preflight refuses only what the model states alone rule out. They are certain before a run:
+they follow from the parameter count, the ZeRO stage, the offload and the world (DeepSpeed's estimators,
+`fit.model_states`). Activations and logits depend on the batch, the sequence lengths and the attention kernel,
+and `fit.estimate` can only estimate them; a run whose states fit but whose activations do not starts, and runs
+out of memory while it trains: notebook 03c starts one on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import torch
+
+from . import checkpoint, env, fit, memory
+from .config import Experiment, RunConfig
+from .errors import WorkshopError
+from .model import count_params
+from .nvme import check_nvme_space
+from .units import MiB
+
+
+def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
+    """Stop early, with the fix, when this machine cannot run the experiment; set up the ranks; return
+    `cfg` with precision and attention resolved for this machine.
+
+    Raises:
+        WorkshopError: no GPU for a full-size model; DeepSpeed missing; a DeepSpeed op the experiment needs
+            cannot be built here (a compiler and ninja; with a GPU the CUDA toolkit; for NVMe libaio).
+    """
+    if not torch.cuda.is_available() and not (cfg.tiny or cfg.allow_cpu):
+        raise WorkshopError("No CUDA GPU is visible, and a full-size model on the CPU would take hours.",
+                            "add --tiny to run the tiny model on the CPU, or run on a GPU node "
+                            "(check `nvidia-smi` and CUDA_VISIBLE_DEVICES).")
+    if exp.deepspeed:
+        env.sanitize_cuda_arch_list()
+        try:  # here, not at the top: DeepSpeed is optional (the baseline runs without it), and reads
+            import deepspeed  # TORCH_CUDA_ARCH_LIST, which the line above cleans first
+        except ImportError as e:
+            raise WorkshopError(f"DeepSpeed is not installed ({e}).",
+                                "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
+                                "the baseline experiment, which does not use DeepSpeed.") from e
+        env.check_deepspeed_version(deepspeed.__version__)
+        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, env.world()[2]))
+        env.ensure_distributed_env()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(env.world()[1])
+        env.gpu_memory_fraction()  # WORKSHOP_GPU_MEMORY_FRACTION: this GPU made to look smaller
+    env.init_distributed()
+    precision = env.pick_precision(cfg.precision)
+    compile_ = cfg.torch_compile and torch.cuda.is_available()
+    if compile_ and (exp.zero_stage or 0) >= 3:
+        compile_ = False
+        if env.world()[0] == 0:
+            print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
+                  "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
+    return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
+                   torch_compile=compile_,
+                   attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
+
+
+
+def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunConfig, dict | None]:
+    """For --resume (nothing otherwise): `cfg` with the gradient accumulation that keeps the run's global batch
+    on this world size (`checkpoint.resume_accumulation`; `given_accumulation`, the one asked for, if any), once
+    the settings are the run's own (`checkpoint.check_same_run`) and a complete checkpoint is left
+    (`checkpoint.check_resumable`); and the change of world size, if any (`checkpoint.world_size_change`).
+
+    Raises:
+        WorkshopError: other settings than the run's, an accumulation that changes the global batch, or every
+            checkpoint damaged.
+    """
+    if not cfg.resume:
+        return cfg, None
+    world_size = env.world()[2]
+    accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, given_accumulation)
+    cfg = replace(cfg, gradient_accumulation_steps=accumulation or cfg.gradient_accumulation_steps)
+    checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
+    checkpoint.check_resumable(cfg.output_dir)
+    return cfg, checkpoint.world_size_change(cfg.output_dir, asdict(cfg), world_size)
+
+
+def check_resources(cfg: RunConfig, exp: Experiment, world_size: int, local_rank: int) -> None:
+    """Before a minute of building the model: will its states fit on this rank's GPU (`check_states_fit`), and
+    its swap files on the drive (`nvme.check_nvme_space`)? Checked from the model's config alone; not for the
+    tiny model, nor the GPU without one.
+
+    Raises:
+        WorkshopError: the GPU or the drive is too small, with both figures.
+    """
+    if cfg.tiny or not (torch.cuda.is_available() or exp.offloads_to_nvme):
+        return
+    counts = count_params(cfg.model)
+    if torch.cuda.is_available():
+        check_states_fit(cfg, exp, counts, world_size, gpu_memory_mib(local_rank))
+    if exp.offloads_to_nvme:
+        check_nvme_space(cfg, exp, counts["num_params"], world_size)
+
+
+def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
+    """`fit.model_states` for this experiment on `world_size` ranks, as many per node as this machine has GPUs
+    (one without a GPU). `counts`: `model.count_params`'s. Returns memory.estimate_model_states's dict, MiB."""
+    gpus_per_node = max(torch.cuda.device_count(), 1)
+    return fit.model_states(counts, exp.zero_stage, exp.offload_optimizer != "none", exp.offload_param != "none",
+                            gpus_per_node=min(world_size, gpus_per_node), nodes=max(1, world_size // gpus_per_node))
+
+
+def recorded_states(counts: dict, exp: Experiment, world_size: int) -> dict:
+    """`model_states` as results.json records it: without a GPU every state it places lives in host memory,
+    the GPU part None and the host part both."""
+    estimate = model_states(counts, exp, world_size)
+    if torch.cuda.is_available():
+        return estimate
+    return {"estimated_model_states_gpu_mib": None,
+            "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
+                                                    + estimate["estimated_model_states_cpu_mib"], 1),
+            "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
+
+
+def gpu_memory_mib(local_rank: int) -> float:
+    """The memory of torch's cuda:local_rank, MiB, times WORKSHOP_GPU_MEMORY_FRACTION where it is set."""
+    return torch.cuda.get_device_properties(local_rank).total_memory / MiB * (env.gpu_memory_fraction() or 1)
+
+
+def check_states_fit(cfg: RunConfig, exp: Experiment, counts: dict, world_size: int, gpu_mib: float) -> float:
+    """Refuse a GPU of `gpu_mib` MiB whose memory the model states alone (`model_states`) would fill past
+    `memory.STATES_MARGIN` (`fit.states_fit`, the rule `fit.estimate`'s verdict applies too). Activations are
+    not counted: see the module's docstring.
+
+    Returns: the model states per GPU, MiB. Raises: WorkshopError with both figures and the fix."""
+    states_mib = model_states(counts, exp, world_size)["estimated_model_states_gpu_mib"]
+    if not fit.states_fit(states_mib, gpu_mib):
+        raise WorkshopError(
+            f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
+            f"{cfg.experiment} (DeepSpeed's estimate), more than {memory.STATES_MARGIN:.0%} of this GPU's "
+            f"{gpu_mib:,.0f} MiB.",
+            "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
+    return states_mib
