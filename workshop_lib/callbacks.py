@@ -2,16 +2,19 @@
 `01_baseline`, whose train_log.csv `step_log` writes): the step log, the stop at a step boundary (SIGTERM,
 SIGUSR1, the stop file), each epoch's evaluation before the step's checkpoint, and the memory phases.
 
-Each is built by a function, so that importing this module does not import transformers.
+Each is built by a function, from what it needs of the run (a path, a clock, the sampler).
 """
 
 from __future__ import annotations
 
 import csv
+import signal
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
 
 from . import rundir
 from .memory import MemorySampler
@@ -24,8 +27,6 @@ def step_log(path: Path, t0: float):
     eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
     resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
     `step_tokens` and `step_ends` (this process's steps) for the steady-state figures."""
-    from transformers import TrainerCallback
-
     fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
               "tokens", "num_input_tokens_seen"]
 
@@ -76,11 +77,6 @@ def stop_at_step_boundary(stop_file: Path):
     SIGUSR1 (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at
     the same step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum`
     keeps the signal."""
-    import signal
-
-    import torch.distributed as dist
-    from transformers import TrainerCallback
-
     class StopAtStepBoundary(TrainerCallback):
         signum = None
 
@@ -112,8 +108,6 @@ def evaluate_before_save():
     by itself it evaluates at the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that
     save_strategy "steps" or a stop at the step boundary wrote at the step's end. The epoch's end then neither
     evaluates again nor writes the checkpoint of the same step a second time."""
-    from transformers import TrainerCallback
-
     class EvaluateBeforeSave(TrainerCallback):
         evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
 
@@ -140,8 +134,6 @@ def phases(mem: MemorySampler):
     """A TrainerCallback marking the memory phases on `mem`: training begins (after model and engine set-up),
     the first optimizer step of this train() call has ended (the model states kept between steps), training
     ends."""
-    from transformers import TrainerCallback
-
     class Phases(TrainerCallback):
         first = True
 

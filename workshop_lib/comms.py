@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch.distributed as dist
+from transformers import TrainerCallback
+
+from .rundir import write_json_atomic
 from .units import MiB
 
 COMMS_FILE = "comms.json"
@@ -32,20 +36,19 @@ SOURCE = ("deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside
           "(Trainer on_step_begin to on_step_end)")
 
 
-def Window(on: bool):  # noqa: N802 - a TrainerCallback class made on demand (transformers imported late)
+def Window(on: bool):  # noqa: N802 - a TrainerCallback made on demand, closing over `on`
     """A TrainerCallback that keeps DeepSpeed's comms logger to the optimizer steps: when the Trainer is built
     it sets the logger on (`on`) or off and clears it (a module-level object: an earlier run in this process
     may have left it on, or full); at train begin it clears what the engine's set-up logged; it profiles from
     each step's begin to its end. `steps` counts the steps profiled."""
-    from transformers import TrainerCallback
-
     class CommsWindow(TrainerCallback):
         steps = 0
 
         def _logger(self):
-            import deepspeed.comm as dist
+            # DeepSpeed here: importing it picks the accelerator and probes its ops; env settles both first
+            import deepspeed.comm as ds_comm
 
-            return dist.comms_logger
+            return ds_comm.comms_logger
 
         def on_init_end(self, args, state, control, **kw):
             log = self._logger()
@@ -89,10 +92,8 @@ def summary(raw: dict) -> dict:
 def write(out: Path, trainer) -> dict | None:
     """Every rank's comms summary gathered (a collective: every rank calls it), written by rank 0 to
     out/comms.json; the logger then turned off and cleared. Returns the file's content (None on other ranks)."""
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     import deepspeed.comm as ds_comm
-    import torch.distributed as dist
-
-    from .rundir import write_json_atomic
 
     window = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "CommsWindow")
     log = ds_comm.comms_logger

@@ -18,15 +18,19 @@ lose it). Every count is reported in `DataStats`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
+from transformers import DataCollatorForSeq2Seq
 
 from .env import hub_reachable
 from .errors import WorkshopError
+from .model import labelled_positions_of
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
@@ -261,8 +265,6 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     (`make_collator`). The result is kept for the process (keyed by the questions' ids, the tokenizer's
     vocabulary and the settings), so the experiments of one notebook or benchmark tokenise once.
     """
-    import hashlib
-
     vocab = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else str(tokenizer.get_vocab())
     key = hashlib.sha256("\n".join([ds.info.description or "", vocab, str(max_length), loss_on,
                                      *ds["id"]]).encode()).hexdigest()
@@ -316,10 +318,6 @@ def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, at
     every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label.
     With `labelled_positions`, also "labelled_positions": [K] int64, the flat positions whose next token
     has a label (`model.labelled_positions_of`), found here on the CPU so the GPU need not be waited for."""
-    from transformers import DataCollatorForSeq2Seq
-
-    from .model import labelled_positions_of
-
     tokenizer.padding_side = "right"
     if padding == "max_length":
         pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
@@ -357,8 +355,6 @@ class TokenBudgetBatchSampler:
     """
 
     def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048):
-        import random
-
         self.seed, self.epoch = seed, 0
         order = list(range(len(lengths)))
         random.Random(seed).shuffle(order)
@@ -388,8 +384,6 @@ class TokenBudgetBatchSampler:
         self.epoch = epoch
 
     def __iter__(self):
-        import random
-
         order = list(self.batches)
         random.Random(self.seed + 1 + self.epoch).shuffle(order)  # seed itself made the batches
         self.epoch += 1  # the next pass, where nothing calls set_epoch

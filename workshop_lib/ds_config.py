@@ -15,11 +15,15 @@ stage 3, the parameters) to CPU memory and runs the Adam step on the CPU (ZeRO-O
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from .errors import WorkshopError
 from .units import MiB
@@ -324,6 +328,7 @@ def flatten(cfg: dict, prefix: str = "") -> dict:
 def _models() -> dict:
     """{section: DeepSpeed's config class} for the sections DeepSpeed validates with a pydantic model that
     forbids unknown fields (DeepSpeedConfigModel: extra="forbid"); it drops "auto" values before validating."""
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.comm.config import CommsLoggerConfig
     from deepspeed.compile.config import CompileConfig
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
@@ -343,8 +348,7 @@ def _field(model, name: str):
 
 def _submodel(annotation):
     """The DeepSpeedConfigModel class inside a field's annotation (Optional[X] -> X), or None."""
-    import typing
-
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.runtime.config_utils import DeepSpeedConfigModel
 
     for t in (annotation, *typing.get_args(annotation)):
@@ -382,8 +386,6 @@ def explain(cfg: dict, absent: bool = True):
 
     Returns a pandas DataFrame. A key missing from `KEYS` gets "(not in workshop_lib.ds_config.KEYS)".
     """
-    import pandas as pd
-
     rows, unknown = [], Key("(not in workshop_lib.ds_config.KEYS)", "an override (--ds-config)")
     leaves = flatten(cfg)
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
@@ -400,8 +402,6 @@ def explain(cfg: dict, absent: bool = True):
 def diff(a: dict, b: dict, names: tuple[str, str] = ("a", "b")):
     """The keys whose values differ between two configs (a key missing on one side shows as "(absent)"), as a
     DataFrame: `key`, one column per name, and `meaning`."""
-    import pandas as pd
-
     fa, fb = flatten(a), flatten(b)
     keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k, "(absent)") != fb.get(k, "(absent)")]
     return pd.DataFrame([{"key": k, names[0]: fa.get(k, "(absent)"), names[1]: fb.get(k, "(absent)"),
@@ -457,8 +457,6 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
     Raises:
         WorkshopError: see `check_overrides`.
     """
-    import copy
-
     out = copy.deepcopy(cfg)
     if not overrides:
         return out
@@ -566,9 +564,9 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
     Raises:
         WorkshopError: as `check_overrides`.
     """
-    import pydantic
+    import pydantic  # installed with DeepSpeed: optional here too
 
-    try:
+    try:  # optional here: a config is built without DeepSpeed
         from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
     except ImportError as e:
         raise WorkshopError(f"--ds-config needs DeepSpeed to check the keys, and it is not installed ({e}).",

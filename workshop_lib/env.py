@@ -5,21 +5,35 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
+import importlib.metadata as md
+import importlib.util
 import io
+import logging
 import os
 import platform
 import random
 import re
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
+import psutil
 import torch
+import torch.distributed as dist
 from packaging.version import Version
+from torch.utils.cpp_extension import _get_build_directory
+from transformers.utils import is_flash_attn_2_available
+from transformers.utils import logging as hf_logging
 
 from . import gpus, variables
+from .errors import WorkshopError
 from .units import MiB
 
 # DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection would print "Setting accelerator to
@@ -70,8 +84,6 @@ def pick_attention(requested: str, precision: str) -> str | None:
     if requested == "default":
         return None
     if requested == "flash_attention_2":
-        from transformers.utils import is_flash_attn_2_available
-
         if not (torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()):
             return None
     return requested
@@ -80,8 +92,6 @@ def pick_attention(requested: str, precision: str) -> str | None:
 def liger_available() -> bool:
     """True on a GPU where Liger-Kernel is installed (its Triton kernels need one); the CPU path keeps plain
     PyTorch. Says so where a GPU run asked for it and it is missing."""
-    import importlib.util
-
     if not torch.cuda.is_available():
         return False
     if importlib.util.find_spec("liger_kernel") is None:
@@ -98,8 +108,6 @@ def peak_flops() -> float | None:
 
 def versions() -> dict:
     """Versions of python, torch, transformers, deepspeed, datasets, accelerate (None where missing)."""
-    import importlib.metadata as md
-
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
     for pkg in ("transformers", "deepspeed", "datasets", "accelerate"):
         try:
@@ -170,10 +178,6 @@ def init_distributed() -> None:
     interface (`loopback_interface`) unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise: a one-process
     run listens on no port reachable from the network. Without RANK (no DeepSpeed, no launcher): nothing.
     Collectives time out after WORKSHOP_DIST_TIMEOUT_S seconds (default 1800): a dead rank fails the job."""
-    import datetime
-
-    import torch.distributed as dist
-
     if dist.is_initialized() or (world()[2] == 1 and "RANK" not in os.environ):
         return
     timeout = datetime.timedelta(seconds=variables.get("WORKSHOP_DIST_TIMEOUT_S", 1800))
@@ -200,8 +204,6 @@ def init_distributed() -> None:
 def loopback_interface() -> str | None:
     """The name of the network interface that holds 127.0.0.1 ("lo" on Linux, "lo0" on macOS; psutil), or
     None when none does."""
-    import psutil
-
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
             return name
@@ -210,8 +212,6 @@ def loopback_interface() -> str | None:
 
 def barrier() -> None:
     """Wait for every rank (nothing in a world of one)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
@@ -257,8 +257,6 @@ def check_deepspeed_version(version: str) -> None:
     Raises:
         WorkshopError: the installed version, each defect of its range with its issue, and the fix.
     """
-    from .errors import WorkshopError
-
     found = known_defects(version)
     if found:
         listed = "".join(f"\n  - {d['defect']} ({d['issue']})" for d in found)
@@ -315,7 +313,8 @@ def compatible_deepspeed_ops() -> dict[str, bool]:
     """DeepSpeed's op name -> whether it can be built here (`deepspeed.ops.__compatible_ops__`, probed once per
     process on first use: every op's builder compiles or links a test where it needs a library), probed
     without the linker's noise (`quiet_link_probes`). {} without DeepSpeed."""
-    try:
+    try:  # optional: {} without DeepSpeed
+        # here, inside quiet_link_probes' reach: importing it probes the ops (and picks the accelerator)
         import deepspeed.ops
     except ImportError:
         return {}
@@ -342,13 +341,12 @@ def ds_report() -> list[str]:
     """The lines of `ds_report` (DeepSpeed's environment report: each op, compatible and installed or not,
     torch, CUDA and DeepSpeed versions, the accelerator), run in a subprocess, its colour codes removed (it
     colours [OKAY], [NO] and [WARNING] whatever the output is)."""
-    import subprocess
-
     out = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True).stdout
     return ANSI_CODES.sub("", out).splitlines()
 
 
 def _builders(names: list[str]):
+    # DeepSpeed here, not at the top: importing it picks the accelerator (pinned above) and probes its ops
     from deepspeed.accelerator import get_accelerator
 
     return [b for b in map(get_accelerator().create_op_builder, names) if b is not None]
@@ -360,8 +358,6 @@ def check_deepspeed_ops(names: list[str]) -> None:
     Raises:
         WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio).
     """
-    from .errors import WorkshopError
-
     for builder in _builders(names):
         with quiet_link_probes():
             compatible = builder.is_compatible(verbose=False)
@@ -386,11 +382,6 @@ def build_deepspeed_ops(names: list[str]) -> None:
         WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
             WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600).
     """
-    import threading
-    import time
-
-    from torch.utils.cpp_extension import _get_build_directory
-
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
@@ -433,10 +424,6 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
     Raises:
         WorkshopError: the lock is still there after `timeout_s` seconds.
     """
-    import time
-
-    from .errors import WorkshopError
-
     lock = Path(lock)
     t0, told = time.monotonic(), False
     while lock.exists():
@@ -463,16 +450,11 @@ def quiet_libraries() -> None:
     global _QUIET
     if _QUIET:
         return
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
-    from transformers.utils import logging as hf_logging
-
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
         def no_shard_bar(factory, args, kwargs, previous=None):
             if kwargs.get("desc") == "Writing model shards":  # save_pretrained's, one shard: "0%" then done
@@ -504,8 +486,6 @@ def gpu_memory_fraction() -> float | None:
     if fraction is None:
         return None
     if not 0 < fraction <= 1:
-        from .errors import WorkshopError
-
         raise WorkshopError(f"WORKSHOP_GPU_MEMORY_FRACTION={fraction!r} is not a share of the GPU's memory.",
                             "set it to a number above 0 and at most 1 (0.5: half the GPU), or unset it.")
     if not torch.cuda.is_available():
@@ -531,8 +511,6 @@ def _build_ops_at_setup(names: list[str]) -> int:
     """`python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now,
     each announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and
     set-up goes on: the experiments that do not need it still run. Returns 0."""
-    from .errors import WorkshopError
-
     sanitize_cuda_arch_list()
     for name in names:
         try:

@@ -20,6 +20,7 @@ def read_json_object(path, problem: str, fix: str) -> dict:
         WorkshopError: "`path` `problem` (what is wrong with it)." and `fix`, when the file is not UTF-8 JSON or
             holds something other than an object (a file cut short, edited by hand).
     """
+    # here, not at the top: `workshop --help` imports this module and needs neither (json: 3 ms of its 70)
     import json
     from pathlib import Path
 

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import torch
+from torchmetrics.text import SQuAD
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
+from .data import load_squad, make_collator, prompt_ids, tokenize_squad
 from .errors import WorkshopError
+from .model import check_model_source
+from .rundir import atomic_path, write_json_atomic
 
 PREDICTIONS, SCORES = "predictions.jsonl", "squad_scores.json"
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
@@ -33,8 +40,6 @@ def model_dir(path: str | os.PathLike) -> Path:
     Raises:
         WorkshopError: `path` is neither a model directory nor a run holding one (`model.check_model_source`).
     """
-    from .model import check_model_source
-
     path = Path(path)
     if (path / "model" / "config.json").is_file():
         return path / "model"
@@ -74,8 +79,6 @@ def load_model(path: str | os.PathLike):
     Raises:
         WorkshopError: see `model_dir`.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = model_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -87,12 +90,6 @@ def eval_loss(net, tokenizer, config: dict) -> float:
     settings `config` are given (results.json's "config"): the same questions, tokenisation, collator and
     eval batch size as the run's own per-epoch evaluation, through the HF Trainer's `evaluate`, without
     DeepSpeed."""
-    import tempfile
-
-    from transformers import Trainer, TrainingArguments
-
-    from .data import load_squad, make_collator, tokenize_squad
-
     rows = load_squad("validation", config["num_eval_samples"], config["eval_file"], verbose=False)
     ds, _ = tokenize_squad(rows, tokenizer, config["max_length"], config["loss_on"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,10 +107,6 @@ def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], 
     answer ("Question: q Context: c Answer:", `data.prompt_ids`): batches of `batch_size` prompts padded on
     the left, at most `max_new_tokens` new tokens, stopped at EOS; the answer is the first line of the new
     text, stripped. Returns one string per question."""
-    from tqdm.auto import tqdm
-
-    from .data import prompt_ids
-
     side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow every prompt directly
     answers = []
     try:
@@ -134,8 +127,6 @@ def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
     """SQuAD v1.1 exact match and F1 of `predictions` against each question's gold `answers` (torchmetrics'
     `SQuAD`, the official definition: see the module's docstring). Returns {"em", "f1" (percent, 0-100),
     "num_questions"}."""
-    from torchmetrics.text import SQuAD
-
     scores = SQuAD()([{"prediction_text": p, "id": str(i)} for i, p in enumerate(predictions)],
                      [{"answers": {"answer_start": [0] * len(a), "text": a}, "id": str(i)} for i, a in enumerate(answers)])
     return {"em": round(scores["exact_match"].item(), 2), "f1": round(scores["f1"].item(), 2),
@@ -166,10 +157,6 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     Raises:
         WorkshopError: no model at `path`; `num_questions` below 1 or more than the dev file holds.
     """
-    from .rundir import atomic_path, write_json_atomic
-
-    from .data import load_squad
-
     source = model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
         raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",

@@ -35,7 +35,7 @@ FIELDS = ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib", "gpu_
 
 def _nvml_handle(local_device: int):
     """NVML handle of torch's cuda:local_device (NVML ignores CUDA_VISIBLE_DEVICES, so map through it)."""
-    import pynvml
+    import pynvml  # only on a GPU: NVML needs its driver
 
     pynvml.nvmlInit()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -54,7 +54,7 @@ def gpu_total_mib(local_device: int = 0) -> float | None:
     if not torch.cuda.is_available():
         return None
     try:
-        import pynvml
+        import pynvml  # only on a GPU: NVML needs its driver
 
         return round(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(local_device)).total / MiB, 1)
     except Exception:  # no NVML library or driver: the figure is missing, the run goes on
@@ -92,7 +92,7 @@ class MemorySampler:
         row = {"time_s": round(time.perf_counter() - self._t0, 3), "gpu_used_mib": None,
                "torch_allocated_mib": None, "host_rss_mib": round(rss / MiB, 1), "gpu_util_pct": None}
         if self.gpu:
-            import pynvml
+            import pynvml  # only on a GPU: NVML needs its driver
 
             row["gpu_used_mib"] = round(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used / MiB, 1)
             row["torch_allocated_mib"] = round(torch.cuda.memory_allocated(self.device) / MiB, 1)
@@ -237,6 +237,7 @@ def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage
     if zero_stage is None:
         return {"estimated_model_states_gpu_mib": round(16 * num_params / MiB, 1),
                 "estimated_model_states_cpu_mib": 0.0, "estimator": TRAINER_ESTIMATE}
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 

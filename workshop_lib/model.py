@@ -15,11 +15,21 @@ bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub import try_to_load_from_cache
+from tokenizers import ByteLevelBPETokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from . import variables
 from .env import hub_reachable
 from .errors import WorkshopError, read_json_object
+from .rundir import atomic_path
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
@@ -39,14 +49,9 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
     Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries.
     Training on 11,877 questions and their contexts takes a few seconds on one core.
     """
-    from transformers import PreTrainedTokenizerFast
-
     path = CACHE_DIR / f"squad-bpe-{vocab_size}"
     if not (path / "tokenizer.json").exists():
-        from tokenizers import ByteLevelBPETokenizer
-
-        from .data import BUNDLED_FILES
-        from .rundir import atomic_path
+        from .data import BUNDLED_FILES  # here, not at the top: data imports model (labelled_positions_of)
 
         squad = json.loads(BUNDLED_FILES["train"].read_text())
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
@@ -69,8 +74,6 @@ def architecture_config(model_name: str):
     Raises:
         WorkshopError: the model is not supported offline and its config is not cached.
     """
-    from transformers import AutoConfig
-
     if model_name in SHIPPED_CONFIGS:
         d = json.loads(SHIPPED_CONFIGS[model_name].read_text())
         d = {k: v for k, v in d.items() if not k.startswith("_")}
@@ -164,8 +167,6 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
     if model_name in SHIPPED_CONFIGS and (tiny or random_weights):
         return
     if not hub_reachable():
-        from huggingface_hub import try_to_load_from_cache
-
         cached = try_to_load_from_cache(model_name, "config.json")
         if not isinstance(cached, str):
             raise _not_cached(model_name, tiny)
@@ -173,8 +174,6 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
 
 
 def _check_no_custom_code(config: dict, model_name: str) -> None:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
     if config.get("model_type") not in CONFIG_MAPPING_NAMES:
         raise WorkshopError(
             f"{model_name} is a {config.get('model_type')!r} model, which transformers does not implement"
@@ -204,9 +203,6 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     Raises:
         WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tok_source = "local BPE"
     if tiny:
         tokenizer = local_tokenizer(TINY_VOCAB)
@@ -282,9 +278,6 @@ def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
     Returns {"num_params", "largest_layer_params", "num_layers", "hidden_size", "vocab_size"}; a few
     seconds for a 0.6B model, no memory. Used in `00_setup` to estimate memory before any download.
     """
-    import torch
-    from transformers import AutoModelForCausalLM
-
     cfg = tiny_config(model_name, len(local_tokenizer(TINY_VOCAB))) if tiny else architecture_config(model_name)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
@@ -311,11 +304,6 @@ def compute_logits_where_labelled(model) -> None:
     pass is done (measured in `workshop bench`). Works for any `*ForCausalLM` whose `base_model` returns
     `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2).
     """
-    import types
-
-    import torch.nn.functional as F
-    from transformers.modeling_outputs import CausalLMOutputWithPast
-
     own_forward = model.forward
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None,

@@ -12,7 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import rundir
+from . import metrics, rundir
 from .errors import WorkshopError
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def hfu(row) -> float | None:
     mfu, cfg = row.get("mfu"), row.get("config") or {}
     if mfu is None or pd.isna(mfu) or not cfg.get("activation_checkpointing"):
         return None if mfu is None or pd.isna(mfu) else mfu
-    from . import fit, metrics
+    from . import fit  # here, not at the top: fit imports torch, which `workshop report` does not need
 
     try:
         shape = fit.model_shape(cfg["model"])

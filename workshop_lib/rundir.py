@@ -161,7 +161,7 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     checkpoints, complete or damaged, stay. Returns {"what": what was being written,
     "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one), "complete": the complete
     checkpoints, oldest first}."""
-    from . import checkpoint
+    from . import checkpoint  # here, not at the top: checkpoint imports rundir
 
     out = Path(out)
     complete, incomplete = checkpoint.find_checkpoints(out)

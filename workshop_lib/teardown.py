@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterator, Mapping
 
 import torch
+from accelerate.state import AcceleratorState
+from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 # The variables a launcher sets per process (torchrun, deepspeed, srun via slurm/common.sh), and that
 # `env.ensure_distributed_env` (a world of one) and accelerate (on the CPU) set in a plain process.
@@ -65,7 +67,7 @@ def release_zero3_globals() -> None:
     coordinator and its submodules. Without this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and
     Adam moments allocated on the GPU for every later run in the same process (docs/h100/course/README.md).
     Does nothing without DeepSpeed."""
-    try:
+    try:  # optional: DeepSpeed may be missing
         from deepspeed.runtime.zero import parameter_offload
         from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
     except ImportError:
@@ -81,9 +83,6 @@ def release_zero3_globals() -> None:
 def release(trainer) -> None:
     """Free `trainer`'s engine, optimizer and GPU memory, and reset what the Trainer set process-wide, so the
     next experiment in the same kernel starts clean."""
-    from accelerate.state import AcceleratorState
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
     try:
         trainer.accelerator.free_memory()
     finally:
