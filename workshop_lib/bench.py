@@ -13,7 +13,18 @@ import re
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from . import metrics
 from .config import EXPERIMENTS, RunConfig, resolve
+from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from .model import load_model_and_tokenizer
+from .preflight import check_machine
+from .record import run_mfu
+from .results import title
+from .train import LIGER_FLCE_ONLY, apply_speed_levers, run_experiment
 from .units import MiB
 
 # (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
@@ -69,14 +80,6 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
     no Trainer, no DeepSpeed, `steps` optimizer steps timed with a CUDA sync. The fastest this model and
     data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
-    import torch
-
-    from . import metrics
-    from .data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-    from .model import load_model_and_tokenizer
-    from .record import run_mfu
-    from .train import apply_speed_levers
-
     cuda = torch.cuda.is_available()
     net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                               attn_implementation=None)
@@ -86,9 +89,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
     net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
     apply_speed_levers(net, cfg)
     if cfg.liger_kernel:
-        from liger_kernel.transformers import _apply_liger_kernel_to_instance
-
-        from .train import LIGER_FLCE_ONLY
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance  # optional, GPU only (Triton)
 
         _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
@@ -128,12 +129,6 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     directory beside them. bench.csv is rewritten after every row, so a benchmark stopped part-way (a time
     limit) keeps the rows it finished.
     Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    from .results import title
-    from .train import run_experiment
-
     titles = {k: title(k) for k in COLUMNS}
     out = Path(out_dir)
     rows = []
@@ -153,8 +148,6 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
-    from .preflight import check_machine
-
     base = check_machine(resolve(RunConfig("baseline", model=model, tiny=tiny, random_weights=not tiny,
                                            num_train_samples=num_train_samples,
                                            output_dir=str(out / "runs" / "ceiling"))), EXPERIMENTS["baseline"])
