@@ -23,12 +23,28 @@ are written in the solution notebook, from those records.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import shutil
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
+import torch
+
+from .. import env, results, variables
+from ..config import EXPERIMENTS, TINY, RunConfig, recipe_settings
+from ..errors import WorkshopError
+from ..fit import micro_batch_budget
+from ..results import exercise_table, find_runs, load_results, title
+from ..rundir import state
+from ..train import run_experiment
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 REFERENCE_DIR = DOCS / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
@@ -142,11 +158,9 @@ def compare(metric: str, value: float, other: float, unit: str | None = None,
             noise: float | None | Literal["reference"] = "reference") -> Comparison:
     """`value` against `other` for results.json's `metric`: its unit from `results.COLUMNS` unless given, and
     as band the spread measured on the reference runs (`band(metric)`) unless `noise` gives one (None: none)."""
-    from ..results import COLUMNS
-
     spread = band(metric) if noise == "reference" else noise
-    return Comparison(metric, unit or (COLUMNS[metric].unit if metric in COLUMNS else ""), float(value), float(other),
-                      None if spread is None else float(spread))
+    unit = unit or (results.COLUMNS[metric].unit if metric in results.COLUMNS else "")
+    return Comparison(metric, unit, float(value), float(other), None if spread is None else float(spread))
 
 
 def budget_setups() -> dict[str, dict]:
@@ -154,8 +168,6 @@ def budget_setups() -> dict[str, dict]:
     budget (the default recipe's runs; not the classic recipe's, nor the quarter-budget one, which a full budget
     bounds), by run name. A run with activation checkpointing counts as without it: checkpointing only lowers
     the peak, and fit's estimate with it fell below the measured peak (docs/h100/course/runs/baseline_ac)."""
-    from ..config import EXPERIMENTS, recipe_settings
-
     setups = {}
     for runs in COURSE_RUNS.values():
         for name, (experiment, settings) in runs.items():
@@ -172,9 +184,6 @@ def course_budget(free_mib: float):
     `fit.estimate` of every run (`budget_setups`) fits (`fit.micro_batch_budget`). One budget for all: the
     notebooks share runs (02's baseline is 01's), and a comparison needs the same micro-batches on both sides.
     A pure function of `free_mib`."""
-    from ..config import recipe_settings
-    from ..fit import micro_batch_budget
-
     r = recipe_settings("default")
     return micro_batch_budget(r["model"], budget_setups(), free_mib, most=r["max_tokens_per_micro_batch"],
                               least=r["max_length"])
@@ -198,10 +207,6 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     Raises:
         WorkshopError: with `size_micro_batches`, the GPU's free memory holds no run even at the smallest budget.
     """
-    import torch
-
-    from .. import env, variables
-
     tiny = variables.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
     steps = variables.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS) or None
@@ -210,13 +215,9 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     if not size_micro_batches:
         return options
     if tiny or not torch.cuda.is_available():
-        from ..config import TINY
-
         print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
               "no GPU to size them for.")
         return options
-    from ..errors import WorkshopError
-
     budget, fraction = course_budget(env.gpu_free_mib()), env.gpu_memory_fraction()
     line = budget.line("every course run (the experiments of notebooks 01-03)")
     print(line + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use that share of the GPU)"
@@ -233,8 +234,6 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     options (`notebook_run_options()`; its max_tokens_per_micro_batch, the GPU's budget, goes to the
     runs that batch by tokens, a quarter of it to the quarter-budget run). No checkpoints: these runs measure (a Qwen3-0.6B checkpoint is
     8-10 GB); the fine-tuned model is still saved in runs_dir/name/model."""
-    from ..config import RunConfig, recipe_settings
-
     experiment, settings = COURSE_RUNS[notebook][name]
     if settings.get("max_tokens_per_micro_batch") == QUARTER:
         budget = (common.get("max_tokens_per_micro_batch")
@@ -263,17 +262,6 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
     """
-    import contextlib
-    import io
-    import shutil
-    import time
-
-    import torch
-
-    from ..config import RunConfig
-    from ..errors import WorkshopError
-    from ..train import run_experiment
-
     out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
     if torch.cuda.is_available():
         configs = [run_config(notebook, next(iter(COURSE_RUNS[notebook])), out,
@@ -294,8 +282,6 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
 
 
 def _load(root: Path) -> pd.DataFrame:
-    from ..results import find_runs, load_results
-
     if not root.is_dir() or not find_runs(root)[0]:
         return pd.DataFrame()
     df = load_results(root)
@@ -314,8 +300,6 @@ def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.Dat
 
 def _repeats(root: Path) -> dict[str, dict]:
     """name -> results.json of the runs measured again: root/repeat/NAME, and `REPEATS` for the committed reference."""
-    import json
-
     earlier = {n: d for n, d in REPEATS.items() if (d / "results.json").is_file()} if root == REFERENCE_DIR else {}
     found = {n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
              for n, d in earlier.items()}
@@ -349,8 +333,6 @@ def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
         if not CPU_RUN_ORDER.is_file():
             return None
         measured = pd.read_csv(CPU_RUN_ORDER)
-    from ..results import title
-
     tps = title("steady_train_tokens_per_second")
     warm = measured[measured["warm-up"].astype(bool)].copy()
     process = warm.groupby(["round", "order"])[tps]
@@ -386,8 +368,6 @@ def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None 
     Raises:
         WorkshopError: none of the notebook's runs has finished in runs_dir.
     """
-    from ..results import exercise_table, load_results
-
     cols = columns or COLUMNS[notebook]
     dirs = [Path(runs_dir) / n for n in COURSE_RUNS[notebook] if (Path(runs_dir) / n).is_dir()]
     df = load_results(dirs or [Path(runs_dir)])
@@ -405,8 +385,6 @@ def header(notebook: str) -> str:
     """The line at the top of every notebook: reading time (the notebook's prose and code at
     `WORDS_PER_MINUTE`) and run time on each machine it was timed on (docs/notebook_times.json, written by
     scripts/time_notebooks.py), with the DeepSpeed ops it compiled there (once per machine), as Markdown."""
-    import json
-
     src = DOCS.parent / "solutions" / f"{notebook}.py"
     words = len(src.read_text().split()) if src.exists() else 0
     parts = [f"**Reading:** about {max(1, round(words / WORDS_PER_MINUTE))} min ({words:,} words)."]
@@ -426,13 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     sizes for it) into OUT_DIR/runs (OUT_DIR/repeat with --repeat). Each notebook's runs are made as its kernel
     makes them: in a process of their own, after `warm_up`; --notebook NB makes only NB's, in this process. A
     finished run is skipped, so an interrupted call resumes. Returns 1 if any run failed, else 0."""
-    import subprocess
-    import sys
-
-    from ..errors import WorkshopError
-    from ..rundir import state
-    from ..train import run_experiment
-
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0]) / ("repeat" if "--repeat" in argv else "runs")
     only = [argv[i + 1] for i, a in enumerate(argv) if a == "--notebook"]

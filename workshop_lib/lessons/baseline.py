@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..fit import GPUS
 from ..units import MiB
 from . import Comparison, band, compare, cpu_band
 
@@ -66,8 +67,6 @@ def gpu_total_mib(r: dict) -> float | None:
     also names the size where several do (None: no GPU, or none or several match)."""
     if _number(r.get("gpu_total_mib")):
         return r["gpu_total_mib"]
-    from ..fit import GPUS
-
     device = r.get("device") or ""
     named = [k for k in GPUS if all(w in device for w in k.split()[:-1])]
     named = [k for k in named if k.split()[-1] in device] or named

@@ -30,11 +30,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import torch
+from matplotlib.ticker import MaxNLocator
 
 from .. import env, teardown
+from ..data import encode_example, load_squad, make_collator
 from ..ds_config import build_ds_config
 from ..errors import WorkshopError
+from ..model import load_model_and_tokenizer
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder holding workshop_lib/, for the ranks' imports
 FP16_MAX = 65504.0  # torch.finfo(torch.float16).max: 5 exponent bits; bf16 keeps fp32's 8 (max ~3.4e38)
@@ -76,10 +81,8 @@ def _batch_size_rank(argv: list[str]) -> int:
     p.add_argument("--accum", type=int, required=True, help="gradient_accumulation_steps")
     p.add_argument("--config-world-size", type=int, required=True, help="the world size the config is built for")
     a = p.parse_args(argv)
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     import deepspeed
-    import torch
-
-    from ..model import load_model_and_tokenizer
 
     env.quiet_libraries()
     torch.manual_seed(0)
@@ -218,6 +221,7 @@ class _Messages(logging.Handler):
 
 @contextlib.contextmanager
 def _deepspeed_messages():
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.utils import logger
 
     handler, level = _Messages(), logger.level
@@ -233,8 +237,6 @@ def _deepspeed_messages():
 def squad_batch(tokenizer, n: int = 4, max_length: int = 64) -> dict:
     """A padded batch of the first `n` SQuAD train prompts (`data.load_squad`) that fit in `max_length` tokens,
     loss on every token: {"input_ids", "attention_mask", "labels"}, [n, L] int64, L <= max_length (a multiple of 8)."""
-    from ..data import encode_example, load_squad, make_collator
-
     rows = [encode_example(r, tokenizer, max_length, loss_on="all") for r in load_squad("train", 4 * n, verbose=False)]
     feats = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows if r is not None][:n]
     return dict(make_collator(tokenizer)(feats))
@@ -265,8 +267,6 @@ def plant_massive_activation(model, batch: dict, value: float = 1e5, layer: int 
          `batch` with an activation above 65504: the first of each prompt), "max_abs_weight" (largest |weight|
          of the model after planting), "fp16_max": 65504.0}
     """
-    import torch
-
     mlp = model.model.layers[layer].mlp
     seen = {}
     hook = mlp.register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0].detach()))
@@ -290,6 +290,7 @@ def plant_massive_activation(model, batch: dict, value: float = 1e5, layer: int 
 def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, messages: _Messages) -> list[dict]:
     """`steps` DeepSpeed engine steps on the same batch; one row per step. Stops at the step DeepSpeed's loss
     scaler raises (its text in "error")."""
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     import deepspeed
 
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
@@ -323,8 +324,8 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages
     own `DynamicLossScaler` (deepspeed/runtime/fp16/loss_scaler.py, made by `CreateLossScaler` from the config's
     fp16 section as DeepSpeed parses it), fp16 weights for the forward and backward, fp32 master weights for
     AdamW, the step skipped on overflow: what ZeRO's optimizer does, in a dozen lines."""
+    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     import deepspeed
-    import torch
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.fp16.loss_scaler import CreateLossScaler
     from deepspeed.runtime.utils import has_inf_or_nan
@@ -411,8 +412,6 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
     Raises:
         WorkshopError: zero_stage not 1 or 2, an unknown route, or route "engine" where DeepSpeed refuses fp16.
     """
-    import torch
-
     if zero_stage not in (1, 2):
         raise WorkshopError(f"zero_stage must be 1 or 2 here, got {zero_stage!r}: their optimizer drives "
                             "DynamicLossScaler (stage 0's FP16_Optimizer has no hysteresis and never raises).",
@@ -420,10 +419,8 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
     if route not in ("auto", "engine", "scaler"):
         raise WorkshopError(f"Unknown route {route!r}.", "use auto, engine or scaler.")
     t0 = time.perf_counter()
-    with _world_of_one():
+    with _world_of_one():  # env's quiet probe of DeepSpeed's ops, then DeepSpeed
         from deepspeed.accelerator import get_accelerator
-
-        from ..model import load_model_and_tokenizer
 
         env.quiet_libraries()
         acc = get_accelerator()
@@ -489,9 +486,6 @@ def plot_fp16_overflow(df: pd.DataFrame, ax=None):
     each precision in `df` (from `fp16_overflow`): fp16's halving down to min_loss_scale, bf16's constant 1
     (no scaling); overflowed steps marked x, the step where DeepSpeed gave up marked with its message.
     Returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
     for precision, g in df.groupby("precision", sort=False):

@@ -13,6 +13,7 @@ from typing import Literal
 import pandas as pd
 
 from .. import checkpoint
+from ..results import title, unit
 from ..units import MiB
 from . import Comparison, compare
 
@@ -176,8 +177,6 @@ def resume(resume_step: int, resumed: dict, uninterrupted: dict) -> Resume:
 def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, scored: dict) -> pd.DataFrame:
     """The exercise table of notebook 03b, from its runs (results.json dicts) and the reloaded model's eval loss
     (nats): train loss and last eval loss (nats), exact match and F1 (%, SQuAD v1.1) where each was measured."""
-    from ..results import title, unit
-
     nan = float("nan")
     return pd.DataFrame(
         [[uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],

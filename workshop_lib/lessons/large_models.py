@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import psutil
+import torch
 
+from .. import env, variables
+from ..config import EXPERIMENTS
+from ..fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
 from ..memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
-from .. import variables
+from ..memory import estimate_nvme_swap
+from ..metrics import steady_state
 from ..results import title
 from ..units import MiB
 from . import DOCS, Comparison, compare, notebook_run_options
@@ -47,17 +55,14 @@ def outcome(run_dir: Path) -> str:
 
 
 def _row(run_dir: Path, gpu: str) -> dict:
-    from .. import fit
-    from ..config import EXPERIMENTS
-
     cfg = json.loads((run_dir / "run_config.json").read_text()) if (run_dir / "run_config.json").is_file() else {}
     name = run_dir.name
     model = cfg.get("model") or f"Qwen/{name.split('-stage')[0].split('-baseline')[0]}"
     experiment = cfg.get("experiment") or name.split("-")[-1]
     world = cfg.get("world_size", 1)
-    est = fit.estimate(model, **EXPERIMENTS[experiment].fit_setup, gpus_per_node=world,
-                       train_micro_batch_size_per_gpu=1, max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
-                       activation_checkpointing=bool(cfg.get("activation_checkpointing")), gpu=gpu)
+    est = estimate(model, **EXPERIMENTS[experiment].fit_setup, gpus_per_node=world,
+                   train_micro_batch_size_per_gpu=1, max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
+                   activation_checkpointing=bool(cfg.get("activation_checkpointing")), gpu=gpu)
     r = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
     return {"model": model, "experiment": experiment, "GPUs": world,
             "activation checkpointing": bool(cfg.get("activation_checkpointing")), "outcome": outcome(run_dir),
@@ -103,8 +108,6 @@ def reference_runs(root: Path) -> pd.DataFrame:
 
 def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     """experiment -> the largest model (by parameters) that trained with it, from `reference_runs`."""
-    from ..fit import model_shape
-
     done = df[df["outcome"] == "trained"]
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
 
@@ -118,8 +121,6 @@ def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
     training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
     (`metrics.steady_state`, the first third of the steps left out, as in results.json), the peak GPU memory
     (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
-    from ..metrics import steady_state
-
     rows = []
     for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
         cfg = json.loads((run / "run_config.json").read_text())
@@ -216,9 +217,6 @@ class NvmeSummary:
 def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
     """`NvmeSummary` of the call in `root` (`offload_comparison`, `drive_free_gib` of root/machine.txt) and of
     the shipped Qwen3 models' swap files (`memory.estimate_nvme_swap` with parameters and optimizer on NVMe)."""
-    from ..fit import MODELS, model_shape
-    from ..memory import estimate_nvme_swap
-
     df = offload_comparison(root).set_index("experiment")
     cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
     free = drive_free_gib(root / "machine.txt")
@@ -254,18 +252,12 @@ TOKENS_TRIED = (8192, 16384, 4096, 2048)
 def this_machine() -> tuple[float | None, float]:
     """(the GPU memory a run may use now, MiB, `env.gpu_free_mib`, None without a GPU or with the tiny model
     forced (WORKSHOP_TINY=1); this machine's host memory, MiB)."""
-    import psutil
-
-    from .. import env
-
     tiny = notebook_run_options()["tiny"]
     return None if tiny else env.gpu_free_mib(), psutil.virtual_memory().total / MiB
 
 
 def nearest_gpu(gpu_mib: float) -> str:
     """The `fit.GPUS` entry nearest `gpu_mib` in memory (for `fit.estimate`'s gpu and the explorer)."""
-    from ..fit import GPUS
-
     return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
 
 
@@ -273,19 +265,12 @@ def this_drive() -> float:
     """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
     `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
     nvme-vs-cpu/machine.txt)."""
-    import shutil
-    import tempfile
-
-    import torch
-
     if not torch.cuda.is_available():
         return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
     return shutil.disk_usage(variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
 
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
-    from ..fit import FREE_SHARE
-
     host = e["model_states_cpu_mib"]
     return (e["fits"] and e["total_gpu_mib"] <= FREE_SHARE * gpu_mib
             and (host is None or host <= HOST_SHARE * host_mib))
@@ -302,9 +287,6 @@ def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int 
     to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
     the host, the drive), with the GPU total within `fit.FREE_SHARE` of gpu_mib and the host states within
     `HOST_SHARE` of host_mib."""
-    from ..config import EXPERIMENTS
-    from ..fit import estimate
-
     rows = []
     for name in CONFIGURATIONS:
         e = estimate(model, **EXPERIMENTS[name].fit_setup, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
@@ -341,9 +323,6 @@ class Choice:
 
 
 def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
-    from ..config import EXPERIMENTS
-    from ..fit import MODELS, estimate, model_shape
-
     for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
         for tokens in TOKENS_TRIED:
             base, zero2, off = (estimate(model, **EXPERIMENTS[e].fit_setup, max_length=tokens, gpu=nearest_gpu(gpu_mib),
@@ -361,8 +340,6 @@ def pick_model(gpu_mib: float | None, host_mib: float) -> Choice:
     counts (and the HF Trainer keeps more: its "does not fit" holds). Without a GPU (`gpu_mib` None), or where no
     model tells the story on this machine, the choice for the reference machine (`REFERENCE_GPU`,
     `REFERENCE_HOST_MIB`), with `here` False."""
-    from ..fit import GPUS
-
     found = _choose(gpu_mib, host_mib) if gpu_mib is not None else None
     if found:
         return Choice(*found[:2], gpu_mib, host_mib, True, *found[2:])
@@ -457,8 +434,6 @@ class RungAgainstOffload:
 def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffload | None:
     """`RungAgainstOffload` for the largest model that `machine`'s references (default the H100's) trained both
     as the baseline with activation checkpointing and with ZeRO-3 + CPU offload; None where none did."""
-    from ..fit import model_shape
-
     df = reference_runs(REFERENCES[machine or H100])
     if df.empty:
         return None
@@ -502,8 +477,6 @@ class AllocatorCache:
 def allocator_cache(experiment: str = "stage3_offload", machine: str | None = None) -> AllocatorCache | None:
     """`AllocatorCache` of `machine`'s reference run of `experiment` (default: the H100's; the largest model
     that trained with it, without activation checkpointing: `reference_result`); None where none is on file."""
-    from ..fit import GPUS
-
     machine = machine or H100
     r = reference_result(experiment, machine)
     if r is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..model import count_params
 from . import Comparison, compare
 
 
@@ -36,8 +37,6 @@ class ParamCounts:
 
 def param_counts(name: str, counts: dict | None = None) -> ParamCounts:
     """`ParamCounts` of `name` from `counts` (a `model.count_params` dict), or `model.count_params(name)`."""
-    from ..model import count_params
-
     c = counts or count_params(name)
     return ParamCounts(name, c["num_params"], c["largest_layer_params"], c["vocab_size"], c["hidden_size"])
 

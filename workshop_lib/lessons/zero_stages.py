@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..results import hfu
 from . import Comparison, compare
 from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, nvml_split, peak, speed
 
@@ -75,8 +76,6 @@ class ZeroStages:
 
 def figures(r: dict[str, dict]) -> ZeroStages:
     """Notebook 02's figures from its runs `r` (results.json dicts by run name)."""
-    from ..results import hfu
-
     base = r["baseline"]
     stages = {}
     for s in STAGES:
