@@ -5,14 +5,21 @@ writes the answers from them."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
+import psutil
 
-from .. import checkpoint
+from .. import checkpoint, rundir
+from ..errors import WorkshopError
 from ..results import title, unit
 from ..units import MiB
 from . import Comparison, compare
@@ -202,16 +209,6 @@ def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: 
         WorkshopError: a run in OUTPUT_DIR is still alive (`rundir.check`); the run ended before its checkpoint
             `after` was complete (it failed, or was too short).
     """
-    import shutil
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
-    from .. import rundir
-    from ..errors import WorkshopError
-
     out = Path(output_dir)
     rundir.check(out, overwrite=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -271,8 +268,6 @@ def other_world(resumed_dir: str | Path, uninterrupted_dir: str | Path) -> Other
     Raises:
         ValueError: the resumed run records no change of world size (it resumed on as many ranks).
     """
-    import json
-
     resumed_dir, uninterrupted_dir = Path(resumed_dir), Path(uninterrupted_dir)
     r, u = (json.loads((d / "results.json").read_text()) for d in (resumed_dir, uninterrupted_dir))
     if not r.get("world_size_changes"):
@@ -292,8 +287,6 @@ def resumable_on(run_dir: str | Path, max_ranks: int) -> dict[int, int]:
     """{number of ranks: gradient_accumulation_steps}, for 1 to `max_ranks` ranks, on which `--resume` continues the
     run in `run_dir` with its global batch (`checkpoint.resume_accumulation`: the micro-batches of an optimizer
     step divided among the ranks); it refuses the numbers left out, naming these."""
-    from ..errors import WorkshopError
-
     fits = {}
     for n in range(1, max_ranks + 1):
         try:
