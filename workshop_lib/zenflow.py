@@ -1,7 +1,7 @@
 """ZenFlow through the HF Trainer: its own update schedule, which accelerate overrides.
 
-ZenFlow (DeepSpeed >= 0.17.5, `zero_optimization.zenflow`; Lan et al. 2025, "ZenFlow: Enabling Stall-Free
-Offloading Training via Importance-Aware Gradient Updating", arXiv 2505.12242) updates the `topk_ratio` share of
+ZenFlow (DeepSpeed >= 0.17.5, `zero_optimization.zenflow`; DeepSpeed's tutorial "ZenFlow",
+https://www.deepspeed.ai/tutorials/zenflow/) updates the `topk_ratio` share of
 gradient columns on the GPU at every step and the rest on the CPU every `update_interval` steps, overlapped with
 the next steps' GPU work. It decides those CPU-update boundaries itself: `configure_zenflow` sets the engine's
 gradient_accumulation_steps to `update_interval`, and `engine.is_gradient_accumulation_boundary` asks
