@@ -17,6 +17,13 @@ from .errors import WorkshopError
 ROOT = Path(__file__).resolve().parent.parent  # the workshop folder: slurm/, runs/, logs/
 
 
+def torchrun_command(experiment: str, nproc: int, output_dir: str | os.PathLike, *args: str) -> list[str]:
+    """The command line of `workshop run EXPERIMENT --output-dir OUTPUT_DIR ARGS` on NPROC local ranks through
+    torchrun (`--standalone`: a free local port for the rendezvous)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), "-m",
+            "workshop_lib.cli", "run", experiment, "--output-dir", str(output_dir), *args]
+
+
 def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args: str, env: dict | None = None) -> dict:
     """`torchrun --standalone --nproc_per_node NPROC -m workshop_lib.cli run EXPERIMENT ...` on this machine
     (`--standalone`: a free local port for the rendezvous); returns rank 0's results dict. On a CPU the ranks
@@ -26,8 +33,7 @@ def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args:
     Raises:
         WorkshopError: the launch failed (its last output lines are in the message).
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), "-m",
-           "workshop_lib.cli", "run", experiment, "--output-dir", str(output_dir), *args]
+    cmd = torchrun_command(experiment, nproc, output_dir, *args)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        env=os.environ | (env or {}))
     log = Path(output_dir) / "launch.log"

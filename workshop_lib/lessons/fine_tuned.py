@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Literal
 import pandas as pd
 import psutil
 
-from .. import checkpoint, rundir
+from .. import checkpoint, launch, rundir
 from ..errors import WorkshopError
 from ..results import title, unit
 from ..units import MiB
@@ -213,9 +212,7 @@ def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: 
     rundir.check(out, overwrite=True)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), "-m",
-           "workshop_lib.cli", "run", experiment, *args, "--output-dir", str(out), "--save-strategy", "steps",
-           "--save-steps", "1"]
+    cmd = launch.torchrun_command(experiment, nproc, out, *args, "--save-strategy", "steps", "--save-steps", "1")
     ckpt = out / checkpoint.CHECKPOINTS / f"checkpoint-{after}"
     with (out / "launch.log").open("w") as log:
         log.write(f"$ {' '.join(cmd)}\n")
