@@ -3,14 +3,19 @@ against a plain PyTorch training loop on the same model and data as the ceiling 
 run is in docs/h100/bench).
 
 Every figure is steady state: the first third of the optimizer steps is warm-up and left out, then the
-median step time (`metrics.steady_state`). Speeds are comparable only within one benchmark call.
+median step time, and the window figure: all the steady tokens over the steady steps' summed time
+(`metrics.steady_state`). The ratios under the table and the plot take the window figure, which a row whose
+steps are not alike (ZenFlow's) or not each synced with the GPU (`logging_steps`) needs. Speeds are comparable
+only within one benchmark call.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -38,6 +43,8 @@ BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, grad
 ZENFLOW = [f"zero_optimization.zenflow.{k}={v}" for k, v in {
     "topk_ratio": 0.1, "select_strategy": '"step"', "select_interval": 4, "update_interval": 4,
     "full_warm_up_rounds": 0, "overlap_step": "true"}.items()]
+NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
+CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
     ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
@@ -62,9 +69,18 @@ VARIANTS = [
     ("A/B: ZeRO-2 + CPU offload, ZenFlow", dict(experiment="stage2_offload", ds_config=ZENFLOW)),
     ("A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)", dict(experiment="stage2_offload",
                                                                         gradient_accumulation_steps=4)),
+    # The levers of the profile (docs/h100/bench-gap): ZeRO-2's per-tensor gradient norms and the clipping's
+    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU), the Trainer's
+    # per-step reads from the GPU; then all three
+    ("A/B: ZeRO-2, no gradient norm (max_grad_norm 0: no clipping)", dict(experiment="stage2", max_grad_norm=0)),
+    ("A/B: ZeRO-2, overlap_comm off (one GPU)", dict(experiment="stage2", ds_config=NO_OVERLAP)),
+    ("A/B: ZeRO-2, no per-step host syncs (logging every 8 steps)", dict(experiment="stage2", logging_steps=8)),
+    ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
+    ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
+    (CORES_BOUND, dict(experiment="stage2_offload")),
 ]
 # The table's figures: results.json keys, shown under their `results.title`
-COLUMNS = ["steady_train_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
+COLUMNS = ["steady_train_tokens_per_second", "steady_window_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
            "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "host_peak_rss_mib",
            "train_loss"]
 
@@ -73,6 +89,30 @@ def run_dir_name(label: str) -> str:
     """A row's run directory under OUT/runs: "A/B: ZeRO-2, 16k tokens" -> A_B_ZeRO-2_16k_tokens,
     "default ZeRO-2 + CPU offload" -> default_ZeRO-2_plus_CPU_offload."""
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", label.replace("+", "plus")).strip("_")
+
+
+@contextmanager
+def cores_bound(on: bool = True):
+    """DeepSpeed's `--bind_cores_to_rank` for this one process (rank 0 of 1), within the block: the cores and
+    thread count DeepSpeed's launcher gives that rank (`deepspeed.utils.numa.get_numactl_cmd`: `numactl -C`
+    and OMP_NUM_THREADS = its cores), applied with `os.sched_setaffinity` and `torch.set_num_threads`; not
+    its memory binding (`numactl -m`: one NUMA node on the machines measured). Restored on exit. Nothing
+    when `on` is False."""
+    if not on:
+        yield
+        return
+    from deepspeed.utils.numa import get_numactl_cmd, parse_range_list  # the launcher's own rule
+
+    cores_per_rank, cmd = get_numactl_cmd(None, 1, 0)
+    affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, parse_range_list(cmd[cmd.index("-C") + 1]))
+    torch.set_num_threads(cores_per_rank)
+    print(f"cores bound as DeepSpeed's launcher would: {' '.join(cmd)}, {cores_per_rank} threads", flush=True)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, affinity)
+        torch.set_num_threads(threads)
 
 
 def ceiling(cfg: RunConfig, steps: int) -> dict:
@@ -138,10 +178,11 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
                         num_train_samples=num_train_samples,
                         output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True,
-                        save_strategy="no")  # no checkpoint: 8-10 GB a row for Qwen3-0.6B
+                        save_strategy="no", save_model=False)  # no checkpoint (8-10 GB a row), no model
         print(f"\n=== {label} ===", flush=True)
         try:
-            r = run_experiment(cfg)
+            with cores_bound(label == CORES_BOUND):
+                r = run_experiment(cfg)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
@@ -157,7 +198,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
         rows.append({"row": "plain PyTorch (ceiling)", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
     df = pd.DataFrame(rows)
-    tps = df.set_index("row")["steady_train_tokens_per_second"]
+    # ratios of window tokens/s: a median misreads a row whose steps are not alike (ZenFlow's) or not synced
+    tps = df.set_index("row")["steady_window_tokens_per_second"]
     nan = float("nan")
     best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
     target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
@@ -175,11 +217,12 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
     out.mkdir(parents=True, exist_ok=True)
     files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
-        f"- {k} ({titles['steady_train_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
+        f"- {k} ({titles['steady_window_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
     table.to_csv(files["csv"], index=False)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")
-    a.set(xlabel="steady-state training tokens/s (non-padding)", title="Throughput")
+    a.barh(df["row"], df["steady_window_tokens_per_second"].fillna(0), color="tab:green")
+    a.set(xlabel="steady-state training tokens/s (non-padding; window: all steady tokens / their time)",
+          title="Throughput")
     b.barh(df["row"], 100 * df["mfu"].fillna(0))
     b.set(xlabel="MFU, % of the GPU's dense bf16 peak", title="Model FLOPs utilisation")
     b.set_yticklabels([])

@@ -26,7 +26,10 @@ def step_log(path: Path, t0: float):
     an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
     eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
     resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
-    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures."""
+    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures. With the Trainer's
+    logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
+    waits for the GPU at those steps only (`train.UnsyncedTrainer`): a step's own time is then the host's, and
+    only a window between such steps measures the GPU."""
     fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
               "tokens", "num_input_tokens_seen"]
 
@@ -45,6 +48,10 @@ def step_log(path: Path, t0: float):
                 self.w.writerows(kept)
 
         def on_step_end(self, args, state, control, **kw):
+            if state.global_step >= state.max_steps:
+                control.should_log = True  # the last step, whatever logging_steps: every run logs a loss
+            if args.logging_steps > 1 and control.should_log and torch.cuda.is_available():
+                torch.cuda.synchronize()  # the logging that follows waits for the GPU anyway: the clock does too
             now = time.perf_counter()
             self.step_times.append(now - self.last)
             self.step_tokens.append(state.num_input_tokens_seen - self.seen)

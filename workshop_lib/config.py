@@ -168,6 +168,17 @@ class RunConfig:
     check_grad_overflow: bool | None = _recipe_opt(
         "check_grad_overflow", True, "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
         "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)")
+    max_grad_norm: float | None = _recipe_opt(
+        "max_grad_norm", 1.0, "clip the global gradient norm to this (the Trainer's max_grad_norm, DeepSpeed's "
+        "gradient_clipping); 0: no clipping, and no gradient norm under ZeRO-1/2 without offload "
+        "(zero_optimization.compute_grad_norm false: no per-tensor norms each step)")
+    logging_steps: int | None = _recipe_opt(
+        "logging_steps", 1, "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
+        "on one rank, the loss, gradient norm and tokens are read from the GPU at those steps only and batches "
+        "are copied to it without waiting: no host sync in between")
+    torch_compile_zero3: bool | None = _recipe_opt(
+        "torch_compile_zero3", False, "true: torch_compile under ZeRO-3 too (off by default: its parameter hooks "
+        "split each compiled block; an A/B row of `workshop bench`)")
     drop_attention_mask: bool | None = _recipe_opt(
         "drop_attention_mask", False, "true: no attention mask for right-padded batches (exact: causal attention never "
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
@@ -305,6 +316,12 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if cfg.reduce_bucket_size < 0:
         raise WorkshopError(f"reduce_bucket_size must be 0 (auto) or more, got {cfg.reduce_bucket_size}.",
                             "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0.")
+    if cfg.logging_steps < 1:
+        raise WorkshopError(f"logging_steps must be 1 or more, got {cfg.logging_steps}.",
+                            "give --logging-steps 1 (a row per optimizer step) or more.")
+    if cfg.max_grad_norm < 0:
+        raise WorkshopError(f"max_grad_norm must be 0 (no clipping) or more, got {cfg.max_grad_norm}.",
+                            "give --max-grad-norm 1.0 (the default) or 0.")
     if cfg.dataloader_num_workers < 0:
         raise WorkshopError(f"dataloader_num_workers must be 0 or more, got {cfg.dataloader_num_workers}.",
                             "pass --dataloader-num-workers 0 (collate in the training loop) or a few processes.")

@@ -36,7 +36,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
                     gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
                     nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
                     check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
-                    nvme_buffer_count: int = 5, comms_logger: bool = False, load_universal: bool = False) -> dict:
+                    nvme_buffer_count: int = 5, comms_logger: bool = False, load_universal: bool = False,
+                    compute_grad_norm: bool = True) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -69,6 +70,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
             (DeepSpeed's Universal Checkpointing, arXiv 2406.18820); `workshop run --resume` sets it on another
             world size.
 
+        compute_grad_norm: False (stages 1-2, no optimizer offload, no gradient clipping) writes
+            zero_optimization.compute_grad_norm false (DeepSpeed >= 0.19.8, `DeepSpeedZeroConfig`): no global gradient
+            norm, so none of its per-tensor norms each step; the Trainer then logs no grad_norm.
+
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
         TrainingArguments (lr, betas, eps, weight decay); the learning-rate schedule is the Trainer's.
@@ -99,6 +104,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
     zero: dict = {"stage": zero_stage}
     if zero_stage >= 1:
         zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": reduce_bucket_size}
+    if not compute_grad_norm:
+        zero["compute_grad_norm"] = False
     if zero_stage == 3:
         zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
                  "stage3_gather_16bit_weights_on_model_save": True}
@@ -205,8 +212,7 @@ KEYS: dict[str, Key] = {
         "change the micro-batch, the accumulation or the number of GPUs"),
     "gradient_clipping": Key(
         "largest global L2 norm of the gradients: a larger norm is scaled down to it before the step (0: none)",
-        _trainer("max_grad_norm") + " (1.0)",
-        "pass TrainingArguments(max_grad_norm=...) in your own Trainer script; `workshop run` keeps the Trainer's"),
+        _trainer("max_grad_norm") + " (workshop: --max-grad-norm, 1.0)", "give --max-grad-norm (0: no clipping)"),
     "fp16.enabled": Key(
         "fp16 training: 16-bit weights, activations and gradients, fp32 master weights and Adam moments, the loss "
         "scaled against underflow", _trainer("fp16"), "pass --precision fp16"),
@@ -241,6 +247,11 @@ KEYS: dict[str, Key] = {
         "reduce the gradients while the backward pass goes on. At stages 1-2 it doubles the gradient bucket (two "
         "buffers of reduce_bucket_size elements). Absent: true at stage 3, false below", "workshop: true",
         stages=(1, 2, 3)),
+    "zero_optimization.compute_grad_norm": Key(
+        "compute the global gradient norm at each optimizer step (one norm per gradient tensor, then their sum). "
+        "Absent: true. False needs gradient_clipping 0 and no optimizer offload (stages 1-2)",
+        "workshop: false where --max-grad-norm is 0 at stage 2 without offload", "give --max-grad-norm 0 (no "
+        "clipping) at stage 2", stages=(1, 2)),
     "zero_optimization.contiguous_gradients": Key(
         "copy each gradient into a contiguous buffer as it is produced: less fragmentation (stages 1-2: the "
         "buffer of reduce_bucket_size elements)", "workshop: true", stages=(1, 2, 3)),

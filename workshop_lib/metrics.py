@@ -28,25 +28,31 @@ def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch
     down; none of 1 or 2 steps) are left out, as they hold CUDA context, allocator, kernel autotuning and
     DeepSpeed set-up costs. Then the median step time (robust to the odd slow step), samples/s = global
     batch / median step time, and tokens/s = the median of the steps' own tokens/s (batches of similar
-    lengths differ in size).
+    lengths differ in size). Also the window figure: all the steady steps' tokens over their summed times,
+    which a run whose steps are not alike needs (ZenFlow's: GPU-only steps and steps that wait for the CPU
+    update; a median picks one kind), and which a run without per-step host syncs needs (its per-step times are
+    the host's, the window's are the GPU's once a sync ends it).
 
     Args:
         step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in
             each step, all ranks.
 
     Returns {"warmup_steps", "steady_steps", "steady_step_time_s", "steady_train_samples_per_second",
-    "steady_train_tokens_per_second"}; the figures are None when no step is left after the warm-up.
+    "steady_train_tokens_per_second", "steady_window_tokens_per_second"}; the figures are None when no step is
+    left after the warm-up.
     """
     n = len(step_times_s)
     warm = n // 3 if warmup_steps is None else min(warmup_steps, n)
     times, tokens = step_times_s[warm:], step_tokens[warm:]
     out = {"warmup_steps": warm, "steady_steps": len(times), "steady_step_time_s": None,
-           "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None}
+           "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None,
+           "steady_window_tokens_per_second": None}
     if times:
         med = statistics.median(times)
         out |= {"steady_step_time_s": round(med, 4),
                 "steady_train_samples_per_second": round(global_batch_size / med, 2),
-                "steady_train_tokens_per_second": round(statistics.median(k / t for k, t in zip(tokens, times)), 1)}
+                "steady_train_tokens_per_second": round(statistics.median(k / t for k, t in zip(tokens, times)), 1),
+                "steady_window_tokens_per_second": round(sum(tokens) / sum(times), 1)}
     return out
 
 

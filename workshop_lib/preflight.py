@@ -58,11 +58,12 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
     compile_ = cfg.torch_compile and torch.cuda.is_available()
-    if compile_ and (exp.zero_stage or 0) >= 3:
+    if compile_ and (exp.zero_stage or 0) >= 3 and not cfg.torch_compile_zero3:
         compile_ = False
         if env.world()[0] == 0:
             print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                  "block into pieces, which measured slower than no compilation (`workshop bench`, docs/h100/bench).")
+                  "block into pieces (`workshop bench`'s compile row, docs/h100/bench; --torch-compile-zero3 true "
+                  "compiles anyway).")
     return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
                    torch_compile=compile_,
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")

@@ -38,8 +38,9 @@ def record(run) -> dict:
     evals = [h for h in history if "eval_loss" in h]
     m = run.train_out.metrics  # of this Trainer.train() call: after a resume, the steps since the checkpoint
     tokens_per_s = sum(steps.step_tokens) / m["train_runtime"]
-    # Every step is logged (logging_steps=1) and a resumed run's log history comes back with its checkpoint:
-    # their mean is the whole run's train loss (the Trainer's own covers the steps since the resume only).
+    # Every step is logged (logging_steps 1; with N, each log the mean of N steps) and a resumed run's log history
+    # comes back with its checkpoint: their mean is the whole run's train loss (the Trainer's own covers the steps
+    # since the resume only).
     step_losses = [h["loss"] for h in history if "loss" in h]
     # micro-batches in one pass over the training set, all ranks together: the token-budget sampler's (the
     # same batches every epoch), else the questions over the micro-batch size, rounded up

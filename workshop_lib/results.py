@@ -39,6 +39,7 @@ COLUMNS = {
     "steady_train_tokens_per_second": Column("steady tokens/s", "tokens/s"),
     "steady_train_samples_per_second": Column("steady questions/s", "questions/s"),
     "steady_step_time_s": Column("steady s/step", "s"),
+    "steady_window_tokens_per_second": Column("window tokens/s", "tokens/s", default=False),
     "mfu": Column("MFU", "fraction"), "hfu": Column("HFU", "fraction"), "gpu_util_pct": Column("GPU util %", "%"),
     "gpu_states_allocated_mib": Column("model states MiB (measured)", "MiB"),
     "estimated_model_states_gpu_mib": Column("est. model states GPU MiB", "MiB"),
@@ -160,6 +161,9 @@ class RunResults:
     # `fit.GPUS` by the device's name)
     gpu_total_mib: float | None = None
     gpu_memory_fraction: float | None = None
+    # all the steady steps' non-padding tokens over their summed times (`metrics.steady_state`); None in runs
+    # made before it was recorded
+    steady_window_tokens_per_second: float | None = None
     # every resume on another number of ranks, in order (`checkpoint.world_size_change`): the step, world size and
     # gradient accumulation before and after (the global batch kept), whether DeepSpeed's universal checkpoint
     # was loaded, and how the data order differs from an uninterrupted run's; [] when none

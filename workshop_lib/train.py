@@ -48,7 +48,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from . import checkpoint, comms, env, preflight, rundir, teardown, variables, zenflow
 from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
-from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import apply_overrides, build_ds_config
 from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
@@ -367,16 +367,20 @@ def build_trainer(run: Run):
                                     **nvme_buffers(net),
                                     reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow,
-                                    comms_logger=cfg.comms_logger, load_universal=load_universal)
+                                    comms_logger=cfg.comms_logger, load_universal=load_universal,
+                                    compute_grad_norm=not (cfg.max_grad_norm == 0 and exp.zero_stage == 2
+                                                           and exp.offload_optimizer == "none"))
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
+    unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (UnsyncedTrainer)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=micro,
         per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=1, report_to="none",
+        max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=cfg.logging_steps, report_to="none",
+        max_grad_norm=cfg.max_grad_norm, accelerator_config={"non_blocking": unsynced},
         save_strategy=cfg.save_strategy, save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
         prediction_loss_only=True,  # the eval loss is all the runs use; no logits kept
         bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
@@ -387,8 +391,10 @@ def build_trainer(run: Run):
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
     trainer_class, callbacks = Trainer, [checkpoint.manifest_callback()]  # each checkpoint's manifest, last
+    if unsynced:
+        trainer_class = UnsyncedTrainer
     if batches is not None:
-        class TokenBudgetTrainer(Trainer):  # the Trainer, with micro-batches sized in tokens
+        class TokenBudgetTrainer(trainer_class):  # the Trainer, with micro-batches sized in tokens
             def get_train_dataloader(self):
                 return self.accelerator.prepare(DataLoader(
                     self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator,
@@ -409,9 +415,34 @@ def build_trainer(run: Run):
         model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
         data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
                                     attention_mask=not cfg.drop_attention_mask,
-                                    labelled_positions=cfg.logits_on == "labelled"),
+                                    labelled_positions=cfg.logits_on == "labelled", count_tokens=unsynced),
         processing_class=run.tokenizer)
     return run.trainer
+
+
+class UnsyncedTrainer(Trainer):
+    """The Trainer without its host syncs between logging steps, one rank (`RunConfig.logging_steps` > 1): the
+    micro-batch's non-padding tokens come counted on the host by the collator (`make_collator(count_tokens=True)`:
+    the Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the
+    gradient norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
+    DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
+    The figures logged are the Trainer's own."""
+
+    host_tokens = 0
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.host_tokens = inputs.pop(TOKENS_KEY)  # before the model sees the batch
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def prediction_step(self, model, inputs, *args, **kwargs):
+        inputs.pop(TOKENS_KEY, None)
+        return super().prediction_step(model, inputs, *args, **kwargs)
+
+    def _track_num_input_tokens(self, inputs):  # called after training_step, with the same batch
+        self.state.num_input_tokens_seen += self.host_tokens
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        return grad_norm if grad_norm is not None else super()._get_grad_norm(model, grad_norm)
 
 
 def train(run: Run) -> None:
