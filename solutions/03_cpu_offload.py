@@ -25,7 +25,7 @@ display(Markdown(lessons.header("03_cpu_offload")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
-ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
+ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
 
 # %%
 # A warm-up first, thrown away, so that the run order decides nothing (`lessons.warm_up`, as in 02)
@@ -112,6 +112,58 @@ print(f"4. When the model states do not fit on the GPUs you have (a model severa
       f"tokens/s of the same stage without it.")
 
 # %% [markdown]
+# ## ZenFlow: offload that does not wait for the CPU, a few steps late
+#
+# Plain offload makes every step wait for the CPU's Adam step and the copies over PCIe. ZenFlow (DeepSpeed's
+# tutorial "ZenFlow"; the `stage2_zenflow` experiment, which ran above with the same data, settings and steps as
+# `stage2_offload`) splits the update: at every step the GPU updates the `topk_ratio` share of each weight
+# matrix's gradient columns with the largest norms, whose Adam states stay on the GPU; the gradients of all the
+# other columns accumulate and go to the CPU's Adam once every `update_interval` steps, and with `overlap_step`
+# that CPU update runs in a process of its own while the GPU goes on with the next steps. The price is bounded
+# staleness: most weights are updated up to `update_interval` steps late, from gradients summed over those steps,
+# so the training is no longer exact Adam and its loss can fall differently. Without CUDA, `overlap_step` is off
+# (`ds_config.zenflow_overlap_step`): the CPU update runs in line, with nothing to overlap.
+#
+# ZenFlow's steps are not alike (the GPU-only ones, and those that meet the CPU update), so its speed is taken over
+# the whole steady window: all the tokens of the steady steps over their summed step times
+# (`lesson.window_tokens_per_second`), not the median step of the table above. Below: its settings, each run's
+# loss step by step, and the figures `lesson.zenflow` computes from the two runs.
+
+# %%
+print("ZenFlow's settings (ds_config.json):",
+      json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
+z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
+lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
+                  "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
+print(f"tokens/s over steps {z.window[0]}-{z.window[1]}, ZenFlow against plain offload: {z.speed.ratio_text}")
+print(f"mean train loss over the last {z.last} steps, ZenFlow - plain offload: {z.loss.difference_text}")
+if z.gpu_peak:
+    print(f"torch peak allocated GPU memory, ZenFlow against plain offload: {z.gpu_peak.ratio_text}")
+print(f"host peak RSS of the training process, ZenFlow against plain offload: {z.host_peak.ratio_text}")
+
+# %% [markdown] tags=["exercise"]
+# 5. What did ZenFlow buy here, and what did it cost? Answer from the figures above: speed, loss, and memory.
+
+# %% tags=["solution"]
+where = ("" if z.on_gpu else "On this CPU (the tiny model, and no GPU to overlap the CPU update with: overlap_step "
+         "off) ZenFlow's mechanics ran, not what it is for. ")
+bought = {"higher": "It bought speed", "lower": "It bought no speed, it cost some",
+          "within the band": "It bought no speed beyond the noise"}[z.speed.verdict]
+cost = {"higher": "a higher loss, it learned less in the same steps", "lower": "no loss: its loss was lower",
+        "within the band": "no loss beyond the noise"}.get(z.loss.verdict, "no loss")
+memory = (f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak RSS: {z.host_peak.ratio_text}"
+          + (" (the training process alone: ZenFlow's CPU-update process, which holds the Adam moments of the "
+             "offloaded columns, comes on top)" if z.overlap_step else "")
+          if z.gpu_peak else
+          f"no GPU memory to compare; host peak RSS against plain offload's: {z.host_peak.ratio_text} (the whole "
+          "process's, where the tiny model's states are lost in what this kernel's earlier runs left)")
+print(f"5. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} against plain offload's: "
+      f"{z.speed.ratio_text}. It cost {cost}: its mean train loss over the last {z.last} steps minus plain "
+      f"offload's: {z.loss.difference_text}. Memory: {memory}. ZenFlow trades exact updates for the time the GPU "
+      "would otherwise wait on the CPU: it pays only where that wait is long and the overlap hides the CPU update, "
+      "and its loss has to be checked against plain offload's, as here.")
+
+# %% [markdown]
 # ## Summary
 # - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: the host's memory grows by
 #   at least the 12 bytes per parameter of fp32 master weights and Adam's two moments, and DeepSpeed's own
@@ -119,3 +171,7 @@ print(f"4. When the model states do not fit on the GPUs you have (a model severa
 #   and PCIe.
 # - What it frees on the GPU is the model states: the peak falls by about what left, and what the steps add
 #   (activations, logits, ZeRO-3's gathered layers) stays (exercises 1 and 3 give your run's figures).
+# - ZenFlow keeps offload's placement of the optimizer states and stops waiting for the CPU at every step: the GPU
+#   updates the most important gradient columns at once, the CPU the rest every few steps. The update is then a
+#   few steps stale, so whether it buys speed, and what it costs in loss and memory, is measured against plain
+#   offload, never assumed (exercise 5 gives your runs' figures).

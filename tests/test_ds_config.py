@@ -95,6 +95,26 @@ def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
     check_keys(_built(3, "nvme", "nvme", precision="bf16", load_universal=True), list(KEYS))
 
 
+def test_zenflow_block_is_explained_read_by_deepspeed_and_needs_cpu_offload():
+    """stage2_zenflow's block: every value written out (the Trainer fills none of ZenFlow's "auto" ones),
+    select_interval >= update_interval, overlap_step only with CUDA; each key explained and one DeepSpeed reads;
+    refused without CPU optimizer offload."""
+    import torch
+
+    from workshop_lib.ds_config import KEYS, ZENFLOW, check_keys, explain, flatten
+
+    cfg = _built(2, "cpu", "none", precision="bf16", zenflow=True)
+    zf = cfg["zero_optimization"]["zenflow"]
+    assert zf == ZENFLOW | {"overlap_step": torch.cuda.is_available()} and "auto" not in zf.values()
+    assert zf["select_interval"] >= zf["update_interval"]
+    assert set(flatten(cfg)) <= set(KEYS) and "(not in workshop_lib.ds_config.KEYS)" not in set(explain(cfg)["meaning"])
+    check_keys(cfg, list(flatten(cfg)))
+    assert "zenflow" not in build_ds_config(2, "cpu")["zero_optimization"]
+    for offload in ("none", "nvme"):
+        with pytest.raises(WorkshopError, match="ZenFlow .* needs the optimizer offloaded to the CPU"):
+            build_ds_config(3 if offload == "nvme" else 2, offload, nvme_path="/tmp", zenflow=True)
+
+
 def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
     from workshop_lib.ds_config import KEYS, deepspeed_default, explain
 

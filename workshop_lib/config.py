@@ -41,6 +41,7 @@ class Experiment:
     offload_optimizer: Offload = "none"  # optimizer states and the Adam step (stages 1-3)
     offload_param: Offload = "none"  # parameters (stage 3 only)
     summary: str = ""
+    zenflow: bool = False  # DeepSpeed's ZenFlow on top of CPU optimizer offload (`ds_config.ZENFLOW`)
 
     @property
     def deepspeed(self) -> bool:
@@ -55,7 +56,9 @@ class Experiment:
     def fit_setup(self) -> dict:
         """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
         "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
-        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it)."""
+        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it). ZenFlow's
+        experiment is estimated as its offload without ZenFlow: the optimizer states of its top-k gradient columns
+        that stay on the GPU (`topk_ratio` of them) are not in the estimate."""
         return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
 
 
@@ -67,6 +70,8 @@ EXPERIMENTS = {e.name: e for e in [
     Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
     Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
     Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
+    Experiment("stage2_zenflow", 2, "cpu", zenflow=True, summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient "
+               "columns updated on the GPU every step, the rest on the CPU every few steps, unawaited (a few steps stale)"),
     Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
     Experiment("stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"),
 ]}

@@ -37,7 +37,7 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
                     nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
                     check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
                     nvme_buffer_count: int = 5, comms_logger: bool = False, load_universal: bool = False,
-                    compute_grad_norm: bool = True) -> dict:
+                    compute_grad_norm: bool = True, zenflow: bool = False) -> dict:
     """A DeepSpeed config dict for the HF Trainer integration.
 
     Args:
@@ -69,6 +69,12 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
             checkpoint that `latest_universal` names (`checkpoint.to_universal`), on any number of ranks
             (DeepSpeed's Universal Checkpointing, arXiv 2406.18820); `workshop run --resume` sets it on another
             world size.
+        zenflow: True adds DeepSpeed's ZenFlow (`zero_optimization.zenflow`, the `ZENFLOW` settings; DeepSpeed's
+            tutorial "ZenFlow", https://www.deepspeed.ai/tutorials/zenflow/) on top of CPU optimizer offload:
+            the stage2_zenflow experiment (introduced in `03_cpu_offload`). Its `overlap_step` is on only where
+            CUDA is available (`zenflow_overlap_step`). Every value is written out: the HF Trainer fills none of
+            ZenFlow's "auto" ones (a "select_strategy" of "auto" fails), and DeepSpeed needs
+            select_interval >= update_interval.
 
         compute_grad_norm: False (stages 1-2, no optimizer offload, no gradient clipping) writes
             zero_optimization.compute_grad_norm false (DeepSpeed >= 0.19.8, `DeepSpeedZeroConfig`): no global gradient
@@ -80,7 +86,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
 
     Raises:
         WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3, NVMe
-            offload below stage 3 or without nvme_path, an unknown device, precision or stage).
+            offload below stage 3 or without nvme_path, ZenFlow without CPU optimizer offload, an unknown device,
+            precision or stage).
     """
     if zero_stage not in (0, 1, 2, 3):
         raise WorkshopError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}.", "pick one of 0-3.")
@@ -96,6 +103,10 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
     if "nvme" in (offload_optimizer, offload_param) and (zero_stage != 3 or not nvme_path):
         raise WorkshopError("NVMe offload (ZeRO-Infinity) needs ZeRO stage 3 and an nvme_path.",
                             "use stage 3 and pass --nvme-path DIR on a local NVMe drive.")
+    if zenflow and offload_optimizer != "cpu":
+        raise WorkshopError("ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
+                            f"offloaded to the CPU, not {offload_optimizer!r}.",
+                            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).")
     if precision not in ("auto", "bf16", "fp16", "fp32"):
         raise WorkshopError(f"Unknown precision {precision!r}.", "use bf16, fp16, fp32 or auto.")
     batch = "auto"
@@ -112,6 +123,8 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
     for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
         if device != "none":
             zero[key] = {"device": device, "pin_memory": True} | ({"nvme_path": nvme_path} if device == "nvme" else {})
+    if zenflow:
+        zero["zenflow"] = ZENFLOW | {"overlap_step": zenflow_overlap_step()}
     if offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
         zero["offload_param"] |= {"buffer_count": nvme_buffer_count, "buffer_size": nvme_buffer_size}
         # Parameters prefetched or cached for reuse hold their buffers: with the defaults, a Qwen3-1.7B run on an
@@ -151,11 +164,31 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
 COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
 
 
+# ZenFlow's settings (DeepSpeed's tutorial "ZenFlow"; zenflow/zenflow_config.py's ZenFlowConfig), as measured on an
+# H100 (docs/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew every 4
+# steps ("step": counted in optimizer steps) and updated on the GPU every step; the other nine tenths accumulate and
+# go to the CPU's Adam every 4 steps (update_interval <= select_interval, which DeepSpeed requires); no rounds of
+# full updates first. `overlap_step` is added per machine (`zenflow_overlap_step`).
+ZENFLOW = {"topk_ratio": 0.1, "select_strategy": "step", "select_interval": 4, "update_interval": 4,
+           "full_warm_up_rounds": 0}
+
+
+def zenflow_overlap_step() -> bool:
+    """ZenFlow's `overlap_step` here: True where CUDA is available. It runs the CPU update in a process of its own
+    (multiprocessing "spawn": a script it starts from must guard its code with `if __name__ == "__main__"`, or it
+    runs twice) while the GPU goes on; on a CPU there is nothing to overlap with, and a run with it hung."""
+    import torch  # here only: building a config needs no torch otherwise
+
+    return torch.cuda.is_available()
+
+
 # The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).
 SHIPPED = {"ds_zero0.json": (0, "none", "none"), "ds_zero1.json": (1, "none", "none"),
            "ds_zero2.json": (2, "none", "none"), "ds_zero3.json": (3, "none", "none"),
            "ds_zero1_offload.json": (1, "cpu", "none"), "ds_zero2_offload.json": (2, "cpu", "none"),
            "ds_zero3_offload.json": (3, "cpu", "cpu")}
+# No ZenFlow file: under a plain Trainer script, accelerate decides ZenFlow's update boundaries and every step
+# becomes a CPU update (`workshop_lib.zenflow`); `workshop run stage2_zenflow` runs it as DeepSpeed schedules it.
 
 
 def shipped_configs() -> dict[str, str]:
@@ -195,6 +228,7 @@ def _hidden(expr: str) -> str:
 
 _DEFAULT = "DeepSpeed's default (the workshop does not write it)"
 _LR = "the HF Trainer's linear schedule drives it (no scheduler section)"
+_ZENFLOW = "workshop: the experiment (stage2_zenflow, ds_config.ZENFLOW); an override tunes it"
 KEYS: dict[str, Key] = {
     "train_micro_batch_size_per_gpu": Key(
         "sequences per GPU in one forward and backward pass. With --batching token_budget the micro-batches vary "
@@ -302,6 +336,25 @@ KEYS: dict[str, Key] = {
     "zero_optimization.offload_param.buffer_size": Key(
         "ELEMENTS per such buffer: at least the largest parameter tensor", "workshop: sized for the model "
         "(nvme.nvme_buffers)", stages=(3,)),
+    "zero_optimization.zenflow.topk_ratio": Key(
+        "ZenFlow: share of each weight matrix's gradient columns, those with the largest norms, updated on the GPU at "
+        "every step (their Adam states stay on the GPU)", _ZENFLOW, stages=(1, 2, 3)),
+    "zero_optimization.zenflow.select_strategy": Key(
+        'ZenFlow: what select_interval counts, "step" (optimizer steps) or "epoch"; "auto" is not filled by the '
+        "HF Trainer", _ZENFLOW, stages=(1, 2, 3)),
+    "zero_optimization.zenflow.select_interval": Key(
+        "ZenFlow: optimizer steps (or epochs) between two selections of the top columns; at least update_interval",
+        _ZENFLOW, stages=(1, 2, 3)),
+    "zero_optimization.zenflow.update_interval": Key(
+        "ZenFlow: optimizer steps between two CPU updates of the other columns, whose gradients accumulate meanwhile: "
+        "those columns' update is up to this many steps late", _ZENFLOW, stages=(1, 2, 3)),
+    "zero_optimization.zenflow.full_warm_up_rounds": Key(
+        "ZenFlow: optimizer steps at the start that update every column (no selection) before ZenFlow begins",
+        _ZENFLOW, stages=(1, 2, 3)),
+    "zero_optimization.zenflow.overlap_step": Key(
+        "ZenFlow: run the CPU update in a process of its own while the GPU goes on with the next steps (true), or "
+        "wait for it (false)", "workshop: true where CUDA is available (ds_config.zenflow_overlap_step)",
+        stages=(1, 2, 3)),
     "steps_per_print": Key("DeepSpeed prints its progress every this many steps (1e6: practically never)",
                            "workshop: the Trainer logs instead"),
     "wall_clock_breakdown": Key("time the forward, backward and optimizer step apart in every step and print it",

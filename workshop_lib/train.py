@@ -65,6 +65,13 @@ LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_ent
                    "fused_linear_cross_entropy": True}
 
 
+# Seen on the CPU (DeepSpeed 0.19.8, fp32): a tiny stage2_zenflow run stopped after its step-4 checkpoint and resumed
+# logged step 5's loss as the uninterrupted run did and step 6's 5e-3 nats apart, where the other experiments
+# resume with the same losses (tests/test_cli.py)
+ZENFLOW_RESUME = ("ZenFlow: a resumed run does not repeat a run never stopped exactly; its losses differ slightly "
+                  "from a step or two after the checkpoint.")
+
+
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
     """Fine-tune on SQuAD as `config` says and return the results (a `RunResults` as a dict, also written
     to OUTPUT_DIR/results.json).
@@ -198,6 +205,8 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks:
     try:
         if cfg.resume:  # inside: a universal conversion that fails marks the run failed
             run.resume_from = checkpoint.resume_point(run.out, rank, change)
+            if run.exp.zenflow and run.resume_from and rank == 0:
+                print(ZENFLOW_RESUME, flush=True)
         # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
         # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
         with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
@@ -369,7 +378,8 @@ def build_trainer(run: Run):
                                     or "auto", check_grad_overflow=cfg.check_grad_overflow,
                                     comms_logger=cfg.comms_logger, load_universal=load_universal,
                                     compute_grad_norm=not (cfg.max_grad_norm == 0 and exp.zero_stage == 2
-                                                           and exp.offload_optimizer == "none"))
+                                                           and exp.offload_optimizer == "none"),
+                                    zenflow=exp.zenflow)
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:

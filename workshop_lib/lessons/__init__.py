@@ -83,6 +83,8 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
     "03_cpu_offload": {
         "stage2": ("stage2", {}),
         "stage2_offload": ("stage2_offload", {}),
+        # ZeRO-2 offload with ZenFlow: the same settings and steps as stage2_offload, to compare with it
+        "stage2_zenflow": ("stage2_zenflow", {}),
         "stage3": ("stage3", {}),
         "stage3_offload": ("stage3_offload", {}),
     },
@@ -152,6 +154,15 @@ class Comparison:
         if self.verdict == "within the band":
             return f"{self.ratio:.2f}x, within the band ({self.band_text}): the same within the noise"
         return f"{self.ratio:.2f}x ({self.verdict}; band {self.band_text})"
+
+    @property
+    def difference_text(self) -> str:
+        """The difference in `unit` and the verdict, naming the band: "+0.912 nats (higher; band ±0.6%)", or
+        "+0.001 nats, within the band (±0.6%): the same within the noise"."""
+        d = f"{self.difference:+,.3f} {self.unit}".rstrip()
+        if self.verdict == "within the band":
+            return f"{d}, within the band ({self.band_text}): the same within the noise"
+        return f"{d} ({self.verdict}; band {self.band_text})"
 
 
 def compare(metric: str, value: float, other: float, unit: str | None = None,
