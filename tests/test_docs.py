@@ -109,7 +109,7 @@ def test_readme_lists_every_experiment():
     assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(EXPERIMENTS)
 
 
-@pytest.mark.parametrize("name, rows_expected", [("bench", 7), ("bench-levers", 12), ("bench-gap", 7)])
+@pytest.mark.parametrize("name, rows_expected", [("bench", 17), ("bench-levers", 12), ("bench-gap", 7)])
 def test_h100_bench_table_matches_its_runs(name, rows_expected):
     """docs/h100/bench*/bench.csv, row by row, against the results.json of the run behind it."""
     from workshop_lib.bench import run_dir_name
@@ -123,6 +123,54 @@ def test_h100_bench_table_matches_its_runs(name, rows_expected):
         assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24 and r["warmup_steps"] == 8
         assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == \
                (r["steady_train_tokens_per_second"], r["mfu"], r["gpu_util_pct"])
+
+
+def test_the_bench_readme_states_its_runs():
+    """docs/h100/bench/README.md: every ratio, the band and the targets computed from bench.csv and the runs."""
+    from workshop_lib import lessons
+    from workshop_lib.bench import run_dir_name
+
+    bench = ROOT / "docs" / "h100" / "bench"
+    text = " ".join((bench / "README.md").read_text().split())
+    table = pd.read_csv(bench / "bench.csv").set_index("row")
+    w, med = table["window tokens/s"], table["steady tokens/s"]
+    for row in w.index.drop("plain PyTorch (ceiling)"):  # the window figure is the runs' own
+        run = bench / "runs" / run_dir_name(row)
+        assert w[row] == json.loads((run / "results.json").read_text())["steady_window_tokens_per_second"]
+        if "logging every" not in row and "all three" not in row:  # a train_log.csv row per step: computed again
+            assert abs(w[row] - _window_tokens_per_second(run)) < 0.01 * w[row]
+    z2, z3, off = w["default ZeRO-2"], w["default ZeRO-3"], w["default ZeRO-2 + CPU offload"]
+    ceiling = w["plain PyTorch (ceiling)"]
+    assert f"| 0.9x of the plain PyTorch ceiling | {z2 / ceiling:.2f}x; the three levers together " \
+           f"{w['A/B: ZeRO-2, all three'] / ceiling:.2f}x | no |" in text.replace("default ZeRO-2 at least ", "| ")
+    assert f"| {z3 / z2:.2f}x | no |" in text and z3 / z2 < 0.6
+    acc4 = w["A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)"]
+    assert f"| {acc4 / z2:.2f}x (accumulation 4: four times the global batch); {off / z2:.2f}x at the same" in text
+    assert max(w[[r for r in w.index if "offload" in r.lower()]]) == acc4 and acc4 / z2 < 0.7
+    band = lessons.band("steady_train_tokens_per_second")
+    assert f"±{100 * band:.0f}%" in text
+    levers = {"no gradient norm (max_grad_norm 0: no clipping)": "no gradient norm", "overlap_comm off (one GPU)":
+              "overlap_comm off", "no per-step host syncs (logging every 8 steps)": "no per-step host syncs",
+              "all three": "all three", "2 data loader workers": "2 data loader workers",
+              "bf16 overflow check (DeepSpeed's default)": "overflow check back on"}
+    for row, words in levers.items():
+        ratio = w[f"A/B: ZeRO-2, {row}"] / z2
+        assert abs(ratio - 1) <= band, row  # "Each is within the noise"
+        assert re.search(re.escape(words) + r"[^;.]*: " + re.escape(f"{ratio:.2f}x"), text), (row, ratio)
+    persistent, compiled = (w[f"A/B: ZeRO-3, {r}"] / z3 for r in ("every parameter persistent (one GPU)",
+                                                                  "torch.compile"))
+    assert f"{persistent:.2f}x of default ZeRO-3, within the noise" in text and abs(persistent - 1) <= band
+    assert f"(`--torch-compile-zero3 true`) {compiled:.2f}x, slower" in text and compiled < 1 - band
+    bound = w["A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"] / off
+    assert f"{bound:.2f}x of plain offload, within the noise" in text and abs(bound - 1) <= band
+    assert f"optimizer step {acc4 / off:.2f}x" in text
+    zf = "A/B: ZeRO-2 + CPU offload, ZenFlow"
+    assert f"{w[zf] / off:.2f}x of plain offload over the window" in text and w[zf] / off < 1 - band
+    assert f"figure reads {med[zf] / med['default ZeRO-2 + CPU offload']:.2f}x" in text
+    first = {r: pd.read_csv(bench / "runs" / run_dir_name(r) / "train_log.csv")["loss"].iloc[0]
+             for r in (zf, "default ZeRO-2 + CPU offload", "default ZeRO-2")}
+    assert f"{first[zf]:.4f} against {first['default ZeRO-2 + CPU offload']:.4f} for plain offload" in text
+    assert first["default ZeRO-2 + CPU offload"] == first["default ZeRO-2"] != first[zf]  # same batch, same model
 
 
 def _window_tokens_per_second(run: Path) -> float:
