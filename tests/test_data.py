@@ -118,6 +118,23 @@ def test_token_budget_batches_hold_every_sequence_once_within_the_budget():
     assert real > 0.9  # similar lengths together: little padding
 
 
+def test_token_budget_batches_come_in_the_same_order_with_data_loader_workers():
+    """torch's DataLoader with workers calls iter() on its batch sampler twice and uses the second: the epoch's
+    order must not depend on that (it did: `--dataloader-num-workers 2` trained on the next epoch's order)."""
+    from torch.utils.data import DataLoader
+
+    from workshop_lib.data import TokenBudgetBatchSampler
+
+    lengths = [30 + (i * 37) % 500 for i in range(400)]
+    orders = []
+    for workers in (0, 2):
+        s = TokenBudgetBatchSampler(lengths, 2048, seed=3)
+        loader = DataLoader(range(len(lengths)), batch_sampler=s, num_workers=workers, collate_fn=list)
+        orders.append([[list(b) for b in loader] for epoch in range(2) if s.set_epoch(epoch) is None])
+    assert orders[0] == orders[1] and orders[0][0] != orders[0][1]
+    assert orders[0][0] == list(TokenBudgetBatchSampler(lengths, 2048, seed=3))
+
+
 def test_dropping_the_attention_mask_of_right_padded_batches_is_exact(tok):
     """Causal attention never looks at the pads after a sequence, and pads carry label -100: the loss is the
     same with and without the mask (what lets SDPA use its flash kernel on a GPU)."""

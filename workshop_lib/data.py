@@ -393,10 +393,13 @@ class TokenBudgetBatchSampler:
         self.epoch = epoch
 
     def __iter__(self):
+        # A generator: the epoch is read, and advanced, when the pass starts, not when the iterator is made.
+        # torch's DataLoader with workers makes two and discards the first (`_MultiProcessingDataLoaderIter`):
+        # advanced at once, the pass used would be the next epoch's (workers changed the batch order).
         order = list(self.batches)
         random.Random(self.seed + 1 + self.epoch).shuffle(order)  # seed itself made the batches
         self.epoch += 1  # the next pass, where nothing calls set_epoch
-        return iter(order)
+        yield from order
 
     def __len__(self) -> int:
         return len(self.batches)
