@@ -83,6 +83,11 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
 # so the training is no longer exact Adam and its loss can fall differently. Without CUDA, `overlap_step` is off
 # (`ds_config.zenflow_overlap_step`): the CPU update runs in line, with nothing to overlap.
 #
+# Before reading the losses, check that both runs trained the same model: step 1's loss is computed on the same
+# batch before any update, so it must agree between the two. DeepSpeed 0.19.8's ZenFlow fails this check: it
+# permutes the weights of the model it is given when the engine starts (`scripts/zenflow_init_check.py`,
+# docs/h100/zenflow), and a loss difference then measures that defect, not the staleness.
+#
 # ZenFlow's steps are not alike (the GPU-only ones, and those that meet the CPU update), so its speed is taken over
 # the whole steady window: all the tokens of the steady steps over their summed step times
 # (`lesson.window_tokens_per_second`), not the median step of the table above. Below: its settings, each run's
@@ -95,6 +100,8 @@ z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
 lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
                   "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
 print(f"tokens/s over steps {z.window[0]}-{z.window[1]}, ZenFlow against plain offload: {z.speed.ratio_text}")
+print(f"step 1's loss, before any update: ZenFlow {z.first_loss[0]:.4f}, plain offload {z.first_loss[1]:.4f} "
+      f"({'the same model' if z.same_start else 'not the same model'})")
 print(f"mean train loss over the last {z.last} steps, ZenFlow - plain offload: {z.loss.difference_text}")
 if z.gpu_peak:
     print(f"torch peak allocated GPU memory, ZenFlow against plain offload: {z.gpu_peak.ratio_text}")
@@ -114,4 +121,5 @@ print(f"host peak RSS of the training process, ZenFlow against plain offload: {z
 # - ZenFlow keeps offload's placement of the optimizer states and stops waiting for the CPU at every step: the GPU
 #   updates the most important gradient columns at once, the CPU the rest every few steps. The update is then a
 #   few steps stale, so whether it buys speed, and what it costs in loss and memory, is measured against plain
-#   offload, never assumed (exercise 5 gives your runs' figures).
+#   offload, never assumed (exercise 5 gives your runs' figures); and a loss is compared only between runs that
+#   started from the same model (step 1's loss, before any update).

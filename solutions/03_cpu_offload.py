@@ -124,6 +124,11 @@ print(f"4. When the model states do not fit on the GPUs you have (a model severa
 # so the training is no longer exact Adam and its loss can fall differently. Without CUDA, `overlap_step` is off
 # (`ds_config.zenflow_overlap_step`): the CPU update runs in line, with nothing to overlap.
 #
+# Before reading the losses, check that both runs trained the same model: step 1's loss is computed on the same
+# batch before any update, so it must agree between the two. DeepSpeed 0.19.8's ZenFlow fails this check: it
+# permutes the weights of the model it is given when the engine starts (`scripts/zenflow_init_check.py`,
+# docs/h100/zenflow), and a loss difference then measures that defect, not the staleness.
+#
 # ZenFlow's steps are not alike (the GPU-only ones, and those that meet the CPU update), so its speed is taken over
 # the whole steady window: all the tokens of the steady steps over their summed step times
 # (`lesson.window_tokens_per_second`), not the median step of the table above. Below: its settings, each run's
@@ -136,6 +141,8 @@ z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
 lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
                   "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
 print(f"tokens/s over steps {z.window[0]}-{z.window[1]}, ZenFlow against plain offload: {z.speed.ratio_text}")
+print(f"step 1's loss, before any update: ZenFlow {z.first_loss[0]:.4f}, plain offload {z.first_loss[1]:.4f} "
+      f"({'the same model' if z.same_start else 'not the same model'})")
 print(f"mean train loss over the last {z.last} steps, ZenFlow - plain offload: {z.loss.difference_text}")
 if z.gpu_peak:
     print(f"torch peak allocated GPU memory, ZenFlow against plain offload: {z.gpu_peak.ratio_text}")
@@ -151,6 +158,11 @@ bought = {"higher": "It bought speed", "lower": "It bought no speed, it cost som
           "within the band": "It bought no speed beyond the noise"}[z.speed.verdict]
 cost = {"higher": "a higher loss, it learned less in the same steps", "lower": "no loss: its loss was lower",
         "within the band": "no loss beyond the noise"}.get(z.loss.verdict, "no loss")
+start = ("Both runs started from the same model (step 1's losses agree), so the loss difference is ZenFlow's "
+         "staleness. " if z.same_start else
+         f"But step 1's loss, before any update, was {z.first_loss[0]:.4f} for ZenFlow against {z.first_loss[1]:.4f} "
+         "on the same batch: ZenFlow did not train the model it was given (DeepSpeed's engine start permuted its "
+         "weights: scripts/zenflow_init_check.py), so the loss difference measures that defect, not the staleness. ")
 memory = (f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak RSS: {z.host_peak.ratio_text}"
           + (" (the training process alone: ZenFlow's CPU-update process, which holds the Adam moments of the "
              "offloaded columns, comes on top)" if z.overlap_step else "")
@@ -159,7 +171,7 @@ memory = (f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak
           "process's, where the tiny model's states are lost in what this kernel's earlier runs left)")
 print(f"5. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} against plain offload's: "
       f"{z.speed.ratio_text}. It cost {cost}: its mean train loss over the last {z.last} steps minus plain "
-      f"offload's: {z.loss.difference_text}. Memory: {memory}. ZenFlow trades exact updates for the time the GPU "
+      f"offload's: {z.loss.difference_text}. {start}Memory: {memory}. ZenFlow trades exact updates for the time the GPU "
       "would otherwise wait on the CPU: it pays only where that wait is long and the overlap hides the CPU update, "
       "and its loss has to be checked against plain offload's, as here.")
 
@@ -174,4 +186,5 @@ print(f"5. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} 
 # - ZenFlow keeps offload's placement of the optimizer states and stops waiting for the CPU at every step: the GPU
 #   updates the most important gradient columns at once, the CPU the rest every few steps. The update is then a
 #   few steps stale, so whether it buys speed, and what it costs in loss and memory, is measured against plain
-#   offload, never assumed (exercise 5 gives your runs' figures).
+#   offload, never assumed (exercise 5 gives your runs' figures); and a loss is compared only between runs that
+#   started from the same model (step 1's loss, before any update).

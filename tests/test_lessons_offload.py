@@ -93,6 +93,8 @@ def test_zenflow_speed_is_the_whole_windows_and_the_loss_the_last_cycles(tmp_pat
     assert z.loss.difference == pytest.approx(0.525) and z.loss.verdict == "higher"
     assert "+0.525 nats (higher" in z.loss.difference_text
     assert z.gpu_peak is None and z.host_peak.ratio == 1.0  # no GPU in these runs
+    assert z.first_loss == pytest.approx((9.95, 9.9)) and not z.same_start  # step 1: before any update
+    assert offload.zenflow(off, off).same_start
 
 
 def test_zenflow_refuses_runs_of_different_steps(tmp_path):

@@ -140,6 +140,15 @@ class ZenFlow:
     loss: Comparison  # mean train loss over those steps, nats, ZenFlow against offload
     gpu_peak: Comparison | None  # torch's peak allocated over the steps, MiB; None without a GPU
     host_peak: Comparison  # the training process's peak RSS, MiB (not a process of ZenFlow's own)
+    # step 1's loss (nats), ZenFlow's and offload's: computed on the same batch before any update, so from the same
+    # model unless DeepSpeed's engine start changed it (ZenFlow 0.19.8 does: scripts/zenflow_init_check.py)
+    first_loss: tuple[float, float]
+    same_start: bool  # the two first losses within START_TOLERANCE
+
+
+# Two runs of the same model and first batch: their step-1 losses agree to this (nats). Measured: identical for
+# ZeRO-2 with and without offload, 5e-4 apart for ZeRO-3's bf16 arithmetic; ZenFlow's 0.01 off (docs/h100/bench)
+START_TOLERANCE = 1e-3
 
 
 def zenflow(offload_dir: str | Path, zenflow_dir: str | Path) -> ZenFlow:
@@ -161,13 +170,15 @@ def zenflow(offload_dir: str | Path, zenflow_dir: str | Path) -> ZenFlow:
     loss = {k: float(logs[k]["loss"].iloc[-n:].mean()) for k in logs}
     gpu = {k: r.get("gpu_peak_allocated_mib") for k, r in runs.items()}
     on_gpu = _num(gpu["zf"]) is not None
+    first = (float(logs["zf"]["loss"].iloc[0]), float(logs["off"]["loss"].iloc[0]))
     return ZenFlow(
         on_gpu=on_gpu, overlap_step=bool(zf["overlap_step"]), topk_ratio=zf["topk_ratio"],
         update_interval=zf["update_interval"], window=(int(logs["zf"].index[warm]), int(logs["zf"].index[-1])),
         speed=compare("steady_train_tokens_per_second", tps["zf"], tps["off"], noise=speed_band(runs["zf"])),
         last=n, loss=compare("train_loss", loss["zf"], loss["off"]),
         gpu_peak=compare("gpu_peak_allocated_mib", gpu["zf"], gpu["off"]) if on_gpu else None,
-        host_peak=compare("host_peak_rss_mib", runs["zf"]["host_peak_rss_mib"], runs["off"]["host_peak_rss_mib"]))
+        host_peak=compare("host_peak_rss_mib", runs["zf"]["host_peak_rss_mib"], runs["off"]["host_peak_rss_mib"]),
+        first_loss=first, same_start=abs(first[0] - first[1]) <= START_TOLERANCE)
 
 
 def plot_loss(runs: dict[str, str | Path], f: ZenFlow):
