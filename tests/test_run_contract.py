@@ -364,6 +364,10 @@ def test_a_resume_on_another_world_size_must_keep_the_global_batch(tmp_path):
     cfg = {"experiment": "stage2", "recipe": "default", "save_steps": 10, "gradient_accumulation_steps": 1}
     checkpoint.write_run_config(tmp_path, cfg, world_size=2)
     checkpoint.check_same_run(tmp_path, cfg | {"save_steps": 5}, world_size=2)  # how often to save may change
+    # a setting added since the run started (absent from its run_config.json) passes at its base value only
+    checkpoint.check_same_run(tmp_path, cfg | {"max_grad_norm": 1.0, "torch_compile_zero3": False}, world_size=2)
+    with pytest.raises(WorkshopError, match="max_grad_norm 1.0 then, 0.0 now"):
+        checkpoint.check_same_run(tmp_path, cfg | {"max_grad_norm": 0.0}, world_size=2)
     checkpoint.check_same_run(tmp_path, cfg | {"gradient_accumulation_steps": 2}, world_size=1)
     with pytest.raises(WorkshopError, match="world_size 2 then, 1 now.*\nTo fix: resume with the settings"):
         checkpoint.check_same_run(tmp_path, cfg, world_size=1)

@@ -47,7 +47,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import env, rundir  # rundir imports this module inside a function: either may be imported first
-from .config import EXPERIMENTS
+from .config import BASE, EXPERIMENTS, REQUIRED
 from .errors import WorkshopError, read_json_object
 from .units import MiB
 
@@ -55,7 +55,7 @@ CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
 RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + world_size), for --resume
 # Settings a resume may change: where and how often to write, and what happens after training.
 MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps", "save_total_limit",
-              "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu"}
+              "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu", "logging_steps"}
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
@@ -511,7 +511,8 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     """Refuse to resume the run in `out` with settings other than those it started with: a checkpoint's
     Adam states, schedule and data position belong to one experiment, recipe and global batch. Only
     `MAY_CHANGE` may differ, and the world size with the gradient accumulation when their product, the
-    micro-batches per optimizer step, stays (`world_size_change`). Nothing to compare (no run_config.json) passes.
+    micro-batches per optimizer step, stays (`world_size_change`). Nothing to compare (no run_config.json) passes;
+    a recipe setting added to the workshop after the run started compares as its base value (`config.BASE`).
 
     Raises:
         WorkshopError: naming each differing setting with both values.
@@ -528,6 +529,9 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
                 else None for d in (before, now)]
     if per_step[0] is not None and per_step[0] == per_step[1]:
         may_change |= {"world_size", "gradient_accumulation_steps"}
+    # a setting added to the workshop since the run started: the run had its base value (what the field's absence
+    # meant), so a resume under the base value continues the same run
+    before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
             if k not in may_change and before.get(k) != now.get(k)]
     if diff:
