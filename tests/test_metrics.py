@@ -11,6 +11,7 @@ def test_steady_state_leaves_out_the_warm_up_and_takes_medians():
     assert (s["warmup_steps"], s["steady_steps"]) == (3, 6)  # the first third
     assert s["steady_step_time_s"] == 0.5 and s["steady_train_samples_per_second"] == 32.0
     assert s["steady_train_tokens_per_second"] == 2000.0  # median of 4000, 2000, 2000, 2000, 111, 2000
+    assert s["steady_window_tokens_per_second"] == 608.7  # 7,000 tokens / 11.5 s: the window counts the stall
     assert metrics.steady_state([3.0, 1.0], [10, 10], 4)["steady_step_time_s"] == 2.0  # too short to warm up
     assert metrics.steady_state([], [], 4)["steady_train_tokens_per_second"] is None
 
