@@ -173,6 +173,35 @@ def test_the_bench_readme_states_its_runs():
     assert first["default ZeRO-2 + CPU offload"] == first["default ZeRO-2"] != first[zf]  # same batch, same model
 
 
+def test_the_bench_profiles_state_where_zero2s_step_goes():
+    """docs/h100/bench/README.md's profile section: per-step GPU kernel time, gradient hooks and collation of default
+    ZeRO-2 and of its three levers, computed from the two profile.txt (3 steps each)."""
+    bench = H100 / "bench"
+    text = " ".join((bench / "README.md").read_text().split())
+    got = {}
+    for name in ("default", "levers"):
+        prof = (bench / "profile" / name / "profile.txt").read_text()
+        row = {}
+        for line in prof.splitlines():  # the first table (by GPU time) first; CPU totals agree in both
+            if line.strip():
+                row.setdefault(line.split()[0], re.split(r"\s{2,}", line.strip()))
+        cpu = lambda op: float(row[op][4].removesuffix("ms")) / 3  # noqa: E731, B023 - CPU total per step
+        got[name] = {"gpu": float(re.search(r"Self CUDA time total: ([\d.]+)ms", prof).group(1)) / 3,
+                     "acc": cpu("torch::autograd::AccumulateGrad"),
+                     "calls": int(row["torch::autograd::AccumulateGrad"][-1]) // 3,
+                     "collate": cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter._..."),
+                     "norms": int(row["aten::linalg_vector_norm"][-1]) // 3 if "aten::linalg_vector_norm" in row else 0,
+                     "syncs": "cudaStreamSynchronize" in row}
+    d, lv = got["default"], got["levers"]
+    ceiling = pd.read_csv(bench / "bench.csv").set_index("row").loc["plain PyTorch (ceiling)", "steady s/step"]
+    assert f"GPU kernels: {d['gpu']:.1f} ms for default ZeRO-2, {lv['gpu']:.1f} ms with the levers; the ceiling's " \
+           f"whole step in the table is {1000 * ceiling:.0f} ms" in text
+    assert f"the {d['norms']} per-tensor gradient norms" in text and lv["norms"] == 0 and d["syncs"] and not lv["syncs"]
+    assert f"{d['calls']} `AccumulateGrad` calls" in text and lv["calls"] == d["calls"]
+    assert f"{d['acc']:.1f} ms of host time, {lv['acc']:.1f} ms with the levers" in text
+    assert f"collation in the training loop, {d['collate']:.1f} ms, {lv['collate']:.1f} ms with the levers" in text
+
+
 def _window_tokens_per_second(run: Path) -> float:
     """All the tokens of a run's steady steps over their summed step times (train_log.csv, results.json's warm-up)."""
     log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
