@@ -175,7 +175,7 @@ class RunConfig:
         "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)")
     max_grad_norm: float | None = _recipe_opt(
         "max_grad_norm", 1.0, "clip the global gradient norm to this (the Trainer's max_grad_norm, DeepSpeed's "
-        "gradient_clipping); 0: no clipping, and no gradient norm under ZeRO-1/2 without offload "
+        "gradient_clipping); 0: no clipping, and no gradient norm under ZeRO-2 without offload "
         "(zero_optimization.compute_grad_norm false: no per-tensor norms each step)")
     logging_steps: int | None = _recipe_opt(
         "logging_steps", 1, "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
