@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..errors import WorkshopError
+from ..metrics import steady_state
 from ..units import MiB
 from . import Comparison, compare
 from .baseline import compare_speed, speed_band
@@ -115,9 +116,10 @@ def window_tokens_per_second(log: pd.DataFrame, warmup_steps: int) -> float:
     """Tokens/s over the whole steady window: all the tokens of the steps after the first `warmup_steps` (results.json's
     `warmup_steps`) over their summed step times. Not the median of the steps' own tokens/s
     (`steady_train_tokens_per_second`): ZenFlow's steps come in two kinds, the GPU-only ones and those that meet
-    the CPU update, and a median lands on one kind or between them."""
-    steady = log.iloc[warmup_steps:]
-    return float(steady["tokens"].sum() / steady["step_time_s"].sum())
+    the CPU update, and a median lands on one kind or between them. The figure is `metrics.steady_state`'s
+    window, computed again from the log, where runs made before results.json recorded it lack it."""
+    return steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1,
+                        warmup_steps)["steady_window_tokens_per_second"]
 
 
 def last_steps(steps: int, update_interval: int) -> int:
