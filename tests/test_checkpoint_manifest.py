@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import workshop
 from workshop_lib import checkpoint, rundir
@@ -28,7 +29,7 @@ def fake_checkpoint(run: Path, step: int) -> Path:
     """A checkpoint-`step` directory of small files in the Trainer's layout, with its manifest."""
     ckpt = run / checkpoint.CHECKPOINTS / f"checkpoint-{step}"
     (ckpt / f"global_step{step}").mkdir(parents=True)
-    (ckpt / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o" * 1000)
+    torch.save({"w": torch.zeros(4)}, ckpt / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     checkpoint.write_manifest(ckpt)
     return ckpt
@@ -38,12 +39,14 @@ def test_the_manifest_finds_each_kind_of_damage(tmp_path):
     ckpt = fake_checkpoint(tmp_path, 4)
     shard = ckpt / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
     manifest = json.loads((ckpt / checkpoint.MANIFEST).read_text())
-    assert manifest["step"] == 4 and manifest["files"][f"global_step4/{shard.name}"]["bytes"] == 1000
+    size = shard.stat().st_size
+    assert manifest["step"] == 4 and manifest["files"][f"global_step4/{shard.name}"]["bytes"] == size
     assert checkpoint.why_incomplete(ckpt) is None and checkpoint.step_of(ckpt) == 4
     assert checkpoint.find_checkpoints(tmp_path) == ([ckpt], [])
-    shard.write_bytes(b"o" * 500)
-    assert checkpoint.why_incomplete(ckpt) == f"global_step4/{shard.name} holds 500 bytes, 1,000 when written"
-    shard.write_bytes(b"x" * 1000)  # same size, other bytes: the SHA-256 of a small file
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:500])
+    assert checkpoint.why_incomplete(ckpt) == f"global_step4/{shard.name} holds 500 bytes, {size:,} when written"
+    shard.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))  # same size, other bytes: the SHA-256 of a small file
     assert "changed since it was written" in checkpoint.why_incomplete(ckpt)
     shard.unlink()
     assert checkpoint.why_incomplete(ckpt) == f"global_step4/{shard.name} is missing"
@@ -54,6 +57,38 @@ def test_the_manifest_finds_each_kind_of_damage(tmp_path):
     assert "no workshop_manifest.json" in checkpoint.why_incomplete(ckpt)
     (ckpt / "trainer_state.json").unlink()
     assert "interrupted while being written" in checkpoint.why_incomplete(ckpt)
+
+
+class Planted:
+    """Unpickling this calls os.system: what a checkpoint handed over by someone else could hold."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch planted-ran",)
+
+
+def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypatch):
+    """A pickle that names a callable (here os.system) in DeepSpeed's states, its manifest rewritten to match:
+    `why_incomplete` names the file and the callable, and nothing ran. What DeepSpeed and the Trainer pickle
+    themselves (its loss scaler, the ZeRO stage, numpy RNG states) passes (`checkpoint.SAFE_GLOBALS`)."""
+    import numpy as np
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    monkeypatch.chdir(tmp_path)
+    ckpt = fake_checkpoint(tmp_path, 4)
+    shard = ckpt / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save({"zero_stage": ZeroStageEnum.gradients, "w": torch.ones(2)}, shard)
+    torch.save({"numpy": np.random.get_state()}, ckpt / "rng_state.pth")
+    checkpoint.write_manifest(ckpt)
+    assert checkpoint.why_incomplete(ckpt) is None
+    torch.save({"optimizer_state_dict": Planted()}, shard)
+    checkpoint.write_manifest(ckpt)  # whoever planted it can rewrite the manifest too
+    why = checkpoint.why_incomplete(ckpt)
+    assert why.startswith(f"global_step4/{shard.name} names code that loading it would run (posix.system)"), why
+    with pytest.raises(WorkshopError, match="names code that loading it would run"):
+        checkpoint.last_checkpoint(ckpt)
+    assert not (tmp_path / "planted-ran").exists()
 
 
 def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):

@@ -79,6 +79,21 @@ def finished_run(tmp_path) -> Path:
     return out
 
 
+def linked_dir(tmp_path) -> Path:
+    """A link to a folder (its target outside the run)."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    return tmp_path / "link"
+
+
+def planted_link(tmp_path) -> Path:
+    """A folder whose train_log.csv is a dangling link: writing the log would create a file outside it."""
+    out = tmp_path / "planted"
+    out.mkdir()
+    (out / "train_log.csv").symlink_to(tmp_path / "outside.csv")
+    return out
+
+
 def readonly_dir(tmp_path) -> Path:
     if os.geteuid() == 0:  # root writes through permission bits: sysfs refuses new files even to root
         return Path("/sys/workshop-run")
@@ -123,6 +138,10 @@ BAD = [
     ("output dir is a file", lambda t, m: ["baseline", T, "--output-dir", data_file(t)], "is a file"),
     ("output dir not writable", lambda t, m: ["baseline", T, "--output-dir", readonly_dir(t)], "cannot be written"),
     ("finished run there", lambda t, m: ["baseline", T, "--output-dir", finished_run(t)], "--overwrite"),
+    ("output dir empty", lambda t, m: ["baseline", T, "--output-dir", ""], "--output-dir is empty"),
+    ("output dir a link", lambda t, m: ["baseline", T, "--output-dir", linked_dir(t)], "never writes through a link"),
+    ("a link among the run's files", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", planted_link(t)],
+     "never writes through a link"),
     ("model path missing", lambda t, m: ["baseline", "--model", t / "nonexistent"], "does not exist"),
     ("model path missing, tiny", lambda t, m: ["baseline", T, "--model", t / "nonexistent"], "does not exist"),
     ("model without weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_weights"], "no weights"),
@@ -182,6 +201,17 @@ def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsy
     assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
 
 
+def test_report_never_writes_through_a_link(tmp_path, capsys):
+    out = tmp_path / "report"
+    out.mkdir()
+    (tmp_path / "mine.md").write_text("mine")
+    (out / "report.md").symlink_to(tmp_path / "mine.md")
+    assert workshop_main(["report", finished_run(tmp_path), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "never writes through a link" in err and "To fix: remove that link" in err, err
+    assert (tmp_path / "mine.md").read_text() == "mine" and sorted(out.iterdir()) == [out / "report.md"]
+
+
 def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
     out = tmp_path / "killed"
     out.mkdir()
@@ -195,6 +225,22 @@ def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
                                                    "started": "2026-11-22T03:00:00"})
     with pytest.raises(WorkshopError, match="still in progress"):  # a live run is never removed
         rundir.check(out, overwrite=True)
+
+
+def test_overwrite_removes_the_runs_files_and_nothing_else(tmp_path, capsys):
+    """A run's folder that also holds a user's files: --overwrite removes what a run wrote (`rundir.RUN_OUTPUTS`)
+    and keeps the rest, byte for byte."""
+    out = finished_run(tmp_path)
+    for rel in ("model/model.safetensors", "checkpoints/checkpoint-4/latest", "predictions.jsonl"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("the run's")
+    (out / "mycode").mkdir()
+    (out / "mycode" / "train.py").write_text("print('mine')")
+    (out / "thesis.txt").write_text("mine")
+    rundir.claim(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [rundir.MARKER, "mycode", "thesis.txt"]
+    assert (out / "thesis.txt").read_text() == "mine" and (out / "mycode" / "train.py").read_text() == "print('mine')"
+    assert "other files there were kept" in capsys.readouterr().out
 
 
 def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_path):

@@ -59,6 +59,11 @@ MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps"
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
+# What DeepSpeed 0.19.8 and the Trainer pickle into a checkpoint beyond torch's weights_only allowlist: classes and
+# numpy arrays whose unpickling runs no code of the file's choosing (`code_in`)
+SAFE_GLOBALS = {"deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
+                "deepspeed.utils.tensor_fragment.fragment_address", "numpy.dtype", "numpy.ndarray",
+                "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct"}
 
 
 def _sha256(path: Path) -> str:
@@ -133,6 +138,23 @@ def why_incomplete(ckpt: str | os.PathLike) -> str | None:
                 return f"{rel} changed since it was written (another SHA-256)"
     except (OSError, AttributeError, KeyError, TypeError) as e:
         return f"its files cannot be checked against its {MANIFEST} ({type(e).__name__}: {e})"
+    return code_in(ckpt)
+
+
+def code_in(ckpt: str | os.PathLike) -> str | None:
+    """None when every pickle a resume or an export of `ckpt` loads names only what torch's weights_only loader
+    allows and SAFE_GLOBALS; else the first file that names more, and what. DeepSpeed loads its states
+    (global_stepN/*.pt) with torch.load(weights_only=False), which runs whatever callable a pickle names: a
+    manifest whoever hands over a checkpoint can rewrite does not stop that; this check does, reading only each
+    file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint), not its tensors."""
+    for f in sorted(Path(ckpt).glob("global_step*/*.pt")) + sorted(Path(ckpt).glob("rng_state*.pth")):
+        try:
+            names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
+        except Exception as e:  # not torch's zip format, or a pickle torch cannot walk
+            return f"{f.relative_to(ckpt)} cannot be read as a torch checkpoint ({type(e).__name__})"
+        if names:
+            return (f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
+                    "the workshop never loads code from a checkpoint")
     return None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .errors import WorkshopError
 
@@ -85,8 +86,8 @@ def run(argv: list[str]) -> int:
                  f"{res['steady_train_samples_per_second']:,.1f} questions/s steady, "
                  if res["steady_train_tokens_per_second"] is not None else "")
               + f"{gpu}, "
-              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {res['output_dir']}/results.json"
-              + (f", the model in {res['output_dir']}/model" if res["config"]["save_model"] else ""))
+              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {Path(res['output_dir']) / 'results.json'}"
+              + (f", the model in {Path(res['output_dir']) / 'model'}" if res["config"]["save_model"] else ""))
         if res["em"] is not None:
             print(f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
                   f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)")

@@ -391,6 +391,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
+    if not cfg.output_dir.strip():
+        raise WorkshopError("--output-dir is empty; nothing was changed.",
+                            "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.")
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise WorkshopError(f"output_dir {out} is a file, not a directory; nothing was changed.",

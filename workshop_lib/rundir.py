@@ -7,8 +7,8 @@ A run directory is in one of three states:
   or logs without results.json (a run from before RUNNING files, killed);
 - empty: nothing of a run (it may hold other files, which a run leaves alone).
 
-A run refuses a directory holding a run unless `overwrite`, which removes that run whole before the new one
-starts, or `resume`, which continues an unfinished one from its last complete checkpoint; it always refuses
+A run owns the files it writes there (`RUN_OUTPUTS`) and nothing else: it refuses a directory holding a run unless
+`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which continues an unfinished one from its last complete checkpoint; it always refuses
 one whose run is still alive on this host.
 
 Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (what SLURM sends
@@ -29,6 +29,7 @@ import signal
 import socket
 from contextlib import contextmanager
 from datetime import datetime
+from fnmatch import fnmatch
 from pathlib import Path
 
 import psutil
@@ -39,6 +40,16 @@ from .units import MiB
 MARKER = "RUNNING"
 STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; removed when a run starts
 RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of these: the directory holds a run
+# Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
+# patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
+# checkpoints (damaged-checkpoints/) are never removed.
+RUN_OUTPUTS = ("results.json", MARKER, STOP_FILE, "train_log.csv", "memory*.csv", "ds_config.json", "run_config.json",
+               "launch.log", "model", ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json", ".*.tmp*")
+
+
+def _entries(folder: Path, patterns) -> list[Path]:
+    """The entries of `folder` (links included, never followed) whose names match one of `patterns`."""
+    return sorted(p for p in folder.iterdir() if any(fnmatch(p.name, pat) for pat in patterns)) if folder.is_dir() else []
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -240,9 +251,11 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
 
     Raises:
         WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
-            neither `overwrite` nor `resume`; a run there is still alive on this host (whatever the options).
+            neither `overwrite` nor `resume`; a run there is still alive on this host (whatever the options);
+            `out` or one of the run's files in it is a link (`refuse_links`).
     """
     out = Path(out)
+    refuse_links(out, RUN_OUTPUTS, "--output-dir")
     what, info = state(out)
     if what == "finished" and not overwrite:
         raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
@@ -260,15 +273,39 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
                                 "and start again, or another --output-dir.")
 
 
+def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
+    """Refuse to write into `folder` when it, or an entry in it matching one of `names` (glob patterns), is a
+    symbolic link: a write there would
+    land outside the folder, or replace the link a user put there. Reads only.
+
+    Raises:
+        WorkshopError: the links found, ending in what to do (`flag` names the option that chose `folder`).
+    """
+    folder = Path(folder)
+    links = [folder] if folder.is_symlink() else [p for p in _entries(folder, names) if p.is_symlink()]
+    if links:
+        raise WorkshopError(f"{', '.join(map(str, links))}: a symbolic link where the workshop would write; it "
+                            "never writes through a link, and nothing was changed.",
+                            f"pass the link's target ({links[0].resolve()}) or another {flag}" if links[0] == folder
+                            else f"remove {'that link' if len(links) == 1 else 'those links'}, or pass another {flag}.")
+
+
 def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
-    """Make `out` this run's: check it, remove a previous run there when `overwrite` (keep it when
-    `resume`), create it, and write the RUNNING marker. Call on rank 0 only, after every input was
-    validated and loaded."""
+    """Make `out` this run's: check it, remove a previous run's files there (`RUN_OUTPUTS`, nothing else) when
+    `overwrite` (keep them when `resume`), create it, and write the RUNNING marker. Call on rank 0 only, after
+    every input was validated and loaded.
+
+    Raises:
+        WorkshopError: what `check` and `refuse_links` refuse.
+    """
     out = Path(out)
     check(out, overwrite, resume)
     if state(out)[0] != "empty" and not resume:
-        shutil.rmtree(out)
-        print(f"Removed the previous run in {out} (--overwrite).")
+        removed = _entries(out, RUN_OUTPUTS)
+        for p in removed:
+            _remove(p)
+        print(f"Removed the previous run's files in {out} (--overwrite): {', '.join(p.name for p in removed)}"
+              + ("; other files there were kept." if any(out.iterdir()) else "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
 
