@@ -174,6 +174,15 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, 
         assert "hf download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
 
 
+@pytest.mark.parametrize("value", ["2", "abc"])
+def test_a_bad_gpu_memory_fraction_is_refused_before_the_run(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_GPU_MEMORY_FRACTION", value)
+    assert workshop_main(["run", "baseline", "--tiny", "--output-dir", tmp_path / "out"]) == 2
+    err = capsys.readouterr().err
+    assert "WORKSHOP_GPU_MEMORY_FRACTION" in err and "To fix:" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_nvme_offload_without_libaio_is_refused_with_the_fix(tmp_path, capsys):
     """stage3_nvme where DeepSpeed's async_io op cannot be built (no libaio): exit 2 naming the op and libaio's
     install, nothing written. Where libaio is installed the experiment runs instead (tests/test_cli.py)."""

@@ -54,7 +54,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
-        env.gpu_memory_fraction()  # WORKSHOP_GPU_MEMORY_FRACTION: this GPU made to look smaller
+    env.gpu_memory_fraction()  # WORKSHOP_GPU_MEMORY_FRACTION: checked everywhere, this GPU made to look smaller
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
     compile_ = cfg.torch_compile and torch.cuda.is_available()
