@@ -58,6 +58,26 @@ def test_no_module_imports_one_of_a_higher_layer():
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_import_circle_anywhere():
+    """No chain of imports, at the top or inside a function, leads from a module back to itself: among the
+    concept modules (which `LAYERS` lets import each other) too. A circle found is printed as its path."""
+    graph = {}
+    for path in ROOT.rglob("*.py"):
+        if _module(path) != "__init__":
+            graph.setdefault(_module(path), set()).update(imports(path) - {_module(path), "__init__"})
+
+    def circle_from(start, node, path):
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == start:
+                return path + [nxt]
+            if nxt not in path and (found := circle_from(start, nxt, path + [nxt])):
+                return found
+        return None
+
+    circles = [" -> ".join(c) for m in sorted(graph) if (c := circle_from(m, m, [m]))]
+    assert not circles, "\n".join(circles)
+
+
 def test_mib_is_defined_once():
     """One home for the byte unit: `units.MiB`; no module divides by a literal 2**20 of its own."""
     import re

@@ -46,7 +46,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from . import env, rundir  # rundir imports this module inside a function: either may be imported first
+from . import env, rundir
 from .config import BASE, EXPERIMENTS, REQUIRED
 from .errors import WorkshopError, read_json_object
 from .units import MiB
@@ -199,6 +199,31 @@ def set_aside(ckpt: str | os.PathLike) -> Path:
         dest = aside / f"{ckpt.name}.{i}"
     os.replace(ckpt, dest)
     return dest
+
+
+def _mib_under(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MiB if path.exists() else 0.0
+
+
+def clear_partial_writes(out: str | os.PathLike) -> dict:
+    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
+    ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
+    complete one (`why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older
+    checkpoints, complete or damaged, stay. Returns {"what": what was being written,
+    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one), "complete": the complete
+    checkpoints, oldest first}."""
+    out = Path(out)
+    complete, incomplete = find_checkpoints(out)
+    last = _name_step(complete[-1]) if complete else -1  # complete: already checked
+    partial = [c for c in incomplete if _name_step(c) > last] + [out / ".model.tmp"]
+    what = ("the model (model/)" if partial[-1].exists() else
+            f"checkpoint {partial[0]}" if len(partial) > 1 else "the run's logs and results")
+    for p in partial:
+        shutil.rmtree(p, ignore_errors=True)
+    for tmp in out.rglob(".*.tmp*"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+    return {"what": what, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0, "complete": complete}
 
 
 def check_resumable(run_dir: str | os.PathLike) -> None:

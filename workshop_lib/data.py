@@ -30,7 +30,6 @@ from transformers import DataCollatorForSeq2Seq
 
 from .env import hub_reachable
 from .errors import WorkshopError
-from .model import labelled_positions_of
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
@@ -320,7 +319,7 @@ def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, at
     [B, L] int64; without "attention_mask" when `attention_mask` is False, which is exact for a causal model:
     every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label.
     With `labelled_positions`, also "labelled_positions": [K] int64, the flat positions whose next token
-    has a label (`model.labelled_positions_of`), found here on the CPU so the GPU need not be waited for.
+    has a label (`labelled_positions_of`), found here on the CPU so the GPU need not be waited for.
     With `count_tokens`, also `TOKENS_KEY`: the batch's non-padding tokens as the Trainer counts them (the
     attention mask's sum, else input_ids unequal to the pad token), an int counted on the CPU
     (`train.UnsyncedTrainer` takes it out before the model sees the batch)."""
@@ -403,3 +402,10 @@ class TokenBudgetBatchSampler:
 
     def __len__(self) -> int:
         return len(self.batches)
+
+
+def labelled_positions_of(labels):
+    """Flat indices into [B, L] (row-major, b x L + t) of the positions t whose next token has a label:
+    [K] int64, for `model.compute_logits_where_labelled`. labels: [B, L], -100 where there is no target."""
+    b, t = (labels[:, 1:] != -100).nonzero(as_tuple=True)
+    return b * labels.shape[1] + t

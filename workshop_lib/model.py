@@ -27,6 +27,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from . import variables
+from .data import BUNDLED_FILES, labelled_positions_of
 from .env import hub_reachable
 from .errors import WorkshopError, read_json_object
 from .rundir import atomic_path
@@ -51,8 +52,6 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
     """
     path = CACHE_DIR / f"squad-bpe-{vocab_size}"
     if not (path / "tokenizer.json").exists():
-        from .data import BUNDLED_FILES  # here, not at the top: data imports model (labelled_positions_of)
-
         squad = json.loads(BUNDLED_FILES["train"].read_text())
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
         texts += [q["question"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
@@ -336,10 +335,3 @@ def compile_layers(model) -> int:
     for block in blocks:
         block.compile()
     return len(blocks)
-
-
-def labelled_positions_of(labels):
-    """Flat indices into [B, L] (row-major, b x L + t) of the positions t whose next token has a label:
-    [K] int64, for `compute_logits_where_labelled`. labels: [B, L], -100 where there is no target."""
-    b, t = (labels[:, 1:] != -100).nonzero(as_tuple=True)
-    return b * labels.shape[1] + t

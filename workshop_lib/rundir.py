@@ -161,33 +161,6 @@ def mount_point(path: str | os.PathLike) -> Path:
     return p
 
 
-def _mib_under(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MiB if path.exists() else 0.0
-
-
-def clear_partial_writes(out: str | os.PathLike) -> dict:
-    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
-    ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
-    complete one (`checkpoint.why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older
-    checkpoints, complete or damaged, stay. Returns {"what": what was being written,
-    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one), "complete": the complete
-    checkpoints, oldest first}."""
-    from . import checkpoint  # here, not at the top: checkpoint imports rundir
-
-    out = Path(out)
-    complete, incomplete = checkpoint.find_checkpoints(out)
-    last = checkpoint._name_step(complete[-1]) if complete else -1  # complete: already checked
-    partial = [c for c in incomplete if checkpoint._name_step(c) > last] + [out / ".model.tmp"]
-    what = ("the model (model/)" if partial[-1].exists() else
-            f"checkpoint {partial[0]}" if len(partial) > 1 else "the run's logs and results")
-    for p in partial:
-        shutil.rmtree(p, ignore_errors=True)
-    for tmp in out.rglob(".*.tmp*"):
-        if tmp.is_file():
-            tmp.unlink(missing_ok=True)
-    return {"what": what, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0, "complete": complete}
-
-
 def _alive(pid: int, host: str, created: float | None = None) -> bool:
     """True when the process `pid` runs on this host (a marker from another host is taken as alive). With
     `created` (the marker's `pid_created`: the process's start, seconds since the epoch, as psutil reads it), a

@@ -132,7 +132,7 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
 
 
 def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
-    """The one message for a run stopped by a full disk (`rundir.clear_partial_writes` has removed what it
+    """The one message for a run stopped by a full disk (`checkpoint.clear_partial_writes` has removed what it
     was writing): the disk, its free space, what the run needs, and the command that goes on."""
     usage, mount = shutil.disk_usage(out), rundir.mount_point(out)
     if cleared["checkpoint_mib"]:
@@ -290,7 +290,7 @@ def score_after_training(run: Run) -> None:
 
 def mark_ended(run: Run, e: BaseException) -> None:
     """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
-    failed; a full disk's partial writes removed first (`rundir.clear_partial_writes`). Sets `e.step` (the last
+    failed; a full disk's partial writes removed first (`checkpoint.clear_partial_writes`). Sets `e.step` (the last
     optimizer step) on every rank and, for a full disk, `e.disk_full` on rank 0 (`disk_full_error` reads both)."""
     cfg, out = run.cfg, run.out
     step = run.trainer.state.global_step if run.trainer is not None else 0
@@ -302,7 +302,7 @@ def mark_ended(run: Run, e: BaseException) -> None:
             rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
         elif full:  # what was half-written goes first: it frees the space the marker needs
             per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
-            e.disk_full = rundir.clear_partial_writes(out) | {
+            e.disk_full = checkpoint.clear_partial_writes(out) | {
                 "estimate_mib": run.info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
             rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
         else:
