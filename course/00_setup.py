@@ -18,7 +18,9 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import data, env, lessons, memory, model, units
+from workshop_lib import data, env, memory, model, units
+
+import workshop_lessons as lessons
 
 display(Markdown(lessons.header("00_setup")))
 
@@ -137,7 +139,7 @@ estimates
 # The two models' sizes, counted on the `meta` device as above:
 
 # %%
-from workshop_lib.lessons import setup
+from workshop_lessons import setup
 
 setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
 

@@ -17,9 +17,11 @@ import json
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, lessons, results
+from workshop_lib import env, results
+
+import workshop_lessons as lessons
 from workshop_lib.config import recipe_settings
-from workshop_lib.lessons import baseline as lesson
+from workshop_lessons import baseline as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("01_baseline")))
@@ -43,7 +45,7 @@ recipe_settings("default")  # the default recipe: its overlay (config.RECIPES) o
 
 # %%
 # A warm-up run first, thrown away (`lessons.warm_up`): a kernel's first run is slower than the same run later
-# (on a GPU about half as fast, unless a run as long comes first; docs/h100/first-run), and would be compared so
+# (on a GPU about half as fast, unless a run as long comes first; lab/findings/h100/first-run), and would be compared so
 print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
 print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "

@@ -18,9 +18,11 @@ from pathlib import Path
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import ds_config, env, launch, lessons, results
+from workshop_lib import ds_config, env, launch, results
+
+import workshop_lessons as lessons
 from workshop_lib.ds_config import build_ds_config
-from workshop_lib.lessons import zero_stages as lesson
+from workshop_lessons import zero_stages as lesson
 from workshop_lib.train import build_trainer, run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
@@ -59,7 +61,7 @@ display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(in
 # the runs of one kernel get faster one after the other, whatever their order (docs/cpu/run_order.md), so each
 # experiment runs a few steps; on a GPU the first run of a kernel is about half as fast in its steady steps as
 # the same run later, a warm-up of 4 steps does not change that and one as long as the run does
-# (docs/h100/first-run), so the first run is made once at full length.
+# (lab/findings/h100/first-run), so the first run is made once at full length.
 
 # %%
 warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)

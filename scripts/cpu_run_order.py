@@ -26,7 +26,7 @@ TPS = "steady_train_tokens_per_second"
 
 def one(order: list[str], warm: bool, runs: str) -> dict[str, float]:
     """In this process: the warm-up (if `warm`), then the runs in `order`; run -> steady tokens/s."""
-    from workshop_lib import lessons
+    import workshop_lessons as lessons
     from workshop_lib.train import run_experiment
 
     common = lessons.notebook_run_options()
@@ -78,7 +78,7 @@ def report(df, device: str, date: str) -> str:
     order decides nothing where every process gives the same); each run's speed without the warm-up over its
     speed with it; and
     the spread of a run's speed relative to its process's baseline after the warm-up (`lessons.cpu_band`)."""
-    from workshop_lib import lessons
+    import workshop_lessons as lessons
 
     wide = df.pivot_table(index="run", columns=["warm-up", "order", "round"], values=title(TPS)).loc[ORDER]
     wide.columns = [f"{'warm-up' if w else 'no warm-up'}, {o}, #{r}" for w, o, r in wide.columns]

@@ -1,5 +1,5 @@
 """Run solution notebooks end to end, timing each, and record the wall times per machine in
-docs/notebook_times.json, which the header of every notebook reads (`workshop_lib.lessons.header`). Each
+docs/notebook_times.json, which the header of every notebook reads (`workshop_lessons.header`). Each
 notebook runs in a fresh process, cell by cell from its jupytext percent file (plain Python), as a kernel would:
 a cell tagged raises-exception may raise (its error is printed and the next cell runs); any other error stops
 the notebook, which is recorded as failed, with its exit code. Each code cell's wall time is recorded too
@@ -43,7 +43,8 @@ def trained_models(name: str, since: float) -> list[str]:
 
 
 def main(names: list[str]) -> int:
-    from workshop_lib import env, lessons
+    from workshop_lib import env
+    import workshop_lessons as lessons
     from workshop_lib.config import recipe_settings
 
     device = env.device_name()

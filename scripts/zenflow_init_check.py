@@ -4,7 +4,7 @@ The tiny Qwen3 (fp32, random weights, seed 0) goes through `deepspeed.initialize
 offload config, without and with ZenFlow (`ds_config.ZENFLOW`); before any step, each weight the engine's module
 holds is compared with the weight it was given, and the loss of one batch is printed. Usage:
 
-    python scripts/zenflow_init_check.py > docs/h100/zenflow/init_check.txt
+    python scripts/zenflow_init_check.py > lab/findings/h100/zenflow/init_check.txt
 """
 
 import copy

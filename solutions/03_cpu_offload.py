@@ -16,8 +16,10 @@ import json
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, lessons, results
-from workshop_lib.lessons import offload as lesson
+from workshop_lib import env, results
+
+import workshop_lessons as lessons
+from workshop_lessons import offload as lesson
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03_cpu_offload")))
@@ -127,7 +129,7 @@ print(f"4. When the model states do not fit on the GPUs you have (a model severa
 # Before reading the losses, check that both runs trained the same model: step 1's loss is computed on the same
 # batch before any update, so it must agree between the two. DeepSpeed 0.19.8's ZenFlow fails this check: it
 # permutes the weights of the model it is given when the engine starts (`scripts/zenflow_init_check.py`,
-# docs/h100/zenflow), and a loss difference then measures that defect, not the staleness.
+# lab/findings/h100/zenflow), and a loss difference then measures that defect, not the staleness.
 #
 # ZenFlow's steps are not alike (the GPU-only ones, and those that meet the CPU update), so its speed is taken over
 # the whole steady window: all the tokens of the steady steps over their summed step times

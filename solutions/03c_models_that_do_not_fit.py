@@ -26,10 +26,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from workshop_lib import env, fit, results
-from workshop_lib import lessons
+import workshop_lessons as lessons
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
-from workshop_lib.lessons import large_models
+from workshop_lessons import large_models
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))

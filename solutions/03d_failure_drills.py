@@ -10,14 +10,14 @@
 #
 # Notebook 03c showed the third failure to recognise on sight, out of memory. Both drills here run on the tiny
 # model, on any machine: each failure is produced for real by DeepSpeed and shown as data
-# (`workshop_lib.lessons.drills`).
+# (`workshop_lessons.drills`).
 
 # %%
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from workshop_lib import lessons
-from workshop_lib.lessons import drills
+import workshop_lessons as lessons
+from workshop_lessons import drills
 
 display(Markdown(lessons.header("03d_failure_drills")))
 

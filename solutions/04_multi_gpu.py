@@ -25,9 +25,11 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import ds_config, env, launch, lessons, memory, model, results, variables
+from workshop_lib import ds_config, env, launch, memory, model, results, variables
+
+import workshop_lessons as lessons
 from workshop_lib.comms import COMMS_FILE
-from workshop_lib.lessons import multi_gpu as lesson
+from workshop_lessons import multi_gpu as lesson
 from workshop_lib.errors import WorkshopError
 
 display(Markdown(lessons.header("04_multi_gpu")))

@@ -125,14 +125,6 @@ def test_micro_batches_sized_in_tokens(tmp_path):
     assert r["eval_loss"][-1] < 8.3
 
 
-def test_bench_runs_rows_and_the_plain_pytorch_ceiling(tmp_path):
-    workshop("bench", "--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2")
-    table = pd.read_csv(tmp_path / "bench.csv")
-    assert list(table["row"]) == ["default ZeRO-2", "plain PyTorch (ceiling)"]
-    assert (table["steady tokens/s"] > 0).all() and "plain PyTorch" in (tmp_path / "bench.md").read_text()
-    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
-
-
 def test_classic_recipe_pads_to_512(tmp_path):
     workshop("run", "stage2", "--tiny", "--recipe", "classic", "--max-steps", "2", "--output-dir", tmp_path)
     r = json.loads((tmp_path / "results.json").read_text())
@@ -263,7 +255,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     assert (log[["loss", "eval_loss"]].fillna(0) - ref_log[["loss", "eval_loss"]].fillna(0)).abs().max().max() <= tol
     assert abs(r["train_loss"] - ref["train_loss"]) <= tol and r["global_steps"] == 8
     # notebook 03b's figures on this kill and resume: the checkpoint's real files, the step resumed from
-    from workshop_lib.lessons import fine_tuned
+    from workshop_lessons import fine_tuned
 
     final = checkpoint.find_checkpoints(out)[0][-1]  # the resumed run rotated `last` out (save_total_limit)
     files = fine_tuned.checkpoint_files(final, r["num_params"])
@@ -438,7 +430,7 @@ def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):
     """Notebook 03b prints its checkpoints' size before writing them (`fine_tuned.checkpoint_plan`): 12 bytes per
     parameter of optimizer states and the weights in the training precision. The last stage3_offload checkpoint
     on disk, all files, against it (the small files: RNG states, schedule, tokenizer, zero_to_fp32.py)."""
-    from workshop_lib.lessons import fine_tuned
+    from workshop_lessons import fine_tuned
 
     r = json.loads((runs / "stage3_offload" / "results.json").read_text())
     last = checkpoint.find_checkpoints(runs / "stage3_offload")[0][-1]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workshop_lib import teardown
-from workshop_lib.lessons import drills
+from workshop_lessons import drills
 from workshop_lib.model import load_model_and_tokenizer
 
 

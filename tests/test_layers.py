@@ -1,33 +1,36 @@
 """The library's layers point one way: a module imports only modules of its own layer or below, at the top
-or inside a function alike (issue 25). A new module is placed in `LAYERS` by whoever adds it."""
+or inside a function alike (issue 25). A new module is placed in `LAYERS` by whoever adds it. The house has three
+parts: the engine (workshop_lib), the course's lessons (workshop_lessons, over the engine) and the lab (lab/, over
+both, not installed); nothing imports a part above its own."""
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent / "workshop_lib"
-# low to high: errors; the machine; the concepts (each importing its peers at will); one run; what runs many
-# runs (the course, the benchmark); the command line
+# low to high: errors; the machine; the concepts (each importing its peers, without a circle); one run; the
+# command line
 LAYERS = [
     {"errors", "units", "gpus", "variables"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
      "results", "comms", "launch", "callbacks", "teardown", "nvme", "preflight", "zenflow"},
     {"train", "record"},
-    {"lessons", "bench"},
     {"cli"},
 ]
 LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
 
 def _module(path: Path) -> str:
-    """workshop_lib/lessons/drills.py -> "lessons": the top-level module or package a file belongs to."""
+    """workshop_lib/train.py -> "train": the top-level module a file belongs to."""
     return path.relative_to(ROOT).parts[0].removesuffix(".py")
 
 
 def imports(path: Path) -> set[str]:
     """The workshop_lib top-level modules `path` imports, anywhere in the file."""
     found = set()
-    depth = len(path.relative_to(ROOT).parts) - 1  # 0 for workshop_lib/x.py, 1 for workshop_lib/lessons/x.py
+    depth = len(path.relative_to(ROOT).parts) - 1  # 0 for workshop_lib/x.py
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             if node.level - 1 < depth:  # inside its own package (lessons' `from . import band`)
@@ -56,6 +59,17 @@ def test_no_module_imports_one_of_a_higher_layer():
             if LAYER[other] > LAYER[me]:
                 wrong.append(f"{path.relative_to(ROOT)} ({me}, layer {LAYER[me]}) imports {other} (layer {LAYER[other]})")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("part, above", [("workshop_lib", ("workshop_lessons", "lab")), ("workshop_lessons", ("lab",))])
+def test_no_part_imports_one_above_it(part, above):
+    """The engine imports neither the lessons nor the lab; the lessons import no lab."""
+    wrong = [f"{p.relative_to(ROOT.parent)}:{node.lineno}" for p in sorted((ROOT.parent / part).rglob("*.py"))
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, (ast.Import, ast.ImportFrom))
+             and any(n.split(".")[0] in above for n in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                                        else [node.module or ""]))]
+    assert not wrong, wrong
 
 
 def test_no_import_circle_anywhere():

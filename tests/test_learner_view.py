@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib import env, lessons, results
+from workshop_lib import env, results
+
+import workshop_lessons as lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 

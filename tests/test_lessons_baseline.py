@@ -1,4 +1,4 @@
-"""Notebook 01's figures and verdicts (`workshop_lib.lessons.baseline`) against the results they were computed
+"""Notebook 01's figures and verdicts (`workshop_lessons.baseline`) against the results they were computed
 from: the H100 reference runs (docs/h100/course) and real tiny runs on this machine; and the verdict itself
 (`lessons.Comparison`), inside and outside a band. A wrong figure fails here."""
 
@@ -8,8 +8,8 @@ import math
 import pytest
 
 from conftest import workshop
-from workshop_lib import lessons
-from workshop_lib.lessons import REFERENCE_DIR, baseline
+import workshop_lessons as lessons
+from workshop_lessons import REFERENCE_DIR, baseline
 
 NAMES = ("baseline", "baseline_classic", "baseline_accum4")
 

@@ -5,7 +5,7 @@ import pytest
 
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, check_fits, estimate
-from workshop_lib.lessons import large_models as lm
+from workshop_lessons import large_models as lm
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
 X2 = lm.REFERENCES["two H200 141GB, 256 GiB host"]

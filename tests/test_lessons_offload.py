@@ -1,4 +1,4 @@
-"""Notebook 03's figures and verdicts (`workshop_lib.lessons.offload`) against the results they were computed
+"""Notebook 03's figures and verdicts (`workshop_lessons.offload`) against the results they were computed
 from: the H100 reference runs (docs/h100/course) and the tiny runs on this machine."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from workshop_lib import lessons
+import workshop_lessons as lessons
 from workshop_lib.errors import WorkshopError
-from workshop_lib.lessons import REFERENCE_DIR, offload
-from workshop_lib.lessons.baseline import speed
+from workshop_lessons import REFERENCE_DIR, offload
+from workshop_lessons.baseline import speed
 
 NAMES = ["stage2", "stage2_offload", "stage3", "stage3_offload"]
 

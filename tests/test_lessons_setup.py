@@ -4,7 +4,7 @@ builds, and exercise 3's verdict on a table whose stage-2 row disagrees."""
 import pandas as pd
 
 from workshop_lib import memory, model
-from workshop_lib.lessons import setup
+from workshop_lessons import setup
 
 
 def _estimates() -> pd.DataFrame:

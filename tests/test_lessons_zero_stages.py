@@ -1,4 +1,4 @@
-"""Notebook 02's figures and verdicts (`workshop_lib.lessons.zero_stages`) against the results they were
+"""Notebook 02's figures and verdicts (`workshop_lessons.zero_stages`) against the results they were
 computed from: the H100 reference runs (docs/h100/course) and real tiny runs on this machine."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import pytest
 
 from conftest import workshop
-from workshop_lib.lessons import REFERENCE_DIR, zero_stages
+from workshop_lessons import REFERENCE_DIR, zero_stages
 from workshop_lib.fit import GPUS
-from workshop_lib.lessons.baseline import gpu_share, gpu_total_mib, peak, speed
-from workshop_lib.lessons.zero_stages import compiled
+from workshop_lessons.baseline import gpu_share, gpu_total_mib, peak, speed
+from workshop_lessons.zero_stages import compiled
 
 NAMES = ["baseline", "stage1", "stage2", "stage3", "baseline_ac"]
 

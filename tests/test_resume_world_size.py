@@ -202,7 +202,7 @@ def test_notebook_03b_kills_a_2_rank_run_and_compares_its_resume_on_1_rank(runs,
     the global batch on (2 micro-batches per step: 1 or 2). Run again on the finished run's directory, the kill
     waits for the new run's checkpoint (it once took the old run's for it and killed the new one before it began)."""
     from workshop_lib import launch
-    from workshop_lib.lessons import fine_tuned
+    from workshop_lessons import fine_tuned
 
     cpu = {} if GPU else {"CUDA_VISIBLE_DEVICES": ""}
     ref, out = runs("stage2-ref"), tmp_path / "killed"

@@ -292,9 +292,10 @@ def test_config_resolves_from_the_recipe_and_the_command_line():
 
 def test_recipes_are_overlays_of_the_run_configs_own_fields():
     """A recipe names only RunConfig fields; a setting it leaves out takes the field's base; every overlay the
-    library, the notebooks and the benchmark pass is checked against RunConfig's fields and types."""
-    from workshop_lib import bench, config
-    from workshop_lib.lessons import COURSE_RUNS, QUARTER, large_models
+    library, the notebooks and the lab's benchmark pass is checked against RunConfig's fields and types."""
+    from lab import bench
+    from workshop_lib import config
+    from workshop_lessons import COURSE_RUNS, QUARTER, large_models
 
     classic, default = config.recipe_settings("classic"), config.recipe_settings("default")
     assert set(classic) == set(default) == set(config.RECIPE_FIELDS)
@@ -335,7 +336,7 @@ def test_a_run_config_round_trips_through_its_command_line():
 
 
 def test_notebook_03b_writes_few_checkpoints_and_knows_their_size_first():
-    from workshop_lib.lessons import fine_tuned
+    from workshop_lessons import fine_tuned
 
     assert fine_tuned.SAVES == 1 and fine_tuned.save_settings(24) == {"save_strategy": "steps", "save_steps": 24}
     assert fine_tuned.save_settings(None) == {"save_strategy": "epoch"}
@@ -498,10 +499,10 @@ HEAVY = {"torch", "transformers", "deepspeed", "datasets", "pandas", "matplotlib
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["report", "--help"], ["export", "--help"], ["ask", "--help"],
-                                  ["run", "--help"], ["eval", "--help"], ["bench", "--help"]], ids=" ".join)
+                                  ["run", "--help"], ["eval", "--help"]], ids=" ".join)
 def test_help_imports_no_heavy_library(argv):
     """What keeps `workshop --help` quick: the command's own help, and report's, export's and ask's, import none
-    of torch, transformers, DeepSpeed, datasets, pandas, matplotlib; run's, eval's and bench's, generated from
+    of torch, transformers, DeepSpeed, datasets, pandas, matplotlib; run's and eval's, generated from
     their dataclasses by HfArgumentParser, import transformers and none of the others. The real command in a
     fresh interpreter; its imports as `python -X importtime` lists them (each line's last field, indented by
     depth). No timing: the imports are what the time depends on."""
@@ -511,7 +512,7 @@ def test_help_imports_no_heavy_library(argv):
     imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in out.stderr.splitlines()
                 if line.startswith("import time:") and "|" in line}
     assert "workshop_lib" in imported, out.stderr[-2000:]  # the listing is there and is read right
-    allowed = {"transformers"} if argv[0] in ("run", "eval", "bench") else set()
+    allowed = {"transformers"} if argv[0] in ("run", "eval") else set()
     assert not imported & (HEAVY - allowed), sorted(imported & HEAVY)
 
 

@@ -9,7 +9,6 @@
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
     workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
-    workshop bench --out docs/h100/bench              # recipes and ZeRO settings vs a plain PyTorch loop, one GPU
 
 torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
 Exit status: 0 done; 2 bad input (one message ending in "To fix: ..."); 130 stopped by SIGINT (143, 138 by
@@ -34,12 +33,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
                                 "and measure memory and speed.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,bench,report,export,eval,ask}",
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,eval,ask}",
                            parser_class=_Parser)
-    # `run`, `eval` and `bench` only name themselves here: their options are generated from their dataclasses
-    # (config.RunConfig, EvalConfig, BenchConfig) by config.parse_args.
+    # `run` and `eval` only name themselves here: their options are generated from their dataclasses
+    # (config.RunConfig, EvalConfig) by config.parse_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
-    sub.add_parser("bench", help="every recipe and ZeRO setting against a plain PyTorch loop, one GPU", add_help=False)
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
     rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
@@ -120,25 +118,16 @@ def evaluate(cfg) -> int:
     return 0
 
 
-def bench(cfg) -> int:
-    """`workshop bench` with its `config.BenchConfig`."""
-    from .bench import run_bench
-
-    run_bench(cfg.out, cfg.model, cfg.max_steps, cfg.tiny, cfg.only)
-    _end_process_group()
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
         if argv[:1] == ["run"]:
             return run(argv[1:])
-        if argv[:1] in (["eval"], ["bench"]):
+        if argv[:1] == ["eval"]:
             from .config import parse_args
 
-            return (evaluate if argv[0] == "eval" else bench)(parse_args(argv[0], argv[1:]))
+            return evaluate(parse_args("eval", argv[1:]))
         a = parser.parse_args(argv)
         if a.command == "export":
             from .checkpoint import export

@@ -88,7 +88,7 @@ RECIPES: dict[str, dict] = {
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
     # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
     # (bf16 has fp32's range: no loss scale to adjust); all the questions.
-    # Every lever is an A/B row of `workshop bench` (docs/h100/bench).
+    # Every lever is an A/B row of `workshop bench` (lab/findings/h100/bench).
     "default": dict(model="Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
                     padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
                     torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
@@ -449,32 +449,18 @@ class EvalConfig:
     max_new_tokens: int = field(default=32, metadata={"help": "answer length cap, tokens", "metavar": "N"})
 
 
-@dataclass
-class BenchConfig:
-    """`workshop bench`'s settings: every row of `bench.VARIANTS` and the plain-PyTorch ceiling, one GPU, one
-    process (`bench.run_bench`)."""
-
-    out: str = field(default="bench", metadata={"help": "where to write", "metavar": "DIR"})
-    model: str | None = _opt("hub name or local directory (default: each recipe's)")
-    max_steps: int = field(default=30, metadata={"help": "optimizer steps per row", "metavar": "N"})
-    tiny: bool = field(default=False, metadata={"help": "the tiny model (a CPU check of the benchmark itself)"})
-    only: list[str] | None = _opt("only these rows (labels of bench.VARIANTS)", metavar="ROW", nargs="+")
-
-
 COMMANDS = {  # `workshop COMMAND`: its settings, the positional field, one line of description
     "run": (RunConfig, "experiment", "Run one experiment; write results.json, memory.csv, train_log.csv and, with "
             "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
             + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + "."),
     "eval": (EvalConfig, "model", "Generate answers for SQuAD dev questions; exact match and F1 (SQuAD v1.1's "
              "official normalisation); predictions.jsonl and squad_scores.json into the output directory."),
-    "bench": (BenchConfig, None, "Every recipe and ZeRO setting against a plain PyTorch loop, on one GPU in one "
-              "process; bench.csv, bench.md and the runs into --out."),
 }
 
 
 def parse_args(command: str, argv: list[str]):
     """`workshop COMMAND [POSITIONAL] [--option value ...]` -> the command's settings (`COMMANDS`: RunConfig
-    unresolved, EvalConfig, BenchConfig), through HfArgumentParser, so each option is its dataclass field: one
+    unresolved, EvalConfig), through HfArgumentParser, so each option is its dataclass field: one
     declaration, with its help. Counts are checked (`check_counts`).
 
     Raises:

@@ -165,7 +165,7 @@ COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": Fa
 
 
 # ZenFlow's settings (DeepSpeed's tutorial "ZenFlow"; zenflow/zenflow_config.py's ZenFlowConfig), as measured on an
-# H100 (docs/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew every 4
+# H100 (lab/findings/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew every 4
 # steps ("step": counted in optimizer steps) and updated on the GPU every step; the other nine tenths accumulate and
 # go to the CPU's Adam every 4 steps (update_interval <= select_interval, which DeepSpeed requires); no rounds of
 # full updates first. `overlap_step` is added per machine (`zenflow_overlap_step`).

@@ -27,7 +27,7 @@ MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
 OFFLOADS = ("none", "cpu", "nvme")
 GPUS = MEMORY_MIB  # name -> total memory (MiB), from the one GPU table (`gpus.CATALOGUE`)
 # Share of tokens whose logits are computed with logits_on "labelled" (the answers): 54,161 of the bundled
-# SQuAD train set's 2,000,334 tokens = 2.7% (docs/h100/bench/runs/default/results.json), rounded up.
+# SQuAD train set's 2,000,334 tokens = 2.7% (lab/findings/h100/bench/runs/default/results.json), rounded up.
 LABELLED_FRACTION = 0.03
 PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
 
@@ -56,10 +56,10 @@ def qwen3_constants(shape: dict, flash_attention: bool = True) -> tuple[float, f
     block, for transformers' own Qwen3 code with bf16 weights (as DeepSpeed trains it). The paper's 34 assumes
     a 4h GeLU MLP, LayerNorm, dropout and full multi-head attention; Qwen3 has a SwiGLU MLP of width
     intermediate_size, RMSNorm (computed in fp32) also on queries and keys, grouped-query attention (fewer
-    key/value heads) and no dropout. Measured against a GPU's forward pass by scripts/activation_bytes.py
+    key/value heads) and no dropout. Measured against a GPU's forward pass by lab/scripts/activation_bytes.py
     (SDPA, whose flash kernel keeps what flash_attention_2 keeps: Q, K, V, output, logsumexp; eager attention;
     compiled blocks, for which this count is an upper bound); the H100's figures are in
-    docs/h100/activations/summary.json, and tests/test_docs.py checks this count against them. The HF Trainer
+    lab/findings/h100/activations/summary.json, and tests/test_docs.py checks this count against them. The HF Trainer
     alone (fp32 weights, bf16 autocast) keeps its norms' tensors in fp32: more than this count (not measured)."""
     h, i, a = shape["hidden_size"], shape["intermediate_size"], shape["num_attention_heads"]
     q, kv = a * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]  # query and key/value widths

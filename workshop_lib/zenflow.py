@@ -9,7 +9,7 @@ gradient_accumulation_steps to `update_interval`, and `engine.is_gradient_accumu
 
 accelerate's `DeepSpeedEngineWrapper.backward` (1.15) sets it by hand at every micro-batch from the Trainer's
 `sync_gradients`, which with gradient_accumulation_steps 1 is always True: every step becomes a full CPU update
-as well as a selective GPU one, and nothing overlaps (`docs/h100/zenflow`: slower than plain offload, in that
+as well as a selective GPU one, and nothing overlaps (`lab/findings/h100/zenflow`: slower than plain offload, in that
 configuration). `own_update_boundaries` lets ZenFlow's engines decide, as DeepSpeed's own ZenFlow examples do
 (`engine.backward(loss); engine.step()` per micro-batch), and leaves every other engine as accelerate drives it.
 

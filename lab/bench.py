@@ -1,0 +1,266 @@
+"""The speed benchmark: every recipe and ZeRO setting side by side on one GPU, in one process and one call,
+against a plain PyTorch training loop on the same model and data as the ceiling (its H100 run is in
+lab/findings/h100/bench). From the repository's root:
+
+    python -m lab.bench --out bench                      # every row, 30 steps each, random weights
+    python -m lab.bench --tiny --max-steps 3 --only "default ZeRO-2"   # a CPU check of the benchmark itself
+
+Every figure is steady state: the first third of the optimizer steps is warm-up and left out, then the
+median step time, and the window figure: all the steady tokens over the steady steps' summed time
+(`metrics.steady_state`). The ratios under the table and the plot take the window figure, which a row whose
+steps are not alike (ZenFlow's) or not each synced with the GPU (`logging_steps`) needs. Speeds are comparable
+only within one benchmark call.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from workshop_lib import metrics
+from workshop_lib.config import EXPERIMENTS, RunConfig, resolve
+from workshop_lib.data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from workshop_lib.errors import WorkshopError
+from workshop_lib.model import load_model_and_tokenizer
+from workshop_lib.preflight import check_machine
+from workshop_lib.record import run_mfu
+from workshop_lib.results import title
+from workshop_lib.train import LIGER_FLCE_ONLY, apply_speed_levers, run_experiment
+from workshop_lib.units import MiB
+
+# (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
+# sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
+# changing one lever of "default ZeRO-2"
+BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4,
+              drop_attention_mask=False, logits_on="all", torch_compile=False, reduce_bucket_size=0)
+NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
+CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
+VARIANTS = [
+    ("classic", dict(experiment="baseline", recipe="classic")),
+    ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
+    ("default", dict(experiment="baseline")),
+    ("default ZeRO-2", dict(experiment="stage2")),
+    ("default ZeRO-2 + CPU offload", dict(experiment="stage2_offload")),
+    ("default ZeRO-3", dict(experiment="stage3")),
+    ("A/B: ZeRO-2, 16k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=16384)),
+    ("A/B: ZeRO-2, 16k tokens, without torch.compile", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                            torch_compile=False)),
+    ("A/B: ZeRO-2, 16k tokens, all logits", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                 logits_on="all")),
+    ("A/B: ZeRO-2, 16k tokens, Liger instead", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
+                                                    logits_on="all", liger_kernel=True)),
+    ("A/B: ZeRO-2, 48k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=49152)),
+    ("A/B: ZeRO-2, 2 x 32k tokens (accumulation 2)", dict(experiment="stage2", gradient_accumulation_steps=2)),
+    ("A/B: ZeRO-2, bf16 overflow check (DeepSpeed's default)", dict(experiment="stage2", check_grad_overflow=True)),
+    ("A/B: ZeRO-2, 2 data loader workers", dict(experiment="stage2", dataloader_num_workers=2)),
+    ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
+    ("A/B: ZeRO-3, every parameter persistent (one GPU)", dict(experiment="stage3", ds_config=[
+        "zero_optimization.stage3_param_persistence_threshold=1000000000"])),
+    # ZenFlow on ZeRO-2 + CPU offload: the stage2_zenflow experiment (`ds_config.ZENFLOW`, overlap_step on a GPU)
+    ("A/B: ZeRO-2 + CPU offload, ZenFlow", dict(experiment="stage2_zenflow")),
+    ("A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)", dict(experiment="stage2_offload",
+                                                                        gradient_accumulation_steps=4)),
+    # The levers of the profile (lab/findings/h100/bench-gap): ZeRO-2's per-tensor gradient norms and the clipping's
+    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU), the Trainer's
+    # per-step reads from the GPU; then all three
+    ("A/B: ZeRO-2, no gradient norm (max_grad_norm 0: no clipping)", dict(experiment="stage2", max_grad_norm=0)),
+    ("A/B: ZeRO-2, overlap_comm off (one GPU)", dict(experiment="stage2", ds_config=NO_OVERLAP)),
+    ("A/B: ZeRO-2, no per-step host syncs (logging every 8 steps)", dict(experiment="stage2", logging_steps=8)),
+    ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
+    ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
+    (CORES_BOUND, dict(experiment="stage2_offload")),
+]
+# The table's figures: results.json keys, shown under their `results.title`
+COLUMNS = ["steady_train_tokens_per_second", "steady_window_tokens_per_second", "steady_train_samples_per_second",
+           "steady_step_time_s", "mfu", "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "host_peak_rss_mib",
+           "train_loss"]
+
+
+def run_dir_name(label: str) -> str:
+    """A row's run directory under OUT/runs: "A/B: ZeRO-2, 16k tokens" -> A_B_ZeRO-2_16k_tokens,
+    "default ZeRO-2 + CPU offload" -> default_ZeRO-2_plus_CPU_offload."""
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", label.replace("+", "plus")).strip("_")
+
+
+@contextmanager
+def cores_bound(on: bool = True):
+    """DeepSpeed's `--bind_cores_to_rank` for this one process (rank 0 of 1), within the block: the cores and
+    thread count DeepSpeed's launcher gives that rank (`deepspeed.utils.numa.get_numactl_cmd`: `numactl -C`
+    and OMP_NUM_THREADS = its cores), applied with `os.sched_setaffinity` and `torch.set_num_threads`; not
+    its memory binding (`numactl -m`: one NUMA node on the machines measured). Restored on exit. Nothing
+    when `on` is False."""
+    if not on:
+        yield
+        return
+    from deepspeed.utils.numa import get_numactl_cmd, parse_range_list  # the launcher's own rule
+
+    cores_per_rank, cmd = get_numactl_cmd(None, 1, 0)
+    affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, parse_range_list(cmd[cmd.index("-C") + 1]))
+    torch.set_num_threads(cores_per_rank)
+    print(f"cores bound as DeepSpeed's launcher would: {' '.join(cmd)}, {cores_per_rank} threads", flush=True)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, affinity)
+        torch.set_num_threads(threads)
+
+
+def ceiling(cfg: RunConfig, steps: int) -> dict:
+    """A plain PyTorch training loop on the model and data of `cfg` (resolved): the weights in the run's
+    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
+    no Trainer, no DeepSpeed, `steps` optimizer steps timed with a CUDA sync. The fastest this model and
+    data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
+    cuda = torch.cuda.is_available()
+    net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
+                                              attn_implementation=None)
+    ds, stats = tokenize_squad(load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok,
+                               cfg.max_length, cfg.loss_on)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
+    net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
+    apply_speed_levers(net, cfg)
+    if cfg.liger_kernel:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance  # optional, GPU only (Triton)
+
+        _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
+    collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
+                            labelled_positions=cfg.logits_on == "labelled")
+    batches = list(TokenBudgetBatchSampler.for_dataset(ds, cfg.max_tokens_per_micro_batch, cfg.seed))
+    times, tokens = [], []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    for i in range(steps):
+        batch = {k: v.to(net.device) for k, v in collate([ds[j] for j in batches[i % len(batches)]]).items()}
+        t0 = time.perf_counter()
+        net(**batch).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
+    steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
+    mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
+    peak = round(torch.cuda.max_memory_allocated() / MiB, 1) if cuda else None
+    del net, opt
+    torch._dynamo.reset()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return steady | {"mfu": round(mfu, 4) if mfu is not None else None, "gpu_peak_allocated_mib": peak}
+
+
+def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
+              only: list[str] | None = None, num_train_samples: int | None = None) -> dict[str, Path]:
+    """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch") for `max_steps` optimizer
+    steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (None: each
+    recipe's), and write the table
+    (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
+    directory beside them. bench.csv is rewritten after every row, so a benchmark stopped part-way (a time
+    limit) keeps the rows it finished.
+    Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
+    titles = {k: title(k) for k in COLUMNS}
+    out = Path(out_dir)
+    # the machine checked before the first row: nothing is written where the benchmark cannot run (no GPU)
+    base = check_machine(resolve(RunConfig("baseline", model=model, tiny=tiny, random_weights=not tiny,
+                                           num_train_samples=num_train_samples,
+                                           output_dir=str(out / "runs" / "ceiling"))), EXPERIMENTS["baseline"])
+    rows = []
+    for label, fields in VARIANTS:
+        if only and label not in only:
+            continue
+        cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
+                        num_train_samples=num_train_samples,
+                        output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True,
+                        save_strategy="no", save_model=False)  # no checkpoint (8-10 GB a row), no model
+        print(f"\n=== {label} ===", flush=True)
+        try:
+            with cores_bound(label == CORES_BOUND):
+                r = run_experiment(cfg)
+            rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
+        except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
+            rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
+    print("\n=== plain PyTorch (ceiling) ===", flush=True)
+    try:
+        rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
+                                                         if k in COLUMNS}})
+    except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
+        rows.append({"row": "plain PyTorch (ceiling)", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
+    df = pd.DataFrame(rows)
+    # ratios of window tokens/s: a median misreads a row whose steps are not alike (ZenFlow's) or not synced
+    tps = df.set_index("row")["steady_window_tokens_per_second"]
+    nan = float("nan")
+    best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
+    target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
+    ratios = {f"{target} / classic": tps[target] / tps.get("classic", nan),
+              f"{target} / plain PyTorch (ceiling)": tps[target] / tps.get("plain PyTorch (ceiling)", nan),
+              "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
+                  "default before (4 x 4 sequences)", nan),
+              f"fastest row ({best}) / classic": tps[best] / tps.get("classic", nan),
+              "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan)}
+    offload = tps[[r for r in tps.index if "offload" in r.lower()]].dropna()
+    if len(offload):
+        ratios[f"fastest offload row ({offload.idxmax()}) / default ZeRO-2"] = offload.max() / tps.get(
+            "default ZeRO-2", nan)
+    table = df.rename(columns=titles)
+    files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
+    out.mkdir(parents=True, exist_ok=True)
+    files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
+        f"- {k} ({titles['steady_window_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
+    table.to_csv(files["csv"], index=False)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    a.barh(df["row"], df["steady_window_tokens_per_second"].fillna(0), color="tab:green")
+    a.set(xlabel="steady-state training tokens/s (non-padding; window: all steady tokens / their time)",
+          title="Throughput")
+    b.barh(df["row"], 100 * df["mfu"].fillna(0))
+    b.set(xlabel="MFU, % of the GPU's dense bf16 peak", title="Model FLOPs utilisation")
+    b.set_yticklabels([])
+    for ax in (a, b):
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(files["png"], dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    print(files["md"].read_text())
+    return files
+
+
+@dataclass
+class BenchConfig:
+    """The benchmark's settings: every row of `VARIANTS` and the plain-PyTorch ceiling, one GPU, one process."""
+
+    out: str = field(default="bench", metadata={"help": "where to write", "metavar": "DIR"})
+    model: str | None = field(default=None, metadata={"help": "hub name or local directory (default: each recipe's)"})
+    max_steps: int = field(default=30, metadata={"help": "optimizer steps per row", "metavar": "N"})
+    tiny: bool = field(default=False, metadata={"help": "the tiny model (a CPU check of the benchmark itself)"})
+    only: list[str] | None = field(default=None, metadata={"help": "only these rows (labels of VARIANTS)",
+                                                           "metavar": "ROW", "nargs": "+"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers import HfArgumentParser
+
+    (cfg,) = HfArgumentParser(BenchConfig).parse_args_into_dataclasses(argv)
+    try:
+        run_bench(cfg.out, cfg.model, cfg.max_steps, cfg.tiny, cfg.only)
+    except WorkshopError as e:
+        print(f"bench: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

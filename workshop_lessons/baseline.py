@@ -1,0 +1,156 @@
+"""Notebook 01's figures and verdicts, computed from its three runs (results.json dicts): `baseline` (the
+default recipe), `baseline_classic` (the original workshop's recipe) and `baseline_accum4` (a quarter of the
+tokens per micro-batch, 4 micro-batches per optimizer step). The solution notebook writes the answers from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workshop_lib.fit import GPUS
+from workshop_lib.units import MiB
+from . import Comparison, band, compare, cpu_band
+
+FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
+
+
+def speed(r: dict) -> tuple[float, str]:
+    """(tokens/s, which): the steady-state figure (median step after warm-up) where the run has one, else the
+    whole run's."""
+    steady = r.get("steady_train_tokens_per_second")
+    if steady is not None and steady == steady and steady > 0:  # neither missing nor NaN
+        return steady, "steady-state"
+    return r["train_tokens_per_second"], "whole-run"
+
+
+def peak(r: dict) -> tuple[float, str]:
+    """(MiB, what): torch's peak allocated over the training steps on a GPU, else the host's peak RSS."""
+    if r.get("gpu_peak_allocated_mib") is not None and r["gpu_peak_allocated_mib"] == r["gpu_peak_allocated_mib"]:
+        return r["gpu_peak_allocated_mib"], "torch peak allocated GPU memory"
+    return r["host_peak_rss_mib"], "host peak RSS (no GPU)"
+
+
+def peak_metric(r: dict) -> str:
+    """results.json's key of `peak(r)`."""
+    return "gpu_peak_allocated_mib" if peak(r)[1].startswith("torch") else "host_peak_rss_mib"
+
+
+def speed_band(r: dict) -> float | None:
+    """The band of steady tokens/s for a run like `r`: the GPU reference's (`lessons.band`), or for a run without
+    a GPU the spread measured on a CPU (`lessons.cpu_band`), which is far wider."""
+    gpu = r.get("gpu_peak_mib")
+    if gpu is not None and gpu == gpu:  # neither missing nor NaN
+        return band("steady_train_tokens_per_second")
+    return cpu_band()
+
+
+def compare_speed(r: dict, other: dict) -> Comparison:
+    """`r`'s tokens/s (`speed`) against `other`'s, with the band of steady tokens/s on `r`'s machine (`speed_band`)."""
+    return compare("steady_train_tokens_per_second", speed(r)[0], speed(other)[0], noise=speed_band(r))
+
+
+def compare_peak(r: dict, other: dict) -> Comparison:
+    """`r`'s peak (`peak`: GPU allocated, else host RSS) against `other`'s, MiB, with that metric's band."""
+    return compare(peak_metric(r), peak(r)[0], peak(other)[0])
+
+
+def states_bytes_per_param(r: dict) -> float | None:
+    """Measured model states (GPU memory allocated after the first optimizer step) in bytes per parameter;
+    None without a GPU."""
+    if r.get("gpu_states_allocated_mib") is None or r["gpu_states_allocated_mib"] != r["gpu_states_allocated_mib"]:
+        return None
+    return r["gpu_states_allocated_mib"] * MiB / r["num_params"]
+
+
+def gpu_total_mib(r: dict) -> float | None:
+    """The run's GPU memory as nvidia-smi prints it, MiB: results.json's gpu_total_mib, or, for a run made before
+    it was recorded, `fit.GPUS`'s entry whose name (all but its size) is in the run's device name, the one that
+    also names the size where several do (None: no GPU, or none or several match)."""
+    if _number(r.get("gpu_total_mib")):
+        return r["gpu_total_mib"]
+    device = r.get("device") or ""
+    named = [k for k in GPUS if all(w in device for w in k.split()[:-1])]
+    named = [k for k in named if k.split()[-1] in device] or named
+    return GPUS[named[0]] if len(named) == 1 else None
+
+
+def gpu_share(r: dict) -> float | None:
+    """The run's NVML peak (gpu_peak_mib) as a share of the memory it could use: the GPU's (`gpu_total_mib`), times
+    WORKSHOP_GPU_MEMORY_FRACTION where the run had one; None without a GPU."""
+    total, nvml = gpu_total_mib(r), r.get("gpu_peak_mib")
+    if not total or nvml is None or nvml != nvml:
+        return None
+    return nvml / (total * (_number(r.get("gpu_memory_fraction")) or 1))
+
+
+def _number(v) -> float | None:
+    """v, or None where it is missing or NaN (a DataFrame row without the figure)."""
+    return None if v is None or v != v else v
+
+
+@dataclass(frozen=True)
+class NvmlSplit:
+    """NVML's peak (MiB) = torch's peak allocated + the caching allocator's free blocks (reserved - allocated)
+    + what lies outside PyTorch's allocator (CUDA context, cuBLAS/NCCL workspaces: NVML - reserved)."""
+
+    nvml_mib: float
+    allocated_mib: float
+    cached_mib: float
+    outside_mib: float
+
+
+def nvml_split(r: dict) -> NvmlSplit | None:
+    """The run's `NvmlSplit` at its training peaks; None without a GPU."""
+    if r.get("gpu_peak_mib") is None or r.get("gpu_peak_reserved_mib") is None or r["gpu_peak_mib"] != r["gpu_peak_mib"]:
+        return None
+    return NvmlSplit(r["gpu_peak_mib"], r["gpu_peak_allocated_mib"],
+                     r["gpu_peak_reserved_mib"] - r["gpu_peak_allocated_mib"], r["gpu_peak_mib"] - r["gpu_peak_reserved_mib"])
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Notebook 01's exercises 1-6. Memory in MiB, speeds in tokens/s (steady state where the run has one)."""
+
+    loss_on: dict[str, str]  # recipe -> which tokens the loss is taken on ("answer", "all")
+    models: dict[str, str]  # recipe -> model
+    classic_mean_tokens: float  # real (non-padding) tokens per classic prompt, mean
+    classic_max_length: int  # what every classic prompt is padded to
+    padding_fraction: float  # of the tokens the classic recipe processes: 1 - mean / max_length
+    padding_speedup_bound: float  # the most that removing the padding alone could speed it up: max_length / mean
+    speed: Comparison  # default against classic, real tokens/s
+    speed_kind: str  # "steady-state" or "whole-run"
+    tokens_per_micro_batch: tuple[int, int]  # (baseline, accum4): the token budgets
+    accumulation_steps: int  # accum4's gradient_accumulation_steps
+    accum_loss: Comparison  # accum4's train loss against the baseline's, nats
+    accum_speed: Comparison  # accum4's tokens/s against the baseline's
+    accum_peak: Comparison  # accum4's peak against the baseline's (GPU allocated, else host RSS), MiB
+    peak_what: str  # what `peak` measured here
+    states_mib: float | None  # the baseline's model states measured after step 1 (None without a GPU)
+    states_bytes_per_param: float | None
+    gradients_freed: bool | None  # the measured states are below `FREED_GRADIENTS_BELOW` bytes/param
+    estimated_states_mib: float  # the estimate (GPU part; the host part without a GPU)
+    estimator: str
+    peak_over_states: float | None  # the baseline's training peak / its model states
+    nvml: NvmlSplit | None
+
+
+def figures(base: dict, classic: dict, accum: dict) -> Baseline:
+    """Notebook 01's figures from its three runs' results.json dicts."""
+    stats = classic["data_stats"]["train"]
+    max_len = classic["config"]["max_length"]
+    bpp = states_bytes_per_param(base)
+    states = base.get("gpu_states_allocated_mib") if bpp is not None else None
+    return Baseline(
+        loss_on={"default": base["loss_on"], "classic": classic["loss_on"]},
+        models={"default": base["model"], "classic": classic["model"]},
+        classic_mean_tokens=stats["mean_tokens"], classic_max_length=max_len,
+        padding_fraction=1 - stats["mean_tokens"] / max_len, padding_speedup_bound=max_len / stats["mean_tokens"],
+        speed=compare_speed(base, classic), speed_kind=speed(base)[1],
+        tokens_per_micro_batch=(base["config"]["max_tokens_per_micro_batch"], accum["config"]["max_tokens_per_micro_batch"]),
+        accumulation_steps=accum["gradient_accumulation_steps"],
+        accum_loss=compare("train_loss", accum["train_loss"], base["train_loss"]),
+        accum_speed=compare_speed(accum, base), accum_peak=compare_peak(accum, base), peak_what=peak(base)[1],
+        states_mib=states, states_bytes_per_param=bpp,
+        gradients_freed=None if bpp is None else bpp < FREED_GRADIENTS_BELOW,
+        estimated_states_mib=base["estimated_model_states_gpu_mib"] or base["estimated_model_states_cpu_mib"],
+        estimator=base["estimator"], peak_over_states=peak(base)[0] / states if states else None,
+        nvml=nvml_split(base))

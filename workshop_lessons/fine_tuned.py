@@ -1,0 +1,293 @@
+"""Notebook 03b's figures, from its runs: the checkpoint's files, the uninterrupted ZeRO-3 + offload run and the
+run killed and resumed (results.json dicts), the same killed on 2 ranks and resumed on 1 (`killed_on_ranks`,
+`other_world`), the reloaded model and the scored one. Records and tables, not sentences: the solution notebook
+writes the answers from them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+import psutil
+
+from workshop_lib import checkpoint, launch, rundir
+from workshop_lib.errors import WorkshopError
+from workshop_lib.results import title, unit
+from workshop_lib.units import MiB
+from . import Comparison, compare
+
+# what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
+HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Adam's two moments",
+         "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",
+         "model.safetensors": "the model's own copy, in the training precision",
+         "optimizer.pt": "the optimizer's state"}
+# What a checkpoint of mixed-precision Adam holds per parameter: the optimizer states, K = 12 bytes (fp32 master
+# weights 4, Adam's momentum 4 and variance 4: Rajbhandari et al. 2020, "ZeRO", section 3.1), and the model's own
+# weights in the training precision (model.safetensors: 2 bytes in bf16 or fp16, 4 in fp32). Gradients are not
+# saved. A bf16 run on a GPU: 14 bytes/param; the CPU's fp32 run: 16. Small files (tokenizer, trainer state, RNG
+# states) come on top: on a tiny model they weigh more than on a real one.
+# A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
+# in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
+RESUME_TOLERANCE = 1e-3
+# Checkpoints sized for a classroom (a Qwen3-0.6B checkpoint is about 8 GiB): each run of the notebook writes SAVES
+# checkpoint (at its last step), the killed run one per step until KILL_AFTER are complete.
+SAVES, KILL_AFTER = 1, 2
+# Resume on another world size: a small run of the tiny model (ZeRO-2) written on OTHER_WORLD[0] ranks and resumed on
+# OTHER_WORLD[1], every rank on the CPU (gloo), so that a laptop and a one-GPU machine run it alike.
+OTHER_WORLD = (2, 1)
+# Its training losses count as the uninterrupted run's within this many nats: the same micro-batches make every
+# optimizer step whatever the world size, only the order of the gradient sums differs (CPU fp32: measured 1.2e-6
+# nats; tests/test_resume_world_size.py's tolerance).
+OTHER_WORLD_TOLERANCE = 1e-5
+
+
+def save_settings(max_steps: int | None) -> dict:
+    """The RunConfig checkpoint settings of the notebook's runs: `SAVES` checkpoints per run, every
+    ceil(max_steps / SAVES) optimizer steps (with SAVES 1: at the last step); one per epoch where the run goes
+    by epochs (max_steps None)."""
+    if max_steps is None:
+        return {"save_strategy": "epoch"}
+    return {"save_strategy": "steps", "save_steps": -(-max_steps // SAVES)}
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """What the notebook writes to disk, computed before it writes: `written` checkpoints of
+    `bytes_per_param` x `num_params` bytes, of which `kept` stay (save_total_limit per run), and `models`
+    model directories in the training precision (model/ of each run), and the fp32 export."""
+
+    num_params: int
+    precision: str
+    written: int
+    kept: int
+    models: int
+
+    @property
+    def bytes_per_param(self) -> int:
+        return checkpoint.bytes_per_param(True, self.precision)
+
+    @property
+    def checkpoint_mib(self) -> float:
+        return self.bytes_per_param * self.num_params / MiB
+
+    @property
+    def written_mib(self) -> float:
+        return self.written * self.checkpoint_mib
+
+    @property
+    def kept_mib(self) -> float:
+        """Checkpoints kept and model directories, MiB: the disk space the notebook's runs hold at the end."""
+        return (self.kept * self.checkpoint_mib
+                + (self.models * checkpoint.WEIGHT_BYTES[self.precision] + checkpoint.WEIGHT_BYTES["fp32"])
+                * self.num_params / MiB)
+
+
+def checkpoint_plan(num_params: int, precision: str, max_steps: int | None, epochs: int,
+                    save_total_limit: int = 2) -> CheckpointPlan:
+    """`CheckpointPlan` of notebook 03b's runs for a model of `num_params` trained in `precision`: the
+    uninterrupted run and the resumed one write `SAVES` checkpoints each (`epochs` where max_steps is None),
+    the killed run `KILL_AFTER` (and perhaps one more, half written, when it is killed); each run keeps at most
+    `save_total_limit`; three runs save model/ and one export in fp32 follows."""
+    per_run = SAVES if max_steps is not None else epochs
+    return CheckpointPlan(int(num_params), precision, written=2 * per_run + KILL_AFTER + 1,
+                          kept=min(per_run, save_total_limit) + save_total_limit, models=3)
+
+
+def holds(file: str) -> str:
+    """What a checkpoint file holds, from its name ("a file the table above does not explain" if unknown)."""
+    return next((v for k, v in HOLDS.items() if k in file), "a file the table above does not explain")
+
+
+def checkpoint_files(ckpt: str | Path, num_params: int | None = None) -> pd.DataFrame:
+    """Every file of a checkpoint directory: columns file (path relative to `ckpt`) and MiB, in path order;
+    with `num_params`, also "bytes/param" (the file's bytes per model parameter)."""
+    ckpt = Path(ckpt)
+    df = pd.DataFrame([(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*"))
+                       if f.is_file()], columns=["file", "MiB"])
+    if num_params:
+        df["bytes/param"] = df["MiB"] * MiB / num_params
+    return df
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    """A checkpoint on disk: all its files (MiB) and per parameter (bytes/param), its largest file, and the
+    run's precision, which decides the expected bytes/param (`expected_bytes_per_param`)."""
+
+    total_mib: float
+    num_params: int
+    largest_file: str
+    largest_mib: float
+    precision: str  # the run's training precision (results.json's "precision": bf16, fp16 or fp32)
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.total_mib * MiB / self.num_params
+
+    @property
+    def largest_bytes_per_param(self) -> float:
+        return self.largest_mib * MiB / self.num_params
+
+    @property
+    def expected_bytes_per_param(self) -> int:
+        """`checkpoint.bytes_per_param` of a DeepSpeed run in the run's precision: 14 in bf16."""
+        return checkpoint.bytes_per_param(True, self.precision)
+
+    @property
+    def largest_holds(self) -> str:
+        """What the largest file holds (`holds`)."""
+        return holds(self.largest_file)
+
+
+def checkpoint_size(files: pd.DataFrame, num_params: int, precision: str) -> CheckpointSize:
+    """`CheckpointSize` of `files` (`checkpoint_files`: columns file, MiB) for a model of `num_params` trained
+    in `precision` (bf16, fp16 or fp32)."""
+    big = files.sort_values("MiB", ascending=False).iloc[0]
+    return CheckpointSize(float(files["MiB"].sum()), int(num_params), str(big.file), float(big.MiB), precision)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A run killed and resumed against the same run uninterrupted: the checkpoint step it resumed from, the
+    run's optimizer steps, and the last eval loss of each (nats; `eval_loss.band` is `RESUME_TOLERANCE`, a
+    tolerance rather than a measured spread). `verdict`: "restored" where the losses agree within it."""
+
+    resume_step: int
+    global_steps: int
+    eval_loss: Comparison  # the resumed run's against the uninterrupted run's
+
+    @property
+    def steps_redone(self) -> int:
+        """Optimizer steps the resumed run trained: those after its checkpoint."""
+        return self.global_steps - self.resume_step
+
+    @property
+    def verdict(self) -> Literal["restored", "diverged"]:
+        return "restored" if self.eval_loss.verdict in ("within the band", "equal") else "diverged"
+
+
+def resume(resume_step: int, resumed: dict, uninterrupted: dict) -> Resume:
+    """`Resume` from the step the killed run resumed from and the two runs' results.json dicts."""
+    return Resume(int(resume_step), int(resumed["global_steps"]),
+                  compare("eval_loss", resumed["eval_loss"][-1], uninterrupted["eval_loss"][-1],
+                          noise=RESUME_TOLERANCE))
+
+
+def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, scored: dict) -> pd.DataFrame:
+    """The exercise table of notebook 03b, from its runs (results.json dicts) and the reloaded model's eval loss
+    (nats): train loss and last eval loss (nats), exact match and F1 (%, SQuAD v1.1) where each was measured."""
+    nan = float("nan")
+    return pd.DataFrame(
+        [[uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],
+         [resumed["train_loss"], resumed["eval_loss"][-1], nan, nan],
+         [nan, reloaded_eval_loss, nan, nan],
+         [nan, nan, scored["em_before"], scored["f1_before"]],
+         [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]]],
+        index=["ZeRO-3 + offload, uninterrupted", "the same, killed and resumed", "the reloaded model/",
+               "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
+        columns=[f"{title('train_loss')} ({unit('train_loss')})", f"last eval loss ({unit('eval_loss')})", title("em"),
+                 title("f1")])
+
+
+def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: str, after: int = KILL_AFTER,
+                    env: dict | None = None) -> int:
+    """`workshop run EXPERIMENT ARGS --output-dir OUTPUT_DIR` on `nproc` ranks (torchrun, as `launch.run_local`),
+    a checkpoint after every step, killed with SIGKILL, torchrun and every rank at once (as when a node dies), once
+    checkpoint-`after` is complete. A previous run in OUTPUT_DIR is removed first (as --overwrite would: its
+    checkpoints must not count as this run's). Every rank's output goes to OUTPUT_DIR/launch.log. Returns the step
+    of the last complete checkpoint (`after`, or one more written in the instant before the kill).
+
+    Raises:
+        WorkshopError: a run in OUTPUT_DIR is still alive (`rundir.check`); the run ended before its checkpoint
+            `after` was complete (it failed, or was too short).
+    """
+    out = Path(output_dir)
+    rundir.check(out, overwrite=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = launch.torchrun_command(experiment, nproc, out, *args, "--save-strategy", "steps", "--save-steps", "1")
+    ckpt = out / checkpoint.CHECKPOINTS / f"checkpoint-{after}"
+    with (out / "launch.log").open("w") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ | (env or {}))
+        while proc.poll() is None and checkpoint.step_of(ckpt) is None:
+            time.sleep(0.05)
+        if proc.poll() is None:  # torchrun starts each rank in a session of its own: its process tree, pid by pid
+            for pid in [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+        proc.wait()
+        log.write("\n")
+    if proc.returncode != -9:
+        raise WorkshopError(f"{' '.join(cmd[2:])} ended by itself (exit {proc.returncode}) before its checkpoint "
+                            f"{after} was complete; its output is in {out / 'launch.log'}.",
+                            "read the error there; a run that finished needs more steps (--max-steps) than "
+                            f"{after}.")
+    return checkpoint.step_of(checkpoint.find_checkpoints(out)[0][-1])
+
+
+@dataclass(frozen=True)
+class OtherWorld:
+    """A run resumed on another number of ranks against the same run uninterrupted: what the resume printed about
+    it, the change it recorded (results.json's `world_size_changes`: step, world_size, gradient_accumulation_steps,
+    micro_batches_per_step, universal), and every optimizer step's training loss of both (nats)."""
+
+    printed: list[str]  # the resume's lines on the change (train.resume_point, checkpoint.to_universal)
+    change: dict
+    losses: pd.DataFrame  # index step; columns uninterrupted, resumed, difference (resumed - uninterrupted, nats)
+    global_batch_size: tuple[int, int]  # the resumed run's and the uninterrupted run's (sequences)
+
+    @property
+    def max_difference(self) -> float:
+        """The largest |difference| of a step's training loss after the resume, nats."""
+        return float(self.losses["difference"][self.losses.index > self.change["step"]].abs().max())
+
+    @property
+    def verdict(self) -> Literal["the same losses", "diverged"]:
+        """"the same losses" within `OTHER_WORLD_TOLERANCE` on every step after the resume."""
+        return "the same losses" if self.max_difference <= OTHER_WORLD_TOLERANCE else "diverged"
+
+
+def other_world(resumed_dir: str | Path, uninterrupted_dir: str | Path) -> OtherWorld:
+    """`OtherWorld` from the run directory resumed on another world size (its launch.log, results.json and
+    train_log.csv) and the uninterrupted run's.
+
+    Raises:
+        ValueError: the resumed run records no change of world size (it resumed on as many ranks).
+    """
+    resumed_dir, uninterrupted_dir = Path(resumed_dir), Path(uninterrupted_dir)
+    r, u = (json.loads((d / "results.json").read_text()) for d in (resumed_dir, uninterrupted_dir))
+    if not r.get("world_size_changes"):
+        raise ValueError(f"{resumed_dir} records no resume on another world size (results.json's "
+                         "world_size_changes is empty).")
+    launches = (resumed_dir / "launch.log").read_text().split("\n$ ")
+    printed = [ln for ln in launches[-1].splitlines() if ln.startswith(("Resuming", "Reusing the universal"))
+               or (ln.startswith("Converting ") and " to a universal checkpoint in " in ln)]
+    steps = [pd.read_csv(d / "train_log.csv").dropna(subset=["loss"]).set_index("step")["loss"]
+             for d in (uninterrupted_dir, resumed_dir)]
+    losses = pd.DataFrame({"uninterrupted": steps[0], "resumed": steps[1]})
+    losses["difference"] = losses["resumed"] - losses["uninterrupted"]
+    return OtherWorld(printed, r["world_size_changes"][-1], losses, (r["global_batch_size"], u["global_batch_size"]))
+
+
+def resumable_on(run_dir: str | Path, max_ranks: int) -> dict[int, int]:
+    """{number of ranks: gradient_accumulation_steps}, for 1 to `max_ranks` ranks, on which `--resume` continues the
+    run in `run_dir` with its global batch (`checkpoint.resume_accumulation`: the micro-batches of an optimizer
+    step divided among the ranks); it refuses the numbers left out, naming these."""
+    fits = {}
+    for n in range(1, max_ranks + 1):
+        try:
+            fits[n] = checkpoint.resume_accumulation(run_dir, n)
+        except WorkshopError:
+            pass
+    return fits

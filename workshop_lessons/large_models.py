@@ -1,0 +1,559 @@
+"""Notebook 03c's reference runs and figures: models that do not fit (`scripts/large_models.sh` on one H100 and
+on two H200s, committed under docs/), each run's outcome read from its directory and log, with `fit.estimate`
+beside every measured figure; the learner's runs beside them (`exercise_table`), and the records the solution
+notebook writes its answers from (`host_states`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
+
+    python -m workshop_lessons.large_models     # rewrites docs/*/large-models*/table.md from the runs
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import torch
+
+from workshop_lib import env, variables
+from workshop_lib.config import EXPERIMENTS
+from workshop_lib.fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
+from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
+from workshop_lib.memory import estimate_nvme_swap
+from workshop_lib.metrics import steady_state
+from workshop_lib.results import title
+from workshop_lib.units import MiB
+from . import DOCS, Comparison, compare, notebook_run_options
+
+REFERENCES = {"one H100 80GB, 128 GiB host": DOCS / "h100" / "large-models",
+              "two H200 141GB, 256 GiB host": DOCS / "h200" / "large-models-x2"}
+GPU_OF = {"one H100 80GB, 128 GiB host": "H100 80GB", "two H200 141GB, 256 GiB host": "H200 141GB"}
+
+
+def outcome(run_dir: Path) -> str:
+    """What became of a run: "trained", or the first line of the error it stopped with (the workshop's own
+    message, DeepSpeed's assertion), or, with neither (a process killed from outside, e.g. by the kernel's
+    out-of-memory killer), "killed" with the last host RSS its memory.csv sampled."""
+    if (run_dir / "results.json").is_file():
+        return "trained"
+    log = run_dir.parent / f"{run_dir.name}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    errors = (re.findall(r"workshop: error: (.+)$", text, re.M)  # after a progress bar's \r, on its line
+              or re.findall(r"^(?:\[rank\d+\]: )?\w*Error: (.+)$", text, re.M))
+    if errors:
+        return errors[-1].strip()
+    mem = run_dir / "memory.csv"
+    if mem.is_file():
+        rss = pd.read_csv(mem)["host_rss_mib"].dropna()
+        if len(rss):
+            return f"killed, no error written (host RSS {rss.iloc[-1]:,.0f} MiB at the last sample)"
+    return "no record"
+
+
+def _row(run_dir: Path, gpu: str) -> dict:
+    cfg = json.loads((run_dir / "run_config.json").read_text()) if (run_dir / "run_config.json").is_file() else {}
+    name = run_dir.name
+    model = cfg.get("model") or f"Qwen/{name.split('-stage')[0].split('-baseline')[0]}"
+    experiment = cfg.get("experiment") or name.split("-")[-1]
+    world = cfg.get("world_size", 1)
+    est = estimate(model, **EXPERIMENTS[experiment].fit_setup, gpus_per_node=world,
+                   train_micro_batch_size_per_gpu=1, max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
+                   activation_checkpointing=bool(cfg.get("activation_checkpointing")), gpu=gpu)
+    r = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    return {"model": model, "experiment": experiment, "GPUs": world,
+            "activation checkpointing": bool(cfg.get("activation_checkpointing")), "outcome": outcome(run_dir),
+            **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "gpu_peak_allocated_mib",
+                                            "gpu_peak_reserved_mib")},
+            NODE_HOST_PEAK: node_host_peak(r),
+            "est. states GPU MiB": est["model_states_gpu_mib"],
+            "est. states host MiB, node": est["model_states_cpu_mib"],
+            "est. total GPU MiB": est["total_gpu_mib"],
+            title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
+            "est. NVMe MiB": est["nvme_mib"]}
+
+
+NODE_HOST_PEAK = title("host_peak_rss_mib") + ", node"  # `node_host_peak`: the node's ranks' peaks summed
+
+
+def node_host_peak(r: dict) -> float | None:
+    """Host memory of a run's node, MiB: the sum of its ranks' peak RSS on rank 0's host (results.json's
+    per_rank_memory; each rank is a process with its own partition of the offloaded states), to compare with
+    DeepSpeed's per-node estimate. Rank 0's own where the ranks are not recorded; None without a run. The
+    ranks' peaks need not coincide, so this is at most the node's peak."""
+    if not r:
+        return None
+    ranks = r.get("per_rank_memory") if isinstance(r.get("per_rank_memory"), list) else None
+    if not ranks:
+        return r.get("host_peak_rss_mib")
+    host = ranks[0].get("host")
+    return round(sum(x["host_peak_rss_mib"] for x in ranks if x.get("host") == host), 1)
+
+
+def reference_runs(root: Path) -> pd.DataFrame:
+    """One row per run under root/runs (a directory, or only its .log when the run stopped before it wrote
+    one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB; host memory per node, every rank's
+    summed: `node_host_peak`), NVMe swap files at the end (MiB) and `fit.estimate`'s figures (host: per node)."""
+    runs = root / "runs"
+    if not runs.is_dir():
+        return pd.DataFrame()
+    dirs = sorted({p if p.is_dir() else p.parent / p.name.removesuffix(".log") for p in runs.iterdir()
+                   if p.is_dir() or p.name.endswith(".log")})
+    gpu = next((g for k, g in GPU_OF.items() if REFERENCES[k] == root), "H100 80GB")
+    return pd.DataFrame([_row(d, gpu) for d in dirs])
+
+
+def largest_trained(df: pd.DataFrame) -> dict[str, str]:
+    """experiment -> the largest model (by parameters) that trained with it, from `reference_runs`."""
+    done = df[df["outcome"] == "trained"]
+    return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
+
+
+NVME_VS_CPU = DOCS / "h100" / "large-models" / "nvme-vs-cpu"  # CPU and NVMe offload of one model in one device call
+
+
+def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
+    """CPU against NVMe offload of one model, both run in one device call (root/runs, `scripts/large_models.sh`),
+    from each run's own logs, so that a run stopped after its training steps (before results.json) counts too:
+    training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
+    (`metrics.steady_state`, the first third of the steps left out, as in results.json), the peak GPU memory
+    (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
+    rows = []
+    for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
+        cfg = json.loads((run / "run_config.json").read_text())
+        log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
+        steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
+        mem = pd.read_csv(run / "memory.csv")
+        rows.append({"model": cfg["model"], "experiment": cfg["experiment"], "training steps": len(log),
+                     **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
+                     title("gpu_peak_mib"): mem["gpu_used_mib"].max(), title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
+                     "results.json": (run / "results.json").is_file()})
+    return pd.DataFrame(rows)
+
+
+def _df_line(machine_txt: Path) -> list[str]:
+    return next(x for x in machine_txt.read_text().splitlines() if x.startswith("/")).split()
+
+
+# What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
+# vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
+DEVICE_KINDS = {"/dev/nvme": "an NVMe drive", "/dev/vd": "a virtual machine's virtio disk",
+                "/dev/xvd": "a Xen virtual disk", "/dev/sd": "a SCSI or SATA disk"}
+
+
+def drive_device(machine_txt: Path) -> tuple[str, str]:
+    """(the device of the `df -h` line `scripts/large_models.sh` wrote into machine.txt, e.g. '/dev/vda', and
+    what its name says it is: `DEVICE_KINDS`, or "a device of unknown kind")."""
+    dev = _df_line(machine_txt)[0]
+    return dev, next((k for p, k in DEVICE_KINDS.items() if dev.startswith(p)), "a device of unknown kind")
+
+
+def drive_free_gib(machine_txt: Path) -> float:
+    """The free space of the drive `scripts/large_models.sh` swapped to, GiB: the 'Avail' column of the `df -h`
+    line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
+    avail = _df_line(machine_txt)[3]
+    return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
+
+
+
+
+@dataclass(frozen=True)
+class SwapFit:
+    """One shipped Qwen3's NVMe swap files (`memory.estimate_nvme_swap`, GiB) against a drive's free space."""
+
+    model: str
+    swap_gib: float
+    fits: bool  # swap_gib <= DRIVE_MARGIN x the drive's free GiB
+
+
+@dataclass(frozen=True)
+class NvmeSummary:
+    """CPU against NVMe offload of one model in one device call (`offload_comparison`), each figure NVMe's
+    against CPU's (`Comparison`, value = NVMe, other = CPU; no band: each run was measured once), the pinned
+    host buffers NVMe offload swaps the parameters through (ds_config.json's offload_param: buffer_count x
+    buffer_size elements x 2 bytes, MiB), which shipped models' swap files that call's drive could hold, and
+    what that drive was (machine.txt's df line: its device, and what the device's name says it is)."""
+
+    model: str
+    training_steps: int  # logged by each run
+    step_time: Comparison  # steady s/step
+    tokens_per_second: Comparison  # steady tokens/s
+    host_peak_rss: Comparison  # MiB
+    gpu_peak: Comparison  # MiB, NVML
+    buffer_count: int
+    buffer_elements: int  # per buffer
+    embedding_elements: int  # the model's token embedding, vocab_size x hidden_size: the largest tensor
+    drive_free_gib: float
+    drive_device: str  # e.g. /dev/vda (machine.txt's df line)
+    drive_kind: str  # what the device's name says it is (`DEVICE_KINDS`)
+    swap: tuple[SwapFit, ...]  # smallest first
+
+    @property
+    def pinned_mib(self) -> float:
+        """The pinned buffers' size, MiB (16-bit elements)."""
+        return self.buffer_count * self.buffer_elements * 2 / MiB
+
+    @property
+    def buffers_sized_to_embedding(self) -> bool:
+        """Each buffer holds exactly the token embedding (the largest tensor: `nvme.nvme_buffers`)."""
+        return self.buffer_elements == self.embedding_elements
+
+    def comparisons(self) -> pd.DataFrame:
+        """One row per figure (titles with units from `results.COLUMNS`): NVMe's, CPU's, their ratio, the verdict."""
+        return pd.DataFrame([{"figure": title(c.metric), "NVMe offload": c.value, "CPU offload": c.other,
+                              "NVMe / CPU": c.ratio, "verdict": f"{c.verdict} ({c.band_text})"}
+                             for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)])
+
+    def swap_table(self) -> pd.DataFrame:
+        """One row per shipped Qwen3: its swap files (GiB) and whether they fit the drive (`DRIVE_MARGIN`)."""
+        return pd.DataFrame([{"model": f.model, "swap files GiB": f.swap_gib,
+                              f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits}
+                             for f in self.swap])
+
+
+def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
+    """`NvmeSummary` of the call in `root` (`offload_comparison`, `drive_free_gib` of root/machine.txt) and of
+    the shipped Qwen3 models' swap files (`memory.estimate_nvme_swap` with parameters and optimizer on NVMe)."""
+    df = offload_comparison(root).set_index("experiment")
+    cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
+    free = drive_free_gib(root / "machine.txt")
+    swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
+    count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
+    fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
+    shape = model_shape(cpu["model"])
+
+    def vs(metric):
+        return compare(metric, nvme[title(metric)], cpu[title(metric)], noise=None)
+
+    return NvmeSummary(
+        cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s"), vs("steady_train_tokens_per_second"),
+        vs("host_peak_rss_mib"), vs("gpu_peak_mib"),
+        int(count), int(size), shape["vocab_size"] * shape["hidden_size"], free,
+        *drive_device(root / "machine.txt"), tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
+
+
+# The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
+# checkpointing, so that the model states decide what fits.
+LARGE = {"max_tokens_per_micro_batch": 8192, "activation_checkpointing": False, "save_model": False,
+         "save_strategy": "no"}
+REFERENCE_HOST_MIB = 128 * 1024  # the H100 machine's 128 GiB
+REFERENCE_GPU = "H100 80GB"
+
+
+HOST_SHARE = 0.9  # of the host's memory the offloaded states may fill: the OS and the notebook's kernel keep the rest
+# Micro-batch sizes tried, the reference runs' first: a GPU with room for the baseline at 8,192 tokens needs more
+# tokens for it not to fit (an H200 at 16,384), a smaller one fewer for ZeRO-3 + CPU offload to fit.
+TOKENS_TRIED = (8192, 16384, 4096, 2048)
+
+
+def this_machine() -> tuple[float | None, float]:
+    """(the GPU memory a run may use now, MiB, `env.gpu_free_mib`, None without a GPU or with the tiny model
+    forced (WORKSHOP_TINY=1); this machine's host memory, MiB)."""
+    tiny = notebook_run_options()["tiny"]
+    return None if tiny else env.gpu_free_mib(), psutil.virtual_memory().total / MiB
+
+
+def nearest_gpu(gpu_mib: float) -> str:
+    """The `fit.GPUS` entry nearest `gpu_mib` in memory (for `fit.estimate`'s gpu and the explorer)."""
+    return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
+
+
+def this_drive() -> float:
+    """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
+    `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
+    nvme-vs-cpu/machine.txt)."""
+    if not torch.cuda.is_available():
+        return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
+    return shutil.disk_usage(variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
+
+
+def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
+    host = e["model_states_cpu_mib"]
+    return (e["fits"] and e["total_gpu_mib"] <= FREE_SHARE * gpu_mib
+            and (host is None or host <= HOST_SHARE * host_mib))
+
+
+CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload", "stage3_nvme")  # `configurations`' rows
+
+
+def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192,
+                   nvme_free_mib: float | None = None) -> pd.DataFrame:
+    """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
+    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
+    of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
+    to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
+    the host, the drive), with the GPU total within `fit.FREE_SHARE` of gpu_mib and the host states within
+    `HOST_SHARE` of host_mib."""
+    rows = []
+    for name in CONFIGURATIONS:
+        e = estimate(model, **EXPERIMENTS[name].fit_setup, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
+                     host_memory_mib=host_mib, nvme_free_mib=nvme_free_mib)
+        rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
+                     "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
+                     "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"],
+                     "fits": _fits(e, gpu_mib, host_mib)})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """03c's model that does not fit, and its micro-batch, for one machine (`pick_model`). MiB throughout."""
+
+    model: str
+    max_tokens: int  # tokens per micro-batch (one sequence)
+    gpu_mib: float  # the GPU memory the estimates were held against
+    host_mib: float
+    here: bool  # for this machine; False: for the reference machine (no GPU here, or nothing here tells the story)
+    baseline: dict  # `fit.estimate` of the HF Trainer alone: total_gpu_mib above gpu_mib
+    stage2: dict  # of ZeRO-2: above gpu_mib
+    offload: dict  # of ZeRO-3 + CPU offload: within fit.FREE_SHARE of gpu_mib, its host states within HOST_SHARE
+
+    def line(self) -> str:
+        """One line: the machine the estimates are for, and the choice with its numbers."""
+        where = ("this machine" if self.here else
+                 f"the reference machine (one {REFERENCE_GPU}, {REFERENCE_HOST_MIB / 1024:,.0f} GiB of host memory)")
+        return (f"Estimates for {where}: {self.gpu_mib:,.0f} MiB of GPU memory, {self.host_mib:,.0f} MiB of host "
+                f"memory. {self.model} in micro-batches of {self.max_tokens:,} tokens does not fit with the HF Trainer "
+                f"alone (~{self.baseline['total_gpu_mib']:,.0f} MiB) nor ZeRO-2 (~{self.stage2['total_gpu_mib']:,.0f}), "
+                f"and fits with ZeRO-3 + CPU offload (~{self.offload['total_gpu_mib']:,.0f} MiB on the GPU, "
+                f"~{self.offload['model_states_cpu_mib']:,.0f} MiB of host states).")
+
+
+def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
+    for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
+        for tokens in TOKENS_TRIED:
+            base, zero2, off = (estimate(model, **EXPERIMENTS[e].fit_setup, max_length=tokens, gpu=nearest_gpu(gpu_mib),
+                                         host_memory_mib=host_mib) for e in ("baseline", "stage2", "stage3_offload"))
+            if min(base["total_gpu_mib"], zero2["total_gpu_mib"]) > gpu_mib and _fits(off, gpu_mib, host_mib):
+                return model, tokens, base, zero2, off
+    return None
+
+
+def pick_model(gpu_mib: float | None, host_mib: float) -> Choice:
+    """The largest shipped Qwen3, in the first micro-batch of `TOKENS_TRIED` tokens, that the HF Trainer alone
+    and ZeRO-2 do not fit on one GPU of `gpu_mib` usable while ZeRO-3 + CPU offload fits it and `host_mib` of
+    host memory (`configurations`' rule): the model notebook 03c fails with, then trains. A pure function of the
+    two memories. The notebook's runs do not compile their blocks, so the activations are what `fit.estimate`
+    counts (and the HF Trainer keeps more: its "does not fit" holds). Without a GPU (`gpu_mib` None), or where no
+    model tells the story on this machine, the choice for the reference machine (`REFERENCE_GPU`,
+    `REFERENCE_HOST_MIB`), with `here` False."""
+    found = _choose(gpu_mib, host_mib) if gpu_mib is not None else None
+    if found:
+        return Choice(*found[:2], gpu_mib, host_mib, True, *found[2:])
+    gpu_mib, host_mib = GPUS[REFERENCE_GPU], REFERENCE_HOST_MIB
+    return Choice(*(found := _choose(gpu_mib, host_mib))[:2], gpu_mib, host_mib, False, *found[2:])
+
+
+@dataclass(frozen=True)
+class HostStates:
+    """What the host held after the first optimizer step of a ZeRO-3 + CPU offload run (results.json's
+    host_states_rss_mib, the process's RSS; MiB and bytes/param) against DeepSpeed's estimate of the offloaded
+    model states (estimated_model_states_cpu_mib: 18 bytes/param x its 1.5 buffer factor). `vs_estimate`:
+    measured against estimated, no band (one run). `gpu_peak_mib`: NVML's peak, None without a GPU."""
+
+    model: str
+    tiny: bool
+    num_params: int
+    host_states_rss_mib: float
+    estimated_host_states_mib: float
+    gpu_peak_mib: float | None
+    vs_estimate: Comparison
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.host_states_rss_mib * MiB / self.num_params
+
+    @property
+    def estimate_bytes_per_param(self) -> float:
+        return self.estimated_host_states_mib * MiB / self.num_params
+
+    @property
+    def libraries_dominate(self) -> bool:
+        """More than LIBRARIES_DOMINATE bytes/param: the process's own libraries (torch, DeepSpeed: about a GiB
+        of RSS), not the model states, make the figure (a tiny model)."""
+        return self.bytes_per_param > LIBRARIES_DOMINATE
+
+
+LIBRARIES_DOMINATE = 100  # bytes/param; model states take 18-27, a tiny model's RSS is mostly its libraries
+
+
+def _tiny(r: dict) -> bool:
+    return bool(r.get("tiny", (r.get("config") or {}).get("tiny")))
+
+
+def host_states(run: dict) -> HostStates:
+    """`HostStates` of a ZeRO-3 + CPU offload run's results.json dict (the learner's, or `reference_result`'s)."""
+    host, est = run["host_states_rss_mib"], run["estimated_model_states_cpu_mib"]
+    return HostStates(run["model"], _tiny(run), int(run["num_params"]), float(host), float(est),
+                      run.get("gpu_peak_mib"), compare("host_states_rss_mib", host, est, noise=None))
+
+
+@dataclass(frozen=True)
+class NvmeAgainstCpu:
+    """This notebook's NVMe offload run against its CPU offload run (value = NVMe, other = CPU; no band: each
+    run once): host RSS after step 1 (MiB), steady tokens/s, and what was on the drive when training ended
+    (MiB of parameters and of optimizer states). `ran` False (every other field None): NVMe offload did not
+    run here (no libaio: the async_io check), or stopped."""
+
+    ran: bool
+    host_states: Comparison | None = None
+    tokens_per_second: Comparison | None = None
+    swap_params_mib: float | None = None
+    swap_optimizer_mib: float | None = None
+
+
+def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu:
+    """`NvmeAgainstCpu` from the two runs' results.json dicts (`nvme_run` None where it did not run)."""
+    if not nvme_run:
+        return NvmeAgainstCpu(False)
+    swap = nvme_run.get("nvme_swap_mib") or {}
+    return NvmeAgainstCpu(
+        True, compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"],
+                      noise=None),
+        compare("steady_train_tokens_per_second", nvme_run["steady_train_tokens_per_second"],
+                offload_run["steady_train_tokens_per_second"], noise=None),
+        swap.get("params"), swap.get("optimizer"))
+
+
+H100 = "one H100 80GB, 128 GiB host"
+
+
+@dataclass(frozen=True)
+class RungAgainstOffload:
+    """The reference machine's model trained two ways on one GPU: the baseline with activation checkpointing
+    (the ladder's first rung that fits it) against ZeRO-3 + CPU offload, steady tokens/s (`Comparison`, value =
+    checkpointing, other = offload; no band: one run each)."""
+
+    model: str
+    tokens_per_second: Comparison
+
+
+def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffload | None:
+    """`RungAgainstOffload` for the largest model that `machine`'s references (default the H100's) trained both
+    as the baseline with activation checkpointing and with ZeRO-3 + CPU offload; None where none did."""
+    df = reference_runs(REFERENCES[machine or H100])
+    if df.empty:
+        return None
+    done = df[(df["outcome"] == "trained") & (df["GPUs"] == 1)]
+    ac = done[(done["experiment"] == "baseline") & done["activation checkpointing"]].set_index("model")
+    off = done[done["experiment"] == "stage3_offload"].set_index("model")
+    both = sorted(set(ac.index) & set(off.index), key=lambda m: model_shape(m)["num_params"])
+    if not both:
+        return None
+    m = both[-1]
+    tps = "steady_train_tokens_per_second"
+    return RungAgainstOffload(m, compare(tps, ac.at[m, title(tps)], off.at[m, title(tps)], noise=None))
+
+
+@dataclass(frozen=True)
+class AllocatorCache:
+    """One reference run's GPU memory from the estimate outwards, MiB: `fit.estimate`'s total for its settings,
+    PyTorch's peak allocated (live tensors), its peak reserved (the caching allocator's segments, live or
+    not) and NVML's peak (what the whole GPU had in use: the reserved segments, the CUDA context, libraries).
+    At the moment of the reserved peak, at least `cached_mib` = reserved - allocated peak was reserved but
+    unallocated: the cache an out-of-memory message calls "reserved by PyTorch but unallocated"."""
+
+    model: str
+    experiment: str
+    estimate_mib: float
+    allocated_mib: float
+    reserved_mib: float
+    nvml_mib: float
+    gpu_mib: float  # the GPU's memory (`fit.GPUS`)
+
+    @property
+    def cached_mib(self) -> float:
+        return self.reserved_mib - self.allocated_mib
+
+    @property
+    def nvml_vs_estimate(self) -> Comparison:
+        """NVML's peak against the estimate (no band: one run)."""
+        return compare("gpu_peak_mib", self.nvml_mib, self.estimate_mib, noise=None)
+
+
+def allocator_cache(experiment: str = "stage3_offload", machine: str | None = None) -> AllocatorCache | None:
+    """`AllocatorCache` of `machine`'s reference run of `experiment` (default: the H100's; the largest model
+    that trained with it, without activation checkpointing: `reference_result`); None where none is on file."""
+    machine = machine or H100
+    r = reference_result(experiment, machine)
+    if r is None:
+        return None
+    df = reference_runs(REFERENCES[machine])
+    row = df[(df["model"] == r["model"]) & (df["experiment"] == experiment) & ~df["activation checkpointing"]].iloc[0]
+    return AllocatorCache(r["model"], experiment, float(row["est. total GPU MiB"]), float(r["gpu_peak_allocated_mib"]),
+                          float(r["gpu_peak_reserved_mib"]), float(r["gpu_peak_mib"]), float(GPUS[GPU_OF[machine]]))
+
+
+def reference_result(experiment: str, machine: str = H100) -> dict | None:
+    """results.json of `machine`'s reference run of `experiment` (`REFERENCES`) with the largest model that
+    trained with it, without activation checkpointing; None where none is on file."""
+    root = REFERENCES[machine]
+    df = reference_runs(root)
+    if df.empty:
+        return None
+    df = df[~df["activation checkpointing"]]
+    model = largest_trained(df).get(experiment)
+    f = root / "runs" / f"{Path(model).name}-{experiment}" / "results.json" if model else None
+    return json.loads(f.read_text()) if f and f.is_file() else None
+
+
+def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100) -> pd.DataFrame:
+    """The learner's table for 03c's exercises 1 and 2: their stage3_offload and stage3_nvme runs (results.json
+    dicts; `nvme_run` None where it did not run), each followed by `machine`'s reference run of the same
+    experiment (`reference_result`; a larger model). Columns: run, measured, model, parameters (M), steady
+    tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
+    states in bytes/param, host peak RSS MiB, NVMe swap MiB (parameters + optimizer, at the end)."""
+    rows = []
+    for experiment, run in (("stage3_offload", offload_run), ("stage3_nvme", nvme_run)):
+        for measured, r in (("yours", run), (f"reference ({machine})", reference_result(experiment, machine))):
+            if not r:
+                continue
+            n, swap = r["num_params"], r.get("nvme_swap_mib")
+            rows.append({"run": experiment, "measured": measured,
+                         "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
+                         "parameters (M)": n / 1e6,
+                         **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib",
+                                                         "host_states_rss_mib")},
+                         "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
+                         "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
+                         title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
+                         title("nvme_swap_mib"): sum(swap.values()) if swap else None})
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    for machine, root in REFERENCES.items():
+        df = reference_runs(root)
+        if df.empty:
+            continue
+        text = (f"# Models that do not fit: reference runs on {machine}\n\nGenerated by `python -m "
+                f"workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see README.md). "
+                "Estimates: `workshop_lib.fit.estimate` (DeepSpeed's model-state estimators, activations after "
+                "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: median step after warm-up. "
+                "GPU columns are rank 0's; host memory is per node, like DeepSpeed's estimate of the offloaded "
+                "states beside it: the sum of the node's ranks' peak RSS (`node_host_peak`).\n\n"
+                + df.to_markdown(index=False, floatfmt=",.0f") + "\n")
+        (root / "table.md").write_text(text)
+        print(f"wrote {root / 'table.md'}")
+    n = nvme_summary()
+    text = ("# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
+            "workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
+            "Steady: the median step after the first third of the steps, from each run's train_log.csv; peaks from "
+            "its memory.csv.\n\n" + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
+            + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
+            + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
+            + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+              f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+              + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding
+                 else "") + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
+              "Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against that machine's "
+              "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n")
+    (NVME_VS_CPU / "table.md").write_text(text)
+    print(f"wrote {NVME_VS_CPU / 'table.md'}")
+
+
+if __name__ == "__main__":
+    main()
