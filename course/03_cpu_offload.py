@@ -18,10 +18,9 @@ import json
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, results
-
 import workshop_lessons as lessons
 from workshop_lessons import offload as lesson
+from workshop_lib import env, results
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03_cpu_offload")))

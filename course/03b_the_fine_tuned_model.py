@@ -30,10 +30,9 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Markdown, display
 
-from workshop_lib import checkpoint, config, env, evaluation, launch, model
-
 import workshop_lessons as lessons
 from workshop_lessons import fine_tuned
+from workshop_lib import checkpoint, config, env, evaluation, launch, model
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
 from workshop_lib.train import run_experiment

@@ -27,11 +27,11 @@
 import pandas as pd
 from IPython.display import Markdown, display
 
-from workshop_lib import env, fit, results
 import workshop_lessons as lessons
+from workshop_lessons import large_models
+from workshop_lib import env, fit, results
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
-from workshop_lessons import large_models
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
@@ -189,7 +189,7 @@ if nvme_run:
           + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else ""))
 
 # %% [markdown]
-# On the reference machine (docs/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
+# On the reference machine (workshop_lessons/reference/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
 # model in one call: what each step pays for reading and writing the states on the drive, what the host keeps
 # anyway, and which models' swap files (`memory.estimate_nvme_swap`, which `workshop run` checks against the
 # drive's free space before it builds the model) that drive could hold.
@@ -208,7 +208,7 @@ n.swap_table()
 # %% [markdown]
 # ## Your runs beside the reference
 # Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
-# (docs/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
+# (workshop_lessons/reference/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
 # step 1 is the process's memory once the optimizer states exist; DeepSpeed's estimate of the host's model
 # states is 18 bytes per parameter x its 1.5 buffer factor.
 
@@ -225,8 +225,8 @@ large_models.exercise_table(offload_run, nvme_run)
 
 # %% [markdown] tags=["exercise"]
 # 3. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
-#    128 GiB of host memory? Compare with the reference runs in docs/h100/large-models and
-#    docs/h200/large-models-x2.
+#    128 GiB of host memory? Compare with the reference runs in workshop_lessons/reference/h100/large-models and
+#    workshop_lessons/reference/h200/large-models-x2.
 
 # %% [markdown]
 # ## Summary

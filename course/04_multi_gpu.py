@@ -27,11 +27,10 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import ds_config, env, launch, memory, model, results, variables
-
 import workshop_lessons as lessons
-from workshop_lib.comms import COMMS_FILE
 from workshop_lessons import multi_gpu as lesson
+from workshop_lib import ds_config, env, launch, memory, model, results, variables
+from workshop_lib.comms import COMMS_FILE
 from workshop_lib.errors import WorkshopError
 
 display(Markdown(lessons.header("04_multi_gpu")))
@@ -189,11 +188,11 @@ scaling = results.scaling_table(df)
 
 # %% [markdown]
 # For comparison, the reference runs of the default recipe on one host with 4 H200 GPUs
-# (`docs/h200/default-x4/runs`, steady state; `docs/h200/README.md` has the commands). The cell prints which
-# experiments and GPU counts are on file.
+# (`workshop_lessons/reference/h200/default-x4/runs`, steady state; `docs/h200/README.md` has the commands).
+# The cell prints which experiments and GPU counts are on file.
 
 # %%
-reference = launch.ROOT / "docs" / "h200" / "default-x4" / "runs"
+reference = lessons.REFERENCE / "h200" / "default-x4" / "runs"
 ref = results.load_results(reference) if reference.exists() else None
 info = lesson.reference_info(ref)
 if info is None:
@@ -203,7 +202,7 @@ else:
           f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
           f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
           + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
-          + f" (experiment x GPUs), in {reference.relative_to(launch.ROOT)}.")
+          + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}.")
     results.plot_scaling(ref);
 
 # %% [markdown]

@@ -2,7 +2,7 @@
 stage2, stage3) as the notebook makes them (`lessons.run_config`, `lessons.notebook_run_options`: the tiny model,
 `lessons.GPU_MAX_STEPS` steps), in one fresh process per case, forwards and reversed, without and with
 `lessons.warm_up` first, each case `--rounds` times. Writes each run's steady tokens/s and its rank into
-docs/cpu/run_order.csv and docs/cpu/run_order.md (on a CPU; a GPU has nothing to show here).
+workshop_lessons/reference/cpu/run_order.csv and workshop_lessons/reference/cpu/run_order.md (on a CPU; a GPU has nothing to show here).
 
     python scripts/cpu_run_order.py [--rounds 2]   # each case twice: about 12 minutes on 2 shared cores
     python scripts/cpu_run_order.py --report       # the .md again from the .csv
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from workshop_lib.results import title, unit  # noqa: E402 - after the path
 
-OUT = ROOT / "docs" / "cpu"
+OUT = ROOT / "workshop_lessons" / "reference" / "cpu"
 NOTEBOOK, ORDER = "02_zero_stages", ["baseline", "stage1", "stage2", "stage3"]
 TPS = "steady_train_tokens_per_second"
 
@@ -73,7 +73,7 @@ def _contradictions(verdicts: dict) -> str:
 
 
 def report(df, device: str, date: str) -> str:
-    """docs/cpu/run_order.md from the measurements (docs/cpu/run_order.csv's rows): steady tokens/s per run,
+    """workshop_lessons/reference/cpu/run_order.md from the measurements (workshop_lessons/reference/cpu/run_order.csv's rows): steady tokens/s per run,
     case and round; per process, each stage's verdict against that process's baseline in the CPU's band (the
     order decides nothing where every process gives the same); each run's speed without the warm-up over its
     speed with it; and
@@ -112,7 +112,7 @@ def report(df, device: str, date: str) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--report"]:  # docs/cpu/run_order.md again from docs/cpu/run_order.csv
+    if sys.argv[1:2] == ["--report"]:  # workshop_lessons/reference/cpu/run_order.md again from workshop_lessons/reference/cpu/run_order.csv
         import pandas as pd
 
         first = (OUT / "run_order.md").read_text().split("`python scripts/cpu_run_order.py` on ")[1]

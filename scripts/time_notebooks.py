@@ -1,5 +1,5 @@
 """Run solution notebooks end to end, timing each, and record the wall times per machine in
-docs/notebook_times.json, which the header of every notebook reads (`workshop_lessons.header`). Each
+workshop_lessons/reference/notebook_times.json, which the header of every notebook reads (`workshop_lessons.header`). Each
 notebook runs in a fresh process, cell by cell from its jupytext percent file (plain Python), as a kernel would:
 a cell tagged raises-exception may raise (its error is printed and the next cell runs); any other error stops
 the notebook, which is recorded as failed, with its exit code. Each code cell's wall time is recorded too
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-TIMES = ROOT / "docs" / "notebook_times.json"
+TIMES = ROOT / "workshop_lessons" / "reference" / "notebook_times.json"
 
 
 def built_ops() -> set[str]:

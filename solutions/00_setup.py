@@ -16,9 +16,8 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import data, env, memory, model, units
-
 import workshop_lessons as lessons
+from workshop_lib import data, env, memory, model, units
 
 display(Markdown(lessons.header("00_setup")))
 

@@ -15,11 +15,10 @@ import json
 
 from IPython.display import Markdown, display
 
-from workshop_lib import env, results
-
 import workshop_lessons as lessons
-from workshop_lib.config import recipe_settings
 from workshop_lessons import baseline as lesson
+from workshop_lib import env, results
+from workshop_lib.config import recipe_settings
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("01_baseline")))

@@ -16,11 +16,10 @@ from pathlib import Path
 import torch
 from IPython.display import Markdown, display
 
-from workshop_lib import ds_config, env, launch, results
-
 import workshop_lessons as lessons
-from workshop_lib.ds_config import build_ds_config
 from workshop_lessons import zero_stages as lesson
+from workshop_lib import ds_config, env, launch, results
+from workshop_lib.ds_config import build_ds_config
 from workshop_lib.train import build_trainer, run_experiment
 
 display(Markdown(lessons.header("02_zero_stages")))
@@ -56,7 +55,7 @@ display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(in
 # same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
 #
 # A warm-up comes first and is thrown away (`lessons.warm_up`), so that the run order decides nothing: on a CPU
-# the runs of one kernel get faster one after the other, whatever their order (docs/cpu/run_order.md), so each
+# the runs of one kernel get faster one after the other, whatever their order (workshop_lessons/reference/cpu/run_order.md), so each
 # experiment runs a few steps; on a GPU the first run of a kernel is about half as fast in its steady steps as
 # the same run later, a warm-up of 4 steps does not change that and one as long as the run does
 # (lab/findings/h100/first-run), so the first run is made once at full length.
@@ -143,7 +142,7 @@ print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines) if "ds_co
 lines, first = inspect.getsourcelines(launch.run_local)
 print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines)
               if "cmd = " in line or '"workshop_lib.cli"' in line))
-common_sh = Path(launch.ROOT / "slurm/common.sh").read_text()
+common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside this notebook's folder
 print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]
@@ -284,7 +283,7 @@ else:
              "memory copies, while fixed per-step costs decide.")
 if not f.on_gpu:
     line += (f" On a CPU the band ({f.stages['stage1'].speed.band_text}) is how much a run's speed over its kernel's "
-             "baseline varied between processes of a shared 2-core machine after the warm-up (docs/cpu/run_order.md); "
+             "baseline varied between processes of a shared 2-core machine after the warm-up (workshop_lessons/reference/cpu/run_order.md); "
              "the GPU reference shows the sizes of these costs.")
 print(line)
 if f.stage3_like and f.stage3_uncompiled:  # stage 3 against the baseline that did not compile either

@@ -15,11 +15,12 @@ from workshop_lib.results import exercise_table, load_results, scaling_table
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "docs" / "h100"
 H200 = ROOT / "docs" / "h200"
+REF = ROOT / "workshop_lessons" / "reference"  # the reference runs, package data
 GUIDE = ROOT / "docs" / "guide.md"  # the README's reference: its figures, variables and layout
 
 
 def test_h100_report_is_regenerated_from_the_committed_runs():
-    table = exercise_table(load_results(H100 / "runs"))
+    table = exercise_table(load_results(REF / "h100" / "runs"))
     committed = pd.read_csv(H100 / "report.csv")
     assert len(table) == len(committed) == 8
     assert list(table["steady tokens/s"]) == list(committed["steady tokens/s"])
@@ -30,7 +31,7 @@ def test_token_budget_tables_count_questions_not_micro_batches():
     """The Trainer's train_samples_per_second counts per_device_train_batch_size per micro-batch (4 in these
     token-budget runs), not questions: the tables show steady questions/s (questions per step / median step),
     the micro-batch in tokens, and not the Trainer's figure."""
-    df = load_results(H100 / "runs")
+    df = load_results(REF / "h100" / "runs")
     r = df[(df["experiment"] == "baseline") & (df["recipe"] == "default")].iloc[0]
     assert r["config"]["batching"] == "token_budget" and r["micro_batch_size_per_gpu"] == 4
     steps = r["global_steps"] * r["micro_batch_size_per_gpu"] / r["train_runtime_seconds"]
@@ -42,9 +43,9 @@ def test_token_budget_tables_count_questions_not_micro_batches():
     committed = pd.read_csv(H100 / "report.csv")
     assert list(committed["steady questions/s"]) == list(table["steady questions/s"]) == list(
         df["steady_train_samples_per_second"])
-    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
+    scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
     assert "samples/s" not in scaling and list(scaling["steady questions/s"]) == list(
-        pd.read_csv(H200 / "default-x4" / "scaling.csv")["steady questions/s"])
+        pd.read_csv(REF / "h200" / "default-x4" / "scaling.csv")["steady questions/s"])
     # stage3 against stage2 on one GPU: slower in questions/s as in tokens/s (samples/s had it the other way)
     one = scaling[scaling["GPUs"] == 1].set_index("experiment")
     assert one.at["stage3", "steady questions/s"] < one.at["stage2", "steady questions/s"]
@@ -57,7 +58,7 @@ def test_readme_excerpt_matches_the_runs():
                       r"([\d,]+) \|", readme, re.M)
     assert len(rows) == 8
     for exp, model, recipe, tps, peak in rows:
-        r = json.loads((H100 / "runs" / f"{model}-{recipe}-{exp}" / "results.json").read_text())
+        r = json.loads((REF / "h100" / "runs" / f"{model}-{recipe}-{exp}" / "results.json").read_text())
         assert abs(int(tps.replace(",", "")) - r["steady_train_tokens_per_second"]) < 1
         assert abs(int(peak.replace(",", "")) - r["gpu_peak_mib"]) < 1
 
@@ -80,9 +81,9 @@ def test_h200_scaling_tables_match_the_committed_runs():
 
 
 def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
-    """docs/h200/default-x4/scaling.csv: steady tokens/s per GPU and efficiency as `workshop report` makes them."""
-    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
-    committed = pd.read_csv(H200 / "default-x4" / "scaling.csv")
+    """workshop_lessons/reference/h200/default-x4/scaling.csv: steady tokens/s per GPU and efficiency as `workshop report` makes them."""
+    scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
+    committed = pd.read_csv(REF / "h200" / "default-x4" / "scaling.csv")
     assert committed.groupby("experiment")["GPUs"].apply(list).to_dict() == {
         "stage2": [1, 2, 4], "stage3": [1, 2, 4], "stage3_offload": [1, 2]}  # stage3_offload x4: the call's time ran out
     for col in ("steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU"):
@@ -92,7 +93,7 @@ def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
 def test_readme_h200_excerpt_matches_the_runs():
     readme = GUIDE.read_text()
     rows = re.findall(r"^\| (stage[23]\w*) \| (\d) \| ([\d,]+) \| (\d+%) \| ([\d,]+) \| ([\d,]+) \|", readme, re.M)
-    scaling = scaling_table(load_results(H200 / "default-x4" / "runs"))
+    scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
     assert len(rows) == len(scaling) == 8
     for exp, gpus, per_gpu, eff, peak, est in rows:
         r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
@@ -137,11 +138,11 @@ def test_the_smallest_gpu_the_readme_names_held_every_run_of_those_notebooks():
 
 
 def test_the_course_reference_speed_band_is_narrow_and_its_baseline_agrees_with_its_repeat():
-    """docs/h100/course: made with the warm-up, one process per notebook, its speed band is below the 0.2 its
+    """workshop_lessons/reference/h100/course: made with the warm-up, one process per notebook, its speed band is below the 0.2 its
     README promises, and the baseline (the first run of 01) agrees with its repeat within that band."""
     import workshop_lessons as lessons
 
-    text = " ".join((H100 / "course" / "README.md").read_text().split())
+    text = " ".join((REF / "h100" / "course" / "README.md").read_text().split())
     band = lessons.band("steady_train_tokens_per_second")
     assert band is not None and band < 0.2 and "checks that it is below 0.2" in text
     runs = lessons.reference()

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from workshop_lib import teardown
 from workshop_lessons import drills
+from workshop_lib import teardown
 from workshop_lib.model import load_model_and_tokenizer
 
 

@@ -13,7 +13,7 @@ from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
 from workshop_lib.errors import WorkshopError
-from workshop_lessons import DOCS
+from workshop_lessons import REFERENCE
 from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, explorer, fix_on_these_gpus,
                               ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix)
 from workshop_lib.model import count_params
@@ -139,13 +139,13 @@ def test_the_ladder_is_the_practitioners_order():
 
 def test_qwen3_4b_on_one_h100_needs_activation_checkpointing_only():
     """03c's model: the baseline with checkpointing fits (64,521 MiB, the estimate beside the reference run that
-    trained it at 11,842 tokens/s, docs/h100/large-models), before any ZeRO stage or offload."""
+    trained it at 11,842 tokens/s, workshop_lessons/reference/h100/large-models), before any ZeRO stage or offload."""
     est = estimate("Qwen/Qwen3-4B", None, "none", max_length=8192, host_memory_mib=128 * 1024)
     assert not est["fits"]
     fix = smallest_fix(est)
     assert _setup(fix["config"]) == (None, "none", True, 1, 1, 1, 8192)
     # the reference run with these settings trained, PyTorch's peak within 2% under the estimate
-    ran = json.loads((DOCS / "h100/large-models/runs/Qwen3-4B-baseline-ac/results.json").read_text())
+    ran = json.loads((REFERENCE / "h100/large-models/runs/Qwen3-4B-baseline-ac/results.json").read_text())
     assert fix["estimate"]["fits"] and 0.98 < ran["gpu_peak_allocated_mib"] / fix["estimate"]["total_gpu_mib"] < 1
     assert f"Smallest change that fits: {fix['change']}" in explain(est)
     with pytest.raises(WorkshopError) as e:

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib import env, results
-
 import workshop_lessons as lessons
+from workshop_lib import env, results
 
 ROOT = Path(__file__).resolve().parent.parent
 

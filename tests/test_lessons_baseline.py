@@ -1,5 +1,5 @@
 """Notebook 01's figures and verdicts (`workshop_lessons.baseline`) against the results they were computed
-from: the H100 reference runs (docs/h100/course) and real tiny runs on this machine; and the verdict itself
+from: the H100 reference runs (workshop_lessons/reference/h100/course) and real tiny runs on this machine; and the verdict itself
 (`lessons.Comparison`), inside and outside a band. A wrong figure fails here."""
 
 import json
@@ -31,7 +31,7 @@ def test_a_difference_inside_the_band_is_within_the_band_not_a_finding():
 
 
 def test_the_cpu_band_is_the_spread_of_a_runs_speed_over_its_baseline_between_processes():
-    """docs/cpu/run_order.csv (scripts/cpu_run_order.py): per warmed-up process, each run's steady tokens/s over
+    """workshop_lessons/reference/cpu/run_order.csv (scripts/cpu_run_order.py): per warmed-up process, each run's steady tokens/s over
     that process's baseline's; the band is the largest spread of one run's ratio between processes. Wider than
     the H100's band, so a CPU speed verdict within it is noise."""
     import pandas as pd

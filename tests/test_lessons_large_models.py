@@ -1,11 +1,11 @@
-"""Notebook 03c's reference table and choices, read from the committed GPU runs (docs/h100/large-models,
-docs/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
+"""Notebook 03c's reference table and choices, read from the committed GPU runs (workshop_lessons/reference/h100/large-models,
+workshop_lessons/reference/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
 
 import pytest
 
+from workshop_lessons import large_models as lm
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, check_fits, estimate
-from workshop_lessons import large_models as lm
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
 X2 = lm.REFERENCES["two H200 141GB, 256 GiB host"]

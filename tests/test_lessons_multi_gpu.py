@@ -1,5 +1,5 @@
 """Notebook 04's figures and verdicts (`workshop_lessons.multi_gpu`) against the runs they were computed
-from: the H200 reference runs (docs/h200/default-x4, steady state) standing in as the learner's runs, and real
+from: the H200 reference runs (workshop_lessons/reference/h200/default-x4, steady state) standing in as the learner's runs, and real
 two-rank runs of the tiny model on this machine (a two-node SLURM job where a cluster answers, as the notebook
 makes it; else two local processes) with DeepSpeed's comms logger on. Every figure is recomputed here from the
 runs; a wrong figure or a verdict that does not follow from its figures fails here."""
@@ -12,15 +12,15 @@ import sys
 import pandas as pd
 import pytest
 
+from workshop_lessons import REFERENCE, band, multi_gpu
 from workshop_lib import launch, memory
 from workshop_lib.config import parse_run_args, resolve
 from workshop_lib.errors import WorkshopError
-from workshop_lessons import DOCS, band, multi_gpu
 from workshop_lib.results import load_results, scaling_table
 
 P, LARGEST = 596_049_920, 155_582_464  # Qwen3-0.6B
 MiB = 2**20
-REF = DOCS / "h200" / "default-x4" / "runs"
+REF = REFERENCE / "h200" / "default-x4" / "runs"
 
 
 def _arith():

@@ -1,5 +1,5 @@
 """Notebook 03's figures and verdicts (`workshop_lessons.offload`) against the results they were computed
-from: the H100 reference runs (docs/h100/course) and the tiny runs on this machine."""
+from: the H100 reference runs (workshop_lessons/reference/h100/course) and the tiny runs on this machine."""
 
 import json
 
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 import workshop_lessons as lessons
-from workshop_lib.errors import WorkshopError
 from workshop_lessons import REFERENCE_DIR, offload
 from workshop_lessons.baseline import speed
+from workshop_lib.errors import WorkshopError
 
 NAMES = ["stage2", "stage2_offload", "stage3", "stage3_offload"]
 

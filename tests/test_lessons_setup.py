@@ -3,8 +3,8 @@ builds, and exercise 3's verdict on a table whose stage-2 row disagrees."""
 
 import pandas as pd
 
-from workshop_lib import memory, model
 from workshop_lessons import setup
+from workshop_lib import memory, model
 
 
 def _estimates() -> pd.DataFrame:

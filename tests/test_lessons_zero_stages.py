@@ -1,5 +1,5 @@
 """Notebook 02's figures and verdicts (`workshop_lessons.zero_stages`) against the results they were
-computed from: the H100 reference runs (docs/h100/course) and real tiny runs on this machine."""
+computed from: the H100 reference runs (workshop_lessons/reference/h100/course) and real tiny runs on this machine."""
 
 import json
 
@@ -7,9 +7,9 @@ import pytest
 
 from conftest import workshop
 from workshop_lessons import REFERENCE_DIR, zero_stages
-from workshop_lib.fit import GPUS
 from workshop_lessons.baseline import gpu_share, gpu_total_mib, peak, speed
 from workshop_lessons.zero_stages import compiled
+from workshop_lib.fit import GPUS
 
 NAMES = ["baseline", "stage1", "stage2", "stage3", "baseline_ac"]
 

@@ -520,7 +520,7 @@ def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys
     """A results.json cut short is skipped by `workshop report` with the reason; --out that is a file, a model
     config.json or a run_config.json that is no JSON object, and a RUNNING marker whose pid is no number each stop
     with one message and its fix, exit 2, nothing written."""
-    ref = next((ROOT / "docs" / "h100" / "runs").iterdir())
+    ref = next((ROOT / "workshop_lessons" / "reference" / "h100" / "runs").iterdir())
     good, cut = tmp_path / "good", tmp_path / "cut"
     for d in (good, cut):
         shutil.copytree(ref, d, ignore=shutil.ignore_patterns("model", "checkpoints"))

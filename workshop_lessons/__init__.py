@@ -6,14 +6,14 @@ are written in the solution notebook, from those records.
 
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
-- `reference(notebook)`: the committed GPU runs (docs/h100/course/runs/NAME/results.json) of a notebook's runs.
+- `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h100/course/runs/NAME/results.json) of a notebook's runs.
 - `warm_up(notebook, runs_dir)`: the runs made and thrown away before those a notebook measures (on a CPU a short
   run of each of its experiments, on a GPU its first run at full length).
 - `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
-  (docs/cpu/run_order.csv), the band of a CPU run's speed verdicts.
+  (workshop_lessons/reference/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
   |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
-  on another H100, docs/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
+  on another H100, workshop_lessons/reference/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction (0.05 = +-5%).
 - `table(notebook, runs_dir)`: the learner's exercise table (`results.exercise_table`) with the reference and its
   band beside each figure: what every learner notebook shows under its runs.
 - `Comparison` and `compare(...)`: one figure against another (a run against the baseline, or against its
@@ -46,15 +46,16 @@ from workshop_lib.results import exercise_table, find_runs, load_results, title
 from workshop_lib.rundir import state
 from workshop_lib.train import run_experiment
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-REFERENCE_DIR = DOCS / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
-# Reference runs measured again: the same model, recipe, data, steps and experiment in docs/h100/runs
+# The reference runs the notebooks show beside the learner's, shipped with the package (pyproject's package-data)
+REFERENCE = Path(__file__).resolve().parent / "reference"
+REFERENCE_DIR = REFERENCE / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
+# Reference runs measured again: the same model, recipe, data, steps and experiment in workshop_lessons/reference/h100/runs
 # (scripts/gpu_benchmark.sh with MAX_STEPS=24, another call on another H100 instance).
-REPEATS = {"baseline": DOCS / "h100/runs/Qwen3-0.6B-default-baseline",
-           "stage2": DOCS / "h100/runs/Qwen3-0.6B-default-stage2",
-           "stage2_offload": DOCS / "h100/runs/Qwen3-0.6B-default-stage2_offload",
-           "stage3_offload": DOCS / "h100/runs/Qwen3-0.6B-default-stage3_offload",
-           "baseline_classic": DOCS / "h100/runs/bloom-560m-classic-baseline"}
+REPEATS = {"baseline": REFERENCE / "h100/runs/Qwen3-0.6B-default-baseline",
+           "stage2": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2",
+           "stage2_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2_offload",
+           "stage3_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage3_offload",
+           "baseline_classic": REFERENCE / "h100/runs/bloom-560m-classic-baseline"}
 # What those earlier runs measured as the reference runs do; their memory was taken over another window (set-up
 # included), so memory has no band until a run is repeated with `--repeat`.
 REPEATS_METRICS = {"steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct", "train_loss"}
@@ -178,7 +179,7 @@ def budget_setups() -> dict[str, dict]:
     """`fit.estimate`'s settings (zero_stage, offload) of each run of `COURSE_RUNS` that batches by a token
     budget (the default recipe's runs; not the classic recipe's, nor the quarter-budget one, which a full budget
     bounds), by run name. A run with activation checkpointing counts as without it: checkpointing only lowers
-    the peak, and fit's estimate with it fell below the measured peak (docs/h100/course/runs/baseline_ac)."""
+    the peak, and fit's estimate with it fell below the measured peak (workshop_lessons/reference/h100/course/runs/baseline_ac)."""
     setups = {}
     for runs in COURSE_RUNS.values():
         for name, (experiment, settings) in runs.items():
@@ -265,7 +266,7 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
     (`common`'s max_steps). `steps` overrides the length.
     On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
     of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
-    run order decided the ranking (scripts/cpu_run_order.py measures it: docs/cpu/run_order.md). On a GPU the
+    run order decided the ranking (scripts/cpu_run_order.py measures it: workshop_lessons/reference/cpu/run_order.md). On a GPU the
     first run of a process is about half as fast in its steady steps as the same run later, and a run of 4
     steps before it does not change that, where one as long as it does (lab/scripts/first_run_penalty.py:
     lab/findings/h100/first-run). Returns the seconds it took.
@@ -330,7 +331,7 @@ def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
     return max(spreads) if spreads else None
 
 
-CPU_RUN_ORDER = DOCS / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
+CPU_RUN_ORDER = REFERENCE / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
 
 
 def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
@@ -360,7 +361,7 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
         return f"No GPU reference runs on file ({root} is missing): only your own figures are shown."
     r = df.iloc[0]
     repeated = sorted(set(df.index) & set(_repeats(root)))
-    where = root.relative_to(DOCS.parent) if root.is_relative_to(DOCS.parent) else root
+    where = root.relative_to(REFERENCE.parents[1]) if root.is_relative_to(REFERENCE.parents[1]) else root
     budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
     return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
             + (f"micro-batches of up to {budget:,} tokens, " if budget else "") +
@@ -394,12 +395,14 @@ def _duration(seconds: float) -> str:
 
 def header(notebook: str) -> str:
     """The line at the top of every notebook: reading time (the notebook's prose and code at
-    `WORDS_PER_MINUTE`) and run time on each machine it was timed on (docs/notebook_times.json, written by
+    `WORDS_PER_MINUTE`) and run time on each machine it was timed on (workshop_lessons/reference/notebook_times.json, written by
     scripts/time_notebooks.py), with the DeepSpeed ops it compiled there (once per machine), as Markdown."""
-    src = DOCS.parent / "solutions" / f"{notebook}.py"
-    words = len(src.read_text().split()) if src.exists() else 0
+    # the notebook beside the kernel (course/ or solutions/, its working folder), else the checkout's solution
+    src = next((p for p in (Path.cwd() / f"{notebook}.py", REFERENCE.parents[1] / "solutions" / f"{notebook}.py")
+                if p.is_file()), None)
+    words = len(src.read_text().split()) if src else 0
     parts = [f"**Reading:** about {max(1, round(words / WORDS_PER_MINUTE))} min ({words:,} words)."]
-    times = DOCS / "notebook_times.json"
+    times = REFERENCE / "notebook_times.json"
     runs = json.loads(times.read_text()) if times.exists() else {}
     timed = [f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']}"
              + (f"; it compiled DeepSpeed's {', '.join(t['ops_built'])}, once per machine" if t.get("ops_built") else "")

@@ -27,10 +27,10 @@ from workshop_lib.memory import estimate_nvme_swap
 from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
-from . import DOCS, Comparison, compare, notebook_run_options
+from . import REFERENCE, Comparison, compare, notebook_run_options
 
-REFERENCES = {"one H100 80GB, 128 GiB host": DOCS / "h100" / "large-models",
-              "two H200 141GB, 256 GiB host": DOCS / "h200" / "large-models-x2"}
+REFERENCES = {"one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",
+              "two H200 141GB, 256 GiB host": REFERENCE / "h200" / "large-models-x2"}
 GPU_OF = {"one H100 80GB, 128 GiB host": "H100 80GB", "two H200 141GB, 256 GiB host": "H200 141GB"}
 
 
@@ -112,7 +112,7 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
 
 
-NVME_VS_CPU = DOCS / "h100" / "large-models" / "nvme-vs-cpu"  # CPU and NVMe offload of one model in one device call
+NVME_VS_CPU = REFERENCE / "h100" / "large-models" / "nvme-vs-cpu"  # CPU and NVMe offload of one model in one device call
 
 
 def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """Notebook 04's figures and verdicts, computed from its runs: the 16Ψ arithmetic, the scaling table of the
-learner's runs (`results.scaling_table`) beside the H200 reference runs (docs/h200/default-x4), the bytes each
+learner's runs (`results.scaling_table`) beside the H200 reference runs (workshop_lessons/reference/h200/default-x4), the bytes each
 ZeRO stage communicates per step (Rajbhandari et al. 2020, section 7) beside what DeepSpeed's comms logger
 recorded in the learner's own run (comms.json, `workshop_lib.comms`), and the gradient buckets of a ds_config.
 Records only: the notebook writes the sentences from them."""

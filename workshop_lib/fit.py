@@ -214,7 +214,7 @@ def setup(config: dict, where: bool = False) -> str:
 # The ladder, in the order practitioners try it (HF Transformers' DeepSpeed guide, "How to choose which ZeRO
 # stage and offloads to use for best performance": batch size 1 and gradient checkpointing first, ZeRO stages
 # next, offload last; ZeRO-Infinity's NVMe after the CPU). Each rung keeps what the rungs before it added, and
-# offload comes after more GPUs: it trades the GPU's memory for CPU Adam and PCIe copies (docs/h100/large-models:
+# offload comes after more GPUs: it trades the GPU's memory for CPU Adam and PCIe copies (workshop_lessons/reference/h100/large-models:
 # Qwen3-4B trained several times faster with checkpointing alone than with ZeRO-3 + CPU offload).
 #   1. a smaller micro-batch (fewer sequences; gradient accumulation keeps the step's tokens), then activation
 #      checkpointing (about a third more FLOPs: each layer's forward pass again in the backward pass);
@@ -432,7 +432,7 @@ def explorer():
 # what `estimate` leaves out (allocator fragmentation and cache, cuBLAS and NCCL workspaces, ZeRO-3's gathered
 # layers): in the course's reference runs torch's peak allocated plus what lies outside its allocator reached up
 # to 1/0.88 of the estimate (stage3_offload at 16,384 tokens; tests/test_gpu_budget.py checks every run of
-# docs/h100/course/runs against this share).
+# workshop_lessons/reference/h100/course/runs against this share).
 FREE_SHARE = 0.85
 
 

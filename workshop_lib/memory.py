@@ -200,7 +200,7 @@ def summarize(rows: list[dict]) -> dict:
 # ZeRO-Infinity's swap files per parameter (DeepSpeed's runtime/swap_tensor): the 16-bit parameters (2 bytes) with
 # offload_param nvme; the fp32 master weights, gradients and Adam's exp_avg and exp_avg_sq (16 bytes) with
 # offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
-# (docs/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
+# (workshop_lessons/reference/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
 NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
 # Swap files must fit this share of the drive's free space (nvme.check_nvme_space refuses a run otherwise;
 # fit.estimate's verdict and notebook 03c's drive check use the same rule): the drive also holds the rest.

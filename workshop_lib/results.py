@@ -104,7 +104,7 @@ class RunResults:
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
     # the HF Trainer's own: optimizer steps x per_device_train_batch_size x accumulation x world_size / s, whole
     # run; with token-budget batching it counts the rounded mean micro-batch per micro-batch (older runs: the
-    # recipe's 4, docs/h100/runs), not the questions: the tables show steady_train_samples_per_second instead
+    # recipe's 4, workshop_lessons/reference/h100/runs), not the questions: the tables show steady_train_samples_per_second instead
     train_samples_per_second: float
     eval_samples_per_second: float
     train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)

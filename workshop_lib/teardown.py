@@ -65,7 +65,7 @@ def release_zero3_globals() -> None:
     `DeepSpeedZeRoOffload` pushes on `parameter_offload.FWD_MODULE_STACK` and never pops, and the
     `functools.lru_cache` on `PartitionedParameterCoordinator.__params_to_release`, whose keys are the
     coordinator and its submodules. Without this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and
-    Adam moments allocated on the GPU for every later run in the same process (docs/h100/course/README.md).
+    Adam moments allocated on the GPU for every later run in the same process (workshop_lessons/reference/h100/course/README.md).
     Does nothing without DeepSpeed."""
     try:  # optional: DeepSpeed may be missing
         from deepspeed.runtime.zero import parameter_offload
