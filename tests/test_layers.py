@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent / "workshop_lib"
 # low to high: errors; the machine; the concepts (each importing its peers, without a circle); one run; the
 # command line
 LAYERS = [
-    {"errors", "units", "gpus", "variables"},
+    {"errors", "units", "gpus", "variables", "hub"},
     {"env"},
     {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
      "results", "comms", "launch", "callbacks", "teardown", "nvme", "preflight", "zenflow"},

@@ -8,12 +8,12 @@ stages and their `Run`), `record` (a finished run's results.json), `callbacks` (
 step log, stop, phases), `teardown` (the clean-up that lets a kernel run several experiments), `nvme`
 (ZeRO-Infinity's swap files), `zenflow` (ZenFlow's own update schedule under the Trainer), `comms` (DeepSpeed's
 comms logger -> comms.json), `rundir` (output directories, signals), `checkpoint` (resume, export), `evaluation`
-(the fine-tuned model: generation, EM/F1), `results` (RunResults, tables, plots), `bench` (recipes and ZeRO settings against a plain PyTorch loop), `launch` (torchrun,
+(the fine-tuned model: generation, EM/F1), `results` (RunResults, tables, plots), `launch` (torchrun,
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
-table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place). The package
-`lessons` holds what the notebooks share and each notebook's figures and verdicts. A module imports only modules of
-its own layer or below (tests/test_layers.py): errors, units, gpus, variables; env; the concepts; train and record;
-lessons and bench; cli.
+table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place), `hub` (is the Hugging Face hub
+reachable?). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this package; it imports
+neither. A module imports only modules of its own layer or below, with no circle (tests/test_layers.py): errors,
+units, gpus, variables, hub; env; the concepts; train and record; cli.
 """
 
 from .errors import WorkshopError

@@ -28,7 +28,7 @@ from pathlib import Path
 import datasets
 from transformers import DataCollatorForSeq2Seq
 
-from .env import hub_reachable
+from .hub import hub_reachable
 from .errors import WorkshopError
 
 BUNDLED_DIR = Path(__file__).parent / "squad"

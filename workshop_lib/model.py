@@ -28,7 +28,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from . import variables
 from .data import BUNDLED_FILES, labelled_positions_of
-from .env import hub_reachable
+from .hub import hub_reachable
 from .errors import WorkshopError, read_json_object
 from .rundir import atomic_path
 

@@ -226,26 +226,13 @@ def load_results(paths) -> pd.DataFrame:
 
 
 def hfu(row) -> float | None:
-    """A run's HFU (see `RunResults.hfu`): results.json's own, or for runs recorded before it was, computed
-    from MFU, the model's shape (`fit.model_shape`, from its config: hub names only) and the data's mean
-    sequence length; MFU itself without activation checkpointing. None where MFU is (a CPU)."""
+    """A run's HFU (see `RunResults.hfu`): results.json's own; for a run recorded before it was, MFU itself
+    without activation checkpointing (the hardware does no more work than the model needs) and None with it.
+    None where MFU is (a CPU)."""
     if row.get("hfu") is not None and pd.notna(row.get("hfu")):
         return row["hfu"]
     mfu, cfg = row.get("mfu"), row.get("config") or {}
-    if mfu is None or pd.isna(mfu) or not cfg.get("activation_checkpointing"):
-        return None if mfu is None or pd.isna(mfu) else mfu
-    from . import fit  # here, not at the top: fit imports torch, which `workshop report` does not need
-
-    try:
-        shape = fit.model_shape(cfg["model"])
-    except Exception:  # noqa: BLE001 - a model whose config cannot be read here: no HFU rather than no table
-        return None
-    stats = row["data_stats"]["train"]
-    flops, hardware = metrics.run_flops_per_token(
-        shape["num_params"], shape["num_layers"], shape["num_attention_heads"] * shape["head_dim"],
-        shape["vocab_size"] * shape["hidden_size"], stats["tokens"], stats["used"], stats["labelled_tokens"],
-        cfg.get("logits_on") == "labelled", True)
-    return mfu * hardware / flops
+    return None if mfu is None or pd.isna(mfu) or cfg.get("activation_checkpointing") else mfu
 
 
 def fmt(value, metric: str) -> str:
