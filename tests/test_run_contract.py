@@ -467,18 +467,17 @@ def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, 
     assert snapshot(tmp_path) == before
 
 
-def test_a_deepspeed_with_known_zero2_defects_is_refused_with_the_fix():
-    """The refusal names the installed version, each defect of its ranges with its issue, and the fix; a release
-    outside every range passes (the ranges themselves: tests/test_setup.py)."""
+def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
+    """The refusal names the installed version, why (docs/deepspeed_versions.md) and the fix; the floor and later
+    releases, a local tag included, pass."""
     from workshop_lib.env import DEEPSPEED_FLOOR, check_deepspeed_version
     from workshop_lib.errors import WorkshopError
 
-    check_deepspeed_version(DEEPSPEED_FLOOR)
-    check_deepspeed_version("0.20.0+cu130")
-    with pytest.raises(WorkshopError, match=r"(?s)issues/7718.*To fix: pip install -U 'deepspeed>=0\.19\.8'") as e:
-        check_deepspeed_version("0.18.2")
-    assert "DeepSpeed 0.18.2 is installed" in str(e.value) and "issues/8061" in str(e.value)
-    assert "issues/8224" not in str(e.value)
+    for ok in (DEEPSPEED_FLOOR, f"{DEEPSPEED_FLOOR}+cu130", "0.20.0"):
+        check_deepspeed_version(ok)
+    for old in ("0.18.2", "0.19.7", f"{DEEPSPEED_FLOOR}rc1"):
+        with pytest.raises(WorkshopError, match=r"(?s)docs/deepspeed_versions.md.*To fix: pip install -U 'deepspeed>="):
+            check_deepspeed_version(old)
 
 
 def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(capsys):

@@ -69,40 +69,7 @@ def test_plots_label_runs_by_experiment_and_say_when_the_model_is_tiny():
     assert _labels(mb) == ["baseline mb32768 tokens", "baseline mb16"]
 
 
-# (version, the issues of the ranges that hold it): inside, outside and at both edges of every range of
-# env.DEEPSPEED_DEFECTS, each range being first <= version < fixed
-DEFECT_CASES = [
-    ("0.8.1", ["8061"]),                        # no first release known for #8061: every earlier one
-    ("0.17.5", ["8061"]), ("0.17.6", ["7718", "8061"]),
-    ("0.18.2", ["7718", "8061"]), ("0.18.2+cu130", ["7718", "8061"]),
-    ("0.18.3", ["8224", "8061"]), ("0.18.4", ["8224", "8061"]),
-    ("0.18.5", ["8224", "7885", "8061"]), ("0.18.6", ["8224", "7885", "8061"]),
-    ("0.18.7", ["8224", "8061"]), ("0.19.2", ["8224", "8061"]),
-    ("0.19.3rc1", ["8224", "8061"]),            # a pre-release comes before its release
-    ("0.19.3", ["8224"]), ("0.19.5", ["8224"]),
-    ("0.19.6", []), ("0.19.7", []), ("0.19.8", []), ("0.19.8+cu130", []), ("0.20.0", []), ("1.0.0", []),
-]
-
-
-@pytest.mark.parametrize("version, issues", DEFECT_CASES, ids=[c[0] for c in DEFECT_CASES])
-def test_known_defects_are_the_ranges_that_hold_the_version(version, issues):
-    from workshop_lib.env import known_defects
-
-    assert sorted(d["issue"].rsplit("/", 1)[1] for d in known_defects(version)) == sorted(issues)
-
-
-def test_the_cases_reach_both_edges_of_every_range():
-    from packaging.version import Version
-
-    from workshop_lib.env import DEEPSPEED_DEFECTS
-
-    tried = {Version(v) for v, _ in DEFECT_CASES}
-    for d in DEEPSPEED_DEFECTS:
-        assert d["first"] is None or Version(d["first"]) in tried, d
-        assert Version(d["fixed"]) in tried, d
-
-
-def test_the_installed_deepspeed_has_no_known_defect():
+def test_the_installed_deepspeed_is_at_the_floor():
     """What `workshop run` checks (preflight.check_machine), on this machine's DeepSpeed."""
     import importlib.metadata as md
 
@@ -116,16 +83,12 @@ def test_the_installed_deepspeed_has_no_known_defect():
 
 
 def test_the_deepspeed_floor_is_above_every_known_defect():
-    """pyproject.toml's `deepspeed>=X` is env.DEEPSPEED_FLOOR, and no release from X on lies in a known-bad
-    range: each range ends at or below X."""
+    """pyproject.toml's `deepspeed>=X` is env.DEEPSPEED_FLOOR, the release `workshop run` checks for."""
     from packaging.requirements import Requirement
-    from packaging.version import Version
 
-    from workshop_lib.env import DEEPSPEED_DEFECTS, DEEPSPEED_FLOOR, known_defects
+    from workshop_lib.env import DEEPSPEED_FLOOR
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (spec,) = [Requirement(d).specifier for d in deps if Requirement(d).name == "deepspeed"]
     (floor,) = [s.version for s in spec if s.operator == ">="]
     assert floor == DEEPSPEED_FLOOR
-    assert all(Version(d["fixed"]) <= Version(floor) for d in DEEPSPEED_DEFECTS)
-    assert known_defects(floor) == []

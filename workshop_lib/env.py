@@ -202,53 +202,25 @@ def barrier() -> None:
         dist.barrier()
 
 
-# The DeepSpeed this workshop was tested with: pyproject.toml's floor, above every range below (tests/test_setup.py).
+# The DeepSpeed this workshop was tested with: pyproject.toml's floor. Earlier releases back to 0.17.6 have known ZeRO
+# defects a workshop run can hit (wrong ZeRO-2 gradients, dropped bf16 gradients on several ranks, a 2.5x slower
+# ZeRO-2, NaN under torch.compile): docs/deepspeed_versions.md names each with its issue and range.
 DEEPSPEED_FLOOR = "0.19.8"
-
-# DeepSpeed releases with known defects that a workshop run can hit, each range `first` <= version < `fixed`
-# (first None: every earlier release). Each bound is from DeepSpeed's issue threads and release tags (#7718's end
-# from huggingface/trl#4540); docs/deepspeed_versions.md gives the source of each.
-DEEPSPEED_DEFECTS = [
-    {"first": "0.17.6", "fixed": "0.18.3", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/7718",
-     "defect": "ZeRO-2 computes wrong gradients (gradient norms far below ZeRO-3's on the same run)"},
-    {"first": "0.18.3", "fixed": "0.19.6", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/8224",
-     "defect": "ZeRO-2 + bf16 on several ranks silently drops part of a gradient when a parameter gets "
-               "gradients from two parts of one backward (regression from #7665, fixed by #8245)"},
-    {"first": "0.18.5", "fixed": "0.18.7", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/7885",
-     "defect": "ZeRO backward hooks recount the used parameters in every gradient hook: ZeRO-2 steps about "
-               "2.5x slower in the fix's measurement (#7886)"},
-    {"first": None, "fixed": "0.19.3", "issue": "https://github.com/deepspeedai/DeepSpeed/issues/8061",
-     "defect": "ZeRO-1/2 with overlap_comm under torch.compile reduces a gradient bucket before every stream "
-               "has written it: NaN loss from the first step (fixed by #8080)"},
-]
-
-
-def known_defects(version: str) -> list[dict]:
-    """The entries of `DEEPSPEED_DEFECTS` whose range holds DeepSpeed `version` ("0.18.2", "0.19.8+cu130"); []
-    for a version outside every range. Compared as `packaging.version.Version`s: a local tag ("+cu130") is its
-    release, a pre-release ("0.19.3rc1", "0.19.3.dev0") comes before it.
-
-    Raises:
-        packaging.version.InvalidVersion: `version` is not a version string.
-    """
-    v = Version(version)
-    return [d for d in DEEPSPEED_DEFECTS
-            if (d["first"] is None or Version(d["first"]) <= v) and v < Version(d["fixed"])]
 
 
 def check_deepspeed_version(version: str) -> None:
-    """Refuse a DeepSpeed whose release has known defects (`known_defects`), before anything is written; a
-    version outside every range passes silently.
+    """Refuse a DeepSpeed below `DEEPSPEED_FLOOR` ("0.18.2", "0.19.8+cu130": compared as
+    `packaging.version.Version`s, a local tag is its release, a pre-release comes before it), before anything is
+    written.
 
     Raises:
-        WorkshopError: the installed version, each defect of its range with its issue, and the fix.
+        WorkshopError: the installed version, why, and the fix.
     """
-    found = known_defects(version)
-    if found:
-        listed = "".join(f"\n  - {d['defect']} ({d['issue']})" for d in found)
-        raise WorkshopError(f"DeepSpeed {version} is installed, a release with known defects:{listed}",
-                            f"pip install -U 'deepspeed>={DEEPSPEED_FLOOR}' (the release this workshop is tested "
-                            "with).")
+    if Version(version) < Version(DEEPSPEED_FLOOR):
+        raise WorkshopError(f"DeepSpeed {version} is installed, older than {DEEPSPEED_FLOOR}, the release this workshop "
+                            "is tested with; earlier releases have known ZeRO defects (wrong ZeRO-2 gradients, NaN "
+                            "under torch.compile: docs/deepspeed_versions.md).",
+                            f"pip install -U 'deepspeed>={DEEPSPEED_FLOOR}'.")
 
 
 def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_size: int = 1) -> list[str]:
