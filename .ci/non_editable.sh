@@ -9,7 +9,8 @@ venv=${1:-/tmp/non-editable-ci}
 rm -rf "$venv" && python -m venv --without-pip "$venv"
 site() { "$1" -c "import site; print(site.getsitepackages()[0])"; }
 site python > "$(site "$venv/bin/python")/outer.pth"
-"$venv/bin/python" -m pip install -q --no-deps --no-build-isolation . 2> >(grep -v "^WARNING: Location" >&2)
+src=$(mktemp -d) && git ls-files -z | xargs -0 cp --parents -t "$src"  # built there: no build/ left here
+"$venv/bin/python" -m pip install -q --no-deps --no-build-isolation "$src" 2> >(grep -v "^WARNING: Location" >&2)
 work=$(mktemp -d) && mkdir "$work/course" && cp -r slurm "$work/" && cp course/02_zero_stages.py "$work/course/" && cd "$work/course"  # a learner's folder
 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg timeout 1200 "$venv/bin/python" - <<'PY'
 import json, os, sys
