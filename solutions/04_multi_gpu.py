@@ -27,7 +27,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import multi_gpu as lesson
-from workshop_lib import ds_config, env, launch, memory, model, results, variables
+from workshop_lib import ds_config, env, launch, memory, model, results, units, variables
 from workshop_lib.comms import COMMS_FILE
 from workshop_lib.errors import WorkshopError
 
@@ -53,14 +53,13 @@ RUNS = Path("runs/04_multi_gpu")
 
 # %%
 psi = model.count_params(model.DEFAULT_MODEL)
-P, MiB = psi["num_params"], 2**20
-per_gpu = {0: lambda n: 16 * P, 1: lambda n: 4 * P + 12 * P / n, 2: lambda n: 2 * P + 14 * P / n,
-           3: lambda n: 16 * P / n}
+P, MiB = psi["num_params"], units.MiB
 rows = []
 for n in (1, 2, 4, 8):
-    for stage, f in per_gpu.items():
+    for stage in (0, 1, 2, 3):  # memory.zero_bytes_per_param: the table above, per parameter
         est = memory.estimate_model_states(P, psi["largest_layer_params"], stage, num_gpus_per_node=n)
-        rows.append({"GPUs": n, "zero_stage": stage, "16Ψ arithmetic MiB": round(f(n) / MiB),
+        arithmetic = memory.zero_bytes_per_param(stage, n) * P
+        rows.append({"GPUs": n, "zero_stage": stage, "16Ψ arithmetic MiB": round(arithmetic / MiB),
                      "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"]})
 arith = pd.DataFrame(rows)
 ax = arith.pivot(index="GPUs", columns="zero_stage", values="16Ψ arithmetic MiB").plot(
@@ -75,7 +74,7 @@ arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "
 # grows, and towards what floor, the cell below computes from the arithmetic.
 
 # %%
-floor = {0: 16 * P, 1: 4 * P, 2: 2 * P, 3: 0}  # bytes per GPU as N grows without bound: what is not partitioned
+floor = {s: memory.zero_bytes_per_param(s, float("inf")) * P for s in range(4)}  # what is never partitioned
 for stage, g in arith.groupby("zero_stage"):
     a1, a8 = g.set_index("GPUs")["16Ψ arithmetic MiB"][[1, 8]]
     print(f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"

@@ -56,8 +56,8 @@ def _check(df, ref):
         assert m.change_mib == pytest.approx(g.iloc[-1][mem] - g.iloc[0][mem])
         run = df[df["experiment"] == m.experiment].iloc[0]
         off = tuple(run.get(k) not in (None, "none", False) for k in ("offload_optimizer", "offload_param"))
-        fall = run["num_params"] * (multi_gpu.gpu_bytes_per_param(int(run["zero_stage"]), m.ranks_from, *off)
-                                    - multi_gpu.gpu_bytes_per_param(int(run["zero_stage"]), m.ranks_to, *off)) / MiB
+        fall = run["num_params"] * (memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_from, *off)
+                                    - memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_to, *off)) / MiB
         assert m.arithmetic_fall_mib == pytest.approx(fall) and (m.offload_optimizer, m.offload_param) == off
         assert m.fall.verdict == _verdict(-m.change_mib, fall, multi_gpu.MEMORY_TOLERANCE)
         assert m.fall.band == multi_gpu.MEMORY_TOLERANCE

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from workshop_lib.fit import GPUS
 from workshop_lib.units import MiB
+
 from . import Comparison, band, compare, cpu_band
 
 FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
@@ -65,7 +66,7 @@ def gpu_total_mib(r: dict) -> float | None:
     """The run's GPU memory as nvidia-smi prints it, MiB: results.json's gpu_total_mib, or, for a run made before
     it was recorded, `fit.GPUS`'s entry whose name (all but its size) is in the run's device name, the one that
     also names the size where several do (None: no GPU, or none or several match)."""
-    if _number(r.get("gpu_total_mib")):
+    if number(r.get("gpu_total_mib")):
         return r["gpu_total_mib"]
     device = r.get("device") or ""
     named = [k for k in GPUS if all(w in device for w in k.split()[:-1])]
@@ -79,11 +80,11 @@ def gpu_share(r: dict) -> float | None:
     total, nvml = gpu_total_mib(r), r.get("gpu_peak_mib")
     if not total or nvml is None or nvml != nvml:
         return None
-    return nvml / (total * (_number(r.get("gpu_memory_fraction")) or 1))
+    return nvml / (total * (number(r.get("gpu_memory_fraction")) or 1))
 
 
-def _number(v) -> float | None:
-    """v, or None where it is missing or NaN (a DataFrame row without the figure)."""
+def number(v) -> float | None:
+    """v, or None where it is missing or NaN (a DataFrame row without the figure): the lessons' one NaN check."""
     return None if v is None or v != v else v
 
 

@@ -20,7 +20,8 @@ import psutil
 from workshop_lib import checkpoint, launch, rundir
 from workshop_lib.errors import WorkshopError
 from workshop_lib.results import title, unit
-from workshop_lib.units import MiB
+from workshop_lib.units import MiB, ceil_div
+
 from . import Comparison, compare
 
 # what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
@@ -54,7 +55,7 @@ def save_settings(max_steps: int | None) -> dict:
     by epochs (max_steps None)."""
     if max_steps is None:
         return {"save_strategy": "epoch"}
-    return {"save_strategy": "steps", "save_steps": -(-max_steps // SAVES)}
+    return {"save_strategy": "steps", "save_steps": ceil_div(max_steps, SAVES)}
 
 
 @dataclass(frozen=True)

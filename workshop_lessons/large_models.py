@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from workshop_lib.memory import estimate_nvme_swap
 from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
+
 from . import REFERENCE, Comparison, compare, notebook_run_options
 
 REFERENCES = {"one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",
@@ -267,7 +267,7 @@ def this_drive() -> float:
     nvme-vs-cpu/machine.txt)."""
     if not torch.cuda.is_available():
         return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
-    return shutil.disk_usage(variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()).free / MiB
+    return shutil.disk_usage(variables.nvme_path_default()).free / MiB
 
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:

@@ -14,8 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from workshop_lib.comms import COMMS_FILE
+from workshop_lib.memory import zero_bytes_per_param
 from workshop_lib.results import PEAK_PER_GPU, PEAK_PER_RANK, per_gpu, scaling_table, title, unit
 from workshop_lib.units import MiB
+
 from . import Comparison, compare
 
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
@@ -31,16 +33,6 @@ COMM_TOLERANCE = 0.02
 # Bytes per element that DeepSpeed communicates in: the training precision (engine.communication_data_type:
 # fp16 -> float16, bf16 -> bfloat16, else float32; the CPU trains in fp32).
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-def gpu_bytes_per_param(stage: int, n: int, offload_optimizer: bool = False, offload_param: bool = False) -> float:
-    """Bytes per parameter of model states left on each of `n` GPUs by the 16Ψ arithmetic: 16-bit parameters
-    (2, partitioned at stage 3, none with parameter offload), 16-bit gradients (2, partitioned from stage 2)
-    and fp32 optimizer states (12, partitioned from stage 1, none with optimizer offload)."""
-    params = 0 if offload_param else (2 / n if stage >= 3 else 2)
-    grads = 2 / n if stage >= 2 else 2
-    optim = 0 if offload_optimizer else (12 / n if stage >= 1 else 12)
-    return params + grads + optim
 
 
 # Columns of the scaling table shown beside the H200 reference (where both have them).
@@ -107,7 +99,7 @@ def multi_node_row(df: pd.DataFrame) -> dict:
 class MemoryFall:
     """Exercise 2 for one experiment: the measured change of the peak per rank from `ranks_from` to
     `ranks_to` ranks (`memory`: the scaling table's peak column, MiB; negative: it fell) against the fall of
-    the model states by the 16Ψ arithmetic (`gpu_bytes_per_param`, with the run's offload), MiB.
+    the model states by the 16Ψ arithmetic (`workshop_lib.memory.zero_bytes_per_param`, with the run's offload), MiB.
     `on_gpu` False: the peak is host RSS (the whole process), which cannot show a change of that size."""
 
     experiment: str
@@ -200,8 +192,8 @@ def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
         run = df[df["experiment"] == exp].iloc[0]
         where = tuple(run.get(k) not in (None, "none", False) for k in ("offload_optimizer", "offload_param"))
         stage, params = int(run["zero_stage"]), int(run["num_params"])
-        fall = params * (gpu_bytes_per_param(stage, first.GPUs, *where)
-                         - gpu_bytes_per_param(stage, last.GPUs, *where)) / MiB
+        fall = params * (zero_bytes_per_param(stage, first.GPUs, *where)
+                         - zero_bytes_per_param(stage, last.GPUs, *where)) / MiB
         memory.append(MemoryFall(exp, params, int(first.GPUs), int(last.GPUs), mem, float(last[mem] - first[mem]),
                                  fall, *where, on_gpu))
     row = multi_node_row(df)

@@ -14,23 +14,21 @@ import pandas as pd
 from workshop_lib.errors import WorkshopError
 from workshop_lib.metrics import steady_state
 from workshop_lib.units import MiB
+
 from . import Comparison, compare
-from .baseline import compare_speed, speed_band
+from .baseline import compare_speed, number, speed_band
 
 RUNS = ("stage2", "stage2_offload", "stage3", "stage3_offload")
 
-
-def _num(v) -> float | None:
-    return None if v is None or v != v else v  # NaN: a DataFrame row without the figure
 
 
 def states(run: dict) -> float | None:
     """Model states the run kept on the GPU (MiB): torch allocated after the first optimizer step, less what
     the process already held when the run began (`gpu_allocated_at_start_mib`, where recorded); None without
     a GPU."""
-    if _num(run.get("gpu_states_allocated_mib")) is None:
+    if number(run.get("gpu_states_allocated_mib")) is None:
         return None
-    return run["gpu_states_allocated_mib"] - (_num(run.get("gpu_allocated_at_start_mib")) or 0)
+    return run["gpu_states_allocated_mib"] - (number(run.get("gpu_allocated_at_start_mib")) or 0)
 
 
 @dataclass(frozen=True)
@@ -69,12 +67,12 @@ def _offload(s: str, r: dict[str, dict]) -> Offload:
     o, n = r[f"{s}_offload"], r[s]
     p = o["num_params"]
     gpu = states(o) is not None
-    peak = _num(o.get("gpu_peak_allocated_mib"))
+    peak = number(o.get("gpu_peak_allocated_mib"))
     return Offload(
         stage=s, speed=compare_speed(o, n),
         gpu_states=compare("gpu_states_allocated_mib", states(o), states(n)) if gpu else None,
         gpu_peak=compare("gpu_peak_allocated_mib", peak, n["gpu_peak_allocated_mib"]) if gpu else None,
-        held_at_start_mib=_num(o.get("gpu_allocated_at_start_mib")),
+        held_at_start_mib=number(o.get("gpu_allocated_at_start_mib")),
         host_states_bytes_per_param=(o["host_states_rss_mib"] - n["host_states_rss_mib"]) * MiB / p,
         host_peak_bytes_per_param=(o["host_peak_rss_mib"] - n["host_peak_rss_mib"]) * MiB / p,
         estimated_host_bytes_per_param=o["estimated_model_states_cpu_mib"] * MiB / p,
@@ -171,7 +169,7 @@ def zenflow(offload_dir: str | Path, zenflow_dir: str | Path) -> ZenFlow:
     tps = {k: window_tokens_per_second(logs[k], warm) for k in logs}
     loss = {k: float(logs[k]["loss"].iloc[-n:].mean()) for k in logs}
     gpu = {k: r.get("gpu_peak_allocated_mib") for k, r in runs.items()}
-    on_gpu = _num(gpu["zf"]) is not None
+    on_gpu = number(gpu["zf"]) is not None
     first = (float(logs["zf"]["loss"].iloc[0]), float(logs["off"]["loss"].iloc[0]))
     return ZenFlow(
         on_gpu=on_gpu, overlap_step=bool(zf["overlap_step"]), topk_ratio=zf["topk_ratio"],

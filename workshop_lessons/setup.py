@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from workshop_lib.model import count_params
+
 from . import Comparison, compare
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workshop_lib.results import hfu
+
 from . import Comparison, compare
-from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, nvml_split, peak, speed
+from .baseline import (NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, number, nvml_split, peak,
+                       speed)
 
 STAGES = ["stage1", "stage2", "stage3"]
 LOSS_AGREE = 0.01  # relative spread of the ZeRO stages' train losses below which we call them in agreement
@@ -22,8 +24,7 @@ def compiled(r: dict) -> bool:
 
 
 def _gpu(r: dict, key: str) -> float | None:
-    v = r.get(key)
-    return None if v is None or v != v else v  # NaN: a DataFrame row without the figure
+    return number(r.get(key))
 
 
 @dataclass(frozen=True)

@@ -368,7 +368,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
                             "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.")
     if exp.offloads_to_nvme:
         if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
-            cfg = replace(cfg, nvme_path=variables.get("WORKSHOP_NVME_PATH") or tempfile.gettempdir())
+            cfg = replace(cfg, nvme_path=variables.nvme_path_default())
         if not Path(cfg.nvme_path).is_dir():
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")

@@ -28,8 +28,9 @@ from pathlib import Path
 import datasets
 from transformers import DataCollatorForSeq2Seq
 
-from .hub import hub_reachable
 from .errors import WorkshopError
+from .hub import hub_reachable
+from .units import ceil_div
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
@@ -370,7 +371,7 @@ class TokenBudgetBatchSampler:
         for i in range(0, len(order), chunk):
             batch, longest = [], 0
             for j in sorted(order[i:i + chunk], key=lambda k: lengths[k], reverse=True):
-                if batch and -(-max(longest, lengths[j]) // 8) * 8 * (len(batch) + 1) > max_tokens:
+                if batch and ceil_div(max(longest, lengths[j]), 8) * 8 * (len(batch) + 1) > max_tokens:
                     self.batches.append(batch)
                     batch, longest = [], 0
                 batch.append(j)

@@ -166,7 +166,7 @@ def init_distributed() -> None:
     Collectives time out after WORKSHOP_DIST_TIMEOUT_S seconds (default 1800): a dead rank fails the job."""
     if dist.is_initialized() or (world()[2] == 1 and "RANK" not in os.environ):
         return
-    timeout = datetime.timedelta(seconds=variables.get("WORKSHOP_DIST_TIMEOUT_S", 1800))
+    timeout = datetime.timedelta(seconds=dist_timeout_s())
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if world()[2] > 1:
         dist.init_process_group(backend, timeout=timeout)
@@ -423,6 +423,15 @@ def quiet_libraries() -> None:
         if previous is not None:
             hf_logging.set_tqdm_hook(lambda f, a, k: no_shard_bar(f, a, k, previous))
     _QUIET = True
+
+
+DIST_TIMEOUT_S = 1800  # seconds before a collective or the rendezvous times out, unless WORKSHOP_DIST_TIMEOUT_S
+
+
+def dist_timeout_s() -> int:
+    """Seconds before a collective or the rendezvous times out (WORKSHOP_DIST_TIMEOUT_S, default DIST_TIMEOUT_S):
+    a dead rank then fails the job instead of hanging it."""
+    return variables.get("WORKSHOP_DIST_TIMEOUT_S", DIST_TIMEOUT_S)
 
 
 def world() -> tuple[int, int, int]:

@@ -201,6 +201,17 @@ def summarize(rows: list[dict]) -> dict:
 # offload_param nvme; the fp32 master weights, gradients and Adam's exp_avg and exp_avg_sq (16 bytes) with
 # offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
 # (workshop_lessons/reference/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
+def zero_bytes_per_param(stage: int, n: int, offload_optimizer: bool = False, offload_param: bool = False) -> float:
+    """Bytes per parameter of model states left on each of `n` GPUs by the 16Ψ arithmetic of mixed-precision Adam
+    (Rajbhandari et al. 2020, "ZeRO", section 3.1): 16-bit parameters
+    (2, partitioned at stage 3, none with parameter offload), 16-bit gradients (2, partitioned from stage 2)
+    and fp32 optimizer states (12, partitioned from stage 1, none with optimizer offload)."""
+    params = 0 if offload_param else (2 / n if stage >= 3 else 2)
+    grads = 2 / n if stage >= 2 else 2
+    optim = 0 if offload_optimizer else (12 / n if stage >= 1 else 12)
+    return params + grads + optim
+
+
 NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
 # Swap files must fit this share of the drive's free space (nvme.check_nvme_space refuses a run otherwise;
 # fit.estimate's verdict and notebook 03c's drive check use the same rule): the drive also holds the rest.
@@ -235,7 +246,7 @@ def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage
     Returns {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}.
     """
     if zero_stage is None:
-        return {"estimated_model_states_gpu_mib": round(16 * num_params / MiB, 1),
+        return {"estimated_model_states_gpu_mib": round(zero_bytes_per_param(0, 1) * num_params / MiB, 1),
                 "estimated_model_states_cpu_mib": 0.0, "estimator": TRAINER_ESTIMATE}
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs

@@ -28,8 +28,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from . import variables
 from .data import BUNDLED_FILES, labelled_positions_of
-from .hub import hub_reachable
 from .errors import WorkshopError, read_json_object
+from .hub import hub_reachable
 from .rundir import atomic_path
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"

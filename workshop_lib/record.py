@@ -20,6 +20,7 @@ from . import checkpoint, env, memory, metrics
 from .config import RunConfig
 from .nvme import nvme_swap_mib
 from .results import RunResults
+from .units import ceil_div
 
 # `memory.MemorySampler.summary`'s figures that results.json takes from rank 0
 PHASE_KEYS = ("gpu_allocated_at_start_mib", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib",
@@ -45,7 +46,7 @@ def record(run) -> dict:
     # micro-batches in one pass over the training set, all ranks together: the token-budget sampler's (the
     # same batches every epoch), else the questions over the micro-batch size, rounded up
     micro_batches = (len(run.batches) if run.batches is not None
-                     else -(-len(train_ds) // cfg.train_micro_batch_size_per_gpu))
+                     else ceil_div(len(train_ds), cfg.train_micro_batch_size_per_gpu))
     per_epoch = metrics.steps_per_epoch(micro_batches, cfg.gradient_accumulation_steps, world_size)
     micro = trainer.args.per_device_train_batch_size  # `train.trainer_micro_batch`, as ds_config.json has it
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step

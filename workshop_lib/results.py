@@ -12,8 +12,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from . import metrics, rundir
+from . import rundir
 from .errors import WorkshopError
+from .units import ceil_div
 
 @dataclass(frozen=True)
 class Column:
@@ -377,7 +378,7 @@ def _has_gpu(df: pd.DataFrame) -> bool:
 
 def _grid(n: int, width: float = 4.0, height: float = 2.8):
     cols = min(n, 4)
-    rows = -(-n // cols)
+    rows = ceil_div(n, cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=True)
     for ax in axes.flat[n:]:
         ax.set_visible(False)

@@ -45,7 +45,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
-from . import checkpoint, comms, env, preflight, rundir, teardown, variables, zenflow
+from . import checkpoint, comms, env, preflight, rundir, teardown, zenflow
 from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
@@ -396,7 +396,7 @@ def build_trainer(run: Run):
         bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
         deepspeed=ds_config, seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers, include_num_input_tokens_seen="non_padding",
-        ddp_timeout=variables.get("WORKSHOP_DIST_TIMEOUT_S", 1800),  # a dead rank fails, never hangs
+        ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))

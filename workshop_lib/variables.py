@@ -99,3 +99,11 @@ def markdown_table() -> str:
     """The README's table of `VARIABLES`: name, default, read by, meaning; one row each."""
     rows = [f"| `{v.name}` | {v.default} | {v.read_by} | {v.meaning} |" for v in VARIABLES.values()]
     return "\n".join(["| variable | default | read by | meaning |", "| --- | --- | --- | --- |", *rows])
+
+
+def nvme_path_default() -> str:
+    """Where NVMe offload swaps when --nvme-path is not given: WORKSHOP_NVME_PATH, else the node's temporary
+    directory ($TMPDIR, else /tmp: `tempfile.gettempdir`)."""
+    import tempfile
+
+    return get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()
