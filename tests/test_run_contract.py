@@ -197,6 +197,26 @@ def test_nvme_offload_without_libaio_is_refused_with_the_fix(tmp_path, capsys):
     assert "Traceback" not in err and not out.exists()
 
 
+def test_nvme_offload_onto_a_drive_too_small_is_refused_before_the_run(tmp_path, capsys):
+    """stage3_nvme onto a 1 MiB file system (tmpfs): refused with both figures and the fix, nothing written, where
+    DeepSpeed's async I/O would abort the process in the first step."""
+    from conftest import skip_unless_runnable
+
+    skip_unless_runnable("stage3_nvme")
+    if os.geteuid() != 0:
+        pytest.skip("mounting the small file system needs root")
+    small, out = tmp_path / "small", tmp_path / "out"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small], check=True)
+    try:
+        rc = workshop_main(["run", "stage3_nvme", "--tiny", "--nvme-path", small, "--output-dir", out])
+    finally:
+        subprocess.run(["umount", small], check=True)
+    err = capsys.readouterr().err
+    assert rc == 2 and "MiB of swap files" in err and "To fix: pass --nvme-path DIR" in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsys):
     assert workshop_main(["report", tmp_path / "nope"]) == 2
     assert "does not exist" in capsys.readouterr().err

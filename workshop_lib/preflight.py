@@ -91,20 +91,17 @@ def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunCon
 
 
 def check_resources(cfg: RunConfig, exp: Experiment, world_size: int, local_rank: int) -> None:
-    """Before a minute of building the model: will its states fit on this rank's GPU (`check_states_fit`), and
-    its swap files on the drive (`nvme.check_nvme_space`)? Checked from the model's config alone; not for the
-    tiny model, nor the GPU without one.
+    """Before a minute of building the model: will its swap files fit on the drive (`nvme.check_nvme_space`; the
+    tiny model's too: a drive too small ends in DeepSpeed's abort), and its states on this rank's GPU
+    (`check_states_fit`; not for the tiny model, nor without a GPU)? Checked from the model's config alone.
 
     Raises:
         WorkshopError: the GPU or the drive is too small, with both figures.
     """
-    if cfg.tiny or not (torch.cuda.is_available() or exp.offloads_to_nvme):
-        return
-    counts = count_params(cfg.model)
-    if torch.cuda.is_available():
-        check_states_fit(cfg, exp, counts, world_size, gpu_memory_mib(local_rank))
     if exp.offloads_to_nvme:
-        check_nvme_space(cfg, exp, counts["num_params"], world_size)
+        check_nvme_space(cfg, exp, count_params(cfg.model, tiny=cfg.tiny)["num_params"], world_size)
+    if not cfg.tiny and torch.cuda.is_available():
+        check_states_fit(cfg, exp, count_params(cfg.model), world_size, gpu_memory_mib(local_rank))
 
 
 def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
