@@ -42,3 +42,25 @@ def test_setup_figures_follow_the_estimates_and_the_parameter_counts():
     est.loc[(est.model == model.DEFAULT_MODEL) & (est.zero_stage == 2) & (est.GPUs == 1), "GPU MiB per GPU"] = mib[2, 4]
     c = setup.zero_split(est, model.DEFAULT_MODEL).stage2_vs_stage0
     assert c.verdict == "lower" and c.difference == mib[2, 4] - mib[0, 1]
+
+
+def test_a_warm_up_shows_op_builds_at_once_and_holds_the_rest():
+    """A warm-up's output is held back (printed only if it fails), but an op build or a wait for another
+    process's build reaches the cell as it happens: minutes of silence read as a hang."""
+    import contextlib
+    import io
+
+    from workshop_lessons import _Held
+
+    shown = io.StringIO()
+    held = _Held(shown)
+    with contextlib.redirect_stdout(held):
+        print("step 1 of 4")
+        print("Compiling DeepSpeed's cpu_adam op (once per machine and torch)", "...")
+        print("Waiting for /root/.cache/torch_extensions/py311_cpu/cpu_adam/lock: another process is building it")
+        print("  compiled in 95 s, cached in /root/.cache/torch_extensions/py311_cpu/cpu_adam for later runs.")
+    assert shown.getvalue().splitlines() == [
+        "Compiling DeepSpeed's cpu_adam op (once per machine and torch) ...",
+        "Waiting for /root/.cache/torch_extensions/py311_cpu/cpu_adam/lock: another process is building it",
+        "  compiled in 95 s, cached in /root/.cache/torch_extensions/py311_cpu/cpu_adam for later runs."]
+    assert held.getvalue().startswith("step 1 of 4\nCompiling")

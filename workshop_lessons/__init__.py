@@ -259,6 +259,26 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
 WARM_UP_STEPS = 4  # optimizer steps of each warm-up run
 
 
+class _Held(io.StringIO):
+    """A warm-up's output, held back, except the lines a learner waiting on the cell must see at once, written to
+    `shown` (the cell's own output): a DeepSpeed op being compiled, or a wait for another process's build
+    (`env.build_ops`: minutes, not a hang)."""
+
+    SHOWN = ("Compiling DeepSpeed's", "  compiled in ", "Waiting for ")
+
+    def __init__(self, shown):
+        super().__init__()
+        self.shown, self.line = shown, ""
+
+    def write(self, text: str) -> int:
+        *done, self.line = (self.line + text).split("\n")
+        for line in done:
+            if line.startswith(self.SHOWN):
+                self.shown.write(line + "\n")
+                self.shown.flush()
+        return super().write(text)
+
+
 def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None, **common) -> float:
     """Runs made before those a notebook measures and thrown away (into runs_dir/warm-up, removed afterwards,
     their output held back): without a GPU a short run (`WARM_UP_STEPS` optimizer steps) of each experiment of
@@ -282,7 +302,7 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
         configs = [RunConfig(e, output_dir=str(out / e), **common | {"max_steps": steps or WARM_UP_STEPS})
                    for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values())]
     for cfg in configs:
-        held = io.StringIO()
+        held = _Held(sys.stdout)
         try:
             with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
                 run_experiment(replace(cfg, save_strategy="no", save_model=False))
