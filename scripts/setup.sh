@@ -34,7 +34,8 @@ _check="import importlib.metadata as m; m.version('deepspeed-workshop'); import 
 if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check, pytest, nbmake, xdist, jupytext"; fi
 if ! python -c "$_check" 2>/dev/null; then
   installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
-  quiet pip install -q -e ".$_extras"
+  # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
+  PYTHONWARNINGS="ignore:Editable installation" quiet pip install -q -e ".$_extras"
   echo "  done in ${SECONDS} s"
 fi
 _has_libaio() {  # DeepSpeed's async_io op compiles against libaio's header (Debian/Ubuntu: libaio-dev)
