@@ -403,7 +403,8 @@ def quiet_libraries() -> None:
     barrier() device notice, accelerate's
     OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard,
-    shown at 0% in a notebook's output); a resume's expected notes are `checkpoint.quiet_resume_notes`'.
+    shown at 0% in a notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for
+    a world of one; a resume's expected notes are `checkpoint.quiet_resume_notes`'.
     Everything else, errors included, still shows."""
     global _QUIET
     if _QUIET:
@@ -413,6 +414,10 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
+    # A run without DeepSpeed after one with it in the same process (a notebook kernel): the world of one that
+    # DeepSpeed's run started is still up, and transformers takes it for a launch without torchrun
+    logging.getLogger("transformers.training_args").addFilter(
+        lambda r: not (world()[2] == 1 and r.getMessage().startswith("torch.distributed process group is initialized")))
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
         def no_shard_bar(factory, args, kwargs, previous=None):
             if kwargs.get("desc") == "Writing model shards":  # save_pretrained's, one shard: "0%" then done
