@@ -24,11 +24,11 @@ TIMES = ROOT / "workshop_lessons" / "reference" / "notebook_times.json"
 
 
 def built_ops() -> set[str]:
-    """The JIT-compiled C++/CUDA ops in torch's extension cache (TORCH_EXTENSIONS_DIR, by default
-    ~/.cache/torch_extensions): DeepSpeed's cpu_adam, fused_adam, async_io..., one folder each with its .so."""
+    """The JIT-compiled C++/CUDA ops in torch's extension cache (TORCH_EXTENSIONS_DIR, which `workshop_lib.env` sets
+    per environment): DeepSpeed's cpu_adam, fused_adam, async_io..., one folder each with its .so."""
     from torch.utils.cpp_extension import get_default_build_root
 
-    return {so.parent.name for so in Path(get_default_build_root()).glob("*/*/*.so")}
+    return {so.parent.name for so in Path(get_default_build_root()).glob("**/*.so")}
 
 
 def trained_models(name: str, since: float) -> list[str]:
@@ -43,8 +43,8 @@ def trained_models(name: str, since: float) -> list[str]:
 
 
 def main(names: list[str]) -> int:
-    from workshop_lib import env
     import workshop_lessons as lessons
+    from workshop_lib import env
     from workshop_lib.config import recipe_settings
 
     device = env.device_name()

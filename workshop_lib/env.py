@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import hashlib
 import importlib.metadata as md
 import importlib.util
 import io
@@ -41,6 +42,14 @@ from .units import MiB
 # (deepspeed/accelerator/real_accelerator.py; DS_ACCELERATOR is its documented override). A value already set wins.
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
+# DeepSpeed's JIT-built ops, one cache per environment: two environments with the same torch on one machine would
+# share torch's ~/.cache/torch_extensions/pyXY_cu and rebuild each other's ops at every switch ("its cached build is
+# from another torch installation"), each run waiting minutes on the other's lock. A value already set wins (the
+# container image's /opt/torch_extensions).
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(Path.home() / ".cache" / "torch_extensions" / (
+        f"{Path(sys.prefix).parent.name}-{Path(sys.prefix).name.lstrip('.')}-"
+        f"{hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]}"))
 
 
 @lru_cache(maxsize=1)
