@@ -11,7 +11,7 @@
 # where it matters. Without a GPU (a laptop, or CI), the notebooks run a *tiny* model of the same family on
 # the CPU: every number is smaller, every mechanism is the same.
 #
-# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
+# *Learner version: the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import pandas as pd

@@ -4,8 +4,8 @@
 # **Learning goals**
 # - read a DeepSpeed config and know what each ZeRO stage partitions;
 # - run the same fine-tuning under ZeRO-1, -2 and -3 through the HF `Trainer`'s DeepSpeed integration;
-# - measure what each stage saves in memory and costs in speed on **one** GPU, explain what you see, and
-#   predict what changes with several GPUs (notebook 4);
+# - measure what each stage saves in memory and costs in speed on **one** GPU, and explain what you see
+#   (what changes with several GPUs is notebook 4's);
 # - trade compute for activation memory with activation checkpointing.
 #
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*

@@ -15,7 +15,7 @@
 # checkpoint format). `workshop_lib.checkpoint` finds, checks and exports checkpoints; `workshop_lib.evaluation`
 # reloads, generates and scores.
 #
-# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
+# *Learner version: the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import json

@@ -12,7 +12,7 @@
 # model, on any machine: each failure is produced for real by DeepSpeed and shown as data
 # (`workshop_lessons.drills`).
 #
-# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
+# *Learner version: the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 import matplotlib.pyplot as plt

@@ -6,6 +6,7 @@ reference included: the learner reads their data and writes the interpretation. 
     python scripts/make_course.py --check    # exit 1 if course/ differs from what would be written
 """
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,14 +14,16 @@ import jupytext
 from generated import write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTE = ("*Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours "
-        "(the answers are in `solutions/`).*")
+NOTE = "*Learner version: {}the interpretation is yours (the answers are in `solutions/`).*"
+BESIDE = "the tables show your own runs beside the GPU reference; "
+# a notebook that shows the GPU reference runs (`workshop_lessons.reference`, the H200 scaling or large-model runs)
+SHOWS_REFERENCE = re.compile(r"reference runs are shown beside yours|lessons\.(reference|REFERENCE)|REFERENCE_DIR")
 
 
 def learner_text(solution: Path) -> str:
     nb = jupytext.read(solution)
     nb.cells = [c for c in nb.cells if "solution" not in c.metadata.get("tags", [])]
-    nb.cells[0].source += "\n\n" + NOTE
+    nb.cells[0].source += "\n\n" + NOTE.format(BESIDE if SHOWS_REFERENCE.search(solution.read_text()) else "")
     return jupytext.writes(nb, fmt="py:percent")
 
 

@@ -5,9 +5,9 @@
 #   WORKSHOP_SETUP=run bash scripts/setup.sh   # what `workshop run` needs, no more (scripts/main.sh)
 # torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 (small, fast).
 # DeepSpeed's optimizer ops are compiled here, once, with their time printed: CPU Adam (offload) always,
-# fused Adam where a GPU is, into torch's extension cache; no run or notebook compiles them later. (Just in
-# time, as runs would: DeepSpeed's install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took
-# about twice as long on 2 cores: README.)
+# and with the full set-up every op the notebooks and tests use, into this environment's extension cache
+# (`workshop_lib.env`); no run or notebook compiles them later. (Just in time, as runs would: DeepSpeed's
+# install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
 # libaio (DeepSpeed's async_io op, for NVMe offload: stage3_nvme) is installed with apt-get when root, else
 # named with its fix; without it stage3_nvme and its tests are skipped, nothing else.
 _setup_mode=${WORKSHOP_SETUP:-full}
@@ -57,9 +57,12 @@ if [ "$_setup_mode" != run ]; then
     fi
   fi
 fi
-# Compile DeepSpeed's ops now (announced and timed), unless this machine already has them: the optimizers, and
-# with the full set-up and libaio the async I/O of NVMe offload (minutes on 2 cores: better here than in a run)
-_ops="CPUAdamBuilder"; [ $_gpu = 1 ] && _ops="FusedAdamBuilder $_ops"
+# Compile DeepSpeed's ops now (announced and timed), unless this environment already has them: CPU Adam (offload);
+# with the full set-up every op a notebook or test uses: fused Adam (the stages without offload, on a CPU too), on
+# a CPU the shared-memory collectives of several ranks, and with libaio the async I/O of NVMe offload (minutes on
+# 2 cores: better here than inside a run's warm-up)
+_ops="CPUAdamBuilder"; { [ $_gpu = 1 ] || [ "$_setup_mode" != run ]; } && _ops="FusedAdamBuilder $_ops"
+[ "$_setup_mode" != run ] && [ $_gpu = 0 ] && _ops="$_ops ShareMemCommBuilder"
 [ "$_setup_mode" != run ] && _has_libaio && _ops="$_ops AsyncIOBuilder"
 python -m workshop_lib.env --build-ops $_ops
 unset _setup_mode _extras _check _gpu _ops; unset -f _has_libaio
