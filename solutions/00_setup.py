@@ -29,10 +29,11 @@ print(env.versions())
 # %% [markdown]
 # ## 1. The machine
 #
-# DeepSpeed compiles some of its operations (the fused Adam optimizer on the GPU, the vectorised Adam on the
-# CPU used by offload) the first time they are used. `ds_report` lists them and whether they can be built
-# here. A line `[NO] ....... [OKAY]` means "not pre-built, but compatible: it will be compiled on first use"
-# (about a minute, once).
+# DeepSpeed compiles some of its operations (the fused Adam optimizer, the vectorised Adam on the CPU used by
+# offload) the first time they are used. `ds_report` lists them and whether they can be built here. A line
+# `[NO] ....... [OKAY]` means "not pre-built, but compatible: it can be compiled on first use"; `scripts/setup.sh`
+# compiled those the course uses into this environment's cache already (each took one to several minutes,
+# printed by the set-up), so no notebook waits for one.
 
 # %%
 print("\n".join(line for line in env.ds_report() if "adam" in line or "torch version" in line
