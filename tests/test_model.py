@@ -71,3 +71,17 @@ def test_a_config_only_directory_with_random_weights_gets_a_real_tokenizer(tmp_p
     check_model_source(str(tmp_path), random_weights=True)
     _, tok, info = load_model_and_tokenizer(str(tmp_path), random_weights=True)
     assert info["tokenizer"] == "local BPE" and len(tok("Question: Who wrote Hamlet?").input_ids) > 3
+
+
+def test_a_damaged_tokenizer_cache_is_trained_again(tmp_path, monkeypatch, capsys):
+    """The tiny model's tokenizer, cached by the workshop (WORKSHOP_CACHE), cut short: trained again with one line
+    saying so, the same tokenizer as before."""
+    from workshop_lib import model
+
+    monkeypatch.setattr(model, "CACHE_DIR", tmp_path)
+    first = model.local_tokenizer(vocab_size=600)
+    cached = tmp_path / "squad-bpe-600" / "tokenizer.json"
+    cached.write_text(cached.read_text()[:100])
+    again = model.local_tokenizer(vocab_size=600)
+    assert "cannot be read" in capsys.readouterr().out
+    assert again("Question: Who?")["input_ids"] == first("Question: Who?")["input_ids"]

@@ -15,6 +15,7 @@ bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
 from __future__ import annotations
 
 import json
+import shutil
 import types
 from pathlib import Path
 
@@ -48,9 +49,16 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
     """A byte-level BPE tokenizer trained on the bundled SQuAD train text (cached after the first call).
 
     Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries.
-    Training on 11,877 questions and their contexts takes a few seconds on one core.
+    Training on 11,877 questions and their contexts takes a few seconds on one core. A cached copy that cannot
+    be read is trained again (the cache is the workshop's own: WORKSHOP_CACHE).
     """
     path = CACHE_DIR / f"squad-bpe-{vocab_size}"
+    if (path / "tokenizer.json").exists():
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(path)
+        except Exception as e:  # noqa: BLE001 - a damaged cache (a file cut short or edited): the workshop's own
+            print(f"The cached tokenizer in {path} cannot be read ({type(e).__name__}); training it again.")
+            shutil.rmtree(path, ignore_errors=True)
     if not (path / "tokenizer.json").exists():
         squad = json.loads(BUNDLED_FILES["train"].read_text())
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
