@@ -1,7 +1,9 @@
 import json
+import os
 
 import pytest
 
+from workshop_lib import data
 from workshop_lib.data import encode_example, load_squad, read_squad_json, tokenize_squad
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import local_tokenizer
@@ -171,3 +173,35 @@ def test_step_counts_come_from_the_sampler_that_trains():
         cfg = RunConfig("stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed)
         assert len(token_budget_batches(cfg, ds)) == n  # the sampler the run trains with and record counts
         assert trainer_micro_batch(cfg, token_budget_batches(cfg, ds)) == round(len(lengths) / n)
+
+
+def test_reading_squad_json_peaks_below_the_parse_factor():
+    """`data.PARSE_FACTOR`, the memory check of a data file, against json.loads' peak on the bundled train set."""
+    import tracemalloc
+
+    path = data.BUNDLED_FILES["train"]
+    tracemalloc.start()
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 4 < peak / path.stat().st_size < data.PARSE_FACTOR
+
+
+def test_a_pipe_as_the_data_file_is_named_for_what_it_is(tmp_path):
+    fifo = tmp_path / "squad.json"
+    os.mkfifo(fifo)
+    with pytest.raises(WorkshopError, match="is not a regular file .*\nTo fix: give the path of a SQuAD"):
+        data.check_squad_path(fifo)
+
+
+def test_a_data_file_too_large_for_the_memory_is_refused_before_it_is_read(tmp_path):
+    """A file whose reading would take more memory than is available (a sparse file: its size, no bytes on disk)."""
+    import psutil
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(int(psutil.virtual_memory().available / data.PARSE_FACTOR) + 2**30)
+    with pytest.raises(WorkshopError, match="reading it would take about .*\nTo fix: give --train-file a smaller"):
+        data.check_squad_path(big)

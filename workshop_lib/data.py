@@ -26,15 +26,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
+import psutil
 from transformers import DataCollatorForSeq2Seq
 
 from .errors import WorkshopError
 from .hub import hub_reachable
-from .units import ceil_div
+from .units import MiB, ceil_div
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
                  "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
+# Memory to read a SQuAD JSON file, as a multiple of its size: json.loads peaks at about 5x (tests/test_data.py
+# measures it on the bundled train set), the rows then copied into a Dataset
+PARSE_FACTOR = 6
 PROMPT = "Question: {question} Context: {context} Answer: {answer}"
 # Its pieces, tokenised one by one (training: `encode_example`; generation: `prompt_ids`).
 PROMPT_HEAD, PROMPT_TAIL = "Question: {question} Context:", " Answer:"
@@ -64,15 +68,24 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
     `config.resolve` before anything is loaded).
 
     Raises:
-        WorkshopError: the path does not exist, or is a directory; the fix names `option`.
+        WorkshopError: the path does not exist, is a directory or no regular file (a pipe), or reading it would
+            take more memory than this machine has available (`PARSE_FACTOR`); the fix names `option`.
     """
     path = Path(path)
     if path.is_dir():
         raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
                             f"give the file itself, e.g. {option} {path / 'train-v1.1.json'}.")
+    if path.exists() and not path.is_file():
+        raise WorkshopError(f"Data file {path} is not a regular file (a pipe, a socket or a device).",
+                            f"give the path of a SQuAD v1.1 JSON file saved on disk to {option}.")
     if not path.is_file():
         raise WorkshopError(f"Data file {path} does not exist.",
                             f"give the path of a SQuAD v1.1 JSON file, or leave {option} out to use SQuAD itself.")
+    need, free = PARSE_FACTOR * path.stat().st_size / MiB, psutil.virtual_memory().available / MiB
+    if need > free:
+        raise WorkshopError(f"Data file {path} holds {path.stat().st_size / MiB:,.0f} MiB: reading it would take "
+                            f"about {need:,.0f} MiB of memory, and this machine has {free:,.0f} MiB available.",
+                            f"give {option} a smaller file (SQuAD v1.1's train set is 29 MiB), or split this one.")
     return path
 
 
