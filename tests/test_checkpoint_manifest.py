@@ -273,3 +273,16 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     saved = out / checkpoint.CHECKPOINTS / f"checkpoint-{step}"
     assert step > last and checkpoint.find_checkpoints(out)[0][-1] == saved
     assert f"{saved} (step {step})" in line and line.endswith(f"--output-dir {out} --resume")
+
+
+def test_export_refuses_a_checkpoint_whose_architecture_needs_its_own_code(tmp_path):
+    """A checkpoint whose config.json names an architecture transformers does not have (auto_map: the model's own
+    Python code): `workshop export` refuses it before loading anything, and writes nothing."""
+    ckpt = fake_checkpoint(tmp_path, 4)
+    (ckpt / "latest").write_text("global_step4")
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "my_qwen", "auto_map": {
+        "AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}}))
+    checkpoint.write_manifest(ckpt)
+    with pytest.raises(WorkshopError, match=r"'my_qwen' model, .*never runs downloaded code"):
+        checkpoint.export(ckpt, tmp_path / "exported")
+    assert not (tmp_path / "exported").exists()

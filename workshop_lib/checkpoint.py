@@ -49,6 +49,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from . import env, rundir
 from .config import BASE, EXPERIMENTS, REQUIRED
 from .errors import WorkshopError, read_json_object
+from .model import check_no_custom_code
 from .units import MiB
 
 CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
@@ -605,7 +606,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     Raises:
         WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
-            ZeRO-0: its model.safetensors is the model already); `out` exists and is not empty.
+            ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
+            (`model.check_no_custom_code`); `out` exists and is not empty.
     """
     # here: DeepSpeed is optional (the baseline runs without it)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -618,6 +620,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     if not tag or not any((ckpt / tag).glob("*optim_states.pt")):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
                             f"its model.safetensors is the whole model: load {ckpt} with from_pretrained.")
+    check_no_custom_code(read_json_object(ckpt / "config.json", "is damaged: the checkpoint's architecture cannot be "
+                                          "read", f"export another checkpoint of the run, or restore {ckpt}."), str(ckpt))
     net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.float32)
     net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)
     net.tie_weights()

@@ -153,7 +153,7 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         cfg = read_json_object(config, "is not a valid model config",
                                "give the directory that model.save_pretrained(...) wrote, with its config.json "
                                "whole (copy it again if it was cut short).")
-        _check_no_custom_code(cfg, model_name)
+        check_no_custom_code(cfg, model_name)
         if tiny:
             return
         has_tokenizer = any((path / t).is_file() for t in TOKENIZER_FILES)
@@ -177,10 +177,16 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         cached = try_to_load_from_cache(model_name, "config.json")
         if not isinstance(cached, str):
             raise _not_cached(model_name, tiny)
-        _check_no_custom_code(json.loads(Path(cached).read_text()), model_name)
+        check_no_custom_code(json.loads(Path(cached).read_text()), model_name)
 
 
-def _check_no_custom_code(config: dict, model_name: str) -> None:
+def check_no_custom_code(config: dict, model_name: str) -> None:
+    """Refuse a model (or a checkpoint) whose config.json (`config`, as a dict) names an architecture transformers
+    does not implement: loading it would need its own Python code (auto_map), which the workshop never runs.
+
+    Raises:
+        WorkshopError: naming `model_name`, the architecture and the fix.
+    """
     if config.get("model_type") not in CONFIG_MAPPING_NAMES:
         raise WorkshopError(
             f"{model_name} is a {config.get('model_type')!r} model, which transformers does not implement"
