@@ -96,8 +96,14 @@ def run(argv: list[str]) -> int:
 def report(a: argparse.Namespace) -> int:
     from .results import write_report
 
+    import pandas as pd
+
     files = write_report(a.dirs, a.out)
-    print(files["table_md"].read_text(), end="")
+    # for a terminal: one column per run, and only the figures this machine has (a CPU has no GPU columns);
+    # report.md keeps the whole table
+    t = pd.read_csv(files["table_csv"], dtype=str).fillna("n/a")
+    t = t.loc[:, ~t.isin(["n/a"]).all()]
+    print(t.set_index(t.columns[0]).T.to_markdown() + f"\n(every column, one row per run: {files['table_md']})")
     if "scaling_md" in files:
         print("\nScaling across world sizes:\n" + files["scaling_md"].read_text(), end="")
     print("\nwrote " + ", ".join(str(f) for f in files.values()))
