@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (.venv) and run every test: unit tests, every experiment through
+# Set up a virtual environment (.venv) and run every test: unit tests, the lab's (lab/tests), every experiment through
 # `workshop run --tiny` on the CPU with real DeepSpeed, the batch scripts on a SLURM cluster where one
 # answers (.ci/run starts one), and every notebook of course/ and solutions/
 # executed by nbmake on the tiny model, with the run length a GPU learner gets (lessons.notebook_run_options:
@@ -22,4 +22,5 @@ workers=${WORKSHOP_TEST_WORKERS:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / workers : 1 ))}
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
 # here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
-pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests course/[0-9]*.ipynb solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200
+pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests course/[0-9]*.ipynb \
+  solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200

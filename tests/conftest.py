@@ -10,6 +10,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# Before any test module imports DeepSpeed: `workshop_lib.env` pins its accelerator where there is no GPU, which
+# DeepSpeed's own detection would announce with a warning in every worker
+import workshop_lib.env  # noqa: E402, F401
+
 
 def workshop(*args, cwd=None, check=True):
     """Run the `workshop` command line in a subprocess; return the CompletedProcess (stdout+stderr text)."""

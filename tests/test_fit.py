@@ -12,13 +12,13 @@ import pytest
 from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-from workshop_lib.errors import WorkshopError
 from workshop_lessons import REFERENCE
+from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, explorer, fix_on_these_gpus,
                               ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix)
 from workshop_lib.model import count_params
+from workshop_lib.units import MiB
 
-MiB = 2**20
 H100 = GPUS["H100 80GB"]
 
 
