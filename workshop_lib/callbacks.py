@@ -1,8 +1,9 @@
 """The workshop's own Trainer callbacks, which `train.train` adds to every run before the caller's (introduced in
-`01_baseline`, whose train_log.csv `step_log` writes): the step log, the stop at a step boundary (SIGTERM,
+`01_baseline`, whose train_log.csv `StepLog` writes): the step log, the stop at a step boundary (SIGTERM,
 SIGUSR1, the stop file), each epoch's evaluation before the step's checkpoint, and the memory phases.
 
-Each is built by a function, from what it needs of the run (a path, a clock, the sampler).
+Each is a TrainerCallback class (transformers' pattern), built from what it needs of the run (a path, a clock,
+the sampler).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from . import rundir
 from .memory import MemorySampler
 
 
-def step_log(path: Path, t0: float):
-    """A TrainerCallback appending every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
+class StepLog(TrainerCallback):
+    """Appends every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
     rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
     an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
     eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
@@ -30,129 +31,125 @@ def step_log(path: Path, t0: float):
     logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
     waits for the GPU at those steps only (`train.UnsyncedTrainer`): a step's own time is then the host's, and
     only a window between such steps measures the GPU."""
-    fields = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
+
+    FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
               "tokens", "num_input_tokens_seen"]
 
-    class StepLog(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
-            self.step_times, self.step_tokens, self.step_ends = [], [], []
-            if state.is_world_process_zero:
-                kept = []
-                if state.global_step and path.is_file():  # resumed: the rows up to the checkpoint's step
-                    with path.open(newline="") as f:
-                        kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
-                self.f = path.open("w", newline="")
-                self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
-                self.w.writeheader()
-                self.w.writerows(kept)
+    def __init__(self, path: Path, t0: float):
+        self.path, self.t0 = path, t0
 
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step >= state.max_steps:
-                control.should_log = True  # the last step, whatever logging_steps: every run logs a loss
-            if args.logging_steps > 1 and control.should_log and torch.cuda.is_available():
-                torch.cuda.synchronize()  # the logging that follows waits for the GPU anyway: the clock does too
-            now = time.perf_counter()
-            self.step_times.append(now - self.last)
-            self.step_tokens.append(state.num_input_tokens_seen - self.seen)
-            self.step_ends.append(now - t0)
-            self.last, self.seen = now, state.num_input_tokens_seen
+    def on_train_begin(self, args, state, control, **kw):
+        self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
+        self.step_times, self.step_tokens, self.step_ends = [], [], []
+        if state.is_world_process_zero:
+            kept = []
+            if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step
+                with self.path.open(newline="") as f:
+                    kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
+            self.f = self.path.open("w", newline="")
+            self.w = csv.DictWriter(self.f, self.FIELDS, extrasaction="ignore")
+            self.w.writeheader()
+            self.w.writerows(kept)
 
-        def on_evaluate(self, args, state, control, **kw):
-            self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step >= state.max_steps:
+            control.should_log = True  # the last step, whatever logging_steps: every run logs a loss
+        if args.logging_steps > 1 and control.should_log and torch.cuda.is_available():
+            torch.cuda.synchronize()  # the logging that follows waits for the GPU anyway: the clock does too
+        now = time.perf_counter()
+        self.step_times.append(now - self.last)
+        self.step_tokens.append(state.num_input_tokens_seen - self.seen)
+        self.step_ends.append(now - self.t0)
+        self.last, self.seen = now, state.num_input_tokens_seen
 
-        on_save = on_evaluate  # nor is writing a checkpoint
+    def on_evaluate(self, args, state, control, **kw):
+        self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
 
-        def on_log(self, args, state, control, logs=None, **kw):
-            if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
-                return
-            row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - t0, 3)}
-            if "loss" in logs and self.step_times:
-                row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
-            self.w.writerow(row)
-            self.f.flush()
+    on_save = on_evaluate  # nor is writing a checkpoint
 
-        def on_train_end(self, args, state, control, **kw):
-            if state.is_world_process_zero:
-                self.f.close()
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not (state.is_world_process_zero and logs and ("loss" in logs or "eval_loss" in logs)):
+            return
+        row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - self.t0, 3)}
+        if "loss" in logs and self.step_times:
+            row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
+        self.w.writerow(row)
+        self.f.flush()
 
-    return StepLog()
-
-
-def stop_at_step_boundary(stop_file: Path):
-    """A TrainerCallback that, at every optimizer step's end, asks all ranks whether one received SIGTERM or
-    SIGUSR1 (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at
-    the same step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum`
-    keeps the signal."""
-    class StopAtStepBoundary(TrainerCallback):
-        signum = None
-
-        def on_step_end(self, args, state, control, **kw):
-            asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if stop_file.exists() else 0))
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
-                dist.all_reduce(asked_, op=dist.ReduceOp.MAX)
-                asked = int(asked_.item())
-            if asked:
-                self.signum = asked
-                control.should_save = control.should_training_stop = True
-
-        def on_epoch_end(self, args, state, control, **kw):
-            # Stopped mid-epoch, the Trainer would evaluate the unfinished epoch before the checkpoint: that
-            # epoch's evaluation comes when the resumed run finishes it, so an interrupted run's evaluations
-            # are those of an uninterrupted one.
-            if self.signum and abs(state.epoch - round(state.epoch)) > 1e-6:
-                control.should_evaluate = False
-
-    return StopAtStepBoundary()
+    def on_train_end(self, args, state, control, **kw):
+        if state.is_world_process_zero:
+            self.f.close()
 
 
-def evaluate_before_save():
-    """A TrainerCallback that makes each epoch's evaluation at the end of the epoch's last optimizer step (or
-    of the run's last, when max_steps ends it mid-epoch) instead of at the epoch's end, so that a checkpoint of
-    that step holds the evaluation in its log history (trainer_state.json) and a run resumed from it never
-    skips it. The Trainer evaluates before it saves within one step's end (`_maybe_log_save_evaluate`), but
-    by itself it evaluates at the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that
-    save_strategy "steps" or a stop at the step boundary wrote at the step's end. The epoch's end then neither
-    evaluates again nor writes the checkpoint of the same step a second time."""
-    class EvaluateBeforeSave(TrainerCallback):
-        evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
+class StopAtStepBoundary(TrainerCallback):
+    """At every optimizer step's end, asks all ranks whether one received SIGTERM or SIGUSR1
+    (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at the same
+    step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum` keeps the
+    signal."""
 
-        def on_step_end(self, args, state, control, **kw):
-            if abs(state.epoch - round(state.epoch)) < 1e-6 or state.global_step >= state.max_steps:
-                control.should_evaluate = True
+    def __init__(self, stop_file: Path):
+        self.stop_file, self.signum = stop_file, None
 
-        def on_evaluate(self, args, state, control, **kw):
-            self.evaluated = state.global_step
+    def on_step_end(self, args, state, control, **kw):
+        asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if self.stop_file.exists() else 0))
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
+            dist.all_reduce(asked_, op=dist.ReduceOp.MAX)
+            asked = int(asked_.item())
+        if asked:
+            self.signum = asked
+            control.should_save = control.should_training_stop = True
 
-        def on_save(self, args, state, control, **kw):
-            self.saved = state.global_step
-
-        def on_epoch_end(self, args, state, control, **kw):
-            if self.evaluated == state.global_step:
-                control.should_evaluate = False
-            if self.saved == state.global_step:
-                control.should_save = False
-
-    return EvaluateBeforeSave()
+    def on_epoch_end(self, args, state, control, **kw):
+        # Stopped mid-epoch, the Trainer would evaluate the unfinished epoch before the checkpoint: that
+        # epoch's evaluation comes when the resumed run finishes it, so an interrupted run's evaluations
+        # are those of an uninterrupted one.
+        if self.signum and abs(state.epoch - round(state.epoch)) > 1e-6:
+            control.should_evaluate = False
 
 
-def phases(mem: MemorySampler):
-    """A TrainerCallback marking the memory phases on `mem`: training begins (after model and engine set-up),
-    the first optimizer step of this train() call has ended (the model states kept between steps), training
-    ends."""
-    class Phases(TrainerCallback):
-        first = True
+class EvaluateBeforeSave(TrainerCallback):
+    """Makes each epoch's evaluation at the end of the epoch's last optimizer step (or of the run's last, when
+    max_steps ends it mid-epoch) instead of at the epoch's end, so that a checkpoint of that step holds the
+    evaluation in its log history (trainer_state.json) and a run resumed from it never skips it. The Trainer
+    evaluates before it saves within one step's end (`_maybe_log_save_evaluate`), but by itself it evaluates at
+    the epoch's end (`DefaultFlowCallback.on_epoch_end`), after the checkpoint that save_strategy "steps" or a
+    stop at the step boundary wrote at the step's end. The epoch's end then neither evaluates again nor writes
+    the checkpoint of the same step a second time."""
 
-        def on_train_begin(self, args, state, control, **kw):
-            mem.mark("train_begin")
+    evaluated = saved = None  # the global step of this run's last evaluation, last checkpoint
 
-        def on_step_end(self, args, state, control, **kw):
-            if self.first:
-                mem.mark("states")
-                self.first = False
+    def on_step_end(self, args, state, control, **kw):
+        if abs(state.epoch - round(state.epoch)) < 1e-6 or state.global_step >= state.max_steps:
+            control.should_evaluate = True
 
-        def on_train_end(self, args, state, control, **kw):
-            mem.mark("train_end")
+    def on_evaluate(self, args, state, control, **kw):
+        self.evaluated = state.global_step
 
-    return Phases()
+    def on_save(self, args, state, control, **kw):
+        self.saved = state.global_step
+
+    def on_epoch_end(self, args, state, control, **kw):
+        if self.evaluated == state.global_step:
+            control.should_evaluate = False
+        if self.saved == state.global_step:
+            control.should_save = False
+
+
+class Phases(TrainerCallback):
+    """Marks the memory phases on `mem`: training begins (after model and engine set-up), the first optimizer
+    step of this train() call has ended (the model states kept between steps), training ends."""
+
+    def __init__(self, mem: MemorySampler):
+        self.mem, self.first = mem, True
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.mem.mark("train_begin")
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.first:
+            self.mem.mark("states")
+            self.first = False
+
+    def on_train_end(self, args, state, control, **kw):
+        self.mem.mark("train_end")

@@ -12,7 +12,7 @@ rank's RNG states, trainer_state.json (step, epoch, log history: the data positi
 Complete or not: a checkpoint is complete when its MANIFEST (workshop_manifest.json) is there and every file it
 lists is there with the size it had when written, and the same SHA-256 for files of at most CHECKSUM_MAX_BYTES
 (a bit flipped inside a larger file goes unseen; a file deleted, emptied or cut short never does). The
-manifest is written last (`manifest_callback`): the Trainer calls `on_save` once `_save_checkpoint` has written
+manifest is written last (`Manifest`): the Trainer calls `on_save` once `_save_checkpoint` has written
 the model, every rank's optimizer shards, the schedule, the RNG states and trainer_state.json, and deleted the
 older checkpoints (save_total_limit). Anything else is never loaded:
 - interrupted while being written: no manifest, and no trainer_state.json of its step;
@@ -102,7 +102,7 @@ def bytes_per_param(deepspeed: bool, precision: str) -> int:
 def write_manifest(ckpt: str | os.PathLike) -> Path:
     """Write ckpt/MANIFEST (atomically): every other file under `ckpt`, by path relative to it, with its size
     in bytes and, up to CHECKSUM_MAX_BYTES, its SHA-256. Call once the checkpoint is written whole
-    (`manifest_callback`). Returns the manifest's path."""
+    (`Manifest`). Returns the manifest's path."""
     ckpt, files = Path(ckpt), {}
     for f in sorted(ckpt.rglob("*")):
         if f.is_file() and f.name != MANIFEST and not f.name.startswith(f".{MANIFEST}.tmp"):
@@ -274,17 +274,15 @@ def last_checkpoint(path: str | os.PathLike) -> Path:
     return complete[-1]
 
 
-def manifest_callback():
-    """A TrainerCallback writing each checkpoint's MANIFEST once it is written whole: in `on_save`, which the
-    Trainer calls after `_save_checkpoint` (transformers 5.2x `Trainer._maybe_log_save_evaluate`). Every
-    rank writes its own ZeRO shards and RNG states: all ranks meet at a barrier first, then rank 0 writes."""
-    class Manifest(TrainerCallback):
-        def on_save(self, args, state, control, **kw):
-            env.barrier()
-            if state.is_world_process_zero:
-                write_manifest(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+class Manifest(TrainerCallback):
+    """Writes each checkpoint's MANIFEST once it is written whole: in `on_save`, which the Trainer calls after
+    `_save_checkpoint` (transformers 5.2x `Trainer._maybe_log_save_evaluate`). Every rank writes its own ZeRO
+    shards and RNG states: all ranks meet at a barrier first, then rank 0 writes."""
 
-    return Manifest()
+    def on_save(self, args, state, control, **kw):
+        env.barrier()
+        if state.is_world_process_zero:
+            write_manifest(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
 
 def run_command(asked, output_dir: str | os.PathLike, flag: str) -> str:

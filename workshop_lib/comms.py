@@ -36,40 +36,40 @@ SOURCE = ("deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside
           "(Trainer on_step_begin to on_step_end)")
 
 
-def Window(on: bool):  # noqa: N802 - a TrainerCallback made on demand, closing over `on`
-    """A TrainerCallback that keeps DeepSpeed's comms logger to the optimizer steps: when the Trainer is built
-    it sets the logger on (`on`) or off and clears it (a module-level object: an earlier run in this process
-    may have left it on, or full); at train begin it clears what the engine's set-up logged; it profiles from
-    each step's begin to its end. `steps` counts the steps profiled."""
-    class CommsWindow(TrainerCallback):
-        steps = 0
+class Window(TrainerCallback):
+    """Keeps DeepSpeed's comms logger to the optimizer steps: when the Trainer is built it sets the logger on
+    (`on`) or off and clears it (a module-level object: an earlier run in this process may have left it on, or
+    full); at train begin it clears what the engine's set-up logged; it profiles from each step's begin to its
+    end. `steps` counts the steps profiled."""
 
-        def _logger(self):
-            # DeepSpeed here: importing it picks the accelerator and probes its ops; env settles both first
-            import deepspeed.comm as ds_comm
+    def __init__(self, on: bool):
+        self.on, self.steps = on, 0
 
-            return ds_comm.comms_logger
+    @staticmethod
+    def _logger():
+        # DeepSpeed here: importing it picks the accelerator and probes its ops; env settles both first
+        import deepspeed.comm as ds_comm
 
-        def on_init_end(self, args, state, control, **kw):
-            log = self._logger()
-            log.enabled, log.prof_all = on, False
-            log.reset_data()
+        return ds_comm.comms_logger
 
-        def on_train_begin(self, args, state, control, **kw):
-            if on:
-                self._logger().prof_all = False  # the ds_config's prof_all: true switched it on for the set-up
-                self._logger().reset_data()
+    def on_init_end(self, args, state, control, **kw):
+        log = self._logger()
+        log.enabled, log.prof_all = self.on, False
+        log.reset_data()
 
-        def on_step_begin(self, args, state, control, **kw):
-            if on:
-                self._logger().prof_all = True
+    def on_train_begin(self, args, state, control, **kw):
+        if self.on:
+            self._logger().prof_all = False  # the ds_config's prof_all: true switched it on for the set-up
+            self._logger().reset_data()
 
-        def on_step_end(self, args, state, control, **kw):
-            if on:
-                self._logger().prof_all = False
-                self.steps += 1
+    def on_step_begin(self, args, state, control, **kw):
+        if self.on:
+            self._logger().prof_all = True
 
-    return CommsWindow()
+    def on_step_end(self, args, state, control, **kw):
+        if self.on:
+            self._logger().prof_all = False
+            self.steps += 1
 
 
 def summary(raw: dict) -> dict:
@@ -95,7 +95,7 @@ def write(out: Path, trainer) -> dict | None:
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     import deepspeed.comm as ds_comm
 
-    window = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "CommsWindow")
+    window = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Window))
     log = ds_comm.comms_logger
     mine = summary(log.log_all(print_log=False, return_dict=True)["summary"])
     log.enabled = log.prof_all = False

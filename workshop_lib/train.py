@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from . import checkpoint, comms, env, preflight, rundir, teardown, zenflow
-from .callbacks import evaluate_before_save, phases, step_log, stop_at_step_boundary
+from .callbacks import EvaluateBeforeSave, Phases, StepLog, StopAtStepBoundary
 from .config import EXPERIMENTS, Experiment, RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import apply_overrides, build_ds_config
@@ -183,7 +183,7 @@ class Run:
     trainer: Any = None  # transformers Trainer
     mem: MemorySampler | None = None
     train_out: Any = None  # Trainer.train's TrainOutput
-    steps: Any = None  # the step log callback (`callbacks.step_log`): step times and tokens
+    steps: Any = None  # the step log callback (`callbacks.StepLog`): step times and tokens
     wall: float = 0.0  # seconds since the memory sampler started
     # record (`record.record`)
     results: dict = field(default_factory=dict)  # a `RunResults` as a dict
@@ -400,7 +400,7 @@ def build_trainer(run: Run):
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
-    trainer_class, callbacks = Trainer, [checkpoint.manifest_callback()]  # each checkpoint's manifest, last
+    trainer_class, callbacks = Trainer, [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if unsynced:
         trainer_class = UnsyncedTrainer
     if batches is not None:
@@ -469,9 +469,9 @@ def train(run: Run) -> None:
     """
     trainer, mem, out, resume_from = run.trainer, run.mem, run.out, run.resume_from
     try:
-        steps = step_log(out / "train_log.csv", mem.t0)
-        stop = stop_at_step_boundary(out / rundir.STOP_FILE)
-        for callback in (steps, stop, phases(mem), evaluate_before_save(), *run.callbacks):
+        steps = StepLog(out / "train_log.csv", mem.t0)
+        stop = StopAtStepBoundary(out / rundir.STOP_FILE)
+        for callback in (steps, stop, Phases(mem), EvaluateBeforeSave(), *run.callbacks):
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
