@@ -9,6 +9,8 @@ venv=${1:-/tmp/non-editable-ci}
 rm -rf "$venv" && python -m venv --without-pip "$venv"
 site() { "$1" -c "import site; print(site.getsitepackages()[0])"; }
 site python > "$(site "$venv/bin/python")/outer.pth"
+# the same torch as the outer environment: its compiled DeepSpeed ops serve (workshop_lib.env's per-environment cache)
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(python -c "import os, workshop_lib.env; print(os.environ['TORCH_EXTENSIONS_DIR'])" 2>/dev/null)}
 src=$(mktemp -d) && git ls-files -z | xargs -0 cp --parents -t "$src"  # built there: no build/ left here
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation "$src" 2> >(grep -v "^WARNING: Location" >&2)
 work=$(mktemp -d) && mkdir "$work/course" && cp -r slurm "$work/" && cp course/02_zero_stages.py "$work/course/" && cd "$work/course"  # a learner's folder
@@ -23,6 +25,10 @@ nb = jupytext.read("02_zero_stages.py")
 nbclient.NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}).execute()
 outputs = json.dumps([o for c in nb.cells for o in c.get("outputs", [])])
 assert "Reference: NVIDIA H100" in outputs, "no GPU reference beside the learner's figures"
+# what a learner would see as red boxes: any warning a library printed to the cell's stderr
+red = [line for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr"
+       for line in o.get("text", "").splitlines() if "warn" in line.lower()]
+assert not red, "warnings in the executed notebook's outputs:\n" + "\n".join(red[:20])
 print(f"non-editable install ({workshop_lessons.__file__}): notebook 02 ran in {os.getcwd()}, the H100 "
       "reference beside the learner's figures")
 PY
