@@ -88,7 +88,7 @@ RECIPES: dict[str, dict] = {
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
     # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
     # (bf16 has fp32's range: no loss scale to adjust); all the questions.
-    # Every lever is an A/B row of `workshop bench` (lab/findings/h100/bench).
+    # Every lever is an A/B row of the lab's benchmark (lab/bench.py) (lab/findings/h100/bench).
     "default": dict(model="Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
                     padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
                     torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
@@ -183,7 +183,7 @@ class RunConfig:
         "are copied to it without waiting: no host sync in between")
     torch_compile_zero3: bool | None = _recipe_opt(
         "torch_compile_zero3", False, "true: torch_compile under ZeRO-3 too (off by default: its parameter hooks "
-        "split each compiled block; an A/B row of `workshop bench`)")
+        "split each compiled block; an A/B row of the lab's benchmark (lab/bench.py))")
     drop_attention_mask: bool | None = _recipe_opt(
         "drop_attention_mask", False, "true: no attention mask for right-padded batches (exact: causal attention never "
         "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")

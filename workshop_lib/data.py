@@ -394,7 +394,7 @@ class TokenBudgetBatchSampler:
     @classmethod
     def for_dataset(cls, ds, max_tokens: int, seed: int) -> "TokenBudgetBatchSampler":
         """The sampler of a tokenised dataset (`tokenize_squad`'s): the one place that reads its lengths, so the
-        training loop, the step counts in results.json and `workshop bench` see the same batches."""
+        training loop, the step counts in results.json and the lab's benchmark (lab/bench.py) see the same batches."""
         return cls([len(x) for x in ds["input_ids"]], max_tokens, seed)
 
     @property

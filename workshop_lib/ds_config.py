@@ -53,11 +53,11 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         nvme_path: a directory on a local NVMe drive, for "nvme" offload.
         reduce_bucket_size: gradient elements reduced together (stages 1-3), or "auto": the HF integration
             sets hidden_size², 1M elements for Qwen3-0.6B, which under stage 1-2 means one reduction call per
-            parameter tensor; DeepSpeed's own default is 500M (`workshop bench` measures both).
+            parameter tensor; DeepSpeed's own default is 500M (the lab's benchmark (lab/bench.py) measures both).
         check_grad_overflow: bf16 only: DeepSpeed checks every gradient tensor for inf/NaN before each
             optimizer step and skips the step if one is found (its default, True). bf16 has fp32's exponent
             range, so no loss scale depends on it; False saves one check per parameter tensor per step
-            (`workshop bench` measures it). fp16 always checks: its loss scale needs it.
+            (the lab's benchmark (lab/bench.py) measures it). fp16 always checks: its loss scale needs it.
         nvme_buffer_size: parameter elements per NVMe read/write buffer (offload_param "nvme"); DeepSpeed needs
             it at least the largest parameter tensor's (Qwen3-0.6B's embedding: 155.6M). Default 1e8, DeepSpeed's.
         nvme_buffer_count: those buffers, one per parameter tensor in use at once (DeepSpeed's default 5 is

@@ -314,7 +314,7 @@ def compute_logits_where_labelled(model) -> None:
     Only a forward with `labels` changes (then `logits` holds the [K, V] rows); without labels, as in
     `generate`, the model's own forward runs. The positions come with the batch (`labelled_positions`, made
     on the CPU by `data.make_collator`), or are found on the GPU, which stalls the CPU until the forward
-    pass is done (measured in `workshop bench`). Works for any `*ForCausalLM` whose `base_model` returns
+    pass is done (measured in the lab's benchmark (lab/bench.py)). Works for any `*ForCausalLM` whose `base_model` returns
     `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2).
     """
     own_forward = model.forward

@@ -62,7 +62,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         compile_ = False
         if env.world()[0] == 0:
             print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                  "block into pieces (`workshop bench`'s compile row, lab/findings/h100/bench; --torch-compile-zero3 true "
+                  "block into pieces (the lab benchmark's compile row (lab/bench.py), lab/findings/h100/bench; --torch-compile-zero3 true "
                   "compiles anyway).")
     return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
                    torch_compile=compile_,
