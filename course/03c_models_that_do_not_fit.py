@@ -121,7 +121,7 @@ reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 
 pd.set_option("display.max_colwidth", 400)
 display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
                    "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB"]])
-cache = large_models.allocator_cache()  # None without docs/
+cache = large_models.allocator_cache()  # None without the reference runs (workshop_lessons/reference)
 if cache:
     print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
           f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
@@ -138,7 +138,7 @@ if cache:
 # %%
 fix = fit.smallest_fix(baseline_est)
 print(f"smallest change that fits {BIG} on one {GPU_KEY}: {fix['change'] if fix else 'none'}")
-rung = large_models.checkpointing_against_offload()  # None without docs/
+rung = large_models.checkpointing_against_offload()  # None without the reference runs (workshop_lessons/reference)
 if rung:
     t = rung.tokens_per_second
     print(f"reference, {rung.model} on one H100: the baseline with activation checkpointing {t.value:,.0f} "

@@ -323,7 +323,7 @@ def _load(root: Path) -> pd.DataFrame:
 
 def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.DataFrame:
     """The reference runs (one row per run name, indexed by it; results.json columns) of `notebook`'s runs,
-    or all of them; an empty frame where none are on file (a copy of workshop_lib without docs/)."""
+    or all of them; an empty frame where none are on file (a copy of the lessons without their reference/)."""
     df = _load(root / "runs")
     if df.empty or notebook is None:
         return df

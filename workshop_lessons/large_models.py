@@ -1,9 +1,9 @@
 """Notebook 03c's reference runs and figures: models that do not fit (`scripts/large_models.sh` on one H100 and
-on two H200s, committed under docs/), each run's outcome read from its directory and log, with `fit.estimate`
-beside every measured figure; the learner's runs beside them (`exercise_table`), and the records the solution
+on two H200s, committed under workshop_lessons/reference), each run's outcome read from its directory and log,
+with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`), and the records the solution
 notebook writes its answers from (`host_states`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
 
-    python -m workshop_lessons.large_models     # rewrites docs/*/large-models*/table.md from the runs
+    python -m workshop_lessons.large_models     # rewrites reference/*/large-models*/table.md from the runs
 """
 
 from __future__ import annotations
