@@ -213,6 +213,7 @@ def test_export_turns_a_zero3_checkpoint_into_the_same_model(runs, tmp_path):
     """`workshop export` of the last ZeRO-3 (+ offload) checkpoint (step 8, the end) through DeepSpeed's
     zero_to_fp32 gives the weights the run saved at its end."""
     workshop("export", runs / "stage3_offload", tmp_path / "exported")
+    assert not (tmp_path / "exported" / checkpoint.MANIFEST).exists()  # the checkpoint's manifest, not the model's
     a, _ = evaluation.load_model(tmp_path / "exported")
     b, _ = evaluation.load_model(runs / "stage3_offload")
     sa, sb = a.state_dict(), b.state_dict()

@@ -628,7 +628,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         net.save_pretrained(tmp)
         for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
             if (f.is_file() and f.suffix in (".json", ".txt", ".model", ".jinja")
-                    and f.name != "trainer_state.json" and not f.name.endswith(".index.json")):
+                    and f.name not in ("trainer_state.json", MANIFEST) and not f.name.endswith(".index.json")):
                 shutil.copy2(f, tmp / f.name)
     return out
 
