@@ -30,9 +30,10 @@ if ! python -c "import torch" 2>/dev/null; then
   echo "  done in ${SECONDS} s"
 fi
 # installed, not merely importable from this folder: the package's metadata and what it needs
-_check="import importlib.metadata as m; m.version('deepspeed-workshop'); import deepspeed, transformers, datasets"
-if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check, pytest, nbmake, xdist, jupytext"; fi
-if ! python -c "$_check" 2>/dev/null; then
+# (their metadata, not an import: importing DeepSpeed here would print its accelerator warning on a CPU)
+_check="deepspeed-workshop deepspeed transformers datasets"
+if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check pytest nbmake pytest-xdist jupytext"; fi
+if ! python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.argv[1:]]" $_check 2>/dev/null; then
   installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
   # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
   PYTHONWARNINGS="ignore:Editable installation" quiet pip install -q -e ".$_extras"
