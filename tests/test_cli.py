@@ -404,19 +404,24 @@ def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
     from workshop_lib.memory import estimate_nvme_swap
 
     assert r["nvme_swap_mib"]["optimizer"] <= estimate_nvme_swap(r["num_params"], True, False)
-    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(r["num_params"], False, True)
+    # the parameters in the run's precision: fp32 on a CPU, 4 bytes each
+    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(r["num_params"], False, True,
+                                                              precision=r["config"]["precision"])
 
 
 @pytest.mark.slow
 def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_written(tmp_path):
-    """Qwen3-8B's swap files (18 bytes/param, ~137 GiB) against the free space of this machine's temporary drive:
+    """Qwen3-8B's swap files (18 bytes/param in bf16, ~137 GiB; 20 in a CPU's fp32) against the free space of this machine's temporary drive:
     refused after the data and the parameter count, before the model is built or the output directory made."""
     from workshop_lib.memory import estimate_nvme_swap
-    from workshop_lib.units import MiB
     from workshop_lib.model import count_params
+    from workshop_lib.units import MiB
+
+    from workshop_lib.env import pick_precision
 
     skip_unless_runnable("stage3_nvme")  # the op check comes first: without libaio that is the refusal
-    need = estimate_nvme_swap(count_params("Qwen/Qwen3-8B")["num_params"], True, True)
+    need = estimate_nvme_swap(count_params("Qwen/Qwen3-8B")["num_params"], True, True,
+                              precision=pick_precision("bf16"))  # a CPU's run is fp32: 20 bytes/param
     free = shutil.disk_usage(tmp_path).free / MiB
     if need <= 0.95 * free:
         pytest.skip(f"this drive has {free:,.0f} MiB free, room for Qwen3-8B's {need:,.0f} MiB of swap files")

@@ -62,7 +62,8 @@ def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_siz
     Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
     nodes = max(1, world_size // per_node)  # ranks of one node share its drive
-    need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes)
+    need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes,
+                                     cfg.precision)
     free = shutil.disk_usage(cfg.nvme_path).free / MiB
     if need > memory.DRIVE_MARGIN * free:
         raise WorkshopError(
