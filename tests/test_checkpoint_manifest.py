@@ -91,6 +91,31 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     assert not (tmp_path / "planted-ran").exists()
 
 
+class EnumByName:
+    """An enum member pickled as Python 3.11's early releases pickle it: getattr(class, name)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __reduce__(self):
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+
+        return getattr, (ZeroStageEnum, self.name)
+
+
+def test_an_enum_pickled_by_name_loads_and_any_other_getattr_is_refused(tmp_path):
+    """Python 3.11.2 (Debian bookworm's) pickles DeepSpeed's ZeroStageEnum as getattr(ZeroStageEnum, "gradients"):
+    such a checkpoint is the workshop's own and loads; getattr to anything but an enum member is refused."""
+    ckpt = fake_checkpoint(tmp_path, 4)
+    shard = ckpt / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save({"zero_stage": EnumByName("gradients"), "w": torch.ones(2)}, shard)
+    checkpoint.write_manifest(ckpt)
+    assert checkpoint.why_incomplete(ckpt) is None
+    torch.save({"zero_stage": EnumByName("__init__")}, shard)
+    checkpoint.write_manifest(ckpt)
+    assert "names code that loading it would run (builtins.getattr)" in checkpoint.why_incomplete(ckpt)
+
+
 def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):
     """Damaged and nothing complete: refused, nothing moved. Only interrupted while written: a resume starts
     from step 0. Set aside: moved out of checkpoints/ (the Trainer's rotation globs checkpoint-*), never over

@@ -32,10 +32,13 @@ of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are.
 from __future__ import annotations
 
 import argparse
+import enum
 import hashlib
+import importlib
 import json
 import logging
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -153,10 +156,43 @@ def code_in(ckpt: str | os.PathLike) -> str | None:
             names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
         except Exception as e:  # not torch's zip format, or a pickle torch cannot walk
             return f"{f.relative_to(ckpt)} cannot be read as a torch checkpoint ({type(e).__name__})"
+        if names == {"builtins.getattr"} and _loads_without_code(f):
+            names = set()  # only enum members by name: how Python 3.11's early releases pickle DeepSpeed's enums
         if names:
             return (f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
                     "the workshop never loads code from a checkpoint")
     return None
+
+
+def _enum_member(cls, name):
+    """`builtins.getattr` as a checkpoint may use it: a member, by name, of an enum in SAFE_GLOBALS (Python 3.11's
+    early releases pickle enum members as getattr(class, name)). Anything else is refused.
+
+    Raises:
+        pickle.UnpicklingError: not such a member.
+    """
+    if (isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__
+            and f"{cls.__module__}.{cls.__qualname__}" in SAFE_GLOBALS):
+        return cls[name]
+    raise pickle.UnpicklingError(f"getattr({cls!r}, {name!r}) is no member of an allowed enum")
+
+
+def _loads_without_code(f: Path) -> bool:
+    """True when `f` loads through torch's weights_only unpickler with SAFE_GLOBALS allowed and getattr limited
+    to `_enum_member` (the tensors memory-mapped, not read)."""
+    allowed = [(_enum_member, "builtins.getattr")]
+    for name in SAFE_GLOBALS:
+        module, _, attr = name.rpartition(".")
+        try:
+            allowed.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError):  # numpy's other spelling, a DeepSpeed without the class
+            continue
+    try:
+        with torch.serialization.safe_globals(allowed):
+            torch.load(f, weights_only=True, mmap=True, map_location="cpu")
+    except Exception:  # noqa: BLE001 - whatever stops torch's restricted unpickler: code, or a damaged file
+        return False
+    return True
 
 
 def _trainer_step(ckpt: Path) -> int | None:
