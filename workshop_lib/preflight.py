@@ -62,8 +62,8 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
         compile_ = False
         if env.world()[0] == 0:
             print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                  "block into pieces (the lab benchmark's compile row (lab/bench.py), lab/findings/h100/bench; --torch-compile-zero3 true "
-                  "compiles anyway).")
+                  "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
+                  "--torch-compile-zero3 true compiles anyway).")
     return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
                    torch_compile=compile_,
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
@@ -98,10 +98,14 @@ def check_resources(cfg: RunConfig, exp: Experiment, world_size: int, local_rank
     Raises:
         WorkshopError: the GPU or the drive is too small, with both figures.
     """
+    states_on_gpu = not cfg.tiny and torch.cuda.is_available()
+    if not (exp.offloads_to_nvme or states_on_gpu):
+        return
+    counts = count_params(cfg.model, tiny=cfg.tiny)  # the meta device: seconds, once for both checks
     if exp.offloads_to_nvme:
-        check_nvme_space(cfg, exp, count_params(cfg.model, tiny=cfg.tiny)["num_params"], world_size)
-    if not cfg.tiny and torch.cuda.is_available():
-        check_states_fit(cfg, exp, count_params(cfg.model), world_size, gpu_memory_mib(local_rank))
+        check_nvme_space(cfg, exp, counts["num_params"], world_size)
+    if states_on_gpu:
+        check_states_fit(cfg, exp, counts, world_size, gpu_memory_mib(local_rank))
 
 
 def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:

@@ -8,7 +8,8 @@ A run directory is in one of three states:
 - empty: nothing of a run (it may hold other files, which a run leaves alone).
 
 A run owns the files it writes there (`RUN_OUTPUTS`) and nothing else: it refuses a directory holding a run unless
-`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which continues an unfinished one from its last complete checkpoint; it always refuses
+`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which
+continues an unfinished one from its last complete checkpoint; it always refuses
 one whose run is still alive on this host.
 
 Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (what SLURM sends
@@ -43,8 +44,8 @@ RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of th
 # Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
 # patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
 # checkpoints (damaged-checkpoints/) are never removed.
-RUN_OUTPUTS = ("results.json", MARKER, STOP_FILE, "train_log.csv", "memory*.csv", "ds_config.json", "run_config.json",
-               "launch.log", "model", ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json", ".*.tmp*")
+RUN_OUTPUTS = RUN_FILES + (STOP_FILE, "memory.*.csv", "ds_config.json", "run_config.json", "launch.log", "model",
+                           ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json", ".*.tmp*")
 
 
 def _entries(folder: Path, patterns) -> list[Path]:
