@@ -55,8 +55,8 @@ NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 # who sets it. Each run of section 2 writes its own config, resolved, to `ds_config.json`; section 4 shows yours.
 
 # %%
-print(json.dumps(build_ds_config(zero_stage=3), indent=2))
-display(Markdown(ds_config.explain(build_ds_config(zero_stage=3)).to_markdown(index=False)))
+print(json.dumps(build_ds_config("stage3"), indent=2))
+display(Markdown(ds_config.explain(build_ds_config("stage3")).to_markdown(index=False)))
 
 # %% [markdown]
 # ## 2. Run the stages

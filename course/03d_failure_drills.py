@@ -42,7 +42,7 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['train_batch_size']}, "
+print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
       f"exit {fixed['returncode']}")
 
 # %% [markdown]

@@ -13,7 +13,7 @@ import deepspeed
 import torch
 
 from workshop_lib import env
-from workshop_lib.ds_config import build_ds_config
+from workshop_lib.ds_config import Settings, build_ds_config
 from workshop_lib.model import load_model_and_tokenizer
 
 
@@ -24,8 +24,8 @@ def main():
         torch.manual_seed(0)
         net, _, _ = load_model_and_tokenizer("Qwen/Qwen3-0.6B", tiny=True, random_weights=True)
         before = copy.deepcopy(net.state_dict())
-        cfg = build_ds_config(2, "cpu", precision="fp32", train_micro_batch_size_per_gpu=1,
-                              gradient_accumulation_steps=1, world_size=1, zenflow=zenflow)
+        cfg = build_ds_config("stage2_zenflow" if zenflow else "stage2_offload", Settings(
+            precision="fp32", train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, world_size=1))
         cfg["optimizer"]["params"] = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
         cfg["gradient_clipping"], cfg["zero_optimization"]["reduce_bucket_size"] = 1.0, 10**6
         engine, *_ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=cfg)

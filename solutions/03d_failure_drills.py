@@ -40,7 +40,7 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(world_size=2): train_batch_size {fixed['config']['train_batch_size']}, "
+print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
       f"exit {fixed['returncode']}")
 
 # %% [markdown]
@@ -74,9 +74,9 @@ display(fp16.groupby("precision", sort=False).agg(
 # %% tags=["solution"]
 f = mismatch["fixed_config"]
 print(f"DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x accumulation x "
-      f"world_size). The fix: build the config for the world that runs it, build_ds_config(..., "
+      f"world_size). The fix: build the config for the world that runs it, build_ds_config(..., Settings("
       f"train_micro_batch_size_per_gpu={f['train_micro_batch_size_per_gpu']}, gradient_accumulation_steps="
-      f"{f['gradient_accumulation_steps']}, world_size={f['world_size']}) writes train_batch_size "
+      f"{f['gradient_accumulation_steps']}, world_size={f['world_size']})) writes train_batch_size "
       f"{f['train_batch_size']} (and exited {fixed['returncode']} above); or leave the batch sizes \"auto\" and let "
       "the HF Trainer integration fill them from TrainingArguments, after checking the world size it sees.")
 

@@ -445,3 +445,27 @@ def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):
     plan = fine_tuned.checkpoint_plan(r["num_params"], r["precision"], 24, 2)
     assert plan.bytes_per_param == (16 if r["precision"] == "fp32" else 14)
     assert plan.checkpoint_mib <= size.total_mib <= 1.1 * plan.checkpoint_mib
+
+
+@pytest.mark.slow
+def test_eval_report_and_export_onto_a_full_or_read_only_disk_end_in_one_message(runs, small_disk):
+    """Each command that writes, onto a disk with no space left (a real tmpfs, filled) or a place that cannot be
+    written: exit 2, one `To fix:`, no traceback, and the files already there untouched."""
+    notes = small_disk / "notes.txt"
+    notes.write_text("the user's own file\n")
+    with open(small_disk / "filler", "wb", buffering=0) as f:  # fill the disk to its last byte
+        try:
+            while True:
+                f.write(b"\0" * 2**16)
+        except OSError:
+            pass
+    readonly = Path("/sys/workshop-x")  # sysfs refuses new files even to root (small_disk is root's only)
+    for place, words in ((small_disk, "No space left on device"), (readonly, "cannot be written")):
+        for args in (["report", runs / "stage2", "--out", place / "report"],
+                     ["eval", runs / "stage2", "--num-questions", 2, "--output-dir", place / "eval"],
+                     ["export", runs / "stage3_offload", place / "exported"]):
+            p = workshop(*args, check=False)
+            assert p.returncode == 2 and words in p.stderr, (args, p.stderr[-2000:])
+            assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert notes.read_text() == "the user's own file\n"
+    assert not [f for f in small_disk.rglob("*tmp*")], list(small_disk.rglob("*"))

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.ds_config import build_ds_config, shipped_configs
+from workshop_lib.ds_config import EXPERIMENTS, Experiment, Settings, build_ds_config, shipped_configs
 from workshop_lib.errors import WorkshopError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_stage_and_batch_arithmetic(stage):
-    cfg = build_ds_config(stage, precision="bf16", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4,
-                          world_size=8)
+    cfg = build_ds_config(f"stage{stage}", Settings(precision="bf16", train_micro_batch_size_per_gpu=4,
+                                                    gradient_accumulation_steps=4, world_size=8))
     assert cfg["zero_optimization"]["stage"] == stage
     assert cfg["train_batch_size"] == 4 * 4 * 8  # micro x accumulation x world_size
     assert cfg["bf16"]["enabled"] is True and cfg["fp16"]["enabled"] is False
@@ -20,23 +20,48 @@ def test_stage_and_batch_arithmetic(stage):
 
 
 def test_offload_sections():
-    z2 = build_ds_config(2, offload_optimizer="cpu")["zero_optimization"]
+    z2 = build_ds_config("stage2_offload")["zero_optimization"]
     assert z2["offload_optimizer"]["device"] == "cpu" and "offload_param" not in z2
-    z3 = build_ds_config(3, offload_optimizer="cpu", offload_param="cpu")["zero_optimization"]
+    z3 = build_ds_config("stage3_offload")["zero_optimization"]
     assert z3["offload_param"]["device"] == "cpu" and z3["offload_optimizer"]["device"] == "cpu"
 
 
-@pytest.mark.parametrize("kwargs, expected", [
-    (dict(zero_stage=0, offload_optimizer="cpu"), "stage 1, 2 or 3"),
-    (dict(zero_stage=2, offload_param="cpu"), "needs ZeRO stage 3"),
-    (dict(zero_stage=3, offload_param="nvme"), "nvme_path"),
-    (dict(zero_stage=2, offload_optimizer="gpu"), "Unknown offload device"),
-    (dict(zero_stage=4), "0, 1, 2 or 3"),
-    (dict(zero_stage=1, precision="fp8"), "Unknown precision"),
+@pytest.mark.parametrize("args, expected", [
+    ((0, "cpu"), "stage 1, 2 or 3"),
+    ((2, "none", "cpu"), "needs ZeRO stage 3"),
+    ((2, "nvme"), "needs ZeRO-3"),
+    ((2, "gpu"), "Unknown offload device"),
+    ((4,), "0, 1, 2 or 3"),
+    ((2, "none", "none", "", {"zero_optimization.zenflow": {}}), "ZenFlow .* needs the optimizer offloaded"),
 ])
-def test_impossible_configs_are_refused(kwargs, expected):
+def test_an_impossible_experiment_cannot_be_made(args, expected):
+    """The legal combinations live in one place (`check_combination`): an `Experiment` is checked as it is made."""
     with pytest.raises(WorkshopError, match=expected):
-        build_ds_config(**kwargs)
+        Experiment("x", *args)
+
+
+@pytest.mark.parametrize("experiment, settings, expected", [
+    ("stage3_nvme", Settings(), "needs an nvme_path"),
+    ("stage1", Settings(precision="fp8"), "Unknown precision"),
+    ("baseline", Settings(), "does not use DeepSpeed"),
+    ("stage5", Settings(), "Unknown experiment"),
+])
+def test_settings_a_config_cannot_have_are_refused(experiment, settings, expected):
+    with pytest.raises(WorkshopError, match=expected):
+        build_ds_config(experiment, settings)
+
+
+def test_an_experiments_overlay_is_set_last_and_checked_by_deepspeed():
+    """A new DeepSpeed variant is a record: its overlay's keys land in the config, DeepSpeed reads each one."""
+    from workshop_lib.ds_config import check_keys, flatten
+
+    variant = Experiment("stage2_no_overlap", 2, overlay={"zero_optimization.overlap_comm": False})
+    cfg = build_ds_config(variant, Settings(precision="bf16"))
+    assert cfg["zero_optimization"]["overlap_comm"] is False
+    assert {k: v for k, v in flatten(cfg).items() if k != "zero_optimization.overlap_comm"} == {
+        k: v for k, v in flatten(build_ds_config("stage2", Settings(precision="bf16"))).items()
+        if k != "zero_optimization.overlap_comm"}
+    check_keys(cfg, list(flatten(cfg)))
 
 
 def test_shipped_json_files_are_generated_from_build_ds_config():
@@ -49,14 +74,15 @@ def test_shipped_json_files_are_generated_from_build_ds_config():
 def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
     """ZeRO-Infinity: DeepSpeed's async I/O section, one parameter buffer per tensor in use (each at least the
     largest tensor), and no prefetching or reuse caching, which hold buffers (DeepSpeed issues #3062, #3506)."""
-    cfg = build_ds_config(3, "nvme", "nvme", nvme_path="/tmp", nvme_buffer_size=155_582_464, nvme_buffer_count=24)
+    cfg = build_ds_config("stage3_nvme", Settings(nvme_path="/tmp", nvme_buffer_size=155_582_464,
+                                                  nvme_buffer_count=24))
     zero = cfg["zero_optimization"]
     assert zero["offload_param"] == {"device": "nvme", "pin_memory": True, "nvme_path": "/tmp", "buffer_count": 24,
                                      "buffer_size": 155_582_464}
     assert zero["offload_optimizer"]["nvme_path"] == "/tmp"
     assert zero["stage3_prefetch_bucket_size"] == 0 and zero["stage3_max_reuse_distance"] == 0
     assert cfg["aio"]["block_size"] == 1_048_576
-    assert "aio" not in build_ds_config(3, "cpu", "cpu")
+    assert "aio" not in build_ds_config("stage3_offload")
 
 
 # ---- What each key means (ds_config.KEYS, explain) and --ds-config overrides checked against DeepSpeed --------
@@ -66,8 +92,9 @@ BUILT = [(stage, opt, par) for stage in range(4) for opt, par in
          if not (stage == 0 and opt != "none") and not (stage < 3 and (par != "none" or opt == "nvme"))]
 
 
-def _built(stage, opt, par, **kw):
-    return build_ds_config(stage, opt, par, nvme_path="/tmp", check_grad_overflow=False, **kw)
+def _built(stage, opt, par, overlay=None, **kw):
+    experiment = Experiment("x", stage, opt, par, overlay=overlay or {})
+    return build_ds_config(experiment, Settings(nvme_path="/tmp", check_grad_overflow=False, **kw))
 
 
 @pytest.mark.parametrize("stage, opt, par", BUILT)
@@ -95,6 +122,16 @@ def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
     check_keys(_built(3, "nvme", "nvme", precision="bf16", load_universal=True), list(KEYS))
 
 
+@pytest.mark.parametrize("name", [name for name, e in EXPERIMENTS.items() if e.deepspeed])
+def test_every_experiments_config_is_explained_and_read_by_deepspeed(name):
+    """An experiment's overlay cannot bring a key without its `KEYS` line, nor one DeepSpeed would ignore."""
+    from workshop_lib.ds_config import KEYS, check_keys, flatten
+
+    cfg = build_ds_config(name, Settings(precision="bf16", nvme_path="/tmp"))
+    assert set(flatten(cfg)) <= set(KEYS), set(flatten(cfg)) - set(KEYS)
+    check_keys(cfg, list(flatten(cfg)))
+
+
 def test_zenflow_block_is_explained_read_by_deepspeed_and_needs_cpu_offload():
     """stage2_zenflow's block: every value written out (the Trainer fills none of ZenFlow's "auto" ones),
     select_interval >= update_interval, overlap_step only with CUDA; each key explained and one DeepSpeed reads;
@@ -103,16 +140,17 @@ def test_zenflow_block_is_explained_read_by_deepspeed_and_needs_cpu_offload():
 
     from workshop_lib.ds_config import KEYS, ZENFLOW, check_keys, explain, flatten
 
-    cfg = _built(2, "cpu", "none", precision="bf16", zenflow=True)
+    cfg = _built(2, "cpu", "none", EXPERIMENTS["stage2_zenflow"].overlay, precision="bf16")
     zf = cfg["zero_optimization"]["zenflow"]
     assert zf == ZENFLOW | {"overlap_step": torch.cuda.is_available()} and "auto" not in zf.values()
     assert zf["select_interval"] >= zf["update_interval"]
     assert set(flatten(cfg)) <= set(KEYS) and "(not in workshop_lib.ds_config.KEYS)" not in set(explain(cfg)["meaning"])
     check_keys(cfg, list(flatten(cfg)))
-    assert "zenflow" not in build_ds_config(2, "cpu")["zero_optimization"]
-    for offload in ("none", "nvme"):
+    assert "zenflow" not in build_ds_config("stage2_offload")["zero_optimization"]
+    for stage, offload in ((2, "none"), (3, "nvme")):
         with pytest.raises(WorkshopError, match="ZenFlow .* needs the optimizer offloaded to the CPU"):
-            build_ds_config(3 if offload == "nvme" else 2, offload, nvme_path="/tmp", zenflow=True)
+            Experiment("x", stage, offload, offload if stage == 3 else "none",
+                       overlay=EXPERIMENTS["stage2_zenflow"].overlay)
 
 
 def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
@@ -123,7 +161,7 @@ def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
         assert "ELEMENTS" in KEYS[f"zero_optimization.{key}"].meaning
     assert deepspeed_default("zero_optimization.reduce_bucket_size") == 500_000_000
     assert deepspeed_default("zero_optimization.offload_optimizer.pin_memory") is True
-    rows = explain(build_ds_config(2)).set_index("key")
+    rows = explain(build_ds_config("stage2")).set_index("key")
     assert rows.at["zero_optimization.allgather_bucket_size", "value"] == "(absent)"  # DeepSpeed's default applies
     assert "hidden_size²" in rows.at["zero_optimization.reduce_bucket_size", "set by"]
     assert "TrainingArguments.learning_rate" in rows.at["optimizer.params.lr", "set by"]
@@ -132,13 +170,13 @@ def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
 def test_gradient_buckets_in_mib():
     from workshop_lib.ds_config import gradient_bucket_mib
 
-    cfg = build_ds_config(2, precision="bf16", reduce_bucket_size=2**20)
+    cfg = build_ds_config("stage2", Settings(precision="bf16", reduce_bucket_size=2**20))
     assert gradient_bucket_mib(cfg) == 2 * 2**20 * 2 / 2**20  # two buffers (overlap_comm) x 2 bytes
     cfg["zero_optimization"]["overlap_comm"] = False
     assert gradient_bucket_mib(cfg) == 2.0
-    assert gradient_bucket_mib(build_ds_config(2, precision="fp32", reduce_bucket_size=2**20)) == 8.0
-    assert gradient_bucket_mib(build_ds_config(2)) is None  # "auto": the Trainer fills it
-    assert gradient_bucket_mib(build_ds_config(0)) == 0.0
+    assert gradient_bucket_mib(build_ds_config("stage2", Settings(precision="fp32", reduce_bucket_size=2**20))) == 8.0
+    assert gradient_bucket_mib(build_ds_config("stage2")) is None  # "auto": the Trainer fills it
+    assert gradient_bucket_mib(build_ds_config("stage0")) == 0.0
 
 
 def test_an_override_is_parsed_and_set_without_changing_the_original():
@@ -147,7 +185,7 @@ def test_an_override_is_parsed_and_set_without_changing_the_original():
     assert parse_override("zero_optimization.reduce_bucket_size=5e7") == ("zero_optimization.reduce_bucket_size",
                                                                          50_000_000)
     assert parse_override("a.b=false") == ("a.b", False)
-    base = build_ds_config(3, precision="bf16")
+    base = build_ds_config("stage3", Settings(precision="bf16"))
     out = apply_overrides(base, ["zero_optimization.overlap_comm=false",
                                  "zero_optimization.stage3_param_persistence_threshold=1e9"])
     assert out["zero_optimization"]["overlap_comm"] is False
@@ -171,7 +209,7 @@ def test_a_bad_override_is_refused_with_the_fix(override, names):
     from workshop_lib.ds_config import apply_overrides
 
     with pytest.raises(WorkshopError) as e:
-        apply_overrides(build_ds_config(3, "cpu", "cpu", precision="bf16"), [override])
+        apply_overrides(build_ds_config("stage3_offload", Settings(precision="bf16")), [override])
     assert "To fix:" in str(e.value)
     for name in names:
         assert name in str(e.value)
@@ -217,9 +255,9 @@ def test_comms_logger_block_only_when_asked_and_deepspeed_reads_it():
 
     from workshop_lib.ds_config import COMMS_LOGGER
 
-    assert "comms_logger" not in build_ds_config(2)
-    on = build_ds_config(2, comms_logger=True)
+    assert "comms_logger" not in build_ds_config("stage2")
+    on = build_ds_config("stage2", Settings(comms_logger=True))
     assert on["comms_logger"] == {"enabled": True, "verbose": False, "prof_all": True, "debug": False} == COMMS_LOGGER
     parsed = DeepSpeedCommsConfig(on)  # DeepSpeed's own parser of the block (deepspeed/comm/config.py)
     assert parsed.comms_logger_enabled and parsed.comms_logger.prof_all and not parsed.comms_logger.verbose
-    assert {k: v for k, v in on.items() if k != "comms_logger"} == build_ds_config(2)  # nothing else changes
+    assert {k: v for k, v in on.items() if k != "comms_logger"} == build_ds_config("stage2")  # nothing else changes

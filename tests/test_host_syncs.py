@@ -1,4 +1,4 @@
-"""The benchmark's host-sync levers, real DeepSpeed on the CPU: --logging-steps N (`train.UnsyncedTrainer`: tokens
+"""The benchmark's host-sync levers, real DeepSpeed on the CPU: --logging-steps N (`train.WorkshopTrainer`, unsynced: tokens
 counted on the host, the gradient norm read back at logging steps only) and --max-grad-norm 0 (DeepSpeed's
 compute_grad_norm false) change what is read from the device and when, not the training."""
 

@@ -638,3 +638,16 @@ def test_atomic_path_leaves_the_old_file_or_the_whole_new_one(tmp_path):
         with rundir.atomic_path(tmp_path / "model", raced_ok=True) as tmp:
             raise OSError(28, "No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "scores.json"]
+
+
+def test_a_stop_after_the_run_claimed_its_folder_never_says_nothing_was_written():
+    """A signal outside the training steps (rank 0 cleaning up after another rank died, when torchrun sends
+    SIGTERM) is told as a stop before anything was written only before the run has claimed its folder."""
+    for claimed, words in ((False, "stopped by SIGTERM before anything was written."),
+                           (True, "stopped by SIGTERM after the run had started: its folder's RUNNING marker")):
+        with pytest.raises(rundir.RunInterrupted) as e, rundir.interruptible():
+            rundir.StopRequest.claimed = claimed
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises at the next bytecode
+        assert str(e.value).startswith(words) and e.value.exit_code == 143
+    assert str(e.value.at_step(3, "no checkpoint was kept")) == "stopped by SIGTERM at step 3; no checkpoint was kept"

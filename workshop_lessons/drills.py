@@ -5,7 +5,7 @@ what its loss scaler held.
 
 - `batch_size_mismatch(fixed)`: a 2-rank CPU job (torch.distributed.run, gloo) whose DeepSpeed config was
   computed for one rank. DeepSpeed's `DeepSpeedConfig._batch_assertion` (deepspeed/runtime/config.py) refuses it;
-  the config built for the world that runs it (`build_ds_config(world_size=2)`) trains.
+  the config built for the world that runs it (`build_ds_config(..., Settings(world_size=2))`) trains.
 - `fp16_overflow(steps)`: a model with a "massive activation" above fp16's largest number (65504) trained in
   fp16 with DeepSpeed's dynamic loss scaler (every step overflows, the scale halves until DeepSpeed gives up) and
   in bf16 (finite losses). `fp16_summary` gives its figures as a record; `plot_fp16_overflow` draws the loss
@@ -37,7 +37,7 @@ from matplotlib.ticker import MaxNLocator
 
 from workshop_lib import env, teardown
 from workshop_lib.data import encode_example, load_squad, make_collator
-from workshop_lib.ds_config import build_ds_config
+from workshop_lib.ds_config import Settings, build_ds_config
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import load_model_and_tokenizer
 
@@ -66,8 +66,8 @@ def _resolve_auto(cfg: dict, num_params: int, lr: float) -> dict:
 
 def _batch_config(micro: int, accum: int, config_world_size: int) -> dict:
     """The drill's DeepSpeed config: ZeRO stage 0, fp32 (the CPU's precision), batch sizes for `config_world_size`."""
-    return build_ds_config(0, precision="fp32", train_micro_batch_size_per_gpu=micro,
-                           gradient_accumulation_steps=accum, world_size=config_world_size)
+    return build_ds_config("stage0", Settings(precision="fp32", train_micro_batch_size_per_gpu=micro,
+                                              gradient_accumulation_steps=accum, world_size=config_world_size))
 
 
 def _batch_size_rank(argv: list[str]) -> int:
@@ -112,7 +112,7 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
                         timeout_s: float = 180) -> dict:
     """Launch `nproc` CPU ranks (`python -m torch.distributed.run`, gloo) that each call `deepspeed.initialize`
     with a config whose train_batch_size was computed for one rank (`fixed=False`: micro x accum x 1), or for
-    the `nproc` ranks that run it (`fixed=True`, `build_ds_config(world_size=nproc)`).
+    the `nproc` ranks that run it (`fixed=True`, `build_ds_config(..., Settings(world_size=nproc))`).
 
     DeepSpeed checks train_batch_size == train_micro_batch_size_per_gpu x gradient_accumulation_steps x
     world_size in `DeepSpeedConfig._batch_assertion` (deepspeed/runtime/config.py), with the world size it reads
@@ -131,7 +131,7 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
          "raised_in": the frame that raised it ("deepspeed/runtime/config.py, line 602, in _batch_assertion"; None),
          "arithmetic": "16 != 4 x 4 x 2 = 32" (from DeepSpeed's own numbers) or "32 == 4 x 4 x 2",
          "output_lines": rank 0's line after one optimizer step ([] when mismatched),
-         "fixed_config": the batch sizes `build_ds_config(world_size=nproc)` writes for the world that runs it
+         "fixed_config": the batch sizes `build_ds_config(..., Settings(world_size=nproc))` writes for the world that runs it
          ({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size"}),
          "wall_s": float}
 
@@ -436,9 +436,9 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
         rows, fp16_cfg = [], None
         with _deepspeed_messages() as messages:
             for precision in ("fp16", "bf16"):
-                cfg = _resolve_auto(build_ds_config(zero_stage, precision=precision,
-                                                    train_micro_batch_size_per_gpu=len(batch["input_ids"]),
-                                                    gradient_accumulation_steps=1, world_size=1),
+                cfg = _resolve_auto(build_ds_config(f"stage{zero_stage}", Settings(
+                    precision=precision, train_micro_batch_size_per_gpu=len(batch["input_ids"]),
+                    gradient_accumulation_steps=1, world_size=1)),
                                     info["num_params"], lr)
                 net = copy.deepcopy(model)  # the engine casts its module in place; both runs start alike
                 if precision == "fp16":

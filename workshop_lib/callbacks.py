@@ -29,7 +29,7 @@ class StepLog(TrainerCallback):
     resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
     `step_tokens` and `step_ends` (this process's steps) for the steady-state figures. With the Trainer's
     logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
-    waits for the GPU at those steps only (`train.UnsyncedTrainer`): a step's own time is then the host's, and
+    waits for the GPU at those steps only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and
     only a window between such steps measures the GPU."""
 
     FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",

@@ -641,15 +641,17 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
-            (`model.check_no_custom_code`); `out` exists and is not empty.
+            (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written.
     """
     # here: DeepSpeed is optional (the baseline runs without it)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    ckpt, out = last_checkpoint(source), Path(out)
+    out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise WorkshopError(f"{out} exists and is not an empty directory; nothing was written.",
                             "give a new directory to export into.")
+    rundir.check_writable(out, "OUT")
+    ckpt = last_checkpoint(source)
     tag = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
     if not tag or not any((ckpt / tag).glob("*optim_states.pt")):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",

@@ -19,6 +19,7 @@ SIGTERM, SIGUSR1 before training); 75 stopped by SIGTERM or SIGUSR1 during train
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -151,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         return report(a)
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a disk that filled or turned read-only after the checks (`rundir.check_writable`)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise
+        err = WorkshopError(f"{e.filename or 'a file'} could not be written: {e.strerror}.",
+                            "free space on that disk (`df -h` shows it) or write elsewhere, then run the command again.")
+        print(f"workshop: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before a run installed its own handler: nothing was written
         print("workshop: interrupted (SIGINT); nothing was written.", file=sys.stderr)

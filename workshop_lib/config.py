@@ -1,6 +1,6 @@
 """Every setting of a run, declared once: experiments, recipes and `RunConfig` (introduced in `01_baseline`).
 
-- `Experiment`: what DeepSpeed does in a run: the ZeRO stage and where optimizer states and parameters live.
+- `Experiment` (from `ds_config`, with `EXPERIMENTS`): what DeepSpeed does in a run.
 - `RunConfig`: one run's settings, each declared once with its help text and unit. `workshop run` is generated
   from it (`transformers.HfArgumentParser`, as in the HF examples), notebooks build it directly, and
   results.json stores it resolved (every field filled in) under "config".
@@ -9,7 +9,7 @@
   recipe's value (`recipe_settings`). `TINY` is --tiny's overlay; `check_overlay` checks any overlay (a
   notebook's, the benchmark's) against RunConfig's fields and types.
 
-A new experiment is one entry in `EXPERIMENTS`, a new recipe one entry in `RECIPES`, a new recipe setting one
+A new experiment is one record in `ds_config.EXPERIMENTS`, a new recipe one entry in `RECIPES`, a new recipe setting one
 `_recipe_opt` field of `RunConfig`; no code branches on a name.
 This module imports neither torch nor transformers at import time, so `workshop --help` stays fast.
 """
@@ -20,62 +20,14 @@ import functools
 import math
 import os
 import sys
-import tempfile
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from . import variables
+from . import rundir, variables
+from .ds_config import EXPERIMENTS, Experiment, Settings, apply_overrides, build_ds_config, experiment_named
 from .errors import WorkshopError
-
-Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """What DeepSpeed does: `zero_stage` None is the HF Trainer alone (torch AdamW, no DeepSpeed)."""
-
-    name: str
-    zero_stage: int | None
-    offload_optimizer: Offload = "none"  # optimizer states and the Adam step (stages 1-3)
-    offload_param: Offload = "none"  # parameters (stage 3 only)
-    summary: str = ""
-    zenflow: bool = False  # DeepSpeed's ZenFlow on top of CPU optimizer offload (`ds_config.ZENFLOW`)
-
-    @property
-    def deepspeed(self) -> bool:
-        return self.zero_stage is not None
-
-    @property
-    def offloads_to_nvme(self) -> bool:
-        """ZeRO-Infinity: optimizer states or parameters swapped to `RunConfig.nvme_path`."""
-        return "nvme" in (self.offload_optimizer, self.offload_param)
-
-    @property
-    def fit_setup(self) -> dict:
-        """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
-        "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
-        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it). ZenFlow's
-        experiment is estimated as its offload without ZenFlow: the optimizer states of its top-k gradient columns
-        that stay on the GPU (`topk_ratio` of them) are not in the estimate."""
-        return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
-
-
-EXPERIMENTS = {e.name: e for e in [
-    Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
-    Experiment("stage0", 0, summary="DeepSpeed's engine, nothing partitioned"),
-    Experiment("stage1", 1, summary="optimizer states partitioned across GPUs"),
-    Experiment("stage2", 2, summary="+ gradients partitioned"),
-    Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
-    Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
-    Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
-    Experiment("stage2_zenflow", 2, "cpu", zenflow=True, summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient "
-               "columns updated on the GPU every step, the rest on the CPU every few steps, unawaited (a few steps stale)"),
-    Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
-    Experiment("stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"),
-]}
-
 
 # A recipe is a named overlay of RunConfig's recipe settings (the fields declared with `_recipe_opt`): what it
 # leaves out takes the field's `base` value. Checked against RunConfig's fields and types at import (`check_overlay`).
@@ -223,6 +175,16 @@ class RunConfig:
         "and timed, and OUTPUT_DIR/comms.json gets the totals per collective (ZeRO experiments; it synchronizes "
         "after each collective, so the run's speed is not the real one)"})
 
+    def ds_settings(self, **known) -> Settings:
+        """What this run's DeepSpeed config needs of its settings (`ds_config.Settings`; a resolved config), with
+        `known` on top: the values known once the data and the model are loaded (train_micro_batch_size_per_gpu,
+        world_size, the NVMe buffers, a bucket capped at the model's size, load_universal)."""
+        return replace(Settings(
+            precision=self.precision, gradient_accumulation_steps=self.gradient_accumulation_steps,
+            nvme_path=self.nvme_path, reduce_bucket_size=self.reduce_bucket_size or "auto",
+            check_grad_overflow=self.check_grad_overflow, max_grad_norm=self.max_grad_norm,
+            comms_logger=self.comms_logger), **known)
+
 
 RECIPE_FIELDS = list(BASE)
 
@@ -307,8 +269,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
             non-positive size or count, max_steps < 1, a data file that is missing or a directory, an
             output path that is a file or not writable, an offload to nvme without --nvme-path.
     """
-    if cfg.experiment not in EXPERIMENTS:
-        raise WorkshopError(f"Unknown experiment {cfg.experiment!r}.", f"use one of: {', '.join(EXPERIMENTS)}.")
+    experiment_named(cfg.experiment)  # a known one
     rec = recipe_settings(cfg.recipe, cfg.tiny)
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for f in fields(RunConfig):
@@ -372,7 +333,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
         if not Path(cfg.nvme_path).is_dir():
             raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
                                 "pass --nvme-path DIR, a directory on a local NVMe drive.")
-        _check_writable(Path(cfg.nvme_path), "nvme_path")
+        rundir.check_writable(Path(cfg.nvme_path), "--nvme-path")
     if cfg.ds_config:
         cfg = replace(cfg, ds_config=[cfg.ds_config] if isinstance(cfg.ds_config, str) else list(cfg.ds_config))
         _check_ds_config(cfg, exp)
@@ -398,40 +359,22 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if out.exists() and not out.is_dir():
         raise WorkshopError(f"output_dir {out} is a file, not a directory; nothing was changed.",
                             "pass --output-dir with a directory path (it is created if missing).")
-    _check_writable(out, "output_dir")
+    rundir.check_writable(out, "--output-dir")
     return cfg
 
 
 def _check_ds_config(cfg: RunConfig, exp: Experiment) -> None:
-    """The --ds-config overrides set on the config this run would build, checked against DeepSpeed's config classes
-    (`ds_config.apply_overrides`); the batch sizes and the buckets sized for the model are filled in later, by
-    `train.build_trainer`, which sets the same overrides on the real config.
+    """The --ds-config overrides set on the config this run builds (`RunConfig.ds_settings`), checked against
+    DeepSpeed's config classes (`ds_config.apply_overrides`); `train.build_trainer` builds it again once the batch
+    sizes and the buckets sized for the model are known, and sets the same overrides.
 
     Raises:
         WorkshopError: the experiment does not use DeepSpeed, or an override is refused (`ds_config.check_overrides`).
     """
-    from .ds_config import apply_overrides, build_ds_config
-
     if not exp.deepspeed:
         raise WorkshopError(f"--ds-config sets DeepSpeed keys, and {cfg.experiment} does not use DeepSpeed.",
                             "pick a DeepSpeed experiment (stage0 ... stage3_nvme), or drop --ds-config.")
-    apply_overrides(build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
-                                    nvme_path=cfg.nvme_path), cfg.ds_config)
-
-
-def _check_writable(path: Path, name: str) -> None:
-    """Raise WorkshopError unless a file can be created in `path` or, if it does not exist yet, in its
-    nearest existing parent (where it would be created). An anonymous temporary file, gone at close."""
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise WorkshopError(f"{name} {path} cannot be written here ({probe}: {e.strerror}).",
-                            f"pass a --{name.replace('_', '-')} in a directory you can write to "
-                            "(your home or scratch directory).") from e
+    apply_overrides(build_ds_config(exp, cfg.ds_settings()), cfg.ds_config)
 
 
 @dataclass

@@ -336,7 +336,7 @@ def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, at
     has a label (`labelled_positions_of`), found here on the CPU so the GPU need not be waited for.
     With `count_tokens`, also `TOKENS_KEY`: the batch's non-padding tokens as the Trainer counts them (the
     attention mask's sum, else input_ids unequal to the pad token), an int counted on the CPU
-    (`train.UnsyncedTrainer` takes it out before the model sees the batch)."""
+    (`train.WorkshopTrainer(unsynced=True)` takes it out before the model sees the batch)."""
     tokenizer.padding_side = "right"
     if padding == "max_length":
         pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)

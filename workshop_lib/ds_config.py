@@ -1,11 +1,13 @@
-"""DeepSpeed configs: one function for every ZeRO stage and offload (introduced in `02_zero_stages`).
+"""Experiments and their DeepSpeed configs (introduced in `02_zero_stages`).
 
-`build_ds_config` is the single source of truth. The JSON files in `configs/` for users of their own
-Trainer scripts are generated from it (`python -m workshop_lib.ds_config configs/`) and CI checks they
-are up to date. `workshop run` writes the config it actually used, batch sizes resolved, to ds_config.json.
-`KEYS` says what each key means (units: bucket sizes count elements) and who sets it, `explain` and `diff` make
-tables of configs, and `apply_overrides` sets `--ds-config KEY=VALUE` overrides after checking them against
-DeepSpeed's own config classes (`check_overrides`).
+`EXPERIMENTS` holds every experiment as one `Experiment` record: its ZeRO stage, offload and any extra keys
+(`overlay`); `check_combination` holds the rules they obey. `build_ds_config(experiment, settings)` is the single
+source of truth for a config: `workshop run` checks `--ds-config` overrides on it and runs with it. The JSON files
+in `configs/` for users of their own Trainer scripts are generated from it (`python -m workshop_lib.ds_config
+configs/`) and CI checks they are up to date. `workshop run` writes the config it used, batch sizes resolved, to
+ds_config.json. `KEYS` says what each key means (units: bucket sizes count elements) and who sets it, `explain`
+and `diff` make tables of configs, and `apply_overrides` sets `--ds-config KEY=VALUE` overrides after checking
+them against DeepSpeed's own config classes (`check_overrides`).
 
 What each stage partitions across the N data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO: Memory
 Optimizations Toward Training Trillion Parameter Models", fig. 1): stage 1 the optimizer states, stage 2
@@ -20,113 +22,198 @@ import difflib
 import json
 import sys
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import Literal
 
 from .errors import WorkshopError
 from .units import MiB
 
 Auto = str  # the literal "auto": the HF Trainer integration fills it from TrainingArguments
+Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
 
 
-def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
-                    precision: str = "auto", train_micro_batch_size_per_gpu: int | Auto = "auto",
-                    gradient_accumulation_steps: int | Auto = "auto", world_size: int | None = None,
-                    nvme_path: str | None = None, reduce_bucket_size: int | Auto = "auto",
-                    check_grad_overflow: bool = True, nvme_buffer_size: int = 100_000_000,
-                    nvme_buffer_count: int = 5, comms_logger: bool = False, load_universal: bool = False,
-                    compute_grad_norm: bool = True, zenflow: bool = False) -> dict:
-    """A DeepSpeed config dict for the HF Trainer integration.
+def check_combination(zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none",
+                      zenflow: bool = False) -> None:
+    """The legal experiments, in one place (an `Experiment` and `fit.estimate` check theirs here): `zero_stage`
+    None (the HF Trainer alone) or 0-3; optimizer offload ("cpu", "nvme") at stages 1-3, parameter offload at
+    stage 3, NVMe at stage 3, ZenFlow with the optimizer on the CPU.
 
-    Args:
-        zero_stage: 0 (plain data parallel, DeepSpeed's engine only), 1, 2 or 3.
-        offload_optimizer: "none", "cpu" (optimizer states and the Adam step in host memory; stages 1-3)
-            or "nvme" (states swapped to `nvme_path`, ZeRO-Infinity; stage 3).
-        offload_param: "none", "cpu" or "nvme": the parameters too (stage 3 only).
-        precision: "bf16", "fp16", "fp32", or "auto" (the Trainer's --bf16/--fp16 decide).
-        train_micro_batch_size_per_gpu, gradient_accumulation_steps: sequences per GPU per forward pass,
-            and passes per optimizer step; ints, or "auto".
-        world_size: number of GPUs (ranks). With ints above, train_batch_size is written out as
-            micro x accumulation x world_size, so every rank of a multi-process launch agrees.
-        nvme_path: a directory on a local NVMe drive, for "nvme" offload.
-        reduce_bucket_size: gradient elements reduced together (stages 1-3), or "auto": the HF integration
-            sets hidden_size², 1M elements for Qwen3-0.6B, which under stage 1-2 means one reduction call per
-            parameter tensor; DeepSpeed's own default is 500M (the lab's benchmark (lab/bench.py) measures both).
-        check_grad_overflow: bf16 only: DeepSpeed checks every gradient tensor for inf/NaN before each
-            optimizer step and skips the step if one is found (its default, True). bf16 has fp32's exponent
-            range, so no loss scale depends on it; False saves one check per parameter tensor per step
-            (the lab's benchmark (lab/bench.py) measures it). fp16 always checks: its loss scale needs it.
-        nvme_buffer_size: parameter elements per NVMe read/write buffer (offload_param "nvme"); DeepSpeed needs
-            it at least the largest parameter tensor's (Qwen3-0.6B's embedding: 155.6M). Default 1e8, DeepSpeed's.
-        nvme_buffer_count: those buffers, one per parameter tensor in use at once (DeepSpeed's default 5 is
-            fewer than one transformer layer's tensors; `nvme.nvme_buffers` sizes both for a model).
-        comms_logger: True adds DeepSpeed's communication logger (`COMMS_LOGGER`, DeepSpeed docs
-            "Communication Logging"): every collective through `deepspeed.comm` is timed and its message size
-            recorded; `workshop run --comms-logger` writes the totals to comms.json (introduced in `04_multi_gpu`).
-        load_universal: True adds "checkpoint": {"load_universal": true}: the engine resumes from the universal
-            checkpoint that `latest_universal` names (`checkpoint.to_universal`), on any number of ranks
-            (DeepSpeed's Universal Checkpointing, arXiv 2406.18820); `workshop run --resume` sets it on another
-            world size.
-        zenflow: True adds DeepSpeed's ZenFlow (`zero_optimization.zenflow`, the `ZENFLOW` settings; DeepSpeed's
-            tutorial "ZenFlow", https://www.deepspeed.ai/tutorials/zenflow/) on top of CPU optimizer offload:
-            the stage2_zenflow experiment (introduced in `03_cpu_offload`). Its `overlap_step` is on only where
-            CUDA is available (`zenflow_overlap_step`). Every value is written out: the HF Trainer fills none of
-            ZenFlow's "auto" ones (a "select_strategy" of "auto" fails), and DeepSpeed needs
-            select_interval >= update_interval.
+    Raises:
+        WorkshopError: an unknown stage or device, or a combination DeepSpeed cannot run.
+    """
+    if zero_stage not in (None, 0, 1, 2, 3):
+        raise WorkshopError(f"zero_stage must be None, 0, 1, 2 or 3, got {zero_stage!r}: not an option.",
+                            "pick None (the HF Trainer alone) or a ZeRO stage 0-3.")
+    for device in (offload_optimizer, offload_param):
+        if device not in typing.get_args(Offload):
+            raise WorkshopError(f"Unknown offload device {device!r}: not an option.", "use none, cpu or nvme.")
+    if offload_optimizer != "none" and zero_stage in (None, 0):
+        who = "The HF Trainer alone" if zero_stage is None else "ZeRO-0"
+        raise WorkshopError(f"{who} offloads nothing: optimizer offload needs ZeRO stage 1, 2 or 3, which partition "
+                            "the optimizer states.", "use stage1_offload, stage2_offload or stage3_offload, or no "
+                            "offload.")
+    if offload_param != "none" and zero_stage != 3:
+        raise WorkshopError("Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
+                            "use stage3_offload, or offload the optimizer only.")
+    if "nvme" in (offload_optimizer, offload_param) and zero_stage != 3:
+        raise WorkshopError(f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer "
+                            "to the CPU only.", "use stage3_nvme (zero_stage 3, offload nvme), or offload to the CPU.")
+    if zenflow and offload_optimizer != "cpu":
+        raise WorkshopError("ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
+                            f"offloaded to the CPU, not {offload_optimizer!r}.",
+                            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).")
 
-        compute_grad_norm: False (stages 1-2, no optimizer offload, no gradient clipping) writes
-            zero_optimization.compute_grad_norm false (DeepSpeed >= 0.19.8, `DeepSpeedZeroConfig`): no global gradient
-            norm, so none of its per-tensor norms each step; the Trainer then logs no grad_norm.
+
+@dataclass(frozen=True)
+class Experiment:
+    """What DeepSpeed does in a run, checked at creation (`check_combination`): the ZeRO stage (None: the HF
+    Trainer alone), where optimizer states and parameters live, and `overlay`: the ds_config keys (dotted, as
+    `--ds-config` writes them) this experiment sets on top of what its stage and offload build.
+
+    A new DeepSpeed variant is one record in `EXPERIMENTS`, a `KEYS` line for each new key, and a test."""
+
+    name: str
+    zero_stage: int | None
+    offload_optimizer: Offload = "none"  # optimizer states and the Adam step (stages 1-3)
+    offload_param: Offload = "none"  # parameters (stage 3 only)
+    summary: str = ""
+    overlay: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        check_combination(self.zero_stage, self.offload_optimizer, self.offload_param, self.zenflow)
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.zero_stage is not None
+
+    @property
+    def zenflow(self) -> bool:
+        """DeepSpeed's ZenFlow on top of CPU optimizer offload (`ZENFLOW`)."""
+        return any(k.startswith("zero_optimization.zenflow") for k in self.overlay)
+
+    @property
+    def offloads_to_nvme(self) -> bool:
+        """ZeRO-Infinity: optimizer states or parameters swapped to `RunConfig.nvme_path`."""
+        return "nvme" in (self.offload_optimizer, self.offload_param)
+
+    @property
+    def fit_setup(self) -> dict:
+        """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
+        "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
+        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it). ZenFlow's
+        experiment is estimated as its offload without ZenFlow: the optimizer states of its top-k gradient columns
+        that stay on the GPU (`topk_ratio` of them) are not in the estimate."""
+        return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
+
+
+# ZenFlow's settings (DeepSpeed's tutorial "ZenFlow"; zenflow/zenflow_config.py's ZenFlowConfig), as measured on an
+# H100 (lab/findings/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew
+# every 4 steps ("step": counted in optimizer steps) and updated on the GPU every step; the other nine tenths
+# accumulate and go to the CPU's Adam every 4 steps (update_interval <= select_interval, which DeepSpeed requires);
+# no rounds of full updates first. Every value is written out: the HF Trainer fills none of ZenFlow's "auto" ones
+# (a "select_strategy" of "auto" fails). `overlap_step` is added per machine (`zenflow_overlap_step`).
+ZENFLOW = {"topk_ratio": 0.1, "select_strategy": "step", "select_interval": 4, "update_interval": 4,
+           "full_warm_up_rounds": 0}
+
+EXPERIMENTS = {e.name: e for e in [
+    Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
+    Experiment("stage0", 0, summary="DeepSpeed's engine, nothing partitioned"),
+    Experiment("stage1", 1, summary="optimizer states partitioned across GPUs"),
+    Experiment("stage2", 2, summary="+ gradients partitioned"),
+    Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
+    Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
+    Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
+    Experiment("stage2_zenflow", 2, "cpu", overlay={"zero_optimization.zenflow": ZENFLOW},
+               summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient columns updated on the GPU every step, the "
+                       "rest on the CPU every few steps, unawaited (a few steps stale)"),
+    Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
+    Experiment("stage3_nvme", 3, "nvme", "nvme",
+               summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"),
+]}
+
+
+def experiment_named(name: str) -> Experiment:
+    """The experiment called `name`. Raises WorkshopError: no experiment has that name."""
+    if name not in EXPERIMENTS:
+        raise WorkshopError(f"Unknown experiment {name!r}.", f"use one of: {', '.join(EXPERIMENTS)}.")
+    return EXPERIMENTS[name]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A run's values that its DeepSpeed config needs beside the experiment; "auto": the HF Trainer fills it.
+    With ints for both batch sizes and a `world_size`, train_batch_size is written out (micro x accumulation x
+    world_size), so every rank of a multi-process launch agrees."""
+
+    precision: str = "auto"  # bf16, fp16, fp32, or auto (the Trainer's --bf16/--fp16 decide)
+    train_micro_batch_size_per_gpu: int | Auto = "auto"  # sequences per GPU per forward pass
+    gradient_accumulation_steps: int | Auto = "auto"  # forward passes per optimizer step
+    world_size: int | None = None  # GPUs (ranks)
+    nvme_path: str | None = None  # a directory on a local NVMe drive, for "nvme" offload
+    # gradient ELEMENTS reduced together (stages 1-3); "auto": the HF integration's hidden_size², 1M elements for
+    # Qwen3-0.6B, one reduction call per parameter tensor at stage 1-2; DeepSpeed's own default is 500M
+    reduce_bucket_size: int | Auto = "auto"
+    # bf16: check every gradient tensor for inf/NaN before each step and skip the step on one (DeepSpeed's default);
+    # bf16 has fp32's exponent range, so no loss scale needs it; False saves a check per tensor per step
+    check_grad_overflow: bool = True
+    # the Trainer's clipping (it fills gradient_clipping); 0 at stage 2 without offload also writes
+    # zero_optimization.compute_grad_norm false: no global norm, none of its per-tensor norms each step
+    max_grad_norm: float = 1.0
+    # NVMe parameter buffers (`nvme.nvme_buffers` sizes both for a model): elements each, at least the largest
+    # tensor's (Qwen3-0.6B's embedding: 155.6M); one per tensor in use at once (DeepSpeed's 5 is under a layer's)
+    nvme_buffer_size: int = 100_000_000
+    nvme_buffer_count: int = 5
+    # DeepSpeed's communication logger (`COMMS_LOGGER`): every collective timed and sized (`04_multi_gpu`)
+    comms_logger: bool = False
+    # resume from the universal checkpoint `latest_universal` names, on any number of ranks (`checkpoint.to_universal`;
+    # DeepSpeed's Universal Checkpointing, arXiv 2406.18820): a --resume on another world size
+    load_universal: bool = False
+
+
+def build_ds_config(experiment: Experiment | str, settings: Settings = Settings()) -> dict:
+    """The DeepSpeed config of an experiment (a record of `EXPERIMENTS`, or its name) for the HF Trainer
+    integration: what its stage and offload need, then its `overlay`. `workshop run` validates `--ds-config`
+    overrides on this config and runs with it (the same call, with the batch sizes and buffers known by then).
+
+        build_ds_config("stage3")                                      # all batch sizes "auto"
+        build_ds_config("stage2_offload", Settings(precision="bf16", train_micro_batch_size_per_gpu=4,
+                                                   gradient_accumulation_steps=2, world_size=8))
 
     Returns:
         The config dict (JSON-serialisable). Optimizer values are "auto": the Trainer fills them from
         TrainingArguments (lr, betas, eps, weight decay); the learning-rate schedule is the Trainer's.
 
     Raises:
-        WorkshopError: an impossible combination (offload at stage 0, parameter offload below stage 3, NVMe
-            offload below stage 3 or without nvme_path, ZenFlow without CPU optimizer offload, an unknown device,
-            precision or stage).
+        WorkshopError: an unknown experiment, one without DeepSpeed (baseline), NVMe offload without
+            `settings.nvme_path`, an unknown precision.
     """
-    if zero_stage not in (0, 1, 2, 3):
-        raise WorkshopError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}.", "pick one of 0-3.")
-    for device in (offload_optimizer, offload_param):
-        if device not in ("none", "cpu", "nvme"):
-            raise WorkshopError(f"Unknown offload device {device!r}.", "use none, cpu or nvme.")
-    if offload_optimizer != "none" and zero_stage == 0:
-        raise WorkshopError("Optimizer offload needs ZeRO stage 1, 2 or 3; stage 0 keeps the optimizer on the GPU.",
-                            "use stage1_offload, stage2_offload or stage3_offload.")
-    if offload_param != "none" and zero_stage != 3:
-        raise WorkshopError("Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
-                            "use stage3_offload, or offload the optimizer only.")
-    if "nvme" in (offload_optimizer, offload_param) and (zero_stage != 3 or not nvme_path):
-        raise WorkshopError("NVMe offload (ZeRO-Infinity) needs ZeRO stage 3 and an nvme_path.",
-                            "use stage 3 and pass --nvme-path DIR on a local NVMe drive.")
-    if zenflow and offload_optimizer != "cpu":
-        raise WorkshopError("ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
-                            f"offloaded to the CPU, not {offload_optimizer!r}.",
-                            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).")
-    if precision not in ("auto", "bf16", "fp16", "fp32"):
-        raise WorkshopError(f"Unknown precision {precision!r}.", "use bf16, fp16, fp32 or auto.")
-    batch = "auto"
-    if world_size and isinstance(train_micro_batch_size_per_gpu, int) and isinstance(gradient_accumulation_steps, int):
-        batch = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size
-    zero: dict = {"stage": zero_stage}
-    if zero_stage >= 1:
-        zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": reduce_bucket_size}
-    if not compute_grad_norm:
+    exp, s = experiment if isinstance(experiment, Experiment) else experiment_named(experiment), settings
+    if not exp.deepspeed:
+        raise WorkshopError(f"{exp.name} does not use DeepSpeed: it has no DeepSpeed config.",
+                            "pick a DeepSpeed experiment (stage0 ... stage3_nvme).")
+    if exp.offloads_to_nvme and not s.nvme_path:
+        raise WorkshopError(f"{exp.name}: NVMe offload (ZeRO-Infinity) needs an nvme_path.",
+                            "pass --nvme-path DIR on a local NVMe drive.")
+    if s.precision not in ("auto", "bf16", "fp16", "fp32"):
+        raise WorkshopError(f"Unknown precision {s.precision!r}.", "use bf16, fp16, fp32 or auto.")
+    stage, micro, accum = exp.zero_stage, s.train_micro_batch_size_per_gpu, s.gradient_accumulation_steps
+    batch = micro * accum * s.world_size if s.world_size and isinstance(micro, int) and isinstance(accum, int) \
+        else "auto"
+    zero: dict = {"stage": stage}
+    if stage >= 1:
+        zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": s.reduce_bucket_size}
+    if s.max_grad_norm == 0 and stage == 2 and exp.offload_optimizer == "none":
         zero["compute_grad_norm"] = False
-    if zero_stage == 3:
+    if stage == 3:
         zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
                  "stage3_gather_16bit_weights_on_model_save": True}
-    for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+    for key, device in (("offload_optimizer", exp.offload_optimizer), ("offload_param", exp.offload_param)):
         if device != "none":
-            zero[key] = {"device": device, "pin_memory": True} | ({"nvme_path": nvme_path} if device == "nvme" else {})
-    if zenflow:
-        zero["zenflow"] = ZENFLOW | {"overlap_step": zenflow_overlap_step()}
-    if offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
-        zero["offload_param"] |= {"buffer_count": nvme_buffer_count, "buffer_size": nvme_buffer_size}
+            zero[key] = {"device": device, "pin_memory": True} | (
+                {"nvme_path": s.nvme_path} if device == "nvme" else {})
+    if exp.offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
+        zero["offload_param"] |= {"buffer_count": s.nvme_buffer_count, "buffer_size": s.nvme_buffer_size}
         # Parameters prefetched or cached for reuse hold their buffers: with the defaults, a Qwen3-1.7B run on an
         # H100 stopped in its second step with DeepSpeed's "Not enough buffers 0 for swapping 1" (docs/h100/
         # large-models; DeepSpeed issues #3062, #3506, where its maintainer suggests turning both off)
@@ -135,17 +222,17 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
     # the best block size and queue depth for a drive)
     # (DeepSpeed 0.19.8 reads "intra_op_parallelism", swap_tensor/aio_config.py; a "thread_count" key is ignored)
     aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
-                   "overlap_events": True}} if "nvme" in (offload_optimizer, offload_param) else {}
+                   "overlap_events": True}} if exp.offloads_to_nvme else {}
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
-    fp16, bf16 = half[precision]
-    return {
-        "train_micro_batch_size_per_gpu": train_micro_batch_size_per_gpu,
-        "gradient_accumulation_steps": gradient_accumulation_steps,
+    fp16, bf16 = half[s.precision]
+    cfg = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
         "train_batch_size": batch,  # = micro x accumulation x world_size
         "gradient_clipping": "auto",
         # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
         "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
-        "bf16": {"enabled": bf16} | ({} if check_grad_overflow else {"check_grad_overflow": False}),
+        "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
         "optimizer": {"type": "AdamW",
                       "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
         # No "scheduler" section: the Trainer then drives DeepSpeed with its own schedule (linear decay),
@@ -153,8 +240,37 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,
-    } | aio | ({"comms_logger": COMMS_LOGGER} if comms_logger else {}) | (
-        {"checkpoint": {"load_universal": True}} if load_universal else {})
+    } | aio | ({"comms_logger": COMMS_LOGGER} if s.comms_logger else {}) | (
+        {"checkpoint": {"load_universal": True}} if s.load_universal else {})
+    for key, value in exp.overlay.items():
+        _set(cfg, key, copy.deepcopy(value))
+    if exp.zenflow:
+        cfg["zero_optimization"]["zenflow"]["overlap_step"] = zenflow_overlap_step()
+    return cfg
+
+
+def zenflow_overlap_step() -> bool:
+    """ZenFlow's `overlap_step`: True where CUDA is available. It runs the CPU update in a process of its own
+    (multiprocessing "spawn": a script must guard its code with `if __name__ == "__main__"`, or it runs twice)
+    while the GPU goes on; on a CPU there is nothing to overlap with, and a run with it hung."""
+    import torch  # here only: building a config needs no torch otherwise
+
+    return torch.cuda.is_available()
+
+
+def _set(cfg: dict, key: str, value) -> None:
+    """Set dotted `key` of `cfg` in place, making sections as needed.
+
+    Raises:
+        WorkshopError: a part of the key is a value, not a section.
+    """
+    parts, node = key.split("."), cfg
+    for i, p in enumerate(parts[:-1]):
+        if not isinstance(node.get(p, {}), dict):
+            raise WorkshopError(f"--ds-config {key}: {p} is a value ({node[p]!r}), not a section.",
+                                f"set {'.'.join(parts[:i + 1])} itself.")
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
 
 
 # DeepSpeed's communication logger (deepspeed/comm/config.py): prof_all times every collective (not a chosen
@@ -164,36 +280,17 @@ def build_ds_config(zero_stage: int, offload_optimizer: str = "none", offload_pa
 COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
 
 
-# ZenFlow's settings (DeepSpeed's tutorial "ZenFlow"; zenflow/zenflow_config.py's ZenFlowConfig), as measured on an
-# H100 (lab/findings/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew every 4
-# steps ("step": counted in optimizer steps) and updated on the GPU every step; the other nine tenths accumulate and
-# go to the CPU's Adam every 4 steps (update_interval <= select_interval, which DeepSpeed requires); no rounds of
-# full updates first. `overlap_step` is added per machine (`zenflow_overlap_step`).
-ZENFLOW = {"topk_ratio": 0.1, "select_strategy": "step", "select_interval": 4, "update_interval": 4,
-           "full_warm_up_rounds": 0}
-
-
-def zenflow_overlap_step() -> bool:
-    """ZenFlow's `overlap_step` here: True where CUDA is available. It runs the CPU update in a process of its own
-    (multiprocessing "spawn": a script it starts from must guard its code with `if __name__ == "__main__"`, or it
-    runs twice) while the GPU goes on; on a CPU there is nothing to overlap with, and a run with it hung."""
-    import torch  # here only: building a config needs no torch otherwise
-
-    return torch.cuda.is_available()
-
-
-# The files shipped for Trainer-script users: name -> (stage, offload_optimizer, offload_param).
-SHIPPED = {"ds_zero0.json": (0, "none", "none"), "ds_zero1.json": (1, "none", "none"),
-           "ds_zero2.json": (2, "none", "none"), "ds_zero3.json": (3, "none", "none"),
-           "ds_zero1_offload.json": (1, "cpu", "none"), "ds_zero2_offload.json": (2, "cpu", "none"),
-           "ds_zero3_offload.json": (3, "cpu", "cpu")}
+# The files shipped for Trainer-script users: name -> experiment.
+SHIPPED = {"ds_zero0.json": "stage0", "ds_zero1.json": "stage1", "ds_zero2.json": "stage2", "ds_zero3.json": "stage3",
+           "ds_zero1_offload.json": "stage1_offload", "ds_zero2_offload.json": "stage2_offload",
+           "ds_zero3_offload.json": "stage3_offload"}
 # No ZenFlow file: under a plain Trainer script, accelerate decides ZenFlow's update boundaries and every step
 # becomes a CPU update (`workshop_lib.zenflow`); `workshop run stage2_zenflow` runs it as DeepSpeed schedules it.
 
 
 def shipped_configs() -> dict[str, str]:
     """{file name: JSON text} of every config in `configs/`, all values "auto" where the Trainer fills them."""
-    return {name: json.dumps(build_ds_config(*args), indent=2) + "\n" for name, args in SHIPPED.items()}
+    return {file: json.dumps(build_ds_config(name), indent=2) + "\n" for file, name in SHIPPED.items()}
 
 
 # ---- What each key means and who sets it; overrides checked against DeepSpeed (introduced in `02_zero_stages`)
@@ -450,6 +547,8 @@ def explain(cfg: dict, absent: bool = True):
 
     Returns a pandas DataFrame. A key missing from `KEYS` gets "(not in workshop_lib.ds_config.KEYS)".
     """
+    import pandas as pd  # here only: `workshop --help` reads the experiments from this module
+
     rows, unknown = [], Key("(not in workshop_lib.ds_config.KEYS)", "an override (--ds-config)")
     leaves = flatten(cfg)
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
@@ -466,6 +565,8 @@ def explain(cfg: dict, absent: bool = True):
 def diff(a: dict, b: dict, names: tuple[str, str] = ("a", "b")):
     """The keys whose values differ between two configs (a key missing on one side shows as "(absent)"), as a
     DataFrame: `key`, one column per name, and `meaning`."""
+    import pandas as pd  # as in `explain`
+
     fa, fb = flatten(a), flatten(b)
     keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k, "(absent)") != fb.get(k, "(absent)")]
     return pd.DataFrame([{"key": k, names[0]: fa.get(k, "(absent)"), names[1]: fb.get(k, "(absent)"),
@@ -526,13 +627,7 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
         return out
     pairs = [parse_override(o) for o in overrides]
     for key, value in pairs:
-        parts, node = key.split("."), out
-        for p in parts[:-1]:
-            if not isinstance(node.get(p, {}), dict):
-                raise WorkshopError(f"--ds-config {key}: {p} is a value ({node[p]!r}), not a section.",
-                                    f"set {'.'.join(parts[:parts.index(p) + 1])} itself.")
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+        _set(out, key, value)
     check_overrides(out, [k for k, _ in pairs])
     return out
 
@@ -560,20 +655,8 @@ class _Reads(dict):
         self._saw(k)
         return super().__contains__(k)
 
-    def keys(self):
-        outer = self
-
-        class Keys:
-            def __contains__(self, k):
-                return k in outer
-
-            def __iter__(self):
-                return iter(dict.keys(outer))
-
-            def __len__(self):
-                return len(outer)
-
-        return Keys()
+    def keys(self):  # DeepSpeedConfig asks `KEY in d.keys()`: answered, and recorded, by __contains__
+        return self
 
     def __copy__(self):  # DeepSpeedConfig copies the dict it is given; keep recording
         return self

@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from .data import load_squad, make_collator, prompt_ids, tokenize_squad
 from .errors import WorkshopError
 from .model import check_model_source
-from .rundir import atomic_path, write_json_atomic
+from .rundir import atomic_path, check_writable, write_json_atomic
 
 PREDICTIONS, SCORES = "predictions.jsonl", "squad_scores.json"
 # The Trainer's eval loss is a mean of per-batch means, so it depends on how the eval set is batched: one
@@ -155,12 +155,14 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     (em, f1, num_questions, model), each atomically. Returns the scores.
 
     Raises:
-        WorkshopError: no model at `path`; `num_questions` below 1 or more than the dev file holds.
+        WorkshopError: no model at `path`; `num_questions` below 1 or more than the dev file holds; an output
+            directory where nothing can be written (`rundir.check_writable`).
     """
     source = model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
         raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
                             "pass --output-dir DIR.")
+    check_writable(output_dir or path, "--output-dir")
     rows = load_squad("validation", num_questions, options.pop("eval_file", None), count_option="--num-questions")
     net, tokenizer = load_model(source)
     scores, records = score_model(net, tokenizer, rows, **options)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 
+from .ds_config import Offload, check_combination
 from .errors import WorkshopError
 from .gpus import MEMORY_MIB
 from .memory import DRIVE_MARGIN, STATES_MARGIN, estimate_model_states, estimate_nvme_swap
@@ -24,7 +26,6 @@ from .units import MiB
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 
 MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
-OFFLOADS = ("none", "cpu", "nvme")
 GPUS = MEMORY_MIB  # name -> total memory (MiB), from the one GPU table (`gpus.CATALOGUE`)
 # Share of tokens whose logits are computed with logits_on "labelled" (the answers): 54,161 of the bundled
 # SQuAD train set's 2,000,334 tokens = 2.7% (lab/findings/h100/bench/runs/default/results.json), rounded up.
@@ -122,17 +123,9 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_fre
     if gpu not in GPUS:
         raise WorkshopError(f"Unknown GPU {gpu!r}.", f"use one of {', '.join(GPUS)}, or add yours to gpus.CATALOGUE "
                             "(memory in MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).")
-    if zero_stage not in (None, 0, 1, 2, 3) or offload not in OFFLOADS or logits_on not in ("all", "labelled"):
-        raise WorkshopError(f"zero_stage={zero_stage!r}, offload={offload!r}, logits_on={logits_on!r}: not an option.",
-                            "zero_stage None (HF Trainer), 0, 1, 2 or 3; offload 'none', 'cpu' or 'nvme'; "
-                            "logits_on 'all' or 'labelled'.")
-    if offload != "none" and zero_stage in (None, 0):
-        who = "The HF Trainer alone" if zero_stage is None else "ZeRO-0"
-        raise WorkshopError(f"{who} offloads nothing: offload needs a ZeRO stage that partitions the optimizer "
-                            "states.", "use zero_stage 1, 2 or 3 with offload='cpu', or offload='none'.")
-    if offload == "nvme" and zero_stage != 3:
-        raise WorkshopError(f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer "
-                            "to the CPU only.", "use zero_stage=3 with offload='nvme', or offload='cpu'.")
+    check_combination(zero_stage, offload, offload if zero_stage == 3 else "none")
+    if logits_on not in ("all", "labelled"):
+        raise WorkshopError(f"logits_on={logits_on!r}: not an option.", "give logits_on 'all' or 'labelled'.")
     given = {k: v for k, v in (("host_memory_mib", host_memory_mib), ("nvme_free_mib", nvme_free_mib)) if v is not None}
     for name, v in (sizes | given).items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1:
@@ -398,7 +391,7 @@ def explorer():
         "model": w.Dropdown(options=MODELS, value="Qwen/Qwen3-4B", description="model"),
         "zero_stage": w.Dropdown(options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)], value=3,
                                  description="ZeRO stage", style=wide),
-        "offload": w.Dropdown(options=OFFLOADS, value="cpu", description="offload"),
+        "offload": w.Dropdown(options=typing.get_args(Offload), value="cpu", description="offload"),
         "gpu": w.Dropdown(options=list(GPUS), value="H100 80GB", description="GPU"),
         "gpus_per_node": w.IntSlider(value=1, min=1, max=8, description="GPUs per node", style=wide),
         "nodes": w.IntSlider(value=1, min=1, max=16, description="nodes"),

@@ -550,7 +550,8 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     sizes, the scaling table (scaling.md, scaling.csv) and plot (scaling.png); return {name: path}.
 
     Raises:
-        WorkshopError: `out_dir` is a file; it or a file it would write is a link (`rundir.refuse_links`); no
+        WorkshopError: `out_dir` is a file or cannot be written; it or a file it would write is a link
+            (`rundir.refuse_links`); no
             readable finished run under `paths` (see `load_results`).
     """
     out = Path(out_dir)
@@ -559,6 +560,7 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
                             "pass --out with a directory path (it is created if missing).")
     rundir.refuse_links(out, ("report.md", "report.csv", "memory_over_time.png", "memory_throughput.png",
                               "scaling.md", "scaling.csv", "scaling.png"), "--out")
+    rundir.check_writable(out, "--out")
     df = load_results(paths)
     out.mkdir(parents=True, exist_ok=True)
     table = exercise_table(df)

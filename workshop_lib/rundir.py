@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import socket
+import tempfile
 from contextlib import contextmanager
 from datetime import datetime
 from fnmatch import fnmatch
@@ -54,12 +55,18 @@ def _entries(folder: Path, patterns) -> list[Path]:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Raised in the main thread by SIGINT or SIGTERM while a run is in progress; `signum` says which.
-    A KeyboardInterrupt, so a notebook treats it as an interrupted cell."""
+    """Raised in the main thread by SIGINT or SIGTERM while a run is in progress; `signum` says which, the message
+    when ("stopped by SIGINT before anything was written."; `at_step` tells a later stop). A KeyboardInterrupt, so
+    a notebook treats it as an interrupted cell."""
 
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
+    def __init__(self, signum: int, when: str = "before anything was written."):
+        self.signum, self.signal = signum, signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal} {when}")
+
+    def at_step(self, step: int, kept: str) -> RunInterrupted:
+        """The same stop, of the same type, told with the optimizer step it came at and what it kept (`kept`:
+        `checkpoint.kept`'s sentence)."""
+        return type(self)(self.signum, f"at step {step}; {kept}")
 
     @property
     def exit_code(self) -> int:
@@ -79,10 +86,13 @@ class RunPreempted(RunInterrupted):
 
 class StopRequest:
     """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary;
-    None when none did. `training` is True while steps run (`interruptible` defers the signal only then)."""
+    None when none did. `training` is True while steps run (`interruptible` defers the signal only then);
+    `claimed` once the run has claimed its output directory (a stop then is no longer "before anything was
+    written")."""
 
     signum: int | None = None
     training: bool = False
+    claimed: bool = False
 
 
 # Below this many MiB free on the output's disk, a failed write is taken for a full disk: torch.save's writer
@@ -264,6 +274,24 @@ def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
                             else f"remove {'that link' if len(links) == 1 else 'those links'}, or pass another {flag}.")
 
 
+def check_writable(path: str | os.PathLike, option: str) -> None:
+    """Refuse, before any work, a `path` where no file can be created: in it or, if it does not exist yet, in its
+    nearest existing parent (read-only, not ours, under a file). Probed with an anonymous temporary file.
+
+    Raises:
+        WorkshopError: naming `option` (the command's option for the path) and the reason.
+    """
+    probe = Path(path)
+    while not probe.exists():
+        probe = probe.parent
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise WorkshopError(f"{option} {path} cannot be written here ({probe}: {e.strerror}); nothing was written.",
+                            f"pass {option} a directory you can write to (your home or scratch directory).") from e
+
+
 def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
     """Make `out` this run's: check it, remove a previous run's files there (`RUN_OUTPUTS`, nothing else) when
     `overwrite` (keep them when `resume`), create it, and write the RUNNING marker. Call on rank 0 only, after
@@ -315,9 +343,11 @@ def interruptible():
         if signum != signal.SIGINT and StopRequest.training:
             StopRequest.signum = signum  # the training loop checkpoints and stops at the next step boundary
             return
+        if StopRequest.claimed:  # the run tells the step where it can (`RunInterrupted.at_step`)
+            raise RunInterrupted(signum, "after the run had started: its folder's RUNNING marker says how far it got.")
         raise RunInterrupted(signum)
 
-    StopRequest.signum, StopRequest.training = None, False
+    StopRequest.signum, StopRequest.training, StopRequest.claimed = None, False, False
     try:
         previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     except ValueError:  # not the main thread

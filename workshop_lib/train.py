@@ -115,20 +115,9 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         exp = EXPERIMENTS[cfg.experiment]
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
         rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
-        try:
-            cfg = preflight.check_machine(cfg, exp)
-            cfg, change = preflight.check_resume(cfg, asked.gradient_accumulation_steps)
-            return _run(cfg, exp, change, callbacks)
-        except rundir.RunInterrupted as e:
-            if hasattr(e, "step"):  # set once the run had claimed its directory (`_run`)
-                e.args = (f"stopped by {e.args[0]} at step {e.step}; {checkpoint.kept(cfg.output_dir, asked)}",)
-            else:
-                e.args = (f"stopped by {e.args[0]} before anything was written.",)
-            raise
-        except Exception as e:
-            if hasattr(e, "disk_full"):  # set by `_run` on rank 0
-                raise disk_full_error(cfg.output_dir, e.disk_full, e.step, asked) from e
-            raise
+        cfg = preflight.check_machine(cfg, exp)
+        cfg, change = preflight.check_resume(cfg, asked.gradient_accumulation_steps)
+        return _run(Run(cfg, exp, *env.world(), change, callbacks, asked))
 
 
 def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
@@ -164,6 +153,7 @@ class Run:
     world_size: int = 1
     change: dict | None = None  # a resume on another world size: `checkpoint.world_size_change`
     callbacks: Sequence = ()  # the caller's TrainerCallbacks, after the workshop's own
+    asked: RunConfig | None = None  # the settings as given, which a stopped run's command repeats
     # load_data
     train_raw: Any = None  # SQuAD rows, a datasets.Dataset (`data.load_squad`)
     eval_raw: Any = None
@@ -194,9 +184,11 @@ class Run:
         return Path(self.cfg.output_dir)
 
 
-def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks: Sequence = ()) -> dict:
-    rank, local_rank, world_size = env.world()
-    run = Run(cfg, exp, rank, local_rank, world_size, change, callbacks)
+def _run(run: Run) -> dict:
+    """The run's stages in order; raises as `run_experiment`. However it ends after claiming its directory, rank 0
+    marks how (`mark_ended`); a stop by a signal is told with its step, a full disk in one message."""
+    cfg, exp, rank, world_size, local_rank = run.cfg, run.exp, run.rank, run.world_size, run.local_rank
+    change = run.change
     # data, then model: a bad file or a missing model stops here, before anything is written
     load_data(run)
     preflight.check_resources(cfg, exp, world_size, local_rank)
@@ -222,7 +214,11 @@ def _run(cfg: RunConfig, exp: Experiment, change: dict | None = None, callbacks:
         if rank == 0:
             rundir.finish(run.out, run.results)
     except BaseException as e:
-        mark_ended(run, e)
+        step, cleared = mark_ended(run, e)
+        if isinstance(e, rundir.RunInterrupted):
+            raise e.at_step(step, checkpoint.kept(cfg.output_dir, run.asked)).with_traceback(e.__traceback__) from None
+        if cleared is not None:
+            raise disk_full_error(cfg.output_dir, cleared, step, run.asked) from e
         raise
     finally:
         cleanup(run)
@@ -277,6 +273,7 @@ def claim(run: Run) -> None:
     if run.rank == 0:
         rundir.claim(run.out, run.cfg.overwrite, run.cfg.resume)
         checkpoint.write_run_config(run.out, asdict(run.cfg), run.world_size)
+    rundir.StopRequest.claimed = True
     env.barrier()
 
 
@@ -288,26 +285,31 @@ def score_after_training(run: Run) -> None:
     run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
 
 
-def mark_ended(run: Run, e: BaseException) -> None:
+def mark_ended(run: Run, e: BaseException) -> tuple[int, dict | None]:
     """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
-    failed; a full disk's partial writes removed first (`checkpoint.clear_partial_writes`). Sets `e.step` (the last
-    optimizer step) on every rank and, for a full disk, `e.disk_full` on rank 0 (`disk_full_error` reads both)."""
+    failed; a full disk's partial writes removed first (`checkpoint.clear_partial_writes`).
+
+    Returns:
+        (the last optimizer step, on every rank; for a full disk on rank 0, what was cleared, with the checkpoint
+        estimate `disk_full_error` reports, else None).
+    """
     cfg, out = run.cfg, run.out
     step = run.trainer.state.global_step if run.trainer is not None else 0
     full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
+    cleared = None
     if run.rank == 0:
         if isinstance(e, rundir.RunPreempted):
-            rundir.mark_ended(out, status="preempted", signal=e.args[0], step=step)
+            rundir.mark_ended(out, status="preempted", signal=e.signal, step=step)
         elif isinstance(e, rundir.RunInterrupted):
-            rundir.mark_ended(out, status="interrupted", signal=e.args[0], step=step)
+            rundir.mark_ended(out, status="interrupted", signal=e.signal, step=step)
         elif full:  # what was half-written goes first: it frees the space the marker needs
             per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
-            e.disk_full = checkpoint.clear_partial_writes(out) | {
+            cleared = checkpoint.clear_partial_writes(out) | {
                 "estimate_mib": run.info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
-            rundir.mark_ended(out, status="failed", error=f"disk full, writing {e.disk_full['what']}", step=step)
+            rundir.mark_ended(out, status="failed", error=f"disk full, writing {cleared['what']}", step=step)
         else:
             rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
-    e.step = step
+    return step, cleared
 
 
 def cleanup(run: Run) -> None:
@@ -370,21 +372,15 @@ def build_trainer(run: Run):
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds)
     run.batches, micro = batches, trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
-        ds_config = build_ds_config(exp.zero_stage, exp.offload_optimizer, exp.offload_param, cfg.precision,
-                                    micro, cfg.gradient_accumulation_steps,
-                                    world_size, nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
-                                    **nvme_buffers(net),
-                                    reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters()))
-                                    or "auto", check_grad_overflow=cfg.check_grad_overflow,
-                                    comms_logger=cfg.comms_logger, load_universal=load_universal,
-                                    compute_grad_norm=not (cfg.max_grad_norm == 0 and exp.zero_stage == 2
-                                                           and exp.offload_optimizer == "none"),
-                                    zenflow=exp.zenflow)
+        ds_config = build_ds_config(exp, cfg.ds_settings(
+            train_micro_batch_size_per_gpu=micro, world_size=world_size, load_universal=load_universal,
+            nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None, **nvme_buffers(net),
+            reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters())) or "auto"))
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
-    unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (UnsyncedTrainer)
+    unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (WorkshopTrainer)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=micro,
         per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
@@ -400,48 +396,46 @@ def build_trainer(run: Run):
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing))
-    trainer_class, callbacks = Trainer, [checkpoint.Manifest()]  # each checkpoint's manifest, last
-    if unsynced:
-        trainer_class = UnsyncedTrainer
+    callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
-        class TokenBudgetTrainer(trainer_class):  # the Trainer, with micro-batches sized in tokens
-            def get_train_dataloader(self):
-                return self.accelerator.prepare(DataLoader(
-                    self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator,
-                    num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
-
-        class EpochOrder(TrainerCallback):
-            """Each epoch's batch order, also for an epoch resumed mid-way under several ranks, where the
-            Trainer's own set_epoch does not reach the sampler (wrapped twice by accelerate)."""
-
-            def on_epoch_begin(self, args, state, control, **kw):
-                batches.set_epoch(int(state.epoch or 0))  # state.epoch: e + steps done / steps per epoch
-
-        trainer_class = TokenBudgetTrainer
-        callbacks.append(EpochOrder())
+        callbacks.append(EpochOrder(batches))
     if exp.deepspeed:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
         callbacks.append(comms.Window(cfg.comms_logger))
-    run.trainer = trainer_class(
+    run.trainer = WorkshopTrainer(
         model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
         data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
                                     attention_mask=not cfg.drop_attention_mask,
                                     labelled_positions=cfg.logits_on == "labelled", count_tokens=unsynced),
-        processing_class=run.tokenizer)
+        processing_class=run.tokenizer, batches=batches, unsynced=unsynced)
     return run.trainer
 
 
-class UnsyncedTrainer(Trainer):
-    """The Trainer without its host syncs between logging steps, one rank (`RunConfig.logging_steps` > 1): the
-    micro-batch's non-padding tokens come counted on the host by the collator (`make_collator(count_tokens=True)`:
-    the Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the
-    gradient norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
-    DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
-    The figures logged are the Trainer's own."""
+class WorkshopTrainer(Trainer):
+    """The HF Trainer with the workshop's two changes, each off unless asked for:
 
-    host_tokens = 0
+    - `batches` (a `TokenBudgetBatchSampler`): training micro-batches sized in tokens, drawn from it.
+    - `unsynced` (one rank, `RunConfig.logging_steps` > 1): no host syncs between logging steps. The micro-batch's
+      non-padding tokens come counted on the host by the collator (`make_collator(count_tokens=True)`: the
+      Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the gradient
+      norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
+      DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
+      The figures logged are the Trainer's own.
+    """
+
+    def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, unsynced: bool = False, **kwargs):
+        self.batches, self.unsynced, self.host_tokens = batches, unsynced, 0
+        super().__init__(*args, **kwargs)
+
+    def get_train_dataloader(self):
+        if self.batches is None:
+            return super().get_train_dataloader()
+        return self.accelerator.prepare(DataLoader(
+            self.train_dataset, batch_sampler=self.batches, collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
 
     def training_step(self, model, inputs, *args, **kwargs):
-        self.host_tokens = inputs.pop(TOKENS_KEY)  # before the model sees the batch
+        if self.unsynced:
+            self.host_tokens = inputs.pop(TOKENS_KEY)  # before the model sees the batch
         return super().training_step(model, inputs, *args, **kwargs)
 
     def prediction_step(self, model, inputs, *args, **kwargs):
@@ -449,10 +443,26 @@ class UnsyncedTrainer(Trainer):
         return super().prediction_step(model, inputs, *args, **kwargs)
 
     def _track_num_input_tokens(self, inputs):  # called after training_step, with the same batch
+        if not self.unsynced:
+            return super()._track_num_input_tokens(inputs)
         self.state.num_input_tokens_seen += self.host_tokens
 
     def _get_grad_norm(self, model, grad_norm=None):
-        return grad_norm if grad_norm is not None else super()._get_grad_norm(model, grad_norm)
+        if self.unsynced and grad_norm is not None:
+            return grad_norm
+        return super()._get_grad_norm(model, grad_norm)
+
+
+class EpochOrder(TrainerCallback):
+    """Each epoch's batch order of token-budget batching (`batches`, a `TokenBudgetBatchSampler`), also for an
+    epoch resumed mid-way under several ranks, where the Trainer's own set_epoch does not reach the sampler
+    (wrapped twice by accelerate)."""
+
+    def __init__(self, batches: TokenBudgetBatchSampler):
+        self.batches = batches
+
+    def on_epoch_begin(self, args, state, control, **kw):
+        self.batches.set_epoch(int(state.epoch or 0))  # state.epoch: e + steps done / steps per epoch
 
 
 def train(run: Run) -> None:
