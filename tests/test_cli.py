@@ -469,3 +469,18 @@ def test_eval_report_and_export_onto_a_full_or_read_only_disk_end_in_one_message
             assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert notes.read_text() == "the user's own file\n"
     assert not [f for f in small_disk.rglob("*tmp*")], list(small_disk.rglob("*"))
+
+
+def test_report_writes_beside_the_runs_and_the_model_is_readable_like_its_other_files(runs, tmp_path):
+    """`workshop report` without --out writes report/ beside the one run given or inside the folder of runs given,
+    never into the current folder or a run's own; model.safetensors has the mode of the files beside it."""
+    run = tmp_path / "runs" / "a"
+    shutil.copytree(runs / "stage2", run, ignore=shutil.ignore_patterns("checkpoints", "model"))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    for given in (run, tmp_path / "runs"):
+        workshop("report", given, cwd=elsewhere)
+        assert (tmp_path / "runs" / "report" / "report.md").is_file()
+        assert not (run / "report").exists() and not any(elsewhere.iterdir())
+    model = runs / "stage2" / "model"
+    assert (model / "model.safetensors").stat().st_mode & 0o777 == (model / "config.json").stat().st_mode & 0o777

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
-    rep.add_argument("--out", default="report", metavar="DIR", help="where to write (default report/)")
+    rep.add_argument("--out", metavar="DIR", help="where to write (default: report/ beside the runs: in the folder "
+                     "of runs given, beside the one run given, in the folder that holds the runs given)")
     exp = sub.add_parser("export", help="a ZeRO checkpoint (any stage, any world size) -> a Hugging Face model "
                          "directory, through DeepSpeed's zero_to_fp32")
     exp.add_argument("source", metavar="CHECKPOINT_OR_RUN_DIR", help="checkpoint-N, or a run (its last checkpoint)")
@@ -99,7 +101,7 @@ def report(a: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    files = write_report(a.dirs, a.out)
+    files = write_report(a.dirs, a.out or beside_runs(a.dirs))
     # for a terminal: one column per run, and only the figures this machine has (a CPU has no GPU columns);
     # report.md keeps the whole table
     t = pd.read_csv(files["table_csv"], dtype=str).fillna("n/a")
@@ -109,6 +111,18 @@ def report(a: argparse.Namespace) -> int:
         print("\nScaling across world sizes:\n" + files["scaling_md"].read_text(), end="")
     print("\nwrote " + ", ".join(str(f) for f in files.values()))
     return 0
+
+
+def beside_runs(dirs: list[str]) -> Path:
+    """report/ beside the runs `dirs` name: inside the one folder of runs, beside the one run (never inside a
+    run's own folder), or in the folder that holds them all."""
+    from .rundir import RUN_FILES
+
+    paths = [Path(d).absolute() for d in dirs]
+    base = Path(os.path.commonpath(paths)) if paths else Path.cwd()
+    if any((base / name).exists() for name in RUN_FILES):
+        base = base.parent
+    return base / "report"
 
 
 def evaluate(cfg) -> int:

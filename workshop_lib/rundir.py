@@ -121,6 +121,8 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
     _remove(tmp)
     try:
         yield tmp
+        if tmp.is_dir():
+            readable_as_umask(tmp)
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()
         try:
@@ -132,6 +134,16 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
     except BaseException:
         _remove(tmp)
         raise
+
+
+def readable_as_umask(folder: Path) -> None:
+    """Give the files in `folder` the mode a plain write would (0666 less the umask): safetensors writes
+    model.safetensors readable by its owner only, unlike every other file of a model."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in folder.iterdir():
+        if f.is_file() and not f.is_symlink():
+            f.chmod(0o666 & ~umask)
 
 
 def _remove(p: Path) -> None:

@@ -349,6 +349,7 @@ def save_model(run: Run) -> Path:
     env.barrier()
     if rank == 0:
         (tmp / "training_args.bin").unlink(missing_ok=True)  # a pickle of TrainingArguments: not the model's
+        rundir.readable_as_umask(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     return final
