@@ -80,7 +80,7 @@ print(fit.explain(baseline_est))
 # comes from the same `fit.estimate` (in a notebook without a live kernel the widgets do not move).
 
 # %%
-display(fit.explorer())
+display(large_models.explorer())
 
 # %% [markdown]
 # ## Out of memory, on purpose

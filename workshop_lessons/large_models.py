@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,10 @@ import pandas as pd
 import psutil
 import torch
 
-from workshop_lib import env, variables
+from workshop_lib import env, fit, variables
 from workshop_lib.config import EXPERIMENTS
+from workshop_lib.ds_config import Offload
+from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
 from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
 from workshop_lib.memory import estimate_nvme_swap
@@ -557,3 +560,47 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def explorer():
+    """An ipywidgets panel over `fit.estimate`: model, ZeRO stage, offload, GPU, GPUs per node, nodes, micro-batch,
+    max_length and activation checkpointing; shows fit's `table`, `plot` and `explain`, or a WorkshopError's message
+    for an impossible combination. Returns the widget (`display(explorer())`); its `.controls` maps estimate's
+    argument names to their widgets."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    wide = {"description_width": "initial"}
+    controls = {
+        "model": w.Dropdown(options=MODELS, value="Qwen/Qwen3-4B", description="model"),
+        "zero_stage": w.Dropdown(options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)], value=3,
+                                 description="ZeRO stage", style=wide),
+        "offload": w.Dropdown(options=typing.get_args(Offload), value="cpu", description="offload"),
+        "gpu": w.Dropdown(options=list(GPUS), value="H100 80GB", description="GPU"),
+        "gpus_per_node": w.IntSlider(value=1, min=1, max=8, description="GPUs per node", style=wide),
+        "nodes": w.IntSlider(value=1, min=1, max=16, description="nodes"),
+        "train_micro_batch_size_per_gpu": w.IntSlider(value=1, min=1, max=64, description="micro-batch", style=wide),
+        "max_length": w.IntSlider(value=4096, min=256, max=32768, step=256, description="max_length (tokens)",
+                                  style=wide),
+        "activation_checkpointing": w.Checkbox(value=False, description="activation checkpointing"),
+    }
+
+    def show(**kw):
+        kw["zero_stage"] = None if kw["zero_stage"] == "none" else kw["zero_stage"]
+        try:
+            est = estimate(**kw)
+        except WorkshopError as e:
+            print(e)
+            return
+        display(fit.table(est))
+        ax = fit.plot(est)
+        display(ax.figure)
+        plt.close(ax.figure)  # shown once, by display; not again at the cell's end
+        print(fit.explain(est))
+
+    out = w.interactive_output(show, controls)
+    c = list(controls.values())
+    panel = w.VBox([w.HBox(c[:4]), w.HBox(c[4:6]), w.HBox(c[6:]), out])
+    panel.controls = controls
+    return panel

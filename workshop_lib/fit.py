@@ -1,11 +1,10 @@
 """Will it fit? One GPU's memory for a fine-tuning run, estimated before the run: model states (DeepSpeed's
-estimators), activations (Korthikanti et al. 2022, counted for Qwen3) and logits, against the GPU's memory;
-and an ipywidgets explorer over it (introduced in `03c_models_that_do_not_fit`).
+estimators), activations (Korthikanti et al. 2022, counted for Qwen3) and logits, against the GPU's memory
+(introduced in `03c_models_that_do_not_fit`, whose lessons hold an ipywidgets explorer over it).
 
     est = estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none")  # est["fits"] False, est["total_gpu_mib"]
     explain(est)        # the verdict, and the smallest change up the ladder that fits
     check_fits(model="Qwen/Qwen3-8B", zero_stage=3)  # raises WorkshopError with the numbers and the fix
-    display(explorer())
 
 All sizes are MiB (2**20 bytes), per GPU unless said per node. Not counted: the CUDA context and libraries'
 workspaces (about 0.5-1 GiB), the caching allocator's fragmentation, transient tensors of the backward pass,
@@ -16,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
 
-from .ds_config import Offload, check_combination
+from .ds_config import check_combination
 from .errors import WorkshopError
 from .gpus import MEMORY_MIB
 from .memory import DRIVE_MARGIN, STATES_MARGIN, estimate_model_states, estimate_nvme_swap
@@ -375,50 +373,6 @@ def plot(est: dict, ax=None):
     if own:
         ax.figure.tight_layout()
     return ax
-
-
-def explorer():
-    """An ipywidgets panel over `estimate`: model, ZeRO stage, offload, GPU, GPUs per node, nodes, micro-batch,
-    max_length and activation checkpointing; shows `table`, `plot` and `explain`, or a WorkshopError's message
-    for an impossible combination. Returns the widget (`display(explorer())`); its `.controls` maps estimate's
-    argument names to their widgets."""
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    wide = {"description_width": "initial"}
-    controls = {
-        "model": w.Dropdown(options=MODELS, value="Qwen/Qwen3-4B", description="model"),
-        "zero_stage": w.Dropdown(options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)], value=3,
-                                 description="ZeRO stage", style=wide),
-        "offload": w.Dropdown(options=typing.get_args(Offload), value="cpu", description="offload"),
-        "gpu": w.Dropdown(options=list(GPUS), value="H100 80GB", description="GPU"),
-        "gpus_per_node": w.IntSlider(value=1, min=1, max=8, description="GPUs per node", style=wide),
-        "nodes": w.IntSlider(value=1, min=1, max=16, description="nodes"),
-        "train_micro_batch_size_per_gpu": w.IntSlider(value=1, min=1, max=64, description="micro-batch", style=wide),
-        "max_length": w.IntSlider(value=4096, min=256, max=32768, step=256, description="max_length (tokens)",
-                                  style=wide),
-        "activation_checkpointing": w.Checkbox(value=False, description="activation checkpointing"),
-    }
-
-    def show(**kw):
-        kw["zero_stage"] = None if kw["zero_stage"] == "none" else kw["zero_stage"]
-        try:
-            est = estimate(**kw)
-        except WorkshopError as e:
-            print(e)
-            return
-        display(table(est))
-        ax = plot(est)
-        display(ax.figure)
-        plt.close(ax.figure)  # shown once, by display; not again at the cell's end
-        print(explain(est))
-
-    out = w.interactive_output(show, controls)
-    c = list(controls.values())
-    panel = w.VBox([w.HBox(c[:4]), w.HBox(c[4:6]), w.HBox(c[6:]), out])
-    panel.controls = controls
-    return panel
 
 
 # The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest:

@@ -137,9 +137,8 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
 
 
 def readable_as_umask(folder: Path) -> None:
-    """Give the files in `folder` the mode a plain write would (0666 less the umask): safetensors writes
-    model.safetensors readable by its owner only, unlike every other file of a model."""
-    umask = os.umask(0)
+    """Give the files in `folder` the mode a plain write would: safetensors writes its file 0600."""
+    umask = os.umask(0o022)
     os.umask(umask)
     for f in folder.iterdir():
         if f.is_file() and not f.is_symlink():
@@ -287,12 +286,8 @@ def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
 
 
 def check_writable(path: str | os.PathLike, option: str) -> None:
-    """Refuse, before any work, a `path` where no file can be created: in it or, if it does not exist yet, in its
-    nearest existing parent (read-only, not ours, under a file). Probed with an anonymous temporary file.
-
-    Raises:
-        WorkshopError: naming `option` (the command's option for the path) and the reason.
-    """
+    """Raise WorkshopError, naming `option`, unless a file can be created in `path` or, if it does not exist yet,
+    in its nearest existing parent: checked before any work, with an anonymous temporary file."""
     probe = Path(path)
     while not probe.exists():
         probe = probe.parent
