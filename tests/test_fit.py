@@ -14,7 +14,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 
 from workshop_lessons import REFERENCE
 from workshop_lib.errors import WorkshopError
-from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, explorer, fix_on_these_gpus,
+from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, fix_on_these_gpus,
                               ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix)
 from workshop_lib.model import count_params
 from workshop_lib.units import MiB
@@ -244,6 +244,8 @@ def test_plot_without_widgets():
 
 
 def test_explorer_builds_and_rerenders(capsys):
+    from workshop_lessons.large_models import explorer  # 03c's widget over fit.estimate
+
     figures = plt.get_fignums()  # those other tests in this worker left open
     ui = explorer()  # renders once when built
     assert explain(estimate()) in capsys.readouterr().out
