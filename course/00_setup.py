@@ -10,14 +10,13 @@
 # # 0. Setup: the machine, the data, the model
 #
 # **Learning goals**
-# - check that PyTorch, DeepSpeed and the GPU (if any) work together, and know what `ds_report` tells you;
-# - see what one training example looks like: the SQuAD prompt, its tokens, and which tokens carry the loss;
-# - estimate, before downloading anything, how much memory the model states of a 0.6B model need, and
-#   how ZeRO divides them.
+# - check that PyTorch, DeepSpeed and the GPU (if any) work together;
+# - see one training example, and which of its tokens carry the loss;
+# - estimate a 0.6B model's state memory before downloading it;
+# - learn how the course measures its numbers (the last section).
 #
-# Everything here is done by the small library `workshop_lib`; the notebooks call it and show its code
-# where it matters. Without a GPU (a laptop, or CI), the notebooks run a *tiny* model of the same family on
-# the CPU: every number is smaller, every mechanism is the same.
+# The library `workshop_lib` does the work; the notebooks call it. Without a GPU they run a *tiny* model of the
+# same family on the CPU: smaller numbers, the same mechanisms.
 #
 # *Learner version: the interpretation is yours (the answers are in `solutions/`).*
 
@@ -39,11 +38,8 @@ print(env.versions())
 # %% [markdown]
 # ## 1. The machine
 #
-# DeepSpeed compiles some of its operations (the fused Adam optimizer, the vectorised Adam on the CPU used by
-# offload) the first time they are used. `ds_report` lists them and whether they can be built here. A line
-# `[NO] ....... [OKAY]` means "not pre-built, but compatible: it can be compiled on first use"; `scripts/setup.sh`
-# compiled those the course uses into this environment's cache already (each took one to several minutes,
-# printed by the set-up), so no notebook waits for one.
+# `ds_report` lists DeepSpeed's compiled operations (fused Adam, the CPU Adam of offload): `[NO] ....... [OKAY]`
+# means "not pre-built, but it can be compiled here". `scripts/setup.sh` compiled those the course uses.
 
 # %%
 print("\n".join(line for line in env.ds_report() if "adam" in line or "torch version" in line
@@ -60,13 +56,12 @@ else:
 # %% [markdown]
 # ## 2. The data: SQuAD as a prompt
 #
-# SQuAD v1.1 (Rajpurkar et al. 2016; CC BY-SA 4.0) has questions about Wikipedia paragraphs whose answer is a
-# span of the paragraph. We turn each one into a single text for a causal language model:
+# SQuAD v1.1 (Rajpurkar et al. 2016; CC BY-SA 4.0) asks questions about Wikipedia paragraphs; each answer is a
+# span of its paragraph. Each example becomes one text for a causal language model:
 #
 # `Question: {question} Context: {context} Answer: {answer}<eos>`
 #
-# `load_squad` takes SQuAD from the Hugging Face hub when it can reach it, else the real subset bundled with
-# the package (the same rows in the same order), and says which.
+# `load_squad` reads SQuAD from the Hugging Face hub, else the same rows bundled with the package.
 
 # %%
 train_raw = data.load_squad("train", num_samples=500)
@@ -76,12 +71,10 @@ print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + 
 # %% [markdown]
 # ### Which tokens carry the loss?
 #
-# A causal LM predicts every next token. We can grade it on **all** tokens (the original workshop) or only
-# on the **answer** (the default here). With `loss_on="all"` most of the gradient goes to reproducing
-# the question and the Wikipedia paragraph, most of the tokens (the cell below counts them for one example);
-# with `loss_on="answer"` the prompt
-# tokens get the label -100, which `torch.nn.functional.cross_entropy` ignores, so the model is trained to
-# answer. The two losses are therefore on different scales: compare runs only with the same `loss_on`.
+# The loss can cover **all** tokens (the original workshop) or only the **answer** (the default,
+# `loss_on="answer"`): the prompt tokens get the label -100, which `cross_entropy` ignores, so the model learns to
+# answer rather than to copy the paragraph. The two losses are on different scales: compare runs only with the
+# same `loss_on`.
 
 # %%
 _, tokenizer, _ = model.load_model_and_tokenizer(model.DEFAULT_MODEL, tiny=True)
@@ -93,9 +86,8 @@ print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) 
 # %% [markdown]
 # ### Long examples
 #
-# Sequences are capped at 512 tokens. Cutting the end of a long example would cut the answer, the one part
-# we train on. `tokenize_squad` instead shortens the *context* to a window around the answer, and drops an
-# example only if even the question and answer do not fit. It reports the counts:
+# Sequences are capped at 512 tokens. Cutting the end would cut the answer, so `tokenize_squad` shortens the
+# *context* around the answer, and drops an example only if its question and answer alone do not fit:
 
 # %%
 tokenized, stats = data.tokenize_squad(train_raw, tokenizer, max_length=512)
@@ -104,16 +96,13 @@ pd.Series(stats.as_dict())
 # %% [markdown]
 # ## 3. Memory before training: model states
 #
-# Mixed-precision training with Adam keeps, per parameter: 2 bytes of 16-bit weights, 2 of 16-bit gradients,
-# and 12 of fp32 optimizer state (master weights, momentum, variance): **16 bytes per parameter**, the ZeRO
-# paper's "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators tell us what each ZeRO stage leaves on each
-# GPU; they count 4 bytes more, the fp32 gradients (below).
+# Mixed-precision training with Adam keeps, per parameter, 2 bytes of 16-bit weights, 2 of 16-bit gradients and
+# 12 of fp32 optimizer state (master weights, momentum, variance): **16 bytes per parameter**, the ZeRO paper's
+# "16Ψ" (Rajbhandari et al. 2020). DeepSpeed's estimators give what each ZeRO stage leaves on each GPU.
 #
-# The HF `Trainer` without DeepSpeed (the baseline) splits its 16 bytes differently: with bf16/fp16
-# autocast it keeps fp32 weights (4), fp32 gradients (4) and Adam's two fp32 moments (8), plus 16-bit
-# copies of the weights made during each forward pass. `estimate_model_states` with `zero_stage=None` gives
-# that (the rows "Trainer" below); notebook 01 measures what it really holds. We can compute them from the architecture alone, built on the
-# `meta` device: no download, no memory.
+# The HF `Trainer` without DeepSpeed (the baseline) splits its 16 bytes differently: fp32 weights (4), fp32
+# gradients (4), Adam's two moments (8), and transient 16-bit copies under autocast (the "Trainer" rows). All from
+# the architecture on the `meta` device: no download, no memory.
 
 # %%
 rows = []
@@ -134,17 +123,12 @@ estimates = pd.DataFrame(rows)
 estimates
 
 # %% [markdown]
-# Why 20 bytes per parameter for stage 0 or 2 on one GPU, not 16? DeepSpeed's
-# `estimate_zero2_model_states_mem_needs` (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) budgets, without
-# offload, `2 * total_params + 18 * total_params / total_gpus`, and its comment gives the 18: 16-bit gradients
-# 2, **fp32 gradients 4**, fp32 master weights 4, Adam's momentum and variance 8. The ZeRO paper's 2 + 2 + 12
-# leaves out the fp32 copy of the gradients that DeepSpeed's optimizer step works on: 2 + 18 = 20 on one GPU,
-# 2 + 18/4 = 6.5 per GPU on four. DeepSpeed has no estimator for stage 0 (nor 1): `memory.estimate_model_states`
-# uses stage 2's formula with one GPU for stage 0 (it partitions nothing), and stage 2's for stage 1 (a lower
-# bound: stage 1 keeps whole gradients).
+# Why 20 bytes per parameter on one GPU, not 16? DeepSpeed's estimator (0.19.8) counts `2 * total_params + 18 *
+# total_params / total_gpus`: its 18 adds **fp32 gradients** (4) to the paper's 2 + 12. It has no estimator for
+# stages 0 and 1: `memory.estimate_model_states` uses stage 2's formula (a lower bound for stage 1).
 
 # %% [markdown]
-# The two models' sizes, counted on the `meta` device as above:
+# The two models' sizes:
 
 # %%
 from workshop_lessons import setup
@@ -166,10 +150,25 @@ setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
 #    on one GPU?
 
 # %% [markdown]
+# ## How the numbers are measured
+#
+# Notebooks 01-04 rely on these rules.
+#
+# - **Length.** Every run stops after the same number of optimizer steps (`lessons.GPU_MAX_STEPS`), on a GPU and
+#   a CPU alike.
+# - **Steady state.** Speed (tokens/s, step time, MFU) is the median step after a few warm-up steps.
+# - **Warm-up run.** A process's first run is slower than later ones, and on a CPU each run is faster than the one
+#   before (workshop_lessons/reference/cpu/run_order.md). Each notebook first makes a run it throws away
+#   (`lessons.warm_up`), so the run order decides nothing.
+#
+# - **Bands.** Each of your figures stands beside the GPU reference run of the same name and its band: the largest
+#   spread between two measurements of that run. A difference within the band is noise, not a finding.
+# - **Memory.** The clock starts before the Trainer is built; peaks are over the training steps only. Without a
+#   GPU, memory is the whole process's RSS (Python, torch, the data, earlier runs), which swamps a tiny model's
+#   states: a CPU cannot show what ZeRO or offload saves, and the GPU reference rows show it.
+
+# %% [markdown]
 # ## Summary
-# - `workshop_lib` loads SQuAD (hub or bundled), builds the prompts and the loss mask, and builds models
-#   from the hub, with random weights, or tiny.
-# - Model states with Adam cost about 16 bytes per parameter: 2 + 2 + 12 in the ZeRO paper's mixed precision
-#   (DeepSpeed's estimator budgets 20: it adds 4 bytes of fp32 gradients), 4 + 4 + 8 in the `Trainer` with
-#   autocast (plus transient 16-bit copies); ZeRO divides DeepSpeed's across GPUs, offload moves them to the
-#   CPU. Activations come on top: the next notebooks measure them.
+# - By default the loss is on the answer only: compare losses only between runs with the same `loss_on`.
+# - Adam's model states cost 16 bytes per parameter (DeepSpeed budgets 20). ZeRO divides them across GPUs, offload
+#   moves them to the CPU; activations come on top.
