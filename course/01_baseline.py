@@ -10,13 +10,12 @@
 # # 1. Baseline: the Hugging Face Trainer without DeepSpeed
 #
 # **Learning goals**
-# - fine-tune a causal LM on SQuAD with the plain HF `Trainer`, and read its loss, eval loss and throughput;
-# - measure GPU memory three ways (NVML over time, PyTorch's peak allocation, the model states measured
-#   after the first step beside their estimate) and see that model states are only part of it;
-# - see what the original workshop's recipe (`classic`: pad to 512 tokens, fp16, loss on all tokens) costs
-#   against the default one (pad per batch, bf16, loss on the answer).
+# - fine-tune a causal LM on SQuAD with the plain HF `Trainer`, and read its loss and tokens/s;
+# - measure GPU memory three ways, and see that model states are only part of it;
+# - measure what the original workshop's recipe (`classic`: pad to 512 tokens, fp16, loss on all tokens) costs
+#   against the default (pad per batch, bf16, loss on the answer).
 #
-# Every later notebook compares against the numbers you measure here.
+# Every later notebook compares against these runs.
 #
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
@@ -41,18 +40,14 @@ recipe_settings("default")  # the default recipe: its overlay (config.RECIPES) o
 # %% [markdown]
 # ## 1. One run
 #
-# A run is described by a `RunConfig`: the experiment's name and the settings you change; every field left
-# out comes from the recipe shown above (`workshop run --help` lists the same fields, with their units).
-# `lessons.run_config` gives the runs of this notebook (`lessons.COURSE_RUNS`), the same ones the GPU
-# reference ran. `run_experiment` checks every setting before it writes anything, loads the data and the
-# model, trains with the HF `Trainer`, evaluates after every epoch, samples memory in a background thread,
-# and writes `results.json` (with the whole resolved configuration under `config`), `memory.csv` (the time
-# series) and `train_log.csv` (one row per optimizer step) into its output directory. The same function is
-# behind `workshop run baseline` on the command line.
+# A `RunConfig` names the experiment and the settings you change; the recipe above gives the rest.
+# `lessons.run_config` gives this notebook's runs, those of the GPU reference. `run_experiment` checks the
+# settings, trains with the HF `Trainer`, samples memory, and writes `results.json` (with the resolved
+# configuration), `memory.csv` and `train_log.csv` (one row per optimizer step). `workshop run baseline` calls
+# the same function.
 
 # %%
-# A warm-up run first, thrown away (`lessons.warm_up`): a kernel's first run is slower than the same run later
-# (on a GPU about half as fast, unless a run as long comes first; lab/findings/h100/first-run), and would be compared so
+# A warm-up run first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
 print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
 print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
@@ -62,7 +57,7 @@ print(f"{base['data_stats']['train']['used']} questions in micro-batches of up t
 print(f"results: {RUNS}/baseline/results.json ({len(base)} keys)")
 
 # %% [markdown]
-# The loss per step, from `train_log.csv` (the eval loss after each epoch, or at the end, as a marker):
+# The loss per step from `train_log.csv`, the eval loss as a marker:
 
 # %%
 results.plot_loss(results.load_results(f"{RUNS}/baseline"));
@@ -70,8 +65,8 @@ results.plot_loss(results.load_results(f"{RUNS}/baseline"));
 # %% [markdown]
 # ## 2. The classic recipe
 #
-# The original workshop padded every prompt to 512 tokens, trained in fp16 and took the loss on every
-# token. Run it, then compare.
+# The original workshop padded every prompt to 512 tokens, trained in fp16 and took the loss on every token. Run
+# it, then compare.
 
 # %%
 classic = run_experiment(lessons.run_config(NOTEBOOK, "baseline_classic", RUNS, **COMMON))
@@ -79,29 +74,24 @@ df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
 results.plot_memory_over_time(df);
 
 # %% [markdown]
-# Memory, measured in phases that mean the same in every run (`workshop_lib.memory`): the clock starts
-# before the Trainer is built, time 0 is the first training step, peaks are over the training steps only.
-# - **GPU peak MiB** (NVML, what `nvidia-smi` shows): everything on the GPU: PyTorch's tensors, its cache
-#   of freed blocks, the CUDA context and library workspaces. This is what runs out.
-# - **torch peak reserved / allocated MiB**: what PyTorch's caching allocator holds, and the part of it in
-#   live tensors at their peak.
-# - **model states MiB (measured)**: allocated memory right after the first optimizer step, when what the
-#   run keeps between steps (weights, optimizer states) is all that is left.
-# - **est. model states GPU MiB**: the estimate; for the baseline, what the Trainer holds with torch AdamW
-#   (16 bytes per parameter: fp32 weights, fp32 gradients, Adam's two moments); DeepSpeed's estimators for
-#   the ZeRO runs of the next notebooks.
+# The memory figures (their phases: 00_setup, "How the numbers are measured"):
+# - **GPU peak MiB** (NVML, as `nvidia-smi` shows): everything on the GPU, PyTorch's cache and the CUDA context
+#   included. This is what runs out.
+# - **torch peak reserved / allocated MiB**: what PyTorch's allocator holds, and the part in live tensors.
+# - **model states MiB (measured)**: allocated memory right after the first optimizer step, when only what the run
+#   keeps between steps is left.
+# - **est. model states GPU MiB**: the estimate; for the baseline, the `Trainer`'s 16 bytes per parameter.
 #
-# The gap between the model states and the peak is mostly **activations**, saved for the backward pass, and
-# the **logits**: batch x sequence x vocabulary numbers (4 x 512 x 250,880 for BLOOM in the classic recipe,
-# 514M values: 1 GiB in fp16, 2 GiB more when the loss upcasts them to fp32).
+# The gap between model states and peak is mostly **activations**, saved for the backward pass, and **logits**:
+# batch x sequence x vocabulary values (4 x 512 x 250,880 for BLOOM in the classic recipe: 1 GiB in fp16, 2 GiB
+# more when the loss upcasts them to fp32).
 
 # %% [markdown]
 # ## 3. Tokens per micro-batch against gradient accumulation
 #
-# The default recipe fills each micro-batch with up to `max_tokens_per_micro_batch` tokens of similar-length
-# questions and takes one optimizer step per micro-batch. A quarter of the tokens per micro-batch and 4
-# micro-batches per step (`baseline_accum4`) trains on about as many tokens per optimizer step; the two
-# differ in how much work each forward pass hands the GPU and how many activations it must hold at once.
+# The default recipe fills each micro-batch with up to `max_tokens_per_micro_batch` tokens and steps the optimizer
+# after each. `baseline_accum4` takes a quarter of the tokens per micro-batch and 4 micro-batches per step: about
+# as many tokens per step, less work per forward pass, fewer activations held at once.
 
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
@@ -111,18 +101,14 @@ results.plot_memory_and_throughput(df);
 # %% [markdown]
 # ## 4. Your figures, beside the reference
 #
-# One table of everything the exercises need (`lessons.table`, over `results.exercise_table`, which
-# `workshop report` also writes): each of your runs, and under it the GPU reference run of the same name with
-# its band, the largest spread between two measurements of that run (a difference smaller than the band is
-# noise, not a finding).
+# `lessons.table` (`workshop report` writes the same): each of your runs, with the GPU reference run of the same
+# name and its band under it.
 #
-# **MFU** (model FLOPs utilisation) is the share of the GPU's peak 16-bit FLOP/s that the model's own arithmetic
-# uses: tokens/s x FLOPs per token / peak FLOP/s. FLOPs per token (`metrics.flops_per_token`) = 6N for the
-# forward and backward matmuls of the N parameters + 12·L·H·Q·T for attention (L layers, H·Q heads x head
-# dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B), with the LM head counted only at
-# the positions whose logits the run computes. **HFU** (hardware FLOPs utilisation) also counts work the
-# hardware repeats: with activation checkpointing (notebook 2) the forward pass of every block runs twice, so HFU
-# rises while MFU, the useful work, does not. Both are "n/a" on a CPU (no peak FLOP/s to divide by).
+# **MFU** (model FLOPs utilisation): tokens/s x FLOPs per token / the GPU's peak 16-bit FLOP/s. FLOPs per token
+# (`metrics.flops_per_token`) = 6N for the N parameters' matmuls, forward and backward, + 12·L·H·Q·T for attention
+# (L layers, H·Q heads x head dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B).
+# **HFU** (hardware FLOPs utilisation) also counts recomputed work: with activation checkpointing (notebook 2) HFU
+# rises, MFU does not. Both are "n/a" on a CPU.
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
@@ -133,23 +119,23 @@ f = lesson.figures(runs["baseline"], runs["baseline_classic"], runs["baseline_ac
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Answer from the table above and your runs' `results.json` (`f`, computed from them, holds the figures:
+# Answer from the table above and your runs' `results.json` (`f` holds the figures computed from them:
 # `f.padding_fraction`, `f.speed.ratio`, `f.accum_peak`, ...).
 #
 # 1. Why are the train losses of the two recipes not comparable?
-# 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the
-#    tokens it processes are padding? How much faster could removing the padding alone make it?
+# 2. The classic recipe computes on padding. Using `data_stats` in `results.json`, what fraction of the tokens it
+#    processes are padding? How much faster could removing the padding alone make it?
 # 3. Which recipe processes more *real* tokens per second (`steady_train_tokens_per_second`), and by how much?
 #    Does the padding explain all of it?
 # 4. A quarter of the tokens per micro-batch x 4 against the whole budget x 1: what happened to the loss, to
 #    tokens/s and to the peak memory? Why?
-# 5. How many bytes per parameter are the measured model states of the baseline? Is that the estimate's 16?
-#    Why (not)?
+#
+# 5. How many bytes per parameter are the measured model states of the baseline? Is that the estimate's 16? Why
+#    (not)?
 # 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% [markdown]
 # ## Summary
-# - The baseline is the HF `Trainer` alone: all model states, activations and logits live on one GPU.
-# - NVML's peak is what decides an out-of-memory error; the measured model states are one part of it, the
-#   activations and logits of the training steps the rest (exercise 5 asks for the split in your run).
+# - NVML's peak decides an out-of-memory error; the model states are only part of it, activations and logits the
+#   rest.
 # - Padding to a fixed length spends compute on nothing; per-batch padding and length grouping avoid it.

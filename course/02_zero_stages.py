@@ -11,9 +11,8 @@
 #
 # **Learning goals**
 # - read a DeepSpeed config and know what each ZeRO stage partitions;
-# - run the same fine-tuning under ZeRO-1, -2 and -3 through the HF `Trainer`'s DeepSpeed integration;
-# - measure what each stage saves in memory and costs in speed on **one** GPU, and explain what you see
-#   (what changes with several GPUs is notebook 4's);
+# - run ZeRO-1, -2 and -3 through the HF `Trainer`'s DeepSpeed integration;
+# - measure what each stage saves in memory and costs in speed on **one** GPU, and explain it;
 # - trade compute for activation memory with activation checkpointing.
 #
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
@@ -41,18 +40,15 @@ NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 # %% [markdown]
 # ## 1. The config
 #
-# ZeRO (Rajbhandari et al. 2020) removes the redundancy of data parallelism: instead of every GPU holding
-# all model states, each of N GPUs keeps 1/N of
+# ZeRO (Rajbhandari et al. 2020) removes the redundancy of data parallelism: instead of every GPU holding all
+# model states, each of N GPUs keeps 1/N of
 # - stage 1: the optimizer states (fp32 master weights, Adam's momentum and variance: 12 of the 16 bytes/param);
 # - stage 2: also the gradients;
-# - stage 3: also the 16-bit parameters, gathered layer by layer just before they are used.
+# - stage 3: also the 16-bit parameters, gathered layer by layer just before use.
 #
-# One function, `build_ds_config`, builds every config. Below is its stage-3 config as shipped in
-# `configs/ds_zero3.json` for your own Trainer scripts: every `"auto"` is filled when the run starts, by the HF
-# Trainer from its `TrainingArguments` (batch sizes, learning rate, precision) or from the model's hidden size
-# (bucket sizes), so the two never disagree; a key left out, or an `"auto"` nobody fills, takes DeepSpeed's
-# default. The table says what each key does, in which unit (bucket sizes count **elements**, not bytes), and
-# who sets it. Each run of section 2 writes its own config, resolved, to `ds_config.json`; section 4 shows yours.
+# Below is the stage-3 config of `build_ds_config`, shipped as `configs/ds_zero3.json` for your own Trainer
+# scripts. The Trainer fills each `"auto"` when the run starts; a key left out takes DeepSpeed's default. The
+# table says what each key does, in which unit: bucket sizes count **elements**, not bytes.
 
 # %%
 print(json.dumps(build_ds_config("stage3"), indent=2))
@@ -61,14 +57,8 @@ display(Markdown(ds_config.explain(build_ds_config("stage3")).to_markdown(index=
 # %% [markdown]
 # ## 2. Run the stages
 #
-# The baseline first, so that this notebook stands alone, then stages 1, 2, 3 (`lessons.COURSE_RUNS`, the
-# same runs as the GPU reference). Each run writes its resolved `ds_config.json` beside its results.
-#
-# A warm-up comes first and is thrown away (`lessons.warm_up`), so that the run order decides nothing: on a CPU
-# the runs of one kernel get faster one after the other, whatever their order (workshop_lessons/reference/cpu/run_order.md), so each
-# experiment runs a few steps; on a GPU the first run of a kernel is about half as fast in its steady steps as
-# the same run later, a warm-up of 4 steps does not change that and one as long as the run does
-# (lab/findings/h100/first-run), so the first run is made once at full length.
+# The baseline first, so that this notebook stands alone, then stages 1, 2 and 3, after a warm-up run (00_setup,
+# "How the numbers are measured"). Each run writes its resolved `ds_config.json` beside its results.
 
 # %%
 warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
@@ -81,8 +71,7 @@ results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
 
 # %% [markdown]
-# Without a GPU the memory above is the whole process's, where the tiny model's states are lost (the figures say
-# so): the same runs on the H100 reference show what each stage keeps.
+# Without a GPU the memory above cannot show what a stage keeps (00_setup): the H100 reference runs below do.
 
 # %%
 if results.cpu_memory_note(df):
@@ -90,13 +79,10 @@ if results.cpu_memory_note(df):
     results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]]);
 
 # %% [markdown]
-# **Stage 3 runs without torch.compile.** On a GPU the baseline, stage 1 and stage 2 compile each transformer
-# block (the recipe's `torch_compile`); under ZeRO-3 the library turns it off (the run says so when it starts:
-# DeepSpeed's parameter-gathering hooks split every compiled block, which measured slower than no compilation).
-# Stage 3 against the baseline would then mix ZeRO-3's cost with compilation's. One more run, the baseline
-# without compilation, compares stage 3 with a run that differs from it in ZeRO only, and shows what compilation
-# itself does. On a CPU nothing compiles, so stage 3 and the baseline already differ in ZeRO only, and the run
-# is skipped.
+# **Stage 3 runs without torch.compile.** On a GPU the baseline and stages 1 and 2 compile each transformer block;
+# ZeRO-3 does not (DeepSpeed's parameter-gathering hooks split every compiled block, which measured slower). The
+# baseline without compilation differs from stage 3 in ZeRO only, and shows what compilation itself does. On a
+# CPU nothing compiles, and this run is skipped.
 
 # %%
 if torch.cuda.is_available():  # torch.compile runs on a GPU only (preflight.check_machine)
@@ -105,10 +91,10 @@ if torch.cuda.is_available():  # torch.compile runs on a GPU only (preflight.che
 # %% [markdown]
 # ## 3. Activation checkpointing
 #
-# ZeRO partitions model states; it does nothing for the activations that the forward pass saves for the
-# backward pass. Activation (gradient) checkpointing keeps only each transformer block's input and
-# recomputes the rest during the backward pass: less memory, one more forward pass of compute.
-# `--activation-checkpointing true` on the command line, `activation_checkpointing=True` here.
+# ZeRO partitions model states, not the activations that the forward pass saves for the backward pass. Activation
+# checkpointing keeps only each transformer block's input and recomputes the rest during the backward pass: less
+# memory, one more forward pass of compute (`activation_checkpointing=True`; on the command line
+# `--activation-checkpointing true`).
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
@@ -118,8 +104,8 @@ results.plot_memory_over_time(ac);
 # %% [markdown]
 # ## 4. The config your runs used, and one key changed
 #
-# Each DeepSpeed run wrote the config it handed to DeepSpeed, batch sizes and bucket sizes filled in, to
-# `ds_config.json` in its run directory. Stage 2 against stage 3, the keys that differ, then stage 3's whole:
+# Each DeepSpeed run wrote the config it handed to DeepSpeed, batch and bucket sizes filled in, to its
+# `ds_config.json`. The keys where stage 2 and stage 3 differ, then stage 3's whole:
 
 # %%
 ds = {n: json.loads(Path(f"{RUNS}/{n}/ds_config.json").read_text()) for n in ("stage2", "stage3")}
@@ -127,26 +113,23 @@ display(Markdown(ds_config.diff(ds["stage2"], ds["stage3"], ("stage2", "stage3")
 display(Markdown(ds_config.explain(ds["stage3"]).to_markdown(index=False)))
 
 # %% [markdown]
-# **How the config reaches the Trainer.** The library passes the dict to `TrainingArguments(deepspeed=...)`;
-# the Trainer fills the `"auto"` values and starts DeepSpeed's engine. These are the lines, from
-# `workshop_lib/train.py`:
+# **How the config reaches the Trainer.** The library passes the dict to `TrainingArguments(deepspeed=...)`; the
+# Trainer fills the `"auto"` values and starts DeepSpeed's engine. From `workshop_lib/train.py`:
 
 # %%
 lines, first = inspect.getsourcelines(build_trainer)
 print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines) if "ds_config" in line or "deepspeed=" in line))
 
 # %% [markdown]
-# A plain HF script does the same with `--deepspeed ds_config.json` on its command line (its `TrainingArguments`
-# take the path), started by either launcher, one process per GPU:
+# A plain HF script passes a file, `--deepspeed ds_config.json`, under either launcher, one process per GPU:
 #
 # ```bash
 # deepspeed --num_gpus 1 train.py --deepspeed ds_config.json --bf16 ...
 # torchrun --nproc_per_node 1 train.py --deepspeed ds_config.json --bf16 ...
 # ```
 #
-# `workshop run` needs no file: each rank builds the config itself. Several ranks on one machine are started by
-# torchrun (`launch.run_local`, notebook 4), and the batch scripts start them with torchrun, srun or
-# deepspeed (`_launch` in `slurm/common.sh`):
+# `workshop run` needs no file: each rank builds its config. Its launchers (`launch.run_local`; `_launch` in
+# `slurm/common.sh`, notebook 4):
 
 # %%
 lines, first = inspect.getsourcelines(launch.run_local)
@@ -156,15 +139,13 @@ common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside t
 print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]
-# **One key changed.** `--ds-config KEY=VALUE` (here `RunConfig(ds_config=[...])`) sets one key of the config a
-# run builds. It is checked against DeepSpeed's own config classes before anything is written: a typo such as
-# `zero_optimization.overlap_comn` stops with the nearest valid key, and a key that the experiment, an option
-# or the Trainer sets (the stage, the batch sizes, the precision) is refused with the option to use instead.
-# The run records the override in `results.json` (`config.ds_config`) and the result in `ds_config.json`.
+# **One key changed.** `--ds-config KEY=VALUE` (here `RunConfig(ds_config=[...])`) sets one key, checked against
+# DeepSpeed's config classes: a typo stops with the nearest valid key, and a key an option sets (stage, batch
+# sizes, precision) is refused with that option's name.
 #
-# Stage 2 again with `zero_optimization.overlap_comm=false`: the gradients are reduced after the backward pass
-# instead of during it, so DeepSpeed keeps one gradient bucket instead of two.
-# On the command line: `workshop run stage2 --ds-config zero_optimization.overlap_comm=false`.
+# Stage 2 again with `zero_optimization.overlap_comm=false` (`workshop run stage2 --ds-config
+# zero_optimization.overlap_comm=false`): the gradients are reduced after the backward pass instead of during it,
+# so DeepSpeed keeps one gradient bucket instead of two.
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
@@ -189,9 +170,7 @@ print("No GPU reference on file yet for: " + (", ".join(n for n in PAIR if n not
 # %% [markdown]
 # ## 5. Your figures, beside the reference
 #
-# Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`; MFU and
-# HFU as introduced in notebook 1: activation checkpointing recomputes each block's forward pass, which HFU
-# counts and MFU does not).
+# As in notebook 1: each of your runs, with the GPU reference run of the same name and its band (`lessons.table`).
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
@@ -206,21 +185,20 @@ ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(n
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Answer from the table above (`f`, computed from your runs, holds the figures: `f.stages["stage2"].speed`, ...).
+# Answer from the table above (`f` holds the figures computed from your runs: `f.stages["stage2"].speed`, ...).
 #
-# 1. How much GPU memory (peak allocated, and model states) does each stage save against the baseline on
-#    one GPU? How does that compare with the estimate of the model states? Where the NVML peak and torch's
-#    peak allocated disagree, what makes the difference? How close did stage 3's NVML peak come to the GPU's
-#    memory, in yours and in the reference?
+# 1. How much GPU memory (peak allocated, model states) does each stage save against the baseline, and how does
+#    that compare with the estimated model states? Where NVML's peak and torch's peak allocated disagree, why? How
+#    close did stage 3's NVML peak come to the GPU's memory, in yours and in the reference?
 # 2. Which stage is slowest, and why? Is every difference in speed larger than the band? On a GPU, how does
 #    stage 3 compare with the baseline without compilation, and what did compilation alone change?
+#
 # 3. Do the losses agree across stages? Should they?
 # 4. What did activation checkpointing save in memory, and what did it cost in tokens/s? What happened to MFU,
 #    and to HFU?
 
 # %% [markdown]
 # ## Summary
-# - ZeRO partitions model states *across data-parallel GPUs*. With N = 1 there is no partner to share with:
-#   what does each stage still save, and what do its buckets and gathers cost? Your answers above say, for your run.
-# - ZeRO does not touch activations and logits; activation checkpointing trades compute for them.
-# - Two ways out for model states on one GPU: move them to the CPU (notebook 3), or add GPUs (notebook 4).
+# - ZeRO partitions model states *across data-parallel GPUs*; one GPU has no one to share them with.
+# - Activation checkpointing trades compute for activation memory, which ZeRO does not touch.
+# - For model states on one GPU: offload them to the CPU (notebook 3), or add GPUs (notebook 4).

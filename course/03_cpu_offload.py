@@ -11,13 +11,13 @@
 #
 # **Learning goals**
 # - offload the optimizer (ZeRO-2 and ZeRO-3) and the parameters (ZeRO-3) to CPU memory;
-# - measure what moves: GPU memory, host memory and tokens/s, in each phase of a run;
+# - measure what moves: GPU memory, host memory and tokens/s;
 # - decide when offload is worth it.
 #
 # ZeRO-Offload (Ren et al. 2021) keeps the fp32 optimizer states on the CPU and runs the Adam step there
-# with DeepSpeed's vectorised CPU Adam; the GPU keeps the 16-bit parameters and computes forward and
-# backward. Gradients travel to the CPU and updated parameters back over PCIe every step. ZeRO-3 can also
-# keep the 16-bit parameters on the CPU and stream them in layer by layer.
+# (DeepSpeed's vectorised CPU Adam); the GPU keeps the 16-bit parameters and computes forward and backward. Every
+# step, gradients go to the CPU and updated parameters come back over PCIe. ZeRO-3 can also keep the 16-bit
+# parameters on the CPU and stream them in layer by layer.
 #
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
@@ -39,7 +39,7 @@ NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
 
 # %%
-# A warm-up first, thrown away, so that the run order decides nothing (`lessons.warm_up`, as in 02)
+# A warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
 print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
@@ -48,17 +48,16 @@ results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
 
 # %% [markdown]
-# Host memory matters now: the offloaded optimizer states (at least 12 bytes per parameter: fp32 master
-# weights and Adam's two moments, plus what DeepSpeed keeps beside them) live in the process's RAM, and on
-# a shared node several ranks add up. `host_states_rss_mib` in results.json is the process's RSS right after
-# the first optimizer step, when those states exist.
+# Host memory matters now: the offloaded optimizer states (at least 12 bytes per parameter) live in the process's
+# RAM, and on a shared node the ranks add up. `host_states_rss_mib` in `results.json` is the process's RSS right
+# after the first optimizer step, when those states exist.
 
 # %% [markdown]
 # ## Your figures, beside the reference
 #
-# Each of your runs, and under it the GPU reference run of the same name with its band (`lessons.table`).
-# "est. model states CPU MiB" is DeepSpeed's own budget for the host memory of the model states
-# (`estimate_zero2_model_states_mem_needs` / `estimate_zero3_...`, with its 1.5x buffer factor).
+# As in notebooks 1 and 2 (`lessons.table`). "est. model states CPU MiB" is DeepSpeed's own budget for the model
+# states' host memory (`estimate_zero2_model_states_mem_needs` / `estimate_zero3_...`, with its 1.5x buffer
+# factor).
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
@@ -69,38 +68,31 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Answer from the table above (`f`, computed from your runs, holds the figures: `f.stage2.speed`, ...).
+# Answer from the table above (`f` holds the figures computed from your runs: `f.stage2.speed`, ...).
 #
-# 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3,
-#    and what does each cost in tokens/s (as a ratio)?
-# 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and
-#    how does that compare with DeepSpeed's own budget for the offloaded states (est. model states CPU MiB)?
-# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak.
-#    Explain from each offload run's model states and its peak (without a GPU: from the reference runs).
+# 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3, and what
+#    does each cost in tokens/s (as a ratio)?
+# 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and how does
+#    that compare with DeepSpeed's budget (est. model states CPU MiB)?
+# 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak. Explain
+#    from each offload run's model states and its peak (without a GPU: from the reference runs).
 # 4. When would you use offload in practice?
 
 # %% [markdown]
-# ## ZenFlow: offload that does not wait for the CPU, a few steps late
+# ## ZenFlow: offload that does not wait for the CPU
 #
-# Plain offload makes every step wait for the CPU's Adam step and the copies over PCIe. ZenFlow (DeepSpeed's
-# tutorial "ZenFlow"; the `stage2_zenflow` experiment, which ran above with the same data, settings and steps as
-# `stage2_offload`) splits the update: at every step the GPU updates the `topk_ratio` share of each weight
-# matrix's gradient columns with the largest norms, whose Adam states stay on the GPU; the gradients of all the
-# other columns accumulate and go to the CPU's Adam once every `update_interval` steps, and with `overlap_step`
-# that CPU update runs in a process of its own while the GPU goes on with the next steps. The price is bounded
-# staleness: most weights are updated up to `update_interval` steps late, from gradients summed over those steps,
-# so the training is no longer exact Adam and its loss can fall differently. Without CUDA, `overlap_step` is off
-# (`ds_config.zenflow_overlap_step`): the CPU update runs in line, with nothing to overlap.
+# Plain offload makes every step wait for the CPU's Adam step and the PCIe copies. ZenFlow (DeepSpeed tutorial
+# "ZenFlow"; `stage2_zenflow` ran above beside `stage2_offload`) splits the update: every step the GPU updates the
+# `topk_ratio` share of gradient columns with the largest norms, their Adam states kept on the GPU. The other
+# columns' gradients accumulate and go to the CPU's Adam every `update_interval` steps, with `overlap_step` (CUDA
+# only) in a process of its own while the GPU goes on. The price: most weights are updated a few steps late, not
+# exact Adam.
 #
-# Before reading the losses, check that both runs trained the same model: step 1's loss is computed on the same
-# batch before any update, so it must agree between the two. DeepSpeed 0.19.8's ZenFlow fails this check: it
-# permutes the weights of the model it is given when the engine starts (`scripts/zenflow_init_check.py`,
-# lab/findings/h100/zenflow), and a loss difference then measures that defect, not the staleness.
-#
-# ZenFlow's steps are not alike (the GPU-only ones, and those that meet the CPU update), so its speed is taken over
-# the whole steady window: all the tokens of the steady steps over their summed step times
-# (`lesson.window_tokens_per_second`), not the median step of the table above. Below: its settings, each run's
-# loss step by step, and the figures `lesson.zenflow` computes from the two runs.
+# Check first that both runs trained the same model: step 1's loss comes from the same batch before any update, so
+# it must agree. DeepSpeed 0.19.8's ZenFlow permutes the model's weights when its engine starts
+# (`scripts/zenflow_init_check.py`); a loss difference then measures that defect, not the staleness. ZenFlow's
+# steps are not alike, so its speed is taken over the whole steady window (`lesson.window_tokens_per_second`), not
+# the median step.
 
 # %%
 print("ZenFlow's settings (ds_config.json):",
@@ -121,14 +113,7 @@ print(f"host peak RSS of the training process, ZenFlow against plain offload: {z
 
 # %% [markdown]
 # ## Summary
-# - Offload moves the optimizer states (and at stage 3 the parameters) to CPU memory: the host's memory grows by
-#   at least the 12 bytes per parameter of fp32 master weights and Adam's two moments, and DeepSpeed's own
-#   estimator budgets more (exercise 2 gives your run's figure beside it); each step waits for the CPU's Adam
-#   and PCIe.
-# - What it frees on the GPU is the model states: the peak falls by about what left, and what the steps add
-#   (activations, logits, ZeRO-3's gathered layers) stays (exercises 1 and 3 give your run's figures).
-# - ZenFlow keeps offload's placement of the optimizer states and stops waiting for the CPU at every step: the GPU
-#   updates the most important gradient columns at once, the CPU the rest every few steps. The update is then a
-#   few steps stale, so whether it buys speed, and what it costs in loss and memory, is measured against plain
-#   offload, never assumed (exercise 5 gives your runs' figures); and a loss is compared only between runs that
-#   started from the same model (step 1's loss, before any update).
+# - Offload frees the model states on the GPU, not what the steps add; the host holds at least 12 more bytes per
+#   parameter, and each step waits for the CPU.
+# - Use it when the model states do not fit otherwise. ZenFlow's stale updates must be measured against plain
+#   offload, from the same starting model.

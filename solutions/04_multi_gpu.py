@@ -10,18 +10,12 @@
 # # 4. Several GPUs, several nodes
 #
 # **Learning goals**
-# - predict what ZeRO leaves on each of N GPUs from the 16Ψ arithmetic, and check it against DeepSpeed's
-#   estimator and a measurement;
-# - know the three ways to start the ranks on a SLURM cluster (`torchrun`, `srun`, the `deepspeed`
-#   launcher) and what each needs;
-# - submit the workshop's batch jobs from this notebook or a terminal, and read their `results.json` back
-#   into the same tables and plots;
-# - count the bytes each ZeRO stage communicates per step, check the count against DeepSpeed's comms logger in
-#   your own run, and reason about gradient buckets and overlap.
+# - predict what ZeRO leaves on each of N GPUs (the 16Ψ arithmetic), and check it against a measurement;
+# - start ranks on a SLURM cluster, submit the batch jobs and read their results back;
+# - count the bytes each ZeRO stage communicates per step, and check it with DeepSpeed's comms logger.
 #
-# With N GPUs, data parallelism runs N copies of the training step on different micro-batches and averages
-# the gradients. Without ZeRO, every copy holds all model states; ZeRO gives each rank 1/N of them. This
-# is where ZeRO pays. On a machine without SLURM or GPUs this notebook starts two processes on the CPU.
+# Data parallelism averages the gradients of N GPUs: without ZeRO each holds all model states, with ZeRO 1/N.
+# This is where ZeRO pays. Without SLURM or GPUs, this notebook starts two CPU processes.
 
 # %%
 import json
@@ -48,9 +42,7 @@ RUNS = Path("runs/04_multi_gpu")
 # %% [markdown]
 # ## 1. What ZeRO divides: 16Ψ bytes per parameter
 #
-# Mixed-precision Adam keeps 2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32
-# optimizer states (master weights, momentum, variance) for Ψ parameters. Per GPU, with N GPUs (Rajbhandari
-# et al. 2020, figure 1):
+# For Ψ parameters, per GPU with N GPUs (Rajbhandari et al. 2020, figure 1; the 2 + 2 + 12 bytes of 00_setup):
 #
 # | | parameters | gradients | optimizer states | total per GPU |
 # | --- | --- | --- | --- | --- |
@@ -76,10 +68,7 @@ ax.set(ylabel="MiB per GPU")
 arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "DeepSpeed estimate MiB"])
 
 # %% [markdown]
-# DeepSpeed's estimators count a little more (fp32 gradients during the reduction: 18 bytes/param
-# partitioned instead of 14). DeepSpeed has no estimator for stage 1: `memory.estimate_model_states` gives
-# it the stage-2 figure, a lower bound (stage 1 keeps whole gradients). Which stages' states shrink as N
-# grows, and towards what floor, the cell below computes from the arithmetic.
+# DeepSpeed's estimates add fp32 gradients (00_setup). Which stages shrink as N grows, and towards what floor:
 
 # %%
 floor = {s: memory.zero_bytes_per_param(s, float("inf")) * P for s in range(4)}  # what is never partitioned
@@ -91,37 +80,30 @@ for stage, g in arith.groupby("zero_stage"):
 # %% [markdown]
 # ## 2. Three ways to start the ranks
 #
-# Every rank needs `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, and the address of rank 0 (`MASTER_ADDR`,
-# `MASTER_PORT`) to meet the others. The batch scripts in `slurm/` offer three launchers
-# (`WORKSHOP_LAUNCHER=torchrun|srun|deepspeed`), all without ssh between nodes:
+# Every rank needs `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and rank 0's address (`MASTER_ADDR`, `MASTER_PORT`). The
+# batch scripts offer three launchers (`WORKSHOP_LAUNCHER`), none using ssh:
 #
-# - **torchrun** (default): `srun` starts one `torchrun` per node; they meet at a c10d rendezvous on the
-#   first node and start one rank per GPU. Restarts and rank numbering are torchrun's.
-# - **srun**: SLURM starts every rank itself (one task per GPU); each takes `RANK=$SLURM_PROCID`,
-#   `WORLD_SIZE=$SLURM_NTASKS`, `LOCAL_RANK=$SLURM_LOCALID`. No extra launcher process.
-# - **deepspeed**: `srun` starts DeepSpeed's launcher on each node with `--no_ssh --node_rank $SLURM_NODEID`
-#   and a hostfile written from the allocation (`node slots=GPUs`): the launcher you know from DeepSpeed's
-#   docs, without its usual ssh fan-out.
+# - **torchrun** (default): `srun` starts one `torchrun` per node; they meet at a c10d rendezvous and start one
+#   rank per GPU.
+# - **srun**: SLURM starts every rank, one task per GPU (`RANK=$SLURM_PROCID`).
+# - **deepspeed**: `srun` starts DeepSpeed's launcher on each node with `--no_ssh` and a hostfile from the
+#   allocation.
 #
-# `MASTER_ADDR` is the first host of `scontrol show hostnames $SLURM_JOB_NODELIST`. The shared set-up also
-# sets the NCCL and rendezvous timeouts, so that a dead rank or an unreachable node ends the job with an
-# error instead of hanging until the time limit:
+# Timeouts make a dead rank end the job instead of hanging:
 
 # %%
 common = (launch.ROOT / "slurm" / "common.sh").read_text()
 print(common[common.index("# workshop_launch"):])
 
 # %% [markdown]
-# A job is one command from a terminal, e.g. `sbatch --nodes=2 slurm/multi_node.slurm stage3`, or from
-# here with `launch.submit(...)` and `launch.wait(...)`. Each job writes `runs/<job name>-<job id>/results.json`
-# (rank 0 writes it, with every rank's peak memory in `per_rank_memory`) and its log to `logs/`.
+# A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` and
+# `launch.wait(...)` here. Rank 0 writes `runs/<job name>-<job id>/results.json`, with every rank's peak memory
+# (`per_rank_memory`); the log goes to `logs/`.
 #
 # ## 3. Scale out
 #
-# ZeRO-2 and ZeRO-3 at 1 and 2 ranks (and 4 where there are 4 GPUs): on a GPU cluster as SLURM jobs, on
-# one GPU machine with `torchrun`, and on a CPU-only machine as 2 CPU processes of the tiny model. Each rank
-# keeps its micro-batch size (up to `max_tokens_per_micro_batch` tokens), so the global batch grows with
-# the number of ranks: weak scaling.
+# ZeRO-2 and ZeRO-3 at 1, 2 (and 4) ranks: SLURM jobs, `torchrun` on a machine with several GPUs, else 2 CPU
+# processes. Each rank keeps its micro-batch, so the global batch grows with the ranks: weak scaling.
 
 # %%
 gpus = torch.cuda.device_count()
@@ -192,9 +174,8 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# For comparison, the reference runs of the default recipe on one host with 4 H200 GPUs
-# (`workshop_lessons/reference/h200/default-x4/runs`, steady state; `docs/h200/README.md` has the commands).
-# The cell prints which experiments and GPU counts are on file.
+# For comparison, the default recipe's reference runs on one host with 4 H200 GPUs (commands in
+# `docs/h200/README.md`):
 
 # %%
 reference = lessons.REFERENCE / "h200" / "default-x4" / "runs"
@@ -211,8 +192,8 @@ else:
     results.plot_scaling(ref);
 
 # %% [markdown]
-# Your runs, each beside the reference run of the same experiment and number of GPUs ("n/a" where there is
-# none), and the run with the most hosts beside one rank of the same experiment:
+# Your runs beside the reference run with the same experiment and GPUs ("n/a" where none), then the run with the
+# most hosts beside one rank:
 
 # %%
 results.plot_scaling(df);
@@ -223,21 +204,17 @@ display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=Fal
 # %% [markdown]
 # ## 4. Communication per step
 #
-# Data parallelism all-reduces the gradients once per optimizer step. A ring all-reduce is a reduce-scatter
-# (each rank ends with the sum of 1/N of the gradients) followed by an all-gather (each rank receives the other
-# sums): 2Ψ elements of traffic per step for Ψ parameters, of which each rank sends (N-1)/N over its link.
-# Rajbhandari et al. 2020 (section 7) count what ZeRO changes:
+# Data parallelism all-reduces the gradients every optimizer step: a ring reduce-scatter then all-gather, 2Ψ
+# elements, each rank sending (N-1)/N of them. ZeRO's (Rajbhandari et al. 2020, section 7):
 #
 # | | collectives per optimizer step | volume |
 # | --- | --- | --- |
 # | data parallel (stage 0) | all-reduce of the gradients | 2Ψ |
-# | stage 1, stage 2 | reduce-scatter of the gradients (a rank needs only the sum of its own partition), then all-gather of the updated parameters | Ψ + Ψ = 2Ψ |
-# | stage 3 | all-gather of the parameters in the forward pass, again in the backward pass, reduce-scatter of the gradients | 3Ψ |
+# | stage 1, stage 2 | reduce-scatter of the gradients, all-gather of the updated parameters | Ψ + Ψ = 2Ψ |
+# | stage 3 | all-gather of the parameters in the forward and the backward pass, reduce-scatter of the gradients | 3Ψ |
 #
-# By this count ZeRO-1 and ZeRO-2 cost no more traffic than plain data parallelism, and ZeRO-3 1.5x. A library
-# may call other collectives than the paper's: the second count below is that of DeepSpeed 0.19.8's defaults,
-# read in its source (`lesson.DEEPSPEED`). Both for the model your runs trained, with their number of ranks
-# and precision (elements of 4 bytes in fp32 on the CPU, 2 in bf16), and for Qwen3-0.6B on 4 GPUs in bf16:
+# DeepSpeed may call other collectives: the second count is DeepSpeed 0.19.8's (`lesson.DEEPSPEED`). Both for
+# your runs' model, ranks and precision, and for Qwen3-0.6B on 4 GPUs in bf16:
 
 # %%
 mine = df[df.world_size == 2].iloc[0]
@@ -253,13 +230,8 @@ for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (mod
 # %% [markdown]
 # ### What your run sent: DeepSpeed's comms logger
 #
-# DeepSpeed times every collective that goes through `deepspeed.comm` when its ds_config has a `comms_logger`
-# block (DeepSpeed docs, "Communication Logging"; `deepspeed.comm.log_summary()` prints what it kept). The
-# workshop adds the block with `workshop run stage2 --comms-logger` (or `RunConfig(..., comms_logger=True)`),
-# keeps the log to the optimizer steps (not the set-up or the evaluations), and writes every rank's totals to
-# `comms.json` in the run directory (`workshop_lib.comms`). The logger waits for the device after every
-# collective, so a run with it on tells volumes and counts, not speed: on GPUs the notebook gives it runs of
-# its own. The block:
+# `--comms-logger` adds DeepSpeed's `comms_logger` block: each rank's collectives over the optimizer steps go to
+# `comms.json`. It synchronizes after each collective, so it gives volumes, not speed (on GPUs, runs of its own).
 
 # %%
 print(json.dumps({"comms_logger": ds_config.COMMS_LOGGER}))
@@ -277,23 +249,14 @@ for e, d in COMMS_RUNS.items():
 # %% [markdown]
 # ### Buckets and overlap
 #
-# - `reduce_bucket_size` (elements): ZeRO-1 and ZeRO-2 collect the gradients into a bucket as the backward pass
-#   produces them, last layer first, and reduce a bucket when it is full. With `overlap_comm: true` the reduction
-#   runs on its own stream while the backward pass goes on, hidden behind the compute of the layers still to
-#   go. The last bucket is sent when the backward pass ends: what it carries cannot overlap anything.
-# - `allgather_bucket_size` (elements) would split the all-gather of the updated parameters after the optimizer
-#   step. Where torch has `all_gather_into_tensor` (every recent torch), DeepSpeed 0.19.8 gathers each parameter
-#   group in one call and does not read it (`runtime/utils.all_gather_dp_groups`); your log above shows the
-#   calls per step. That all-gather comes after the optimizer step and before the next forward pass: nothing
-#   overlaps it either way.
-# - `gradient_accumulation_steps` > 1: ZeRO-2 keeps only its partition of the gradients, so every micro-batch's
-#   backward pass reduces the gradients it produced; data parallelism and ZeRO-1 keep whole gradients and
-#   reduce once, at the step's last micro-batch. ZeRO-2's gradient traffic grows with the accumulation.
-# - ZeRO-3 gathers parameters ahead of the layer that needs them (`stage3_prefetch_bucket_size` elements), so
-#   those all-gathers overlap the compute of the layer before.
+# - `reduce_bucket_size` (elements): ZeRO-1 and -2 reduce the gradients bucket by bucket as the backward pass
+#   produces them; with `overlap_comm: true` behind the backward pass. The last bucket waits for its end.
+# - The all-gather of the updated parameters (`allgather_bucket_size` is not read by DeepSpeed 0.19.8 with a recent
+#   torch) comes between the optimizer step and the next forward pass: nothing overlaps it.
+# - With gradient accumulation, ZeRO-2 reduces after every micro-batch; data parallelism and ZeRO-1 once per step.
+# - ZeRO-3 prefetches parameters (`stage3_prefetch_bucket_size`), overlapping the layer before.
 #
-# The H200 reference's gradient buckets, from its ds_config and model (gradients arriving evenly through the
-# backward pass), and what accumulation would add:
+# The H200 reference's gradient buckets, from its ds_config and model:
 
 # %%
 if ref is not None:
@@ -315,26 +278,22 @@ if ref is not None:
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Your figures are in the tables above: the scaling table beside the H200 reference (section 3), the run with
-# the most hosts (a two-node job, `sbatch --nodes=2 slurm/multi_node.slurm stage2`, which section 3 submits
-# where a SLURM cluster answers; else the two-process run on this machine), and the collectives of your
-# two-rank runs (section 4).
+# Your figures are in the tables of sections 3 (scaling, and the run with the most hosts) and 4 (collectives).
 #
-# 1. By the 16Ψ arithmetic, how many MiB of model states per GPU would ZeRO-2 and ZeRO-3 need for
-#    Qwen3-0.6B on 16 GPUs (two nodes of 8), and what fraction of the one-GPU figure is that?
-# 2. From 1 rank to the most ranks you ran, did the measured peak per rank fall by as much as the
-#    arithmetic says the model states fall (for the model your runs trained)? What else is in memory?
-# 3. The global batch grew with the ranks. What would you change to keep it as on one rank, and what
-#    would that do to the number of optimizer steps per epoch?
-# 4. How does the scaling efficiency of your runs compare with the H200 reference, and why may it differ?
-# 5. Several nodes: how did the run with the most hosts compare with one rank of the same experiment, and
-#    what carries the gradients between the nodes?
-# 6. Which collectives carried the gradients and the parameters in your two-rank runs, and how does the
-#    volume per step that DeepSpeed's comms logger recorded compare with the paper's 2Ψ (ZeRO-2) and 3Ψ
-#    (ZeRO-3)? Where they differ, why?
-# 7. Predict what a 10x smaller `reduce_bucket_size` (50,000,000 elements, `--reduce-bucket-size 50000000`)
-#    would do to ZeRO-2 in the H200 recipe: how many buckets of how many MiB, how much of the gradient
-#    reduction could then overlap the backward pass, and what does it cost?
+# 1. By the 16Ψ arithmetic, how many MiB of model states per GPU would ZeRO-2 and ZeRO-3 need for Qwen3-0.6B on
+#    16 GPUs, and what fraction of the one-GPU figure is that?
+# 2. From 1 rank to the most you ran, did the peak per rank fall as much as the arithmetic says the model states
+#    fall? What else is in memory?
+# 3. The global batch grew with the ranks. What would keep it as on one rank, and what would that do to the steps
+#    per epoch?
+# 4. How does your runs' scaling efficiency compare with the H200 reference's, and why may it differ?
+#
+# 5. How did the run with the most hosts compare with one rank of the same experiment, and what carries the
+#    gradients between nodes?
+# 6. Which collectives carried gradients and parameters in your two-rank runs, and how does their logged volume
+#    per step compare with the paper's 2Ψ (ZeRO-2) and 3Ψ (ZeRO-3)? Where they differ, why?
+# 7. Predict what a 10x smaller `reduce_bucket_size` (`--reduce-bucket-size 50000000`) would do to ZeRO-2 in the
+#    H200 recipe: how many buckets, how much of the reduction could overlap the backward pass, at what cost?
 
 # %% tags=["solution"]
 a = lesson.figures(arith, scaling, ref, df, P)
@@ -448,13 +407,7 @@ if ref is not None:
 
 # %% [markdown]
 # ## Summary
-# - ZeRO divides model states across ranks: stage 1 the optimizer states, stage 2 the gradients too, stage 3
-#   the parameters too: 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N bytes per GPU (Ψ parameters).
-# - What is not model states (activations, logits, buffers) stays on every rank, so the peak per GPU stops
-#   falling where those dominate; the reference table shows where that is for Qwen3-0.6B.
-# - Batch jobs: `sbatch slurm/multi_gpu.slurm` (one node) and `sbatch --nodes=N slurm/multi_node.slurm`
-#   (N nodes), with torchrun, srun or the deepspeed launcher, no ssh; results come back as `results.json`
-#   and into the same tables and plots (`workshop report runs/*` adds the scaling table).
-# - Per optimizer step the paper counts 2Ψ of traffic for data parallelism, ZeRO-1 and ZeRO-2, and 3Ψ for
-#   ZeRO-3; `--comms-logger` writes what DeepSpeed's collectives moved in your run to `comms.json`. Gradient
-#   buckets (`reduce_bucket_size`) decide how much of the reduction can hide behind the backward pass.
+# - ZeRO divides model states across ranks; activations, logits and buffers stay on every rank, so the peak per
+#   GPU stops falling where they dominate.
+# - Per step the paper counts 2Ψ of traffic for ZeRO-1 and -2 (as data parallelism), 3Ψ for ZeRO-3; the comms
+#   logger shows what DeepSpeed moved, and `reduce_bucket_size` how much hides behind the backward pass.
