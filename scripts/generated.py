@@ -16,6 +16,7 @@ def write_or_check(files: dict[Path, str], root: Path, check: bool, fix: str) ->
             print(path.relative_to(root))
     if stale:
         folder = next(iter(files)).parent.relative_to(root)
-        print(f"{folder}/ is out of date for {', '.join(stale)}. To fix: {fix}")
+        where = "" if folder == Path(".") else f"{folder}/ is out of date for "
+        print(f"{where}{', '.join(stale)}{'' if where else ' is out of date'}. To fix: {fix}")
         return 1
     return 0

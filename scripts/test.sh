@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
 python scripts/make_course.py --check
+python scripts/make_timetable.py --check
 # nbmake runs .ipynb files: made here and removed at the end, so JupyterLab keeps listing each notebook once
 trap 'rm -f course/[0-9]*.ipynb solutions/[0-9]*.ipynb' EXIT
 jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py

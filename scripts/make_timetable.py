@@ -1,0 +1,131 @@
+"""Write the day's timetable into README.md, between `<!-- timetable -->` and `<!-- /timetable -->`: per learner
+notebook its reading time (the words of its markdown cells at `workshop_lessons.WORDS_PER_MINUTE`), its run time on
+an H100 and on a CPU (workshop_lessons/reference/notebook_times.json, written by scripts/time_notebooks.py) and its
+exercises (`MINUTES_PER_EXERCISE` each), the core track's total beside `CORE_BUDGET_MIN`. CI checks that the README
+is up to date (`python scripts/make_timetable.py --check`); change this script or the notebooks, never the table.
+
+    python scripts/make_timetable.py            # write the table into README.md
+    python scripts/make_timetable.py --check    # exit 1 if README.md's table differs from what would be written
+"""
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # run as a script or loaded by a test
+from generated import write_or_check  # noqa: E402
+
+WORDS_PER_MINUTE = 200  # workshop_lessons.WORDS_PER_MINUTE, the notebooks' headers' rule of thumb (a test checks)
+MINUTES_PER_EXERCISE = 5  # an assumption, stated in the table's caption
+CORE = ["00_setup", "01_baseline", "02_zero_stages", "03_cpu_offload", "04_multi_gpu"]
+OPTIONAL = ["03b_the_fine_tuned_model", "03c_models_that_do_not_fit", "03d_failure_drills"]
+CORE_BUDGET_MIN = 210  # the core track fits a day's 3.5 hours of teaching
+BEGIN, END = "<!-- timetable -->", "<!-- /timetable -->"
+
+
+def cells(path: Path) -> list[tuple[str, list[str]]]:
+    """The cells of a py:percent notebook: (the `# %%` line, its lines with the markdown's leading '# ' removed)."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# %%"):
+            out.append((line, []))
+        elif out:
+            out[-1][1].append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+    return out
+
+
+def paragraphs(path: Path) -> list[list[str]]:
+    """The words of each paragraph of the notebook's markdown cells (paragraphs end at a blank line)."""
+    paras = []
+    for head, lines in cells(path):
+        if "[markdown]" not in head:
+            continue
+        words: list[str] = []
+        for line in [*lines, ""]:
+            if line.strip():
+                words += line.split()
+            elif words:
+                paras.append(words)
+                words = []
+    return paras
+
+
+def exercises(path: Path) -> int:
+    """Exercise questions: the numbered items of each markdown cell tagged "exercise", or 1 for a cell without."""
+    return sum(max(1, len(re.findall(r"^\d+\.\s", "\n".join(lines), re.M)))
+               for head, lines in cells(path) if "[markdown]" in head and '"exercise"' in head)
+
+
+def run_seconds(times: dict, kind: str) -> tuple[str, dict]:
+    """The device named like `kind` in notebook_times.json ("H100", or "cpu"), and its seconds per notebook."""
+    device = next(d for d in times if kind.lower() in d.lower())
+    return device, {nb: t["seconds"] for nb, t in times[device].items() if t["returncode"] == 0}
+
+
+def rows(root: Path = ROOT) -> list[dict]:
+    times = json.loads((root / "workshop_lessons" / "reference" / "notebook_times.json").read_text())
+    (gpu, on_gpu), (cpu, on_cpu) = run_seconds(times, "H100"), run_seconds(times, "cpu")
+    out = []
+    for nb in CORE + OPTIONAL:
+        path = root / "course" / f"{nb}.py"
+        words = sum(map(len, paragraphs(path)))
+        r = {"notebook": nb, "core": nb in CORE, "words": words, "reading": math.ceil(words / WORDS_PER_MINUTE),
+             "gpu": math.ceil(on_gpu[nb] / 60) if nb in on_gpu else None,
+             "cpu": math.ceil(on_cpu[nb] / 60) if nb in on_cpu else None, "exercises": exercises(path),
+             "gpu_device": gpu, "cpu_device": cpu}
+        r["total"] = r["reading"] + (r["gpu"] or 0) + r["exercises"] * MINUTES_PER_EXERCISE
+        out.append(r)
+    return out
+
+
+def table(root: Path = ROOT) -> str:
+    rs = rows(root)
+    core = [r for r in rs if r["core"]]
+    total = {k: sum(r[k] for r in core) for k in ("words", "reading", "gpu", "cpu", "exercises", "total")}
+    if total["total"] > CORE_BUDGET_MIN:
+        raise SystemExit(f"The core track takes {total['total']} min, over its {CORE_BUDGET_MIN}: shorten it.")
+    minutes = lambda m: "not timed" if m is None else f"{m}"  # noqa: E731
+    cpu = re.sub(r"^cpu\s*", "", rs[0]["cpu_device"]).strip("()")
+    lines = [
+        f"Minutes, each figure rounded up. Reading: the words of the notebook's markdown at {WORDS_PER_MINUTE} a "
+        f"minute. Run: the whole notebook executed on an {rs[0]['gpu_device']} and on a CPU ({cpu}), from "
+        "`workshop_lessons/reference/notebook_times.json` (`python scripts/time_notebooks.py` measures them). "
+        f"Exercises: the questions to answer, assumed to take {MINUTES_PER_EXERCISE} minutes each. Total: reading, "
+        f"the H100 run and the exercises; the core track's must stay within {CORE_BUDGET_MIN} minutes. Written by "
+        "`python scripts/make_timetable.py`.",
+        "",
+        "| notebook | words | reading | run, H100 | run, CPU | exercises | total |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    row = "| {} | {:,} | {} | {} | {} | {} ({} min) | {} |"
+    for r in core:
+        lines.append(row.format(f"`{r['notebook']}`", r["words"], r["reading"], minutes(r["gpu"]), minutes(r["cpu"]),
+                                r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE, r["total"]))
+    lines.append(row.format("**core track**", total["words"], total["reading"], total["gpu"], total["cpu"],
+                            total["exercises"], total["exercises"] * MINUTES_PER_EXERCISE,
+                            f"**{total['total']}** ({total['total'] / 60:.1f} h)"))
+    for r in rs:
+        if not r["core"]:
+            lines.append(row.format(f"`{r['notebook']}` (optional)", r["words"], r["reading"], minutes(r["gpu"]),
+                                    minutes(r["cpu"]), r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE,
+                                    r["total"]))
+    return "\n".join(lines)
+
+
+def readme_text(root: Path = ROOT) -> str:
+    readme = (root / "README.md").read_text()
+    if readme.count(BEGIN) != 1 or readme.count(END) != 1:
+        raise SystemExit(f"README.md needs one {BEGIN} and one {END} line, the table's place.")
+    head, rest = readme.split(BEGIN)
+    return f"{head}{BEGIN}\n{table(root)}\n{END}{rest.split(END, 1)[1]}"
+
+
+def main(check: bool) -> int:
+    return write_or_check({ROOT / "README.md": readme_text(ROOT)}, ROOT, check, "python scripts/make_timetable.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main("--check" in sys.argv))

@@ -1,0 +1,92 @@
+"""The core track's learner notebooks (course/00-04) read in a day: at most `MAX_WORDS` words of markdown in all,
+no paragraph over `MAX_PARAGRAPH` words; the measurement mechanics are explained once, in 00_setup; and the
+README's timetable (scripts/make_timetable.py) is current and fits the day."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = sorted((ROOT / "course").glob("0[0-4]_*.py"))
+MAX_WORDS, MAX_PARAGRAPH = 4000, 120
+
+
+def make_timetable():
+    spec = importlib.util.spec_from_file_location("make_timetable", ROOT / "scripts" / "make_timetable.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def markdown_paragraphs(path: Path) -> list[list[str]]:
+    """Every `# %% [markdown]` cell's lines without their leading '# ', split into paragraphs at blank lines, each
+    paragraph split on whitespace: the count the issue states, written here apart from make_timetable's."""
+    paras, words, in_markdown = [], [], False
+    for line in [*path.read_text().splitlines(), "# %%"]:
+        if line.startswith("# %%") or not line.strip("#").strip():
+            if words:
+                paras.append(words)
+            words = []
+            if line.startswith("# %%"):
+                in_markdown = "[markdown]" in line
+        elif in_markdown:
+            words += (line[2:] if line.startswith("# ") else line.lstrip("#")).split()
+    return paras
+
+
+def test_the_core_track_reads_in_at_most_4000_words_without_a_paragraph_over_120():
+    assert [p.stem for p in CORE] == make_timetable().CORE
+    counts = {p.name: sum(map(len, markdown_paragraphs(p))) for p in CORE}
+    assert sum(counts.values()) <= MAX_WORDS, counts
+    long = {p.name: [" ".join(w[:8]) for w in markdown_paragraphs(p) if len(w) > MAX_PARAGRAPH] for p in CORE}
+    assert not any(long.values()), long
+
+
+def test_the_timetable_counts_words_as_the_length_test_does():
+    m = make_timetable()
+    for p in CORE:
+        assert m.paragraphs(p) == markdown_paragraphs(p), p.name
+
+
+def test_the_reading_speed_is_the_notebook_headers():
+    import workshop_lessons
+
+    assert make_timetable().WORDS_PER_MINUTE == workshop_lessons.WORDS_PER_MINUTE
+
+
+def test_the_measurement_mechanics_are_explained_once_in_00_setup():
+    """00_setup's section holds the warm-up, run order, steady state, bands and CPU memory; 01-04 point to it."""
+    assert "## How the numbers are measured" in (ROOT / "course" / "00_setup.py").read_text()
+    for p in CORE[1:]:
+        prose = " ".join(" ".join(w) for w in markdown_paragraphs(p))
+        assert "## How the numbers are measured" not in prose, p.name
+        assert not [s for s in ("run_order", "first-run", "half as fast") if s in prose], p.name
+
+
+def test_the_readme_timetable_is_current_and_the_core_track_fits_the_day():
+    p = subprocess.run([sys.executable, "scripts/make_timetable.py", "--check"], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = make_timetable()
+    core = [r for r in m.rows() if r["core"]]
+    assert sum(r["total"] for r in core) <= m.CORE_BUDGET_MIN
+    assert all(r["gpu"] is not None and r["cpu"] is not None for r in core)  # every core notebook timed on both
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def test_check_names_a_stale_timetable_and_the_fix(tmp_path, monkeypatch, capsys):
+    m = make_timetable()
+    for d in ("course", "workshop_lessons/reference"):
+        (tmp_path / d).mkdir(parents=True)
+    for nb in m.CORE + m.OPTIONAL:
+        (tmp_path / "course" / f"{nb}.py").write_text((ROOT / "course" / f"{nb}.py").read_text())
+    times = "workshop_lessons/reference/notebook_times.json"
+    (tmp_path / times).write_text((ROOT / times).read_text())
+    (tmp_path / "README.md").write_text(f"# x\n\n{m.BEGIN}\nold\n{m.END}\nrest\n")
+    monkeypatch.setattr(m, "ROOT", tmp_path)
+    assert m.main(check=True) == 1
+    assert capsys.readouterr().out == "README.md is out of date. To fix: python scripts/make_timetable.py\n"
+    m.main(check=False)
+    assert m.main(check=True) == 0
+    assert (tmp_path / "README.md").read_text().endswith(f"{m.END}\nrest\n")
