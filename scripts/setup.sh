@@ -32,7 +32,7 @@ fi
 # installed, not merely importable from this folder: the package's metadata and what it needs
 # (their metadata, not an import: importing DeepSpeed here would print its accelerator warning on a CPU)
 _check="deepspeed-workshop deepspeed transformers datasets"
-if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check pytest nbmake pytest-xdist jupytext"; fi
+if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check pytest nbmake pytest-xdist jupytext playwright"; fi
 if ! python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.argv[1:]]" $_check 2>/dev/null; then
   installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
   # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
