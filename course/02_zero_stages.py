@@ -18,6 +18,7 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -166,6 +167,32 @@ print("No GPU reference on file yet for: " + (", ".join(n for n in PAIR if n not
 # **Exercise.** From the two configs, predict how much memory `overlap_comm=false` saves (the bucket's size is
 # in elements: how many bytes is an element in this run?). Does the measured peak agree? And the speed: what
 # did overlapping the reduction with the backward pass buy on one GPU, and what would it buy on several?
+
+# %% [markdown] tags=["exercise"]
+# **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
+# (for example `zero_optimization.stage3_param_persistence_threshold`: parameters of fewer elements stay whole on
+# every GPU). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction in `MY_PREDICTION`:
+# which figure moves, which way, about how much. Then run the two cells after it. A misspelt key stops with the
+# nearest valid one.
+
+# %%
+MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
+MY_PREDICTION = ""
+
+# %%
+if MY_OVERRIDE is None:
+    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+else:
+    mine = lessons.run_config(NOTEBOOK, "stage3", RUNS, **COMMON)
+    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage3_mine", ds_config=[MY_OVERRIDE],
+                                       overwrite=True))
+    MINE = ["stage3", "stage3_mine"]
+    mine_cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib",
+                 "host_peak_rss_mib"]
+    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
+                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
+                     .to_markdown(index=False)))
+    print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference

@@ -1,4 +1,4 @@
-"""Write the single-GPU batch scripts from one template and `config.EXPERIMENTS`: slurm/one_gpu.slurm (any
+"""Write the single-GPU batch scripts from one template and `ds_config.EXPERIMENTS`: slurm/one_gpu.slurm (any
 experiment, named first: `sbatch slurm/one_gpu.slurm stage2_offload --epochs 1`) and slurm/<experiment>.slurm for
 every experiment (`sbatch slurm/stage2_offload.slurm --epochs 1`, the same job). They differ only in their name,
 description and last lines: the #SBATCH header and slurm/common.sh are the same for all. CI checks that they are
@@ -45,7 +45,7 @@ NVME = """\
 # The experiment comes first; the job, its run and its log are named after it (runs/<experiment>-<job id>, as
 # slurm/<experiment>.slurm names them) unless sbatch --job-name gave the job a name of its own.
 ONE_GPU_BODY = """\
-# config.EXPERIMENTS, one of them first:
+# ds_config.EXPERIMENTS, one of them first:
 experiments="{names}"
 exp=${{1:-}}
 if [ "${{SLURM_JOB_NAME:-}}" = one_gpu ] && [[ " $experiments " == *" $exp "* ]]; then
@@ -71,7 +71,7 @@ def script(exp: Experiment) -> str:
 
 
 def one_gpu() -> str:
-    """slurm/one_gpu.slurm: any experiment of config.EXPERIMENTS, the first argument."""
+    """slurm/one_gpu.slurm: any experiment of ds_config.EXPERIMENTS, the first argument."""
     about = ("# Any experiment on one GPU, named first (one of $experiments below).\n"
              f"#   sbatch slurm/one_gpu.slurm EXPERIMENT {ARGS}\n"
              "#   sbatch slurm/one_gpu.slurm stage2_offload --epochs 1      # the job of slurm/stage2_offload.slurm")

@@ -16,6 +16,7 @@
 # - trade compute for activation memory with activation checkpointing.
 
 # %%
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -189,6 +190,49 @@ if metric == "host_peak_rss_mib":
 print("With one GPU the reduction has no partner to exchange gradients with, so there is little communication for "
       "the overlap to hide; with N GPUs the reduction crosses the links, and overlapping it with the backward pass "
       "hides that time, at the price of the second bucket.")
+
+# %% [markdown] tags=["exercise"]
+# **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
+# (for example `zero_optimization.stage3_param_persistence_threshold`: parameters of fewer elements stay whole on
+# every GPU). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction in `MY_PREDICTION`:
+# which figure moves, which way, about how much. Then run the two cells after it. A misspelt key stops with the
+# nearest valid one.
+
+# %%
+MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
+MY_PREDICTION = ""
+
+# %% tags=["solution"]
+MY_OVERRIDE = "zero_optimization.stage3_param_persistence_threshold=1e9"  # more elements than any parameter has
+MY_PREDICTION = ("no parameter is partitioned or gathered any more: the model states grow towards stage 2's, and "
+                 "the steps get faster without the gathers")
+
+# %%
+if MY_OVERRIDE is None:
+    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+else:
+    mine = lessons.run_config(NOTEBOOK, "stage3", RUNS, **COMMON)
+    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage3_mine", ds_config=[MY_OVERRIDE],
+                                       overwrite=True))
+    MINE = ["stage3", "stage3_mine"]
+    mine_cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib",
+                 "host_peak_rss_mib"]
+    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
+                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
+                     .to_markdown(index=False)))
+    print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+
+# %% tags=["solution"]
+pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in MINE}
+states = "gpu_states_allocated_mib" if pair["stage3"]["gpu_states_allocated_mib"] is not None else "host_peak_rss_mib"
+grew = lessons.compare(states, pair["stage3_mine"][states], pair["stage3"][states])
+fast = lessons.compare("steady_train_tokens_per_second", pair["stage3_mine"]["steady_train_tokens_per_second"],
+                       pair["stage3"]["steady_train_tokens_per_second"])
+print(f"{states}: {grew.value:,.1f} MiB against stage 3's {grew.other:,.1f} ({grew.difference:+,.1f}): {grew.verdict} "
+      f"({grew.band_text}). Speed: {fast.ratio:.2f}x stage 3's tokens/s: {fast.verdict} ({fast.band_text}).")
+if states == "host_peak_rss_mib":
+    print("Without a GPU the memory is the whole process's host memory: the GPU reference's stage 2 and stage 3 rows "
+          "show the two ends this key moves between.")
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference

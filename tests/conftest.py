@@ -132,6 +132,6 @@ class TinyRuns:
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory):
-    """`TinyRuns`: every experiment of `config.EXPERIMENTS` through `workshop run --tiny`, each made once, on
+    """`TinyRuns`: every experiment of `ds_config.EXPERIMENTS` through `workshop run --tiny`, each made once, on
     first use; shared by every test that reads real runs."""
     return TinyRuns(tmp_path_factory.mktemp("runs"))

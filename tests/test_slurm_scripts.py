@@ -1,5 +1,5 @@
 """The single-GPU batch scripts, without a cluster: written by scripts/make_slurm.py from one template, one per
-experiment of config.EXPERIMENTS beside slurm/one_gpu.slurm, each with the #SBATCH lines where sbatch reads them.
+experiment of ds_config.EXPERIMENTS beside slurm/one_gpu.slurm, each with the #SBATCH lines where sbatch reads them.
 tests/test_slurm.py submits them to a real cluster."""
 
 import importlib.util
