@@ -22,8 +22,11 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
+import dataclasses
 import json
+from pathlib import Path
 
+import torch
 from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
@@ -77,6 +80,27 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
 # 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak. Explain
 #    from each offload run's model states and its peak (without a GPU: from the reference runs).
 # 4. When would you use offload in practice?
+
+# %% [markdown] tags=["exercise"]
+# **Exercise: a key of your own.** As in 02, on `stage2_offload`: pick a key of its `offload_optimizer` section
+# (`ds_config.explain`), write it in `MY_OVERRIDE` and your prediction in `MY_PREDICTION`, then run the cell after.
+
+# %%
+MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage2_offload --ds-config
+MY_PREDICTION = ""
+
+# %%
+if MY_OVERRIDE is None:
+    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+else:
+    mine = lessons.run_config(NOTEBOOK, "stage2_offload", RUNS, **COMMON)
+    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage2_offload_mine", ds_config=[MY_OVERRIDE],
+                                       overwrite=True))
+    MINE, mine_cols = ["stage2_offload", "stage2_offload_mine"], ["steady_train_tokens_per_second", "host_peak_rss_mib"]
+    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
+                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
+                     .to_markdown(index=False)))
+    print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% [markdown]
 # ## ZenFlow: offload that does not wait for the CPU

@@ -20,8 +20,11 @@
 # parameters on the CPU and stream them in layer by layer.
 
 # %%
+import dataclasses
 import json
+from pathlib import Path
 
+import torch
 from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
@@ -118,6 +121,41 @@ print(f"4. When the model states do not fit on the GPUs you have (a model severa
       f"allows, on few GPUs), or to free GPU memory for a larger micro-batch or longer sequences; not when it fits: "
       f"here offload ran at {f.stage2.speed.ratio:.2f}x (ZeRO-2) and {f.stage3.speed.ratio:.2f}x (ZeRO-3) the "
       f"tokens/s of the same stage without it.")
+
+# %% [markdown] tags=["exercise"]
+# **Exercise: a key of your own.** As in 02, on `stage2_offload`: pick a key of its `offload_optimizer` section
+# (`ds_config.explain`), write it in `MY_OVERRIDE` and your prediction in `MY_PREDICTION`, then run the cell after.
+
+# %%
+MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage2_offload --ds-config
+MY_PREDICTION = ""
+
+# %% tags=["solution"]
+MY_OVERRIDE = "zero_optimization.offload_optimizer.pin_memory=false"  # pageable host buffers instead of pinned
+MY_PREDICTION = "copies to and from the host slow down (pageable memory), so tokens/s falls; host memory barely moves"
+
+# %%
+if MY_OVERRIDE is None:
+    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+else:
+    mine = lessons.run_config(NOTEBOOK, "stage2_offload", RUNS, **COMMON)
+    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage2_offload_mine", ds_config=[MY_OVERRIDE],
+                                       overwrite=True))
+    MINE, mine_cols = ["stage2_offload", "stage2_offload_mine"], ["steady_train_tokens_per_second", "host_peak_rss_mib"]
+    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
+                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
+                     .to_markdown(index=False)))
+    print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+
+# %% tags=["solution"]
+pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in MINE}
+fast = lessons.compare("steady_train_tokens_per_second", pair["stage2_offload_mine"]["steady_train_tokens_per_second"],
+                       pair["stage2_offload"]["steady_train_tokens_per_second"])
+host = lessons.compare("host_peak_rss_mib", pair["stage2_offload_mine"]["host_peak_rss_mib"],
+                       pair["stage2_offload"]["host_peak_rss_mib"])
+print(f"Speed: {fast.ratio_text} of stage2_offload's tokens/s. Host peak: {host.difference_text}.")
+if not torch.cuda.is_available():
+    print("Without a GPU nothing crosses PCIe: pinning has nothing to speed up, and the CPU's figures show the noise.")
 
 # %% [markdown]
 # ## ZenFlow: offload that does not wait for the CPU
