@@ -1,5 +1,5 @@
 """Write the day's timetable into README.md, between `<!-- timetable -->` and `<!-- /timetable -->`: per learner
-notebook its reading time (the words of its markdown cells at `workshop_lessons.WORDS_PER_MINUTE`), its run time on
+notebook its reading time (`workshop_lessons.prose_paragraphs` and `reading_minutes`, as its header), its run time on
 an H100 and on a CPU (workshop_lessons/reference/notebook_times.json, written by scripts/time_notebooks.py) and its
 exercises (`MINUTES_PER_EXERCISE` each), the core track's total beside `CORE_BUDGET_MIN`. CI checks that the README
 is up to date (`python scripts/make_timetable.py --check`); change this script or the notebooks, never the table.
@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # run as a script or loaded by a test
 from generated import write_or_check  # noqa: E402
 
+from workshop_lessons import WORDS_PER_MINUTE, markdown_cells, prose_paragraphs, reading_minutes  # noqa: E402
+
 WORDS_PER_MINUTE = 200  # workshop_lessons.WORDS_PER_MINUTE, the notebooks' headers' rule of thumb (a test checks)
 MINUTES_PER_EXERCISE = 5  # an assumption, stated in the table's caption
 CORE = ["00_setup", "01_baseline", "02_zero_stages", "03_cpu_offload", "04_multi_gpu"]
@@ -26,37 +28,10 @@ CORE_BUDGET_MIN = 210  # the core track fits a day's 3.5 hours of teaching
 BEGIN, END = "<!-- timetable -->", "<!-- /timetable -->"
 
 
-def cells(path: Path) -> list[tuple[str, list[str]]]:
-    """The cells of a py:percent notebook: (the `# %%` line, its lines with the markdown's leading '# ' removed)."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("# %%"):
-            out.append((line, []))
-        elif out:
-            out[-1][1].append(line[2:] if line.startswith("# ") else line.lstrip("#"))
-    return out
-
-
-def paragraphs(path: Path) -> list[list[str]]:
-    """The words of each paragraph of the notebook's markdown cells (paragraphs end at a blank line)."""
-    paras = []
-    for head, lines in cells(path):
-        if "[markdown]" not in head:
-            continue
-        words: list[str] = []
-        for line in [*lines, ""]:
-            if line.strip():
-                words += line.split()
-            elif words:
-                paras.append(words)
-                words = []
-    return paras
-
-
 def exercises(path: Path) -> int:
     """Exercise questions: the numbered items of each markdown cell tagged "exercise", or 1 for a cell without."""
     return sum(max(1, len(re.findall(r"^\d+\.\s", "\n".join(lines), re.M)))
-               for head, lines in cells(path) if "[markdown]" in head and '"exercise"' in head)
+               for head, lines in markdown_cells(path) if '"exercise"' in head)
 
 
 def run_seconds(times: dict, kind: str) -> tuple[str, dict]:
@@ -71,8 +46,8 @@ def rows(root: Path = ROOT) -> list[dict]:
     out = []
     for nb in CORE + OPTIONAL:
         path = root / "course" / f"{nb}.py"
-        words = sum(map(len, paragraphs(path)))
-        r = {"notebook": nb, "core": nb in CORE, "words": words, "reading": math.ceil(words / WORDS_PER_MINUTE),
+        words = sum(map(len, prose_paragraphs(path)))
+        r = {"notebook": nb, "core": nb in CORE, "words": words, "reading": reading_minutes(words),
              "gpu": math.ceil(on_gpu[nb] / 60) if nb in on_gpu else None,
              "cpu": math.ceil(on_cpu[nb] / 60) if nb in on_cpu else None, "exercises": exercises(path),
              "gpu_device": gpu, "cpu_device": cpu}
