@@ -28,7 +28,8 @@ import pandas as pd
 import torch
 
 from workshop_lib import metrics
-from workshop_lib.config import EXPERIMENTS, RunConfig, resolve
+from workshop_lib.config import RunConfig, resolve
+from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import load_model_and_tokenizer

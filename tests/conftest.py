@@ -78,7 +78,7 @@ def unavailable_ops(experiment: str) -> str | None:
     """Why this machine cannot run `experiment` (a DeepSpeed op it needs cannot be built: async_io without libaio
     for stage3_nvme), as `workshop run` would say it with its fix; None when it can."""
     from workshop_lib import env
-    from workshop_lib.config import EXPERIMENTS
+    from workshop_lib.ds_config import EXPERIMENTS
     from workshop_lib.errors import WorkshopError
 
     exp = EXPERIMENTS[experiment]
@@ -122,7 +122,7 @@ class TinyRuns:
 
     def available(self) -> list[str]:
         """The experiments this machine can run, each run (for tests over all of them)."""
-        from workshop_lib.config import EXPERIMENTS
+        from workshop_lib.ds_config import EXPERIMENTS
 
         names = [e for e in EXPERIMENTS if unavailable_ops(e) is None]
         for e in names:

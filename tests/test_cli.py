@@ -15,7 +15,7 @@ import torch
 
 from conftest import skip_unless_runnable, workshop
 from workshop_lib import checkpoint, evaluation, rundir
-from workshop_lib.config import EXPERIMENTS
+from workshop_lib.ds_config import EXPERIMENTS
 
 pytestmark = pytest.mark.slow
 GPU = torch.cuda.is_available()

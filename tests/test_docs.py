@@ -117,7 +117,7 @@ def test_the_readme_fits_a_first_read():
 
 def test_readme_lists_every_experiment():
     """The README's experiments table against ds_config.EXPERIMENTS: an experiment added in one is in both."""
-    from workshop_lib.config import EXPERIMENTS
+    from workshop_lib.ds_config import EXPERIMENTS
 
     readme = (ROOT / "README.md").read_text()
     table = readme.split("## The experiments")[1].split("```")[0]

@@ -57,7 +57,7 @@ def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme()
 def test_every_experiment_is_an_estimate_setup():
     """`Experiment.fit_setup` is what fit.estimate models: at stage 3 its offload moves the optimizer states and
     the parameters together, so an experiment that offloads one without the other would be estimated wrongly."""
-    from workshop_lib.config import EXPERIMENTS
+    from workshop_lib.ds_config import EXPERIMENTS
 
     for name, exp in EXPERIMENTS.items():
         if exp.zero_stage == 3:

@@ -5,7 +5,8 @@ activations (notebook 03c starts such a run on purpose). Fast: parameter counts 
 import pytest
 
 from workshop_lib import fit, preflight
-from workshop_lib.config import EXPERIMENTS, RunConfig
+from workshop_lib.config import RunConfig
+from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 from workshop_lib.memory import STATES_MARGIN
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from workshop_lib import checkpoint, cli, env, rundir
-from workshop_lib.config import EXPERIMENTS, RunConfig, cli_args, parse_run_args, resolve
+from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
+from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 
 ROOT = Path(__file__).resolve().parent.parent

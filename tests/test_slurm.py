@@ -71,7 +71,7 @@ def test_one_gpu_script_runs_the_experiment_named_first_as_its_own_script_does()
 @pytest.mark.parametrize("args, error", [((), "no experiment given."), (("stage9", "--max-steps", "2"),
                                                                         "unknown experiment 'stage9'.")])
 def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, error):
-    from workshop_lib.config import EXPERIMENTS
+    from workshop_lib.ds_config import EXPERIMENTS
 
     rc, job, log, r = sbatch("one_gpu", *args)
     assert rc == 2 and r is None, log[-3000:]

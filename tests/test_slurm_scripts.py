@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workshop_lib.config import EXPERIMENTS
+from workshop_lib.ds_config import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "slurm"

@@ -40,7 +40,8 @@ import pandas as pd
 import torch
 
 from workshop_lib import env, results, variables
-from workshop_lib.config import EXPERIMENTS, TINY, RunConfig, recipe_settings
+from workshop_lib.config import TINY, RunConfig, recipe_settings
+from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import micro_batch_budget
 from workshop_lib.results import exercise_table, find_runs, load_results, title

@@ -20,8 +20,7 @@ import psutil
 import torch
 
 from workshop_lib import env, fit, variables
-from workshop_lib.config import EXPERIMENTS
-from workshop_lib.ds_config import Offload
+from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
 from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space

@@ -50,7 +50,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import env, rundir
-from .config import BASE, EXPERIMENTS, REQUIRED
+from .config import BASE, REQUIRED
+from .ds_config import EXPERIMENTS
 from .errors import WorkshopError, read_json_object
 from .model import check_no_custom_code
 from .units import MiB

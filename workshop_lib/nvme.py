@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from . import memory
-from .config import Experiment, RunConfig
+from .config import RunConfig
+from .ds_config import Experiment
 from .errors import WorkshopError
 from .units import MiB
 

@@ -22,7 +22,8 @@ from dataclasses import asdict, replace
 import torch
 
 from . import checkpoint, env, fit, memory
-from .config import Experiment, RunConfig
+from .config import RunConfig
+from .ds_config import Experiment
 from .errors import WorkshopError
 from .model import count_params
 from .nvme import check_nvme_space

@@ -47,9 +47,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from . import checkpoint, comms, env, preflight, rundir, teardown, zenflow
 from .callbacks import EvaluateBeforeSave, Phases, StepLog, StopAtStepBoundary
-from .config import EXPERIMENTS, Experiment, RunConfig, resolve
+from .config import RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-from .ds_config import apply_overrides, build_ds_config
+from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
 from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
