@@ -18,7 +18,6 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
-import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -180,18 +179,10 @@ MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
 MY_PREDICTION = ""
 
 # %%
-if MY_OVERRIDE is None:
-    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
-else:
-    mine = lessons.run_config(NOTEBOOK, "stage3", RUNS, **COMMON)
-    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage3_mine", ds_config=[MY_OVERRIDE],
-                                       overwrite=True))
-    MINE = ["stage3", "stage3_mine"]
-    mine_cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib",
-                 "host_peak_rss_mib"]
-    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
-                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
-                     .to_markdown(index=False)))
+MINE = lessons.run_own_key(NOTEBOOK, "stage3", MY_OVERRIDE, RUNS, **COMMON)  # runs/stage3_mine
+if MINE:
+    cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "host_peak_rss_mib"]
+    display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% [markdown]

@@ -22,7 +22,6 @@
 # *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -90,16 +89,10 @@ MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage2_offload --ds-con
 MY_PREDICTION = ""
 
 # %%
-if MY_OVERRIDE is None:
-    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
-else:
-    mine = lessons.run_config(NOTEBOOK, "stage2_offload", RUNS, **COMMON)
-    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage2_offload_mine", ds_config=[MY_OVERRIDE],
-                                       overwrite=True))
-    MINE, mine_cols = ["stage2_offload", "stage2_offload_mine"], ["steady_train_tokens_per_second", "host_peak_rss_mib"]
-    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
-                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
-                     .to_markdown(index=False)))
+MINE = lessons.run_own_key(NOTEBOOK, "stage2_offload", MY_OVERRIDE, RUNS, **COMMON)  # runs/stage2_offload_mine
+if MINE:
+    cols = ["steady_train_tokens_per_second", "host_peak_rss_mib"]
+    display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% [markdown]

@@ -20,7 +20,6 @@
 # parameters on the CPU and stream them in layer by layer.
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -135,16 +134,10 @@ MY_OVERRIDE = "zero_optimization.offload_optimizer.pin_memory=false"  # pageable
 MY_PREDICTION = "copies to and from the host slow down (pageable memory), so tokens/s falls; host memory barely moves"
 
 # %%
-if MY_OVERRIDE is None:
-    print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
-else:
-    mine = lessons.run_config(NOTEBOOK, "stage2_offload", RUNS, **COMMON)
-    run_experiment(dataclasses.replace(mine, output_dir=f"{RUNS}/stage2_offload_mine", ds_config=[MY_OVERRIDE],
-                                       overwrite=True))
-    MINE, mine_cols = ["stage2_offload", "stage2_offload_mine"], ["steady_train_tokens_per_second", "host_peak_rss_mib"]
-    display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in MINE]), mine_cols,
-                                            lessons.reference(NOTEBOOK), {m: lessons.band(m) for m in mine_cols})
-                     .to_markdown(index=False)))
+MINE = lessons.run_own_key(NOTEBOOK, "stage2_offload", MY_OVERRIDE, RUNS, **COMMON)  # runs/stage2_offload_mine
+if MINE:
+    cols = ["steady_train_tokens_per_second", "host_peak_rss_mib"]
+    display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% tags=["solution"]
@@ -153,7 +146,7 @@ fast = lessons.compare("steady_train_tokens_per_second", pair["stage2_offload_mi
                        pair["stage2_offload"]["steady_train_tokens_per_second"])
 host = lessons.compare("host_peak_rss_mib", pair["stage2_offload_mine"]["host_peak_rss_mib"],
                        pair["stage2_offload"]["host_peak_rss_mib"])
-print(f"Speed: {fast.ratio_text} of stage2_offload's tokens/s. Host peak: {host.difference_text}.")
+print(f"Tokens/s against stage2_offload's: {fast.ratio_text}. Host peak: {host.difference_text}.")
 if not torch.cuda.is_available():
     print("Without a GPU nothing crosses PCIe: pinning has nothing to speed up, and the CPU's figures show the noise.")
 

@@ -394,8 +394,8 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
 
 
 def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None = None,
-          root: Path = REFERENCE_DIR) -> pd.DataFrame:
-    """The learner's exercise table for `notebook`: each of its runs (`COURSE_RUNS`) found finished in
+          root: Path = REFERENCE_DIR, runs: list[str] | None = None) -> pd.DataFrame:
+    """The learner's exercise table for `notebook`: each of its runs (`runs`, default `COURSE_RUNS`) found finished in
     runs_dir/NAME, in that order, the `columns` (default `COLUMNS[notebook]`) with each figure's reference and
     band beside it (`results.exercise_table`). Data, not answers: the notebook shows it, the learner interprets it.
 
@@ -403,9 +403,27 @@ def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None 
         WorkshopError: none of the notebook's runs has finished in runs_dir.
     """
     cols = columns or COLUMNS[notebook]
-    dirs = [Path(runs_dir) / n for n in COURSE_RUNS[notebook] if (Path(runs_dir) / n).is_dir()]
+    dirs = [Path(runs_dir) / n for n in (runs or COURSE_RUNS[notebook]) if (Path(runs_dir) / n).is_dir()]
     df = load_results(dirs or [Path(runs_dir)])
     return exercise_table(df, cols, reference(notebook, root), {m: band(m, root) for m in cols})
+
+
+def run_own_key(notebook: str, run: str, override: str | None, runs_dir: str | os.PathLike,
+                **common) -> list[str] | None:
+    """The exercise "a key of your own" (02, 03): run `run` of `notebook` again with the learner's `--ds-config`
+    `override` ("KEY=VALUE") into runs_dir/<run>_mine, replacing only that run's earlier attempt. Returns the two
+    run names, for `table(..., runs=)`; None, after saying what to write, while `override` is None.
+
+    Raises:
+        WorkshopError: an override DeepSpeed refuses (`ds_config.check_overrides`: the nearest valid key named).
+    """
+    if override is None:
+        print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+        return None
+    mine = f"{run}_mine"
+    run_experiment(replace(run_config(notebook, run, runs_dir, **common), output_dir=str(Path(runs_dir) / mine),
+                           ds_config=[override], overwrite=True))
+    return [run, mine]
 
 
 WORDS_PER_MINUTE = 200  # reading speed of technical prose, a common rule of thumb
