@@ -116,11 +116,11 @@ def report(a: argparse.Namespace) -> int:
 def beside_runs(dirs: list[str]) -> Path:
     """report/ beside the runs `dirs` name: inside the one folder of runs, beside the one run (never inside a
     run's own folder), or in the folder that holds them all."""
-    from .rundir import RUN_FILES
+    from .rundir import state
 
     paths = [Path(d).absolute() for d in dirs]
     base = Path(os.path.commonpath(paths)) if paths else Path.cwd()
-    if any((base / name).exists() for name in RUN_FILES):
+    if state(base)[0] != "empty":  # a run's own folder
         base = base.parent
     return base / "report"
 

@@ -551,8 +551,7 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
 
     Raises:
         WorkshopError: `out_dir` is a file or cannot be written; it or a file it would write is a link
-            (`rundir.refuse_links`); no
-            readable finished run under `paths` (see `load_results`).
+            (`rundir.refuse_links`); no readable finished run under `paths` (see `load_results`).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
