@@ -4,14 +4,17 @@ from workshop_lib import metrics
 from workshop_lib.model import count_params
 
 
-def test_steady_state_leaves_out_the_warm_up_and_takes_medians():
-    times = [5.0, 1.2, 0.5, 0.5, 0.6, 0.4, 0.5, 9.0, 0.5]  # a slow first step, one stall later
-    tokens = [1000, 1000, 1000, 2000, 1200, 800, 1000, 1000, 1000]
+def test_steady_state_finds_the_warm_up_in_the_log_and_counts_every_steady_token_over_every_steady_second():
+    times = [5.0, 1.2, 0.5, 0.5, 0.6, 0.4, 0.5, 9.0, 0.5, 0.5]  # set-up, a compile at step 8
+    tokens = [1000, 1000, 1000, 2000, 1200, 800, 1000, 1000, 1000, 1000]
     s = metrics.steady_state(times, tokens, global_batch_size=16)
-    assert (s["warmup_steps"], s["steady_steps"]) == (3, 6)  # the first third
+    # the second half's median: 0.5 ms per token; step 2 (1.2 ms) is not settled, step 3 is; step 8, at 9 ms per
+    # token (over COMPILING x), is taken for a compilation: 7 steady steps
+    assert (s["warmup_steps"], s["steady_steps"]) == (2, 7)
+    assert s["steady_train_tokens_per_second"] == round(8000 / 3.5, 1)  # all tokens over all time
     assert s["steady_step_time_s"] == 0.5 and s["steady_train_samples_per_second"] == 32.0
-    assert s["steady_train_tokens_per_second"] == 2000.0  # median of 4000, 2000, 2000, 2000, 111, 2000
-    assert s["steady_window_tokens_per_second"] == 608.7  # 7,000 tokens / 11.5 s: the window counts the stall
+    counted = metrics.steady_state(times, tokens, 16, compiles=[1, 1, 0, 0, 0, 0, 0, 0, 0, 0])  # step 8 did not compile
+    assert counted["steady_steps"] == 8 and counted["steady_train_tokens_per_second"] == round(9000 / 12.5, 1)
     assert metrics.steady_state([3.0, 1.0], [10, 10], 4)["steady_step_time_s"] == 2.0  # too short to warm up
     assert metrics.steady_state([], [], 4)["steady_train_tokens_per_second"] is None
 

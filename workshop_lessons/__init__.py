@@ -387,8 +387,8 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
     return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
             + (f"micro-batches of up to {budget:,} tokens, " if budget else "") +
-            f"{int(r['global_steps'])} optimizer steps, steady state = median step after {int(r['warmup_steps'])} "
-            f"warm-up steps; runs in {where}/runs. ± band: the largest spread between two measurements of the "
+            f"{int(r['global_steps'])} optimizer steps, steady state = all the tokens over all the time of the steps after "
+            f"{int(r['warmup_steps'])} warm-up steps; runs in {where}/runs. ± band: the largest spread between two measurements of the "
             f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
             "figures without a band were measured once.")
 

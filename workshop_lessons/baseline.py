@@ -15,7 +15,7 @@ FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights
 
 
 def speed(r: dict) -> tuple[float, str]:
-    """(tokens/s, which): the steady-state figure (median step after warm-up) where the run has one, else the
+    """(tokens/s, which): the steady-state figure (`metrics.steady_state`) where the run has one, else the
     whole run's."""
     steady = r.get("steady_train_tokens_per_second")
     if steady is not None and steady == steady and steady > 0:  # neither missing nor NaN

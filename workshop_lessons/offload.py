@@ -12,7 +12,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from workshop_lib.errors import WorkshopError
-from workshop_lib.metrics import steady_state
 from workshop_lib.units import MiB
 
 from . import Comparison, compare
@@ -111,13 +110,11 @@ def train_log(run_dir: str | Path) -> pd.DataFrame:
 
 
 def window_tokens_per_second(log: pd.DataFrame, warmup_steps: int) -> float:
-    """Tokens/s over the whole steady window: all the tokens of the steps after the first `warmup_steps` (results.json's
-    `warmup_steps`) over their summed step times. Not the median of the steps' own tokens/s
-    (`steady_train_tokens_per_second`): ZenFlow's steps come in two kinds, the GPU-only ones and those that meet
-    the CPU update, and a median lands on one kind or between them. The figure is `metrics.steady_state`'s
-    window, computed again from the log, where runs made before results.json recorded it lack it."""
-    return steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1,
-                        warmup_steps)["steady_window_tokens_per_second"]
+    """Tokens/s of the steps after the first `warmup_steps` (results.json's): all their tokens over their summed
+    times, the steady-state figure (`metrics.steady_state`) computed again from the log, also for runs recorded
+    when results.json held the median step (a median lands on one of ZenFlow's two kinds of step)."""
+    steady = log.iloc[warmup_steps:]
+    return round(steady["tokens"].sum() / steady["step_time_s"].sum(), 1)
 
 
 def last_steps(steps: int, update_interval: int) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch._dynamo.utils import counters
 from transformers import TrainerCallback
 
 from . import rundir
@@ -27,20 +28,22 @@ class StepLog(TrainerCallback):
     an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
     eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
     resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
-    `step_tokens` and `step_ends` (this process's steps) for the steady-state figures. With the Trainer's
+    `step_tokens`, `step_ends` and `step_compiles` (this process's steps) for the steady-state figures. Each row
+    also counts what can stall a step: `compiles`, graphs torch.compile built in it, and `alloc_retries`, the
+    CUDA caching allocator's frees and retries after a failed allocation (torch.cuda.memory_stats). With the Trainer's
     logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
     waits for the GPU at those steps only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and
     only a window between such steps measures the GPU."""
 
     FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
-              "tokens", "num_input_tokens_seen"]
+              "tokens", "num_input_tokens_seen", "compiles", "alloc_retries"]
 
     def __init__(self, path: Path, t0: float):
         self.path, self.t0 = path, t0
 
     def on_train_begin(self, args, state, control, **kw):
-        self.last, self.seen = time.perf_counter(), state.num_input_tokens_seen
-        self.step_times, self.step_tokens, self.step_ends = [], [], []
+        self.last, self.seen, self.stalls = time.perf_counter(), state.num_input_tokens_seen, _stall_counts()
+        self.step_times, self.step_tokens, self.step_ends, self.step_compiles, self.retries = [], [], [], [], []
         if state.is_world_process_zero:
             kept = []
             if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step
@@ -60,7 +63,10 @@ class StepLog(TrainerCallback):
         self.step_times.append(now - self.last)
         self.step_tokens.append(state.num_input_tokens_seen - self.seen)
         self.step_ends.append(now - self.t0)
-        self.last, self.seen = now, state.num_input_tokens_seen
+        stalls = _stall_counts()
+        self.step_compiles.append(stalls[0] - self.stalls[0])
+        self.retries.append(stalls[1] - self.stalls[1])
+        self.last, self.seen, self.stalls = now, state.num_input_tokens_seen, stalls
 
     def on_evaluate(self, args, state, control, **kw):
         self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
@@ -72,13 +78,59 @@ class StepLog(TrainerCallback):
             return
         row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - self.t0, 3)}
         if "loss" in logs and self.step_times:
-            row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1]}
+            row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1],
+                    "compiles": self.step_compiles[-1], "alloc_retries": self.retries[-1]}
         self.w.writerow(row)
         self.f.flush()
 
     def on_train_end(self, args, state, control, **kw):
         if state.is_world_process_zero:
             self.f.close()
+
+
+def _stall_counts() -> tuple[int, int]:
+    """(graphs torch.compile has built, the CUDA allocator's retries) in this process so far."""
+    retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) if torch.cuda.is_available() else 0
+    return counters["stats"]["unique_graphs"], retries
+
+
+class MicroBatches(TrainerCallback):
+    """This rank's training micro-batches, written to `path` when training ends: the optimizer step each belongs
+    to, its shape (sequences x padded length) and its forward pass in ms (CUDA events, which keep the host from
+    waiting; a wall clock on a CPU). Every step waits for the slowest rank: the ranks' forward times at one step
+    show which rank that was and by how much (`workshop_lessons.multi_gpu.stragglers`). ZeRO-2's forward holds
+    no communication; ZeRO-3's holds its parameter gathers."""
+
+    FIELDS = ["step", "sequences", "length", "forward_ms"]
+
+    def __init__(self, path: Path):
+        self.path, self.rows, self.hooks = path, [], []
+
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        def clock():
+            if not torch.cuda.is_available():
+                return time.perf_counter()
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+
+        def begin(module, positional, named):
+            if module.training:
+                self.rows.append([state.global_step + 1, *named["input_ids"].shape, clock(), None])
+
+        def end(module, positional, output):
+            if module.training and self.rows:
+                self.rows[-1][-1] = clock()
+        self.hooks = [model.register_forward_pre_hook(begin, with_kwargs=True), model.register_forward_hook(end)]
+
+    def on_train_end(self, args, state, control, **kw):
+        for hook in self.hooks:
+            hook.remove()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        ms = [a.elapsed_time(b) if torch.cuda.is_available() else (b - a) * 1e3 for *_, a, b in self.rows if b]
+        with rundir.atomic_path(self.path) as tmp, tmp.open("w", newline="") as f:
+            csv.writer(f).writerows([self.FIELDS] + [[*r[:3], round(t, 2)] for r, t in zip(self.rows, ms)])
 
 
 class StopAtStepBoundary(TrainerCallback):

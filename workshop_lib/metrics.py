@@ -22,37 +22,52 @@ def per_epoch(logs: list[dict], key: str) -> list[float]:
     return [round(sum(v) / len(v), 4) for _, v in sorted(by_epoch.items())]
 
 
-def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch_size: int,
-                 warmup_steps: int | None = None) -> dict:
-    """Throughput once warm: the first `warmup_steps` optimizer steps (default: the first third, rounded
-    down; none of 1 or 2 steps) are left out, as they hold CUDA context, allocator, kernel autotuning and
-    DeepSpeed set-up costs. Then the median step time (robust to the odd slow step), samples/s = global
-    batch / median step time, and tokens/s = the median of the steps' own tokens/s (batches of similar
-    lengths differ in size). Also the window figure: all the steady steps' tokens over their summed times,
-    which a run whose steps are not alike needs (ZenFlow's: GPU-only steps and steps that wait for the CPU
-    update; a median picks one kind), and which a run without per-step host syncs needs (its per-step times are
-    the host's, the window's are the GPU's once a sync ends it).
+SETTLED = 1.25  # a step is settled once its seconds per token are within 25% of the run's second half's median
+COMPILING = 3.0  # in a log without compile counts, a step 3x slower than settled is taken for a compilation
+
+
+def steady_steps(step_times_s: list[float], step_tokens: list[int], compiles: list[int] | None = None) -> list[int]:
+    """The indices of a run's steady steps, found from its own step log: the warm-up (the first step, which
+    holds set-up, then every step up to the first settled one: within `SETTLED` x the median seconds per token
+    of the run's second half; at most half the steps) is left out, and so is every later step that compiled
+    (`compiles`: graphs torch.compile built in each step; in a log without them, a step over `COMPILING` x that
+    median), a cost paid once per new shape. All the steps of a run of 1 or 2."""
+    n = len(step_times_s)
+    if n < 3:
+        return list(range(n))
+    cost = [t / max(k, 1) for t, k in zip(step_times_s, step_tokens)]  # seconds per token: batches differ in size
+    settled = statistics.median(cost[n // 2:])
+    compiled = compiles or [c > COMPILING * settled for c in cost]
+    first = 1
+    while first < n // 2 and (compiled[first] or cost[first] > SETTLED * settled):
+        first += 1
+    return [i for i in range(first, n) if not compiled[i]]
+
+
+def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch_size: float,
+                 compiles: list[int] | None = None) -> dict:
+    """Throughput once warm, the one steady-state figure of every table, verdict, band and scaling efficiency:
+    the steady steps (`steady_steps`: after the warm-up of CUDA context, allocator and DeepSpeed set-up, and
+    without compilations), all their tokens over all their time. A stall in the steady part counts (the job's
+    wall time pays it), and steps not alike (ZenFlow's GPU-only and CPU-waiting steps) or not each synced with the GPU (logging_steps >
+    1) are measured as a whole. Chosen over the median step in docs/guide.md ("How the numbers are measured").
 
     Args:
-        step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in
-            each step, all ranks.
+        step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in each
+            step, all ranks; global_batch_size: sequences per step (mean); compiles: as `steady_steps` takes.
 
-    Returns {"warmup_steps", "steady_steps", "steady_step_time_s", "steady_train_samples_per_second",
-    "steady_train_tokens_per_second", "steady_window_tokens_per_second"}; the figures are None when no step is
-    left after the warm-up.
+    Returns {"warmup_steps" (before the first steady one), "steady_steps" (their number), "steady_step_time_s"
+    (mean), "steady_train_samples_per_second", "steady_train_tokens_per_second"}; None figures without steps.
     """
-    n = len(step_times_s)
-    warm = n // 3 if warmup_steps is None else min(warmup_steps, n)
-    times, tokens = step_times_s[warm:], step_tokens[warm:]
-    out = {"warmup_steps": warm, "steady_steps": len(times), "steady_step_time_s": None,
-           "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None,
-           "steady_window_tokens_per_second": None}
+    steady = steady_steps(step_times_s, step_tokens, compiles)
+    times, tokens = [step_times_s[i] for i in steady], [step_tokens[i] for i in steady]
+    out = {"warmup_steps": steady[0] if steady else len(step_times_s), "steady_steps": len(times),
+           "steady_step_time_s": None, "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None}
     if times:
-        med = statistics.median(times)
-        out |= {"steady_step_time_s": round(med, 4),
-                "steady_train_samples_per_second": round(global_batch_size / med, 2),
-                "steady_train_tokens_per_second": round(statistics.median(k / t for k, t in zip(tokens, times)), 1),
-                "steady_window_tokens_per_second": round(sum(tokens) / sum(times), 1)}
+        step = sum(times) / len(times)
+        out |= {"steady_step_time_s": round(step, 4),
+                "steady_train_samples_per_second": round(global_batch_size / step, 2),
+                "steady_train_tokens_per_second": round(sum(tokens) / sum(times), 1)}
     return out
 
 

@@ -51,7 +51,7 @@ def record(run) -> dict:
     micro = trainer.args.per_device_train_batch_size  # `train.trainer_micro_batch`, as ds_config.json has it
     global_batch = (len(train_ds) / per_epoch if cfg.batching == "token_budget"  # the mean sequences per step
                     else micro * cfg.gradient_accumulation_steps * world_size)
-    steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch)
+    steady = metrics.steady_state(steps.step_times, steps.step_tokens, global_batch, steps.step_compiles)
     mfu, hfu = run_mfu(cfg, info, train_stats, steady["steady_train_tokens_per_second"], world_size)
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()

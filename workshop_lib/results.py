@@ -40,7 +40,6 @@ COLUMNS = {
     "steady_train_tokens_per_second": Column("steady tokens/s", "tokens/s"),
     "steady_train_samples_per_second": Column("steady questions/s", "questions/s"),
     "steady_step_time_s": Column("steady s/step", "s"),
-    "steady_window_tokens_per_second": Column("window tokens/s", "tokens/s", default=False),
     "mfu": Column("MFU", "fraction"), "hfu": Column("HFU", "fraction"), "gpu_util_pct": Column("GPU util %", "%"),
     "gpu_states_allocated_mib": Column("model states MiB (measured)", "MiB"),
     "estimated_model_states_gpu_mib": Column("est. model states GPU MiB", "MiB"),
@@ -111,9 +110,10 @@ class RunResults:
     train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)
     warmup_steps: int  # optimizer steps left out of the steady-state figures (metrics.steady_state)
     steady_steps: int
-    steady_step_time_s: float | None  # median seconds per optimizer step after the warm-up
-    steady_train_samples_per_second: float | None  # questions/s: questions per step (the mean) / median step time
-    steady_train_tokens_per_second: float | None  # median of the steps' non-padding tokens/s
+    # after the warm-up (metrics.steady_state; runs recorded before 2026-11-26: the median step after the first third)
+    steady_step_time_s: float | None  # mean seconds per optimizer step
+    steady_train_samples_per_second: float | None  # questions/s: questions per step (the mean) / mean step time
+    steady_train_tokens_per_second: float | None  # all the steady steps' non-padding tokens / their time
     mfu: float | None  # of the GPUs' dense 16-bit peak, at the steady tokens/s (metrics.mfu); None on a CPU
     # hardware FLOPs utilisation: MFU plus the forward pass activation checkpointing recomputes (record.run_mfu)
     hfu: float | None
@@ -162,9 +162,6 @@ class RunResults:
     # `fit.GPUS` by the device's name)
     gpu_total_mib: float | None = None
     gpu_memory_fraction: float | None = None
-    # all the steady steps' non-padding tokens over their summed times (`metrics.steady_state`); None in runs
-    # made before it was recorded
-    steady_window_tokens_per_second: float | None = None
     # every resume on another number of ranks, in order (`checkpoint.world_size_change`): the step, world size and
     # gradient accumulation before and after (the global batch kept), whether DeepSpeed's universal checkpoint
     # was loaded, and how the data order differs from an uninterrupted run's; [] when none
@@ -436,7 +433,7 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     """Two bar charts side by side, per run: memory by phase (MiB: model states measured after the first
     step, torch's peak allocated and reserved and NVML's peak over the training steps, with the estimate of
     the model states as a dashed outline; host peak RSS on a CPU-only machine) and steady-state training
-    tokens/s (median step after warm-up; the whole run's where there is no steady state)."""
+    tokens/s (`metrics.steady_state`; the whole run's where there is no steady state)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = _labels(df)
     x = range(len(df))
@@ -489,14 +486,14 @@ def per_gpu(key: str) -> str:
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     """Runs of the same experiment, model and recipe side by side across world sizes (None if all runs have
     one world size). Scaling efficiency = (throughput per GPU) / (throughput per GPU at the smallest world
-    size), from the steady-state tokens/s (`metrics.steady_state`: median step after warm-up) where the runs
+    size), from the steady-state tokens/s (`metrics.steady_state`) where the runs
     have it, else (runs made before it was recorded) from the whole-run samples/s, warm-up included. Beside it,
-    questions/s: steady (questions per step / median step time) where the runs have it, else the Trainer's
+    questions/s: steady (questions per step / mean steady step time) where the runs have it, else the Trainer's
     samples/s (those older runs had fixed-size batches, so a sample is a question)."""
     if df["world_size"].nunique() < 2:
         return None
     steady = "steady_train_tokens_per_second" in df and df["steady_train_tokens_per_second"].notna().all()
-    # questions/s: the steady one where the runs have it (questions per step / median step time); else the
+    # questions/s: the steady one where the runs have it (questions per step / mean steady step time); else the
     # Trainer's samples/s, which counts questions only with fixed-size batches (runs made before steady figures)
     questions = "steady_train_samples_per_second" if steady else "train_samples_per_second"
     t = df.assign(per_gpu=df[questions] / df["world_size"], peak=[_per_gpu_peak(r) for _, r in df.iterrows()])

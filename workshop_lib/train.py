@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from . import checkpoint, comms, env, preflight, rundir, teardown, zenflow
-from .callbacks import EvaluateBeforeSave, Phases, StepLog, StopAtStepBoundary
+from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
@@ -88,6 +88,7 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
 
     Writes into the output directory: results.json (rank 0, last, atomically), memory.csv (time series,
     MiB; memory.rankN.csv for other ranks), train_log.csv (one row per optimizer step and evaluation),
+    micro_batches.csv (micro_batches.rankN.csv: each micro-batch's shape and forward time, `MicroBatches`),
     ds_config.json (DeepSpeed runs), comms.json (with comms_logger: `comms`), run_config.json (the settings, for
     --resume), checkpoints/checkpoint-N
     (`checkpoint`), model/ (the fine-tuned model: safetensors, config, generation config, tokenizer), and
@@ -370,7 +371,7 @@ def build_trainer(run: Run):
     A resume on another world size loads the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
     cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
     load_universal = bool(run.change and run.change["universal"] and run.resume_from)
-    ds_config, batches = None, token_budget_batches(cfg, run.train_ds)
+    ds_config, batches = None, token_budget_batches(cfg, run.train_ds, run.world_size)
     run.batches, micro = batches, trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
         ds_config = build_ds_config(exp, cfg.ds_settings(
@@ -482,7 +483,8 @@ def train(run: Run) -> None:
     try:
         steps = StepLog(out / "train_log.csv", mem.t0)
         stop = StopAtStepBoundary(out / rundir.STOP_FILE)
-        for callback in (steps, stop, Phases(mem), EvaluateBeforeSave(), *run.callbacks):
+        shapes = MicroBatches(out / ("micro_batches.csv" if run.rank == 0 else f"micro_batches.rank{run.rank}.csv"))
+        for callback in (steps, stop, Phases(mem), EvaluateBeforeSave(), shapes, *run.callbacks):
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
@@ -511,12 +513,12 @@ def apply_speed_levers(net, cfg: RunConfig) -> None:
         compile_layers(net)
 
 
-def token_budget_batches(cfg: RunConfig, train_ds) -> TokenBudgetBatchSampler | None:
-    """The run's token-budget sampler, built with its seed (what the training loop iterates), or None when
-    `cfg.batching` is not "token_budget"."""
+def token_budget_batches(cfg: RunConfig, train_ds, world_size: int = 1) -> TokenBudgetBatchSampler | None:
+    """The run's token-budget sampler, built with its seed for its ranks (what the training loop iterates), or
+    None when `cfg.batching` is not "token_budget"."""
     if cfg.batching != "token_budget":
         return None
-    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed)
+    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed, world_size)
 
 
 def trainer_micro_batch(cfg: RunConfig, batches: TokenBudgetBatchSampler | None) -> int:
