@@ -5,11 +5,12 @@ lab/findings/h100/bench). From the repository's root:
     python -m lab.bench --out bench                      # every row, 30 steps each, random weights
     python -m lab.bench --tiny --max-steps 3 --only "default ZeRO-2"   # a CPU check of the benchmark itself
 
-Every figure is steady state: the first third of the optimizer steps is warm-up and left out, then the
-median step time, and the window figure: all the steady tokens over the steady steps' summed time
-(`metrics.steady_state`). The ratios under the table and the plot take the window figure, which a row whose
-steps are not alike (ZenFlow's) or not each synced with the GPU (`logging_steps`) needs. Speeds are comparable
-only within one benchmark call.
+Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log, and
+any step that compiled are left out, then all the steady steps' tokens over their summed time, the one figure
+of the table, the ratios under it and the plot (it measures a row whose steps are not alike, ZenFlow's, or not
+each synced with the GPU, `logging_steps`, as a whole). Speeds are comparable only within one benchmark call.
+Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a "window tokens/s" column and a median-step
+"steady tokens/s": the definition then.
 """
 
 from __future__ import annotations
@@ -82,9 +83,8 @@ VARIANTS = [
     (CORES_BOUND, dict(experiment="stage2_offload")),
 ]
 # The table's figures: results.json keys, shown under their `results.title`
-COLUMNS = ["steady_train_tokens_per_second", "steady_window_tokens_per_second", "steady_train_samples_per_second",
-           "steady_step_time_s", "mfu", "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "host_peak_rss_mib",
-           "train_loss"]
+COLUMNS = ["steady_train_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
+           "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "host_peak_rss_mib", "train_loss"]
 
 
 def run_dir_name(label: str) -> str:
@@ -201,8 +201,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
         rows.append({"row": "plain PyTorch (ceiling)", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
     df = pd.DataFrame(rows)
-    # ratios of window tokens/s: a median misreads a row whose steps are not alike (ZenFlow's) or not synced
-    tps = df.set_index("row")["steady_window_tokens_per_second"]
+    # ratios of steady tokens/s (all steady tokens over their time, so also for a row whose steps are not alike)
+    tps = df.set_index("row")["steady_train_tokens_per_second"]
     nan = float("nan")
     best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
     target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
@@ -220,11 +220,11 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
     out.mkdir(parents=True, exist_ok=True)
     files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
-        f"- {k} ({titles['steady_window_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
+        f"- {k} ({titles['steady_train_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
     table.to_csv(files["csv"], index=False)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    a.barh(df["row"], df["steady_window_tokens_per_second"].fillna(0), color="tab:green")
-    a.set(xlabel="steady-state training tokens/s (non-padding; window: all steady tokens / their time)",
+    a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")
+    a.set(xlabel="steady-state training tokens/s (non-padding: all steady tokens / their time)",
           title="Throughput")
     b.barh(df["row"], 100 * df["mfu"].fillna(0))
     b.set(xlabel="MFU, % of the GPU's dense bf16 peak", title="Model FLOPs utilisation")
