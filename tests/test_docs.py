@@ -30,7 +30,7 @@ def test_h100_report_is_regenerated_from_the_committed_runs():
 
 def test_token_budget_tables_count_questions_not_micro_batches():
     """The Trainer's train_samples_per_second counts per_device_train_batch_size per micro-batch (4 in these
-    token-budget runs), not questions: the tables show steady questions/s (questions per step / median step),
+    token-budget runs), not questions: the tables show steady questions/s (questions per step / mean steady step),
     the micro-batch in tokens, and not the Trainer's figure."""
     df = load_results(REF / "h100" / "runs")
     r = df[(df["experiment"] == "baseline") & (df["recipe"] == "default")].iloc[0]
