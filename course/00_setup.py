@@ -156,7 +156,8 @@ setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
 #
 # - **Length.** Every run stops after the same number of optimizer steps (`lessons.GPU_MAX_STEPS`), on a GPU and
 #   a CPU alike.
-# - **Steady state.** Speed (tokens/s, step time, MFU) is the median step after a few warm-up steps.
+# - **Steady state.** Speed (tokens/s, step time, MFU) is all steady steps' tokens over their time; the warm-up,
+#   found from the run's log, is left out.
 # - **Warm-up run.** A process's first run is slower than later ones, and on a CPU each run is faster than the one
 #   before (workshop_lessons/reference/cpu/run_order.md). Each notebook first makes a run it throws away
 #   (`lessons.warm_up`), so the run order decides nothing.

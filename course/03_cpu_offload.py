@@ -108,8 +108,7 @@ if MINE:
 # Check first that both runs trained the same model: step 1's loss comes from the same batch before any update, so
 # it must agree. DeepSpeed 0.19.8's ZenFlow permutes the model's weights when its engine starts
 # (`scripts/zenflow_init_check.py`); a loss difference then measures that defect, not the staleness. ZenFlow's
-# steps are not alike, so its speed is taken over the whole steady window (`lesson.window_tokens_per_second`), not
-# the median step.
+# steps are not alike; its speed, like every steady figure, counts them all (`lesson.window_tokens_per_second`).
 
 # %%
 print("ZenFlow's settings (ds_config.json):",
