@@ -1,10 +1,11 @@
 import json
 import os
+import random
 
 import pytest
 
 from workshop_lib import data
-from workshop_lib.data import encode_example, load_squad, read_squad_json, tokenize_squad
+from workshop_lib.data import TokenBudgetBatchSampler, encode_example, load_squad, read_squad_json, tokenize_squad
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import local_tokenizer
 
@@ -205,3 +206,21 @@ def test_a_data_file_too_large_for_the_memory_is_refused_before_it_is_read(tmp_p
         f.truncate(int(psutil.virtual_memory().available / data.PARSE_FACTOR) + 2**30)
     with pytest.raises(WorkshopError, match="reading it would take about .*\nTo fix: give --train-file a smaller"):
         data.check_squad_path(big)
+
+
+def test_token_budget_batches_reach_the_ranks_of_one_step_in_groups_of_neighbours():
+    """Under N ranks, batch i goes to rank i mod N: each epoch's order moves groups of N batches that are
+    neighbours in the length-sorted build order (one shape per step), a partial group last; one rank's order is
+    the plain shuffle of the batches."""
+    lengths = [random.Random(i).randint(20, 800) for i in range(3001)]  # 325 batches: a partial group
+    one, two = TokenBudgetBatchSampler(lengths, 4096, seed=5), TokenBudgetBatchSampler(lengths, 4096, seed=5, world_size=2)
+    assert one.batches == two.batches and len(one.batches) % 2 == 1
+    order = list(two)
+    assert sorted(map(tuple, order)) == sorted(map(tuple, two.batches))
+    where = {tuple(b): i for i, b in enumerate(two.batches)}
+    pairs = [(where[tuple(order[i])], where[tuple(order[i + 1])]) for i in range(0, len(order) - 1, 2)]
+    assert all(b == a + 1 and a % 2 == 0 for a, b in pairs)  # each step's two batches: built side by side
+    assert where[tuple(order[-1])] == len(order) - 1  # the partial group, last
+    shuffled = list(one.batches)
+    random.Random(5 + 1).shuffle(shuffled)
+    assert list(one) == shuffled

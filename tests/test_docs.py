@@ -196,3 +196,31 @@ def test_readme_lists_every_environment_variable_from_its_table():
     assert markdown_table() in GUIDE.read_text()
 
 
+
+
+def test_two_gpu_readme_states_its_runs():
+    """docs/h200/x2-2026-11-26: every figure of its README computed from the runs, comm benchmarks and NCCL
+    logs beside it."""
+    from workshop_lessons.multi_gpu import stragglers
+    d = ROOT / "docs" / "h200" / "x2-2026-11-26"
+    text = (d / "README.md").read_text()
+    tps = {r.parent.relative_to(d).as_posix(): json.loads(r.read_text())["steady_train_tokens_per_second"]
+           for r in d.glob("*/*/results.json")}
+    for stage in ("stage2", "stage3"):
+        one, two = tps[f"runs/{stage}-1gpu"], tps[f"runs/{stage}-nvlink"]
+        assert f"| {stage} | {one:,.0f} | {two:,.0f} | {two / 2 / one:.0%} |" in text
+        assert f"{tps[f'links/{stage}-sockets']:,.0f}" in text
+    table = pd.read_csv(d / "report" / "scaling.csv")
+    assert list(table["scaling efficiency"]) == ["100%", "90%", "100%", "92%"]
+    bal, rnd = ([tps[f"ab/stage2-{v}-{i}"] for i in (1, 2)] for v in ("balanced", "unbalanced"))
+    assert f"**{statistics.mean(bal) / statistics.mean(rnd):.2f}x**" in text
+    assert f"({abs(bal[0] - bal[1]) / statistics.mean(bal):.1%} and {abs(rnd[0] - rnd[1]) / statistics.mean(rnd):.1%})" in text
+    waits = [round(stragglers(d / "ab" / f"stage2-{v}-{i}").mean_waited_ms, 1) for v in ("balanced", "unbalanced") for i in (1, 2)]
+    assert f"{waits[0]} and {waits[1]} ms for the slower's\nbalanced, {waits[2]} and {waits[3]} ms" in text
+    for link, name in (("nvlink", "NVLink (P2P/CUMEM)"), ("sockets", "sockets over loopback (NET/Socket)")):
+        c = pd.read_csv(d / f"comm-{link}.csv").set_index("op")
+        rs, ag = c.loc["reduce_scatter"].iloc[-1], c.loc["all_gather"].iloc[-1]
+        assert f"| {name} | {rs['ms']:,.{2 if rs['ms'] < 10 else 1}f} ms |" in text
+        assert f"{ag['ms']:,.{2 if ag['ms'] < 10 else 1}f} ms" in text
+    assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text()
+    assert "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()

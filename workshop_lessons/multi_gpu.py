@@ -368,3 +368,46 @@ def buckets(ds_config: dict, num_params: int) -> Buckets:
     size = ds_config.get("zero_optimization", {}).get("reduce_bucket_size", 500_000_000)
     half = ds_config.get("bf16", {}).get("enabled") is True or ds_config.get("fp16", {}).get("enabled") is True
     return Buckets(num_params, int(size), 2 if half else 4)
+
+
+@dataclass
+class Stragglers:
+    """Each rank's forward pass per optimizer step of a run on several ranks, from its micro_batches*.csv
+    (`workshop_lib.callbacks.MicroBatches`): `steps` has one row per step and columns forward_ms_<rank> (ms,
+    summed over the step's micro-batches), length_<rank> (padded length of its last micro-batch) and waited_ms
+    (the slowest rank's forward less the fastest's: how long the fastest waited, in the forward alone). `steady_from`: the
+    first steady step (results.json's warm-up)."""
+    steps: pd.DataFrame
+    steady_from: int
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        return self.steps.loc[self.steady_from:]
+
+    @property
+    def mean_waited_ms(self) -> float:
+        """Mean waited_ms over the steady steps."""
+        return float(self.steady["waited_ms"].mean())
+
+    @property
+    def length_gap(self) -> float:
+        """Mean over the steady steps of the longest rank's padded length less the shortest's (tokens)."""
+        lengths = self.steady.filter(like="length_")
+        return float((lengths.max(axis=1) - lengths.min(axis=1)).mean())
+
+
+def stragglers(run_dir: str | Path) -> Stragglers:
+    """`Stragglers` of the run in `run_dir`. Raises FileNotFoundError where the run wrote no micro_batches.csv
+    (runs made before 2026-11-26)."""
+    run_dir = Path(run_dir)
+    files = [run_dir / "micro_batches.csv"] + sorted(run_dir.glob("micro_batches.rank*.csv"),
+                                                     key=lambda p: int(p.stem.split("rank")[1]))
+    per_rank = []
+    for rank, f in enumerate(files):
+        g = pd.read_csv(f).groupby("step")
+        per_rank.append(pd.DataFrame({f"forward_ms_{rank}": g["forward_ms"].sum(), f"length_{rank}": g["length"].last()}))
+    steps = pd.concat(per_rank, axis=1)
+    fwd = steps.filter(like="forward_ms_")
+    steps["waited_ms"] = (fwd.max(axis=1) - fwd.min(axis=1)).round(2)
+    warm = json.loads((run_dir / "results.json").read_text())["warmup_steps"]
+    return Stragglers(steps, int(warm) + 1)

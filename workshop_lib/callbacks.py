@@ -28,22 +28,21 @@ class StepLog(TrainerCallback):
     an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
     eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
     resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
-    `step_tokens`, `step_ends` and `step_compiles` (this process's steps) for the steady-state figures. Each row
-    also counts what can stall a step: `compiles`, graphs torch.compile built in it, and `alloc_retries`, the
-    CUDA caching allocator's frees and retries after a failed allocation (torch.cuda.memory_stats). With the Trainer's
+    `step_tokens`, `step_ends` and `step_compiles` (`compiles`: graphs torch.compile built in the step) for the
+    steady-state figures (`metrics.steady_state`). With the Trainer's
     logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
     waits for the GPU at those steps only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and
     only a window between such steps measures the GPU."""
 
     FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
-              "tokens", "num_input_tokens_seen", "compiles", "alloc_retries"]
+              "tokens", "num_input_tokens_seen", "compiles"]
 
     def __init__(self, path: Path, t0: float):
         self.path, self.t0 = path, t0
 
     def on_train_begin(self, args, state, control, **kw):
-        self.last, self.seen, self.stalls = time.perf_counter(), state.num_input_tokens_seen, _stall_counts()
-        self.step_times, self.step_tokens, self.step_ends, self.step_compiles, self.retries = [], [], [], [], []
+        self.last, self.seen, self.graphs = time.perf_counter(), state.num_input_tokens_seen, _graphs()
+        self.step_times, self.step_tokens, self.step_ends, self.step_compiles = [], [], [], []
         if state.is_world_process_zero:
             kept = []
             if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step
@@ -63,10 +62,8 @@ class StepLog(TrainerCallback):
         self.step_times.append(now - self.last)
         self.step_tokens.append(state.num_input_tokens_seen - self.seen)
         self.step_ends.append(now - self.t0)
-        stalls = _stall_counts()
-        self.step_compiles.append(stalls[0] - self.stalls[0])
-        self.retries.append(stalls[1] - self.stalls[1])
-        self.last, self.seen, self.stalls = now, state.num_input_tokens_seen, stalls
+        self.step_compiles.append(_graphs() - self.graphs)
+        self.last, self.seen, self.graphs = now, state.num_input_tokens_seen, _graphs()
 
     def on_evaluate(self, args, state, control, **kw):
         self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
@@ -79,7 +76,7 @@ class StepLog(TrainerCallback):
         row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - self.t0, 3)}
         if "loss" in logs and self.step_times:
             row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1],
-                    "compiles": self.step_compiles[-1], "alloc_retries": self.retries[-1]}
+                    "compiles": self.step_compiles[-1]}
         self.w.writerow(row)
         self.f.flush()
 
@@ -88,10 +85,8 @@ class StepLog(TrainerCallback):
             self.f.close()
 
 
-def _stall_counts() -> tuple[int, int]:
-    """(graphs torch.compile has built, the CUDA allocator's retries) in this process so far."""
-    retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) if torch.cuda.is_available() else 0
-    return counters["stats"]["unique_graphs"], retries
+def _graphs() -> int:
+    return counters["stats"]["unique_graphs"]  # graphs torch.compile has built in this process
 
 
 class MicroBatches(TrainerCallback):
@@ -107,7 +102,7 @@ class MicroBatches(TrainerCallback):
         self.path, self.rows, self.hooks = path, [], []
 
     def on_train_begin(self, args, state, control, model=None, **kw):
-        def clock():
+        def clock():  # a CUDA event recorded on the stream (the host does not wait), else the wall clock
             if not torch.cuda.is_available():
                 return time.perf_counter()
             event = torch.cuda.Event(enable_timing=True)

@@ -50,7 +50,7 @@ def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch
     the steady steps (`steady_steps`: after the warm-up of CUDA context, allocator and DeepSpeed set-up, and
     without compilations), all their tokens over all their time. A stall in the steady part counts (the job's
     wall time pays it), and steps not alike (ZenFlow's GPU-only and CPU-waiting steps) or not each synced with the GPU (logging_steps >
-    1) are measured as a whole. Chosen over the median step in docs/guide.md ("How the numbers are measured").
+    1) are measured as a whole. Why this figure: docs/guide.md, "One steady-state figure".
 
     Args:
         step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in each
