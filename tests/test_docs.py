@@ -224,3 +224,26 @@ def test_two_gpu_readme_states_its_runs():
         assert f"{ag['ms']:,.{2 if ag['ms'] < 10 else 1}f} ms" in text
     assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text()
     assert "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
+
+
+def test_run_order_readme_states_its_runs():
+    """docs/h100/run-order: each figure of its README from the runs beside it (scripts/run_order.py)."""
+    import workshop_lessons as lessons
+    d = H100 / "run-order"
+    text = (d / "README.md").read_text()
+    tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("runs/*/results.json")}
+    first, fourth, seventh = tps["1-stage2"], tps["4-stage2"], tps["7-stage2"]
+    assert f"stage2 fourth and seventh: {fourth:,.0f} and {seventh:,.0f} tokens/s (the seventh {seventh / fourth:.2f}x" in text
+    assert f"baseline second and sixth: {tps['2-baseline']:,.0f} and {tps['6-baseline']:,.0f} ({tps['6-baseline'] / tps['2-baseline']:.2f}x)" in text
+    assert f"(±{lessons.band('steady_train_tokens_per_second'):.1%})" in text
+    assert f"stage2 first: {first:,.0f} tokens/s, {first / fourth:.2f}x of the fourth" in text
+
+    def forward(run):  # median forward ms over the steady steps
+        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
+        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
+        return mb[mb["step"] > warm]["forward_ms"].median()
+    assert f"a median of {forward('1-stage2'):.1f} ms over its steady steps against {forward('4-stage2'):.1f} ms" in text
+    logs = {r: pd.read_csv(d / "runs" / r / "train_log.csv").dropna(subset=["step_time_s"]) for r in ("1-stage2", "4-stage2")}
+    assert all(log["compiles"].iloc[2:].eq(0).all() for log in logs.values())
+    shapes = [pd.read_csv(d / "runs" / r / "micro_batches.csv")[["sequences", "length"]] for r in logs]
+    assert shapes[0].equals(shapes[1])

@@ -289,9 +289,8 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
     On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
     of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
     run order decided the ranking (scripts/cpu_run_order.py measures it: workshop_lessons/reference/cpu/run_order.md). On a GPU the
-    first run of a process is about half as fast in its steady steps as the same run later, and a run of 4
-    steps before it does not change that, where one as long as it does (lab/scripts/first_run_penalty.py:
-    lab/findings/h100/first-run). Returns the seconds it took.
+    first run of a process is slower in its steady steps than the same run later, its compiling steps left out,
+    and later runs agree (scripts/run_order.py: docs/h100/run-order). Returns the seconds it took.
 
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
