@@ -71,7 +71,11 @@ def test_every_experiment_writes_its_results(runs, exp):
     assert (r["nvme_swap_mib"] is not None) == nvme and (not nvme or r["nvme_swap_mib"]["optimizer"] > 0)
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
-    assert (r["warmup_steps"], r["steady_steps"]) == (2, 6) and r["steady_train_tokens_per_second"] > 0
+    # the warm-up found in the log (metrics.steady_steps): the first step at least, half the steps at most
+    assert 1 <= r["warmup_steps"] <= 4 and r["warmup_steps"] + r["steady_steps"] <= 8
+    assert r["steady_train_tokens_per_second"] > 0 and (log["compiles"].dropna() >= 0).all()
+    shapes = pd.read_csv(d / "micro_batches.csv")  # every micro-batch: its step, shape and forward time
+    assert list(shapes["step"]) == list(range(1, 9)) and (shapes["forward_ms"] > 0).all()
     assert log["step_time_s"].notna().sum() == 8 and log["tokens"].sum() == r["data_stats"]["train"]["tokens"] * 2
     mem = pd.read_csv(d / "memory.csv")
     assert len(mem) >= 2
