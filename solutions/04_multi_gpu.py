@@ -15,7 +15,7 @@
 # - count the bytes each ZeRO stage communicates per step, and check it with DeepSpeed's comms logger.
 #
 # Data parallelism averages the gradients of N GPUs: without ZeRO each holds all model states, with ZeRO 1/N.
-# This is where ZeRO pays. Without SLURM or GPUs, this notebook starts two CPU processes.
+# Without SLURM or GPUs it starts two CPU processes.
 
 # %%
 import json
@@ -83,11 +83,9 @@ for stage, g in arith.groupby("zero_stage"):
 # Every rank needs `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and rank 0's address (`MASTER_ADDR`, `MASTER_PORT`). The
 # batch scripts offer three launchers (`WORKSHOP_LAUNCHER`), none using ssh:
 #
-# - **torchrun** (default): `srun` starts one `torchrun` per node; they meet at a c10d rendezvous and start one
-#   rank per GPU.
-# - **srun**: SLURM starts every rank, one task per GPU (`RANK=$SLURM_PROCID`).
-# - **deepspeed**: `srun` starts DeepSpeed's launcher on each node with `--no_ssh` and a hostfile from the
-#   allocation.
+# - **torchrun** (default): one per node, meeting at a c10d rendezvous, one rank per GPU.
+# - **srun**: one SLURM task per GPU (`RANK=$SLURM_PROCID`).
+# - **deepspeed**: DeepSpeed's launcher on each node, `--no_ssh`, a hostfile from the allocation.
 #
 # Timeouts make a dead rank end the job instead of hanging:
 
@@ -96,9 +94,8 @@ common = (launch.ROOT / "slurm" / "common.sh").read_text()
 print(common[common.index("# workshop_launch"):])
 
 # %% [markdown]
-# A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` and
-# `launch.wait(...)` here. Rank 0 writes `runs/<job name>-<job id>/results.json`, with every rank's peak memory
-# (`per_rank_memory`); the log goes to `logs/`.
+# A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` here.
+# Rank 0 writes `runs/<job name>-<job id>/results.json` (every rank's peak in `per_rank_memory`), the log `logs/`.
 #
 # ## 3. Scale out
 #
@@ -174,8 +171,7 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# For comparison, the default recipe's reference runs on one host with 4 H200 GPUs (commands in
-# `docs/h200/README.md`):
+# The default recipe's reference on 4 H200 GPUs of one host (`docs/h200/README.md`):
 
 # %%
 reference = lessons.REFERENCE / "h200" / "default-x4" / "runs"
@@ -213,8 +209,7 @@ display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=Fal
 # | stage 1, stage 2 | reduce-scatter of the gradients, all-gather of the updated parameters | Ψ + Ψ = 2Ψ |
 # | stage 3 | all-gather of the parameters in the forward and the backward pass, reduce-scatter of the gradients | 3Ψ |
 #
-# DeepSpeed may call other collectives: the second count is DeepSpeed 0.19.8's (`lesson.DEEPSPEED`). Both for
-# your runs' model, ranks and precision, and for Qwen3-0.6B on 4 GPUs in bf16:
+# DeepSpeed 0.19.8 calls others too (`lesson.DEEPSPEED`). For your runs, and for Qwen3-0.6B on 4 GPUs in bf16:
 
 # %%
 mine = df[df.world_size == 2].iloc[0]
@@ -230,8 +225,8 @@ for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (mod
 # %% [markdown]
 # ### What your run sent: DeepSpeed's comms logger
 #
-# `--comms-logger` adds DeepSpeed's `comms_logger` block: each rank's collectives over the optimizer steps go to
-# `comms.json`. It synchronizes after each collective, so it gives volumes, not speed (on GPUs, runs of its own).
+# `--comms-logger` adds DeepSpeed's `comms_logger`: each rank's collectives go to `comms.json`. It synchronizes
+# after each collective: volumes, not speed (on GPUs, runs of its own).
 
 # %%
 print(json.dumps({"comms_logger": ds_config.COMMS_LOGGER}))
@@ -251,8 +246,8 @@ for e, d in COMMS_RUNS.items():
 #
 # - `reduce_bucket_size` (elements): ZeRO-1 and -2 reduce the gradients bucket by bucket as the backward pass
 #   produces them; with `overlap_comm: true` behind the backward pass. The last bucket waits for its end.
-# - The all-gather of the updated parameters (`allgather_bucket_size` is not read by DeepSpeed 0.19.8 with a recent
-#   torch) comes between the optimizer step and the next forward pass: nothing overlaps it.
+# - The all-gather of the updated parameters comes between the optimizer step and the next forward pass: nothing
+#   overlaps it.
 # - With gradient accumulation, ZeRO-2 reduces after every micro-batch; data parallelism and ZeRO-1 once per step.
 # - ZeRO-3 prefetches parameters (`stage3_prefetch_bucket_size`), overlapping the layer before.
 #
@@ -274,6 +269,28 @@ if ref is not None:
         print(f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
               f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
               f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}.")
+
+# %% [markdown]
+# ## 5. Links and stragglers
+#
+# Two nodes on one 2-GPU host (`scripts/two_nodes_one_host.sh`: NCCL over sockets) against NVLink; then how long
+# your ranks waited for each other (each rank's `micro_batches.csv`):
+
+# %%
+LINKS = lessons.REFERENCE / "h200" / "x2-2026-11-26"
+display(Markdown(lesson.links(LINKS).to_markdown(index=False)))
+s = lesson.stragglers(RUNS / "stage2-2")
+print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
+      f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens.")
+
+# %% [markdown]
+# A job that hangs or crawls:
+#
+# 1. Time the link first: `scripts/comm_benchmark.py` under the job's launcher, against the table.
+# 2. `NCCL_DEBUG=INFO`: "via P2P", "via NET/Socket" or "via NET/IB" names the transport.
+# 3. `NCCL_SOCKET_IFNAME` and `NCCL_IB_HCA` choose the interface; a wrong one hangs at start.
+# 4. A hang at start: can every node reach `MASTER_ADDR:MASTER_PORT`?
+# 5. A slow step: which rank waited (`lesson.stragglers`)?
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises

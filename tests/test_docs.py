@@ -199,10 +199,10 @@ def test_readme_lists_every_environment_variable_from_its_table():
 
 
 def test_two_gpu_readme_states_its_runs():
-    """docs/h200/x2-2026-11-26: every figure of its README computed from the runs, comm benchmarks and NCCL
+    """workshop_lessons/reference/h200/x2-2026-11-26: every figure of its README computed from the runs, comm benchmarks and NCCL
     logs beside it."""
     from workshop_lessons.multi_gpu import stragglers
-    d = ROOT / "docs" / "h200" / "x2-2026-11-26"
+    d = REF / "h200" / "x2-2026-11-26"
     text = (d / "README.md").read_text()
     tps = {r.parent.relative_to(d).as_posix(): json.loads(r.read_text())["steady_train_tokens_per_second"]
            for r in d.glob("*/*/results.json")}

@@ -183,6 +183,10 @@ def test_answers_agree_with_a_two_rank_cpu_run(two_ranks):
     assert m["peak memory per rank MiB"] == max(r["host_peak_rss_mib"] for r in ranks)
     if launch.slurm_available():
         assert m["source"] == "a several-node job" and hosts == {"n1", "n2"}
+    # each rank's micro-batches: the ranks of one step got batches built side by side (groups of world_size)
+    s = multi_gpu.stragglers(two_ranks.loc[two_ranks.world_size == 2, "run_dir"].iloc[0])
+    assert list(s.steps.index) == [1, 2, 3, 4] and s.steps.filter(like="forward_ms_").shape[1] == 2
+    assert s.mean_waited_ms >= 0 and s.length_gap < 200
 
 
 def _comms(df):
@@ -258,3 +262,12 @@ def test_zero2_reduces_gradients_in_every_micro_batch(comm_runs):
     assert c.parameters == pytest.approx(1, rel=multi_gpu.COMM_TOLERANCE)
     assert c.deepspeed.verdict == "within the band"
     assert c.deepspeed.other == pytest.approx(5 * run["num_params"] * 4 / MiB)
+
+
+def test_links_read_the_two_nodes_on_one_host_reference():
+    """multi_gpu.links on the committed 2 x H200 folder: NCCL's transport per link, the collectives' times."""
+    t = multi_gpu.links(REF.parents[1] / "x2-2026-11-26").set_index("link")
+    assert list(t.index) == ["nvlink", "sockets"]
+    assert t.at["nvlink", "NCCL transport"].startswith("P2P") and t.at["sockets", "NCCL transport"].startswith("NET/Socket")
+    assert t.at["sockets", "reduce_scatter bus GB/s"] < t.at["nvlink", "reduce_scatter bus GB/s"] / 10
+    assert t.at["sockets", "stage2 s/step"] > t.at["nvlink", "stage2 s/step"]

@@ -411,3 +411,24 @@ def stragglers(run_dir: str | Path) -> Stragglers:
     steps["waited_ms"] = (fwd.max(axis=1) - fwd.min(axis=1)).round(2)
     warm = json.loads((run_dir / "results.json").read_text())["warmup_steps"]
     return Stragglers(steps, int(warm) + 1)
+
+
+def links(folder: str | Path) -> pd.DataFrame:
+    """Each link of a two-nodes-on-one-host folder (scripts/two_nodes_one_host.sh: comm-<link>.csv,
+    nccl-<link>.txt, <experiment>-<link>/results.json anywhere below): the transport NCCL chose (its first
+    "via ..." line), ZeRO-2's gradient reduce-scatter and parameter all-gather (ms, bus GB/s, as
+    scripts/comm_benchmark.py measures them) and each run's steady step time (s). One row per link."""
+    folder, rows = Path(folder), []
+    for comm in sorted(folder.glob("comm-*.csv")):
+        link = comm.stem.split("-", 1)[1]
+        c = pd.read_csv(comm).query("what != 'sweep'").set_index("op")
+        nccl = folder / f"nccl-{link}.txt"
+        lines = nccl.read_text().splitlines() if nccl.is_file() else []
+        row = {"link": link, "NCCL transport": next((ln.split(" via ")[1] for ln in lines if " via " in ln), "?")}
+        for op in ("reduce_scatter", "all_gather"):
+            row |= {f"{op} ms ({c.at[op, 'mib']:,.0f} MiB)": c.at[op, "ms"], f"{op} bus GB/s": c.at[op, "busbw_gbps"]}
+        for res in sorted(folder.rglob(f"*-{link}/results.json")):
+            r = json.loads(res.read_text())
+            row[f"{r['experiment']} s/step"] = r["steady_step_time_s"]
+        rows.append(row)
+    return pd.DataFrame(rows)

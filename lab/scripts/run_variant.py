@@ -1,5 +1,5 @@
 """`workshop run` with one of the engine's choices undone or changed, for an A/B against the engine as it is
-(docs/h200/x2-2026-11-26/README.md). Started as `workshop run` is, under torchrun for several ranks:
+(workshop_lessons/reference/h200/x2-2026-11-26/README.md). Started as `workshop run` is, under torchrun for several ranks:
 
     torchrun --standalone --nproc_per_node 2 lab/scripts/run_variant.py unbalanced run stage2 --random-weights ...
 
