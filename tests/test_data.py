@@ -171,7 +171,8 @@ def test_step_counts_come_from_the_sampler_that_trains():
     counts = {seed: len(TokenBudgetBatchSampler(lengths, 4096, seed)) for seed in range(6)}
     assert len(set(counts.values())) > 1, counts  # else this data could not show the bug
     for seed, n in counts.items():
-        cfg = RunConfig("stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed)
+        cfg = RunConfig("stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed,
+                        gradient_accumulation_steps=1)
         assert len(token_budget_batches(cfg, ds)) == n  # the sampler the run trains with and record counts
         assert trainer_micro_batch(cfg, token_budget_batches(cfg, ds)) == round(len(lengths) / n)
 
@@ -209,11 +210,11 @@ def test_a_data_file_too_large_for_the_memory_is_refused_before_it_is_read(tmp_p
 
 
 def test_token_budget_batches_reach_the_ranks_of_one_step_in_groups_of_neighbours():
-    """Under N ranks, batch i goes to rank i mod N: each epoch's order moves groups of N batches that are
-    neighbours in the length-sorted build order (one shape per step), a partial group last; one rank's order is
-    the plain shuffle of the batches."""
+    """Under N ranks and accumulation A, batch i goes to rank i mod N, A per rank and step: each epoch's order
+    moves groups of N x A batches that are neighbours in the length-sorted build order (one shape per step), a
+    partial group last; with one micro-batch per step the order is the plain shuffle of the batches."""
     lengths = [random.Random(i).randint(20, 800) for i in range(3001)]  # 325 batches: a partial group
-    one, two = TokenBudgetBatchSampler(lengths, 4096, seed=5), TokenBudgetBatchSampler(lengths, 4096, seed=5, world_size=2)
+    one, two = TokenBudgetBatchSampler(lengths, 4096, seed=5), TokenBudgetBatchSampler(lengths, 4096, seed=5, per_step=2)
     assert one.batches == two.batches and len(one.batches) % 2 == 1
     order = list(two)
     assert sorted(map(tuple, order)) == sorted(map(tuple, two.batches))

@@ -18,7 +18,8 @@ import pytest
 
 FINGERPRINT = Path(__file__).parent / "data" / "tiny_runs_fingerprint.json"
 TIMING = ("_s", "_mib", "seconds", "per_second", "mfu", "hfu", "util", "date", "time", "version", "host", "dir",
-          "device", "pid", "memory")  # fields whose values differ between two runs of the same code
+          "device", "pid", "memory", "warmup_steps", "steady_steps")  # fields whose values differ between two
+# runs of the same code (the warm-up is found from the steps' times: metrics.steady_steps)
 
 
 def fingerprint(run: Path) -> dict:

@@ -369,17 +369,20 @@ class TokenBudgetBatchSampler:
     (`__iter__`, one per epoch) yields the same batches in a random order that depends on `seed` and the
     epoch alone (`set_epoch`, which the Trainer calls), so every epoch has the same number of optimizer steps
     and a run resumed mid-epoch from a checkpoint sees the batches an uninterrupted run would. Under several
-    ranks the Trainer's accelerator deals them out round-robin, batch i to rank i mod `world_size`: the order
-    moves groups of `world_size` neighbours in length, so the ranks of one step get batches of one shape and
-    none waits long for another (a partial group comes last).
+    ranks the Trainer's accelerator deals them out round-robin (batch i to rank i mod the ranks), each rank
+    taking gradient_accumulation_steps of them per step: the order moves groups of `per_step` (ranks x
+    accumulation) neighbours in length, so the micro-batches of one optimizer step have one shape, no rank
+    waits long for another, and one global batch made by ranks or by accumulation sees the same batches (a
+    partial group comes last).
 
     Args:
         lengths: tokens of each sequence (L_i); max_tokens: padded tokens per micro-batch at most (a
-            sequence longer than that is a batch of its own); seed: as TrainingArguments.seed; world_size: ranks.
+            sequence longer than that is a batch of its own); seed: as TrainingArguments.seed; per_step:
+            micro-batches per optimizer step, all ranks.
     """
 
-    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048, world_size: int = 1):
-        self.seed, self.epoch, self.world_size = seed, 0, world_size
+    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048, per_step: int = 1):
+        self.seed, self.epoch, self.per_step = seed, 0, per_step
         order = list(range(len(lengths)))
         random.Random(seed).shuffle(order)
         self.batches: list[list[int]] = []
@@ -394,10 +397,10 @@ class TokenBudgetBatchSampler:
             self.batches.append(batch)
 
     @classmethod
-    def for_dataset(cls, ds, max_tokens: int, seed: int, world_size: int = 1) -> "TokenBudgetBatchSampler":
+    def for_dataset(cls, ds, max_tokens: int, seed: int, per_step: int = 1) -> "TokenBudgetBatchSampler":
         """The sampler of a tokenised dataset (`tokenize_squad`'s): the one place that reads its lengths, so the
         training loop, the step counts in results.json and the lab's benchmark (lab/bench.py) see the same batches."""
-        return cls([len(x) for x in ds["input_ids"]], max_tokens, seed, world_size=world_size)
+        return cls([len(x) for x in ds["input_ids"]], max_tokens, seed, per_step=per_step)
 
     @property
     def mean_batch_size(self) -> float:
@@ -411,7 +414,7 @@ class TokenBudgetBatchSampler:
         # A generator: the epoch is read, and advanced, when the pass starts, not when the iterator is made.
         # torch's DataLoader with workers makes two and discards the first (`_MultiProcessingDataLoaderIter`):
         # advanced at once, the pass used would be the next epoch's (workers changed the batch order).
-        n = self.world_size
+        n = self.per_step
         groups = [self.batches[i:i + n] for i in range(0, len(self.batches), n)]
         partial = groups.pop() if groups and len(groups[-1]) < n else []
         random.Random(self.seed + 1 + self.epoch).shuffle(groups)  # seed itself made the batches

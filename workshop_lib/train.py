@@ -514,11 +514,12 @@ def apply_speed_levers(net, cfg: RunConfig) -> None:
 
 
 def token_budget_batches(cfg: RunConfig, train_ds, world_size: int = 1) -> TokenBudgetBatchSampler | None:
-    """The run's token-budget sampler, built with its seed for its ranks (what the training loop iterates), or
-    None when `cfg.batching` is not "token_budget"."""
+    """The run's token-budget sampler, built with its seed for its micro-batches per step (`world_size` x
+    accumulation: what the training loop iterates), or None when `cfg.batching` is not "token_budget"."""
     if cfg.batching != "token_budget":
         return None
-    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed, world_size)
+    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed,
+                                               world_size * cfg.gradient_accumulation_steps)
 
 
 def trainer_micro_batch(cfg: RunConfig, batches: TokenBudgetBatchSampler | None) -> int:

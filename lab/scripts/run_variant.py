@@ -5,7 +5,7 @@
 
 Variants:
     unbalanced: token-budget batches dealt to the ranks in a random order (the engine before 2026-11-26), not in
-        groups of one shape per step (`TokenBudgetBatchSampler`'s world_size);
+        groups of one shape per step (`TokenBudgetBatchSampler`'s per_step);
     dynamic: the transformer blocks compiled with dynamic shapes from the first step (`torch.compile(dynamic=True)`),
         not after the first new shape.
 """
@@ -20,7 +20,7 @@ from workshop_lib.data import TokenBudgetBatchSampler  # noqa: E402
 
 def unbalanced():
     build = TokenBudgetBatchSampler.for_dataset.__func__
-    TokenBudgetBatchSampler.for_dataset = classmethod(lambda cls, ds, tokens, seed, world_size=1: build(cls, ds, tokens, seed))
+    TokenBudgetBatchSampler.for_dataset = classmethod(lambda cls, ds, tokens, seed, per_step=1: build(cls, ds, tokens, seed))
 
 
 def dynamic():
