@@ -206,12 +206,6 @@ def _trainer_step(ckpt: Path) -> int | None:
     return n if isinstance(state, dict) and state.get("global_step") == n else None
 
 
-def _damaged(ckpt: Path) -> bool:
-    """An incomplete checkpoint that had been written to the end (a manifest, or the Trainer's state of its
-    step), as opposed to one interrupted while being written."""
-    return (ckpt / MANIFEST).exists() or _trainer_step(ckpt) is not None
-
-
 def step_of(ckpt: str | os.PathLike) -> int | None:
     """The optimizer step N of a complete checkpoint-N directory (`why_incomplete`); None for any other."""
     return _name_step(Path(ckpt)) if why_incomplete(ckpt) is None else None
@@ -239,10 +233,6 @@ def set_aside(ckpt: str | os.PathLike) -> Path:
     return dest
 
 
-def _mib_under(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MiB if path.exists() else 0.0
-
-
 def clear_partial_writes(out: str | os.PathLike) -> dict:
     """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
     ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
@@ -261,7 +251,8 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     for tmp in out.rglob(".*.tmp*"):
         if tmp.is_file():
             tmp.unlink(missing_ok=True)
-    return {"what": what, "checkpoint_mib": _mib_under(complete[-1]) if complete else 0.0, "complete": complete}
+    last_mib = sum(f.stat().st_size for f in complete[-1].rglob("*") if f.is_file()) / MiB if complete else 0.0
+    return {"what": what, "checkpoint_mib": last_mib, "complete": complete}
 
 
 def check_resumable(run_dir: str | os.PathLike) -> None:
@@ -273,7 +264,8 @@ def check_resumable(run_dir: str | os.PathLike) -> None:
         WorkshopError: naming each damaged checkpoint and what is wrong with it.
     """
     complete, incomplete = find_checkpoints(run_dir)
-    damaged = [p for p in incomplete if _damaged(p)]
+    # damaged: written to the end (a manifest, or the Trainer's state of its step), not interrupted while written
+    damaged = [p for p in incomplete if (p / MANIFEST).exists() or _trainer_step(p) is not None]
     if damaged and not complete:
         raise WorkshopError(f"{run_dir} holds no complete checkpoint to resume from: "
                             + "; ".join(f"{p} is damaged: {why_incomplete(p)}" for p in damaged)
@@ -600,11 +592,9 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     Raises:
         WorkshopError: naming each differing setting with both values.
     """
-    path = Path(out) / RUN_CONFIG
-    if not path.is_file():
+    before = _started(out)
+    if before is None:
         return
-    before = read_json_object(path, "is damaged: the settings this run started with cannot be compared",
-                              "pass --overwrite to start the run again, or another --output-dir.")
     now = config | {"world_size": world_size}
     may_change = set(MAY_CHANGE)
     # another world size with the accumulation that keeps the global batch (`world_size_change`)
@@ -620,7 +610,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     if diff:
         raise WorkshopError(f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
                             "continue the same run. Nothing was changed.",
-                            f"resume with the settings in {path}, or pass another --output-dir, or --overwrite "
+                            f"resume with the settings in {Path(out) / RUN_CONFIG}, or pass another --output-dir, or --overwrite "
                             "to start again.")
 
 
@@ -653,8 +643,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
                             "give a new directory to export into.")
     rundir.check_writable(out, "OUT")
     ckpt = last_checkpoint(source)
-    tag = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
-    if not tag or not any((ckpt / tag).glob("*optim_states.pt")):
+    if not zero_partitions(ckpt):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
                             f"its model.safetensors is the whole model: load {ckpt} with from_pretrained.")
     check_no_custom_code(read_json_object(ckpt / "config.json", "is damaged: the checkpoint's architecture cannot be "

@@ -310,16 +310,14 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if cfg.max_length < 32:
         raise WorkshopError(f"max_length {cfg.max_length} leaves no room for a question and its answer.",
                             "pass --max-length 32 or more (the recipes use 512).")
-    if not (math.isfinite(cfg.learning_rate) and math.isfinite(cfg.weight_decay)):
-        raise WorkshopError(f"learning_rate and weight_decay must be finite numbers, got {cfg.learning_rate} and "
-                            f"{cfg.weight_decay}: training would turn every weight into NaN.",
+    if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0 and math.isfinite(cfg.weight_decay)
+            and cfg.weight_decay >= 0):  # NaN or inf would turn every weight into NaN
+        raise WorkshopError(f"learning_rate and weight_decay must be finite numbers, the first > 0 and the second "
+                            f">= 0, got {cfg.learning_rate} and {cfg.weight_decay}.",
                             "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.")
     if not 0 <= cfg.seed < 2**32:  # numpy's and DeepSpeed's seeds are unsigned 32-bit
         raise WorkshopError(f"seed must be between 0 and 4,294,967,295 (2^32 - 1), got {cfg.seed}.",
                             "pass --seed 42 (the default) or another number in that range.")
-    if not cfg.learning_rate > 0 or cfg.weight_decay < 0:
-        raise WorkshopError(f"learning_rate must be > 0 and weight_decay >= 0, got {cfg.learning_rate} and "
-                            f"{cfg.weight_decay}.", "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.")
     if cfg.liger_kernel and cfg.logits_on == "labelled":
         raise WorkshopError("liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
                             "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")

@@ -377,9 +377,6 @@ def build_deepspeed_ops(names: list[str]) -> None:
             print(f"  compiled in {time.perf_counter() - t0:.0f} s, cached in {build_dir} for later runs.", flush=True)
 
 
-_QUIET = False
-
-
 def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
                        poll_s: float = 1.0) -> None:
     """Wait while `lock` exists (torch's JIT-build lock for a DeepSpeed op). After `notice_after_s` say what
@@ -406,6 +403,7 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
         time.sleep(poll_s)
 
 
+@lru_cache(maxsize=1)
 def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
     FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its
@@ -415,9 +413,6 @@ def quiet_libraries() -> None:
     shown at 0% in a notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for
     a world of one; a resume's expected notes are `checkpoint.quiet_resume_notes`'.
     Everything else, errors included, still shows."""
-    global _QUIET
-    if _QUIET:
-        return
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
@@ -436,7 +431,6 @@ def quiet_libraries() -> None:
         previous = hf_logging.set_tqdm_hook(no_shard_bar)
         if previous is not None:
             hf_logging.set_tqdm_hook(lambda f, a, k: no_shard_bar(f, a, k, previous))
-    _QUIET = True
 
 
 DIST_TIMEOUT_S = 1800  # seconds before a collective or the rendezvous times out, unless WORKSHOP_DIST_TIMEOUT_S

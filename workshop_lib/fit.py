@@ -218,10 +218,6 @@ LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3",
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
 
 
-def _rank(zero_stage) -> int:
-    return -1 if zero_stage is None else zero_stage
-
-
 def ladder(config: dict) -> list[dict]:
     """`estimate`'s arguments for every rung of `LADDER` above `config`, in the order they are tried (rungs a
     configuration cannot take are left out: a ZeRO stage below the run's, offload below ZeRO-1)."""
@@ -232,7 +228,7 @@ def ladder(config: dict) -> list[dict]:
     out += [dict(ac, train_micro_batch_size_per_gpu=x) for x in batches] if not c["activation_checkpointing"] else []
     here = (c["gpus_per_node"], c["nodes"])
     worlds = [here] + [(g, n) for g, n in WORLDS if g * n > here[0] * here[1] and g >= here[0]]
-    stages = [z for z in (2, 3) if z >= _rank(c["zero_stage"])]
+    stages = [z for z in (2, 3) if c["zero_stage"] is None or z >= c["zero_stage"]]
     groups = [[(z, "none") for z in stages], [(z, "cpu") for z in stages] + [(3, "nvme")]]  # rungs 2 and 3
     for group in groups:
         for g, n in worlds:
@@ -394,10 +390,6 @@ class Budget:
     setup: str  # the setup with the largest estimate at `tokens` (at the smallest budget when none fits)
     estimate_mib: float  # its estimate there
     above_mib: float | None  # its estimate at twice `tokens`, which did not fit (None when tokens == most)
-
-    @property
-    def limit_mib(self) -> float:
-        return FREE_SHARE * self.free_mib
 
     def line(self, runs: str = "every run") -> str:
         """One line: what was chosen and why, for a notebook to print."""

@@ -81,7 +81,7 @@ class MemorySampler:
         self.device = torch.cuda.current_device() if (self.gpu and device is None) else device
         self.rows: list[dict] = []
         self.marks: dict[str, float] = {}  # event -> seconds on this sampler's clock
-        self.states: dict = {}  # readings at the "states" mark
+        self.states = {"gpu_states_allocated_mib": None, "host_states_rss_mib": None}  # at the "states" mark
         self._stop = threading.Event()
         self._proc = psutil.Process()
         self.write_error: OSError | None = None  # the CSV's write failed (a full disk); sampling went on
@@ -167,7 +167,6 @@ class MemorySampler:
                             ("gpu_peak_reserved_mib", torch.cuda.max_memory_reserved))}
         start = self.rows[0]["torch_allocated_mib"] if self.rows else None  # held before this run began
         return summarize(window) | gpu | {"gpu_allocated_at_start_mib": start} | \
-            {"gpu_states_allocated_mib": None, "host_states_rss_mib": None} | \
             self.states | {"setup_seconds": self.marks.get("train_begin"), "train_begin_s": self.marks.get("train_begin"),
                            "train_end_s": self.marks.get("train_end")}
 

@@ -70,7 +70,6 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                    attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
 
 
-
 def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunConfig, dict | None]:
     """For --resume (nothing otherwise): `cfg` with the gradient accumulation that keeps the run's global batch
     on this world size (`checkpoint.resume_accumulation`; `given_accumulation`, the one asked for, if any), once

@@ -192,7 +192,7 @@ def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
 
 def load_results(paths) -> pd.DataFrame:
     """One row per finished run found under `paths` (see `find_runs`), columns = results.json keys +
-    `run_dir`; a tiny model's name gets " (tiny)". Unfinished runs are named on stderr and left out.
+    `run_dir`. Unfinished runs are named on stderr and left out.
 
     Raises:
         WorkshopError: a path does not exist, or no finished run is under any of `paths`.
@@ -216,11 +216,7 @@ def load_results(paths) -> pd.DataFrame:
         rows.append(row | {"run_dir": str(r)})
     if not rows:
         raise WorkshopError(f"No readable results.json under {where}.", fix)
-    df = pd.DataFrame(rows)
-    if "tiny" in df:  # results.json names the tiny model so since 2026-11; older runs got the suffix here
-        df["model"] = [f"{m} (tiny)" if t is True and not str(m).endswith("(tiny)") else m
-                       for m, t in zip(df["model"], df["tiny"])]
-    return df
+    return pd.DataFrame(rows)
 
 
 def hfu(row) -> float | None:
@@ -493,8 +489,6 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     if df["world_size"].nunique() < 2:
         return None
     steady = "steady_train_tokens_per_second" in df and df["steady_train_tokens_per_second"].notna().all()
-    # questions/s: the steady one where the runs have it (questions per step / mean steady step time); else the
-    # Trainer's samples/s, which counts questions only with fixed-size batches (runs made before steady figures)
     questions = "steady_train_samples_per_second" if steady else "train_samples_per_second"
     t = df.assign(per_gpu=df[questions] / df["world_size"], peak=[_per_gpu_peak(r) for _, r in df.iterrows()])
     if steady:
