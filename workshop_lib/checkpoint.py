@@ -42,7 +42,7 @@ import pickle
 import re
 import shlex
 import shutil
-from dataclasses import MISSING, fields
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -50,7 +50,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import env, rundir
-from .config import BASE, REQUIRED
+from .config import BASE, REQUIRED, cli_args
 from .ds_config import EXPERIMENTS
 from .errors import WorkshopError, read_json_object
 from .model import check_no_custom_code
@@ -317,19 +317,9 @@ class Manifest(TrainerCallback):
 def run_command(asked, output_dir: str | os.PathLike, flag: str) -> str:
     """The `workshop run` command line of the run whose settings were `asked` (a RunConfig as given, before
     `config.resolve`) into `output_dir`, with `flag` ("--resume" or "--overwrite") instead of either:
-    what the messages of an interrupted run suggest."""
-    args = ["workshop", "run", asked.experiment]
-    for f in fields(asked):
-        value = getattr(asked, f.name)
-        if f.name in ("experiment", "output_dir", "overwrite", "resume") or (f.default is not MISSING
-                                                                            and value == f.default):
-            continue
-        opt = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            args += [opt] if value else [opt, "false"]
-        else:
-            args += [opt, *map(str, value)] if isinstance(value, list) else [opt, str(value)]
-    return shlex.join([*args, "--output-dir", str(output_dir), flag])
+    what the messages of an interrupted run suggest (`config.cli_args`)."""
+    args = cli_args(replace(asked, output_dir=None, overwrite=False, resume=False))
+    return shlex.join(["workshop", "run", *args, "--output-dir", str(output_dir), flag])
 
 
 def kept(out: str | os.PathLike, asked) -> str:
@@ -597,13 +587,10 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
         return
     now = config | {"world_size": world_size}
     may_change = set(MAY_CHANGE)
-    # another world size with the accumulation that keeps the global batch (`world_size_change`)
     per_step = [d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps")
                 else None for d in (before, now)]
     if per_step[0] is not None and per_step[0] == per_step[1]:
         may_change |= {"world_size", "gradient_accumulation_steps"}
-    # a setting added to the workshop since the run started: the run had its base value (what the field's absence
-    # meant), so a resume under the base value continues the same run
     before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
     diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
             if k not in may_change and before.get(k) != now.get(k)]

@@ -92,11 +92,8 @@ def summary(raw: dict) -> dict:
 def write(out: Path, trainer) -> dict | None:
     """Every rank's comms summary gathered (a collective: every rank calls it), written by rank 0 to
     out/comms.json; the logger then turned off and cleared. Returns the file's content (None on other ranks)."""
-    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
-    import deepspeed.comm as ds_comm
-
     window = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Window))
-    log = ds_comm.comms_logger
+    log = Window._logger()
     mine = summary(log.log_all(print_log=False, return_dict=True)["summary"])
     log.enabled = log.prof_all = False
     log.reset_data()

@@ -19,9 +19,8 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 import typing
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -274,11 +273,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for f in fields(RunConfig):
         _check_type(f.name, getattr(cfg, f.name), "RunConfig")
-    for name in ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
-                 "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
-                                f"pass --{name.replace('_', '-')} N with N >= 1.")
+    check_counts(cfg, ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
+                       "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"))
     if cfg.reduce_bucket_size < 0:
         raise WorkshopError(f"reduce_bucket_size must be 0 (auto) or more, got {cfg.reduce_bucket_size}.",
                             "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0.")
@@ -436,11 +432,11 @@ def parse_args(command: str, argv: list[str]):
     return cfg
 
 
-def check_counts(cfg) -> None:
-    """Raise WorkshopError naming the first int field of `cfg` (EvalConfig, BenchConfig) below 1, with the fix."""
-
-    for name, kind in field_types(type(cfg)).items():
-        if kind is int and getattr(cfg, name) < 1:
+def check_counts(cfg, names=None) -> None:
+    """Raise WorkshopError naming the first of `names` (default: every int field of `cfg`, an EvalConfig or
+    BenchConfig) below 1, with the fix; a None value passes."""
+    for name in names or [name for name, kind in field_types(type(cfg)).items() if kind is int]:
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
                                 f"pass --{name.replace('_', '-')} N with N >= 1.")
 
@@ -452,7 +448,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
 
 def cli_args(cfg: RunConfig) -> list[str]:
     """The `workshop run` arguments of `cfg`: the experiment, then `--option value` for each field that differs
-    from RunConfig's default (`--ds-config` once per override). `parse_run_args(cli_args(cfg)) == cfg`, so a
+    from RunConfig's default (a yes/no option alone when true; `--ds-config` once per override). `parse_run_args(cli_args(cfg)) == cfg`, so a
     run started in another process (notebook 03b's killed run) has exactly the settings of the `RunConfig` that
     resumes it."""
     argv = [cfg.experiment]
@@ -463,8 +459,10 @@ def cli_args(cfg: RunConfig) -> list[str]:
         flag = f"--{f.name.replace('_', '-')}"
         if isinstance(value, (list, tuple)):
             argv += [a for v in value for a in (flag, str(v))]
+        elif isinstance(value, bool):
+            argv += [flag] if value else [flag, "false"]
         else:
-            argv += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+            argv += [flag, str(value)]
     return argv
 
 
@@ -485,9 +483,3 @@ def _yes_no_options(parser, cls=RunConfig) -> None:
             action.help = f"the same as {flag} false"
         else:
             action.nargs, action.const, action.metavar = "?", True, "{true,false}"
-
-
-if __name__ == "__main__":  # python -m workshop_lib.config stage2 --tiny: print the resolved config
-    import json
-
-    print(json.dumps(asdict(resolve(parse_run_args(sys.argv[1:]))), indent=2))

@@ -509,7 +509,6 @@ def _field(model, name: str):
 
 def _submodel(annotation):
     """The DeepSpeedConfigModel class inside a field's annotation (Optional[X] -> X), or None."""
-    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.runtime.config_utils import DeepSpeedConfigModel
 
     for t in (annotation, *typing.get_args(annotation)):

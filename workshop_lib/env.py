@@ -301,15 +301,12 @@ def skip_unused_deepspeed_ops(world_size: int) -> None:
         compatible["deepspeed_shm_comm"] = False
 
 
-ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def ds_report() -> list[str]:
     """The lines of `ds_report` (DeepSpeed's environment report: each op, compatible and installed or not,
     torch, CUDA and DeepSpeed versions, the accelerator), run in a subprocess, its colour codes removed (it
     colours [OKAY], [NO] and [WARNING] whatever the output is)."""
     out = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True).stdout
-    return ANSI_CODES.sub("", out).splitlines()
+    return re.sub(r"\x1b\[[0-9;]*m", "", out).splitlines()
 
 
 def _builders(names: list[str]):

@@ -25,8 +25,7 @@ def torchrun_command(experiment: str, nproc: int, output_dir: str | os.PathLike,
 
 
 def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args: str, env: dict | None = None) -> dict:
-    """`torchrun --standalone --nproc_per_node NPROC -m workshop_lib.cli run EXPERIMENT ...` on this machine
-    (`--standalone`: a free local port for the rendezvous); returns rank 0's results dict. On a CPU the ranks
+    """`torchrun_command` run on this machine; returns rank 0's results dict. On a CPU the ranks
     talk through gloo; on GPUs one rank per GPU (NCCL). `env` adds variables (e.g. {"CUDA_VISIBLE_DEVICES": ""}
     to keep the ranks on the CPU). Every rank's output is appended to OUTPUT_DIR/launch.log.
 

@@ -82,8 +82,7 @@ def record(run) -> dict:
         **run.estimate, data_stats={"train": train_stats.as_dict(), "eval": run.eval_stats.as_dict()},
         device=env.device_name(), versions=env.versions(), wall_seconds=round(run.wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
-        config=asdict(cfg),
-        nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
+        config=asdict(cfg), nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
         gpu_total_mib=memory.gpu_total_mib(local_rank), gpu_memory_fraction=env.gpu_memory_fraction(),
         world_size_changes=json.loads(changes.read_text()) if changes.is_file() else []))
     return run.results

@@ -258,9 +258,7 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     says which weights the run started from (`weights`); a loss whose reference used another model or other
     weights is marked "not comparable" and gets no band (`not_comparable`). What `workshop report` writes
     and every learner notebook shows (through `lessons.table`)."""
-    df = df.copy()
-    if "mfu" in df:
-        df["hfu"] = [hfu(r) for _, r in df.iterrows()]
+    df = df.assign(hfu=[hfu(r) for _, r in df.iterrows()]) if "mfu" in df else df
     keys = [k for k in (columns or [k for k, col in COLUMNS.items() if col.default]) if k in df]
     titles = {k: COLUMNS[k].title if k in COLUMNS else k for k in keys}
     t = df[keys].copy()
@@ -272,9 +270,7 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
         for k in [k for k in keys if COLUMNS.get(k, Column(k)).unit == "fraction"]:  # MFU, HFU: percentages
             t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
         return t.rename(columns=titles)
-    ref = reference.copy()
-    if "mfu" in ref:
-        ref["hfu"] = [hfu(r) for _, r in ref.iterrows()]
+    ref = reference.assign(hfu=[hfu(r) for _, r in reference.iterrows()]) if "mfu" in reference else reference
     names = [Path(d).name for d in df["run_dir"]] if "run_dir" in df else list(df.index)
     rows = []
     for i, name in enumerate(names):

@@ -189,7 +189,6 @@ def _run(run: Run) -> dict:
     """The run's stages in order; raises as `run_experiment`. However it ends after claiming its directory, rank 0
     marks how (`mark_ended`); a stop by a signal is told with its step, a full disk in one message."""
     cfg, exp, rank, world_size, local_rank = run.cfg, run.exp, run.rank, run.world_size, run.local_rank
-    change = run.change
     # data, then model: a bad file or a missing model stops here, before anything is written
     load_data(run)
     preflight.check_resources(cfg, exp, world_size, local_rank)
@@ -197,7 +196,7 @@ def _run(run: Run) -> dict:
     claim(run)
     try:
         if cfg.resume:  # inside: a universal conversion that fails marks the run failed
-            run.resume_from = checkpoint.resume_point(run.out, rank, change)
+            run.resume_from = checkpoint.resume_point(run.out, rank, run.change)
             if run.exp.zenflow and run.resume_from and rank == 0:
                 print(ZENFLOW_RESUME, flush=True)
         # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
