@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The multi-GPU benchmark behind docs/h200/: ZeRO-2 and ZeRO-3 on 1, 2, 4 and 8 GPUs of one node, the
 # default recipe (micro-batches of up to 32,768 tokens per GPU, one per optimizer step: weak scaling), Qwen3-0.6B
-# with random weights (the real shapes, no download), MAX_STEPS optimizer steps (default 24, the first third
-# warm-up), then `workshop report`, whose scaling.md gives steady-state tokens/s per GPU, scaling efficiency
+# with random weights (the real shapes, no download), MAX_STEPS optimizer steps (default 24, the warm-up
+# found in each run's log), then `workshop report`, whose scaling.md gives steady-state tokens/s per GPU, scaling efficiency
 # and the peak memory of every rank.
 # Each rank is started as slurm/multi_gpu.slurm starts it (torchrun, one process per GPU), without SLURM.
 # At each count above 1, scripts/comm_benchmark.py times ZeRO-2's collectives at the model's sizes (comm-<N>gpu.csv):

@@ -92,7 +92,7 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage3_offload": ("stage3_offload", {}),
     },
 }
-# The notebooks and the reference stop after this many optimizer steps (the first third is warm-up), the tiny
+# The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log), the tiny
 # CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
 GPU_MAX_STEPS = 24
 # The columns of each notebook's exercise table (results.json keys; titles and units from `results.COLUMNS`).

@@ -121,7 +121,7 @@ def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
     """CPU against NVMe offload of one model, both run in one device call (root/runs, `scripts/large_models.sh`),
     from each run's own logs, so that a run stopped after its training steps (before results.json) counts too:
     training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
-    (`metrics.steady_state`, the first third of the steps left out, as in results.json), the peak GPU memory
+    (`metrics.steady_state`, as in results.json), the peak GPU memory
     (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
     rows = []
     for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
