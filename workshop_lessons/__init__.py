@@ -92,8 +92,8 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage3_offload": ("stage3_offload", {}),
     },
 }
-# The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log), the tiny
-# CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
+# The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log),
+# the tiny CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
 GPU_MAX_STEPS = 24
 # The columns of each notebook's exercise table (results.json keys; titles and units from `results.COLUMNS`).
 _SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
@@ -386,8 +386,8 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
     return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
             + (f"micro-batches of up to {budget:,} tokens, " if budget else "") +
-            f"{int(r['global_steps'])} optimizer steps, steady state = all the tokens over all the time of the steps after "
-            f"{int(r['warmup_steps'])} warm-up steps; runs in {where}/runs. ± band: the largest spread between two measurements of the "
+            f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
+            f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
             f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
             "figures without a band were measured once.")
 
