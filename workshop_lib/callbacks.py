@@ -62,8 +62,9 @@ class StepLog(TrainerCallback):
         self.step_times.append(now - self.last)
         self.step_tokens.append(state.num_input_tokens_seen - self.seen)
         self.step_ends.append(now - self.t0)
-        self.step_compiles.append(_graphs() - self.graphs)
-        self.last, self.seen, self.graphs = now, state.num_input_tokens_seen, _graphs()
+        graphs = _graphs()
+        self.step_compiles.append(graphs - self.graphs)
+        self.last, self.seen, self.graphs = now, state.num_input_tokens_seen, graphs
 
     def on_evaluate(self, args, state, control, **kw):
         self.last = time.perf_counter()  # the next step is timed from here: evaluation is not a step
@@ -123,9 +124,10 @@ class MicroBatches(TrainerCallback):
             hook.remove()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        ms = [a.elapsed_time(b) if torch.cuda.is_available() else (b - a) * 1e3 for *_, a, b in self.rows if b]
+        cuda = torch.cuda.is_available()
+        rows = [[*r[:3], round(a.elapsed_time(b) if cuda else (b - a) * 1e3, 2)] for *r, a, b in self.rows if b]
         with rundir.atomic_path(self.path) as tmp, tmp.open("w", newline="") as f:
-            csv.writer(f).writerows([self.FIELDS] + [[*r[:3], round(t, 2)] for r, t in zip(self.rows, ms)])
+            csv.writer(f).writerows([self.FIELDS] + rows)
 
 
 class StopAtStepBoundary(TrainerCallback):
