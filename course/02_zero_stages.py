@@ -57,12 +57,11 @@ display(Markdown(ds_config.explain(build_ds_config("stage3")).to_markdown(index=
 # %% [markdown]
 # ## 2. Run the stages
 #
-# The baseline first, so that this notebook stands alone, then stages 1, 2 and 3, after a warm-up run (00_setup,
-# "How the numbers are measured"). Each run writes its resolved `ds_config.json` beside its results.
+# The baseline first, so that this notebook stands alone, then stages 1, 2 and 3 (on a CPU after a warm-up:
+# 00_setup, "How the numbers are measured"). Each run writes its resolved `ds_config.json` beside its results.
 
 # %%
-warm = lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
-print(f"warm-up: {warm:.0f} s, not measured")
+lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))

@@ -41,8 +41,8 @@ NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
 
 # %%
-# A warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
-print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
+# On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
+lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])

@@ -47,7 +47,10 @@ def main(names: list[str]) -> int:
     from workshop_lib import env
     from workshop_lib.config import recipe_settings
 
-    device = env.device_name()
+    import torch
+
+    gpus = torch.cuda.device_count()  # a machine of several GPUs is timed apart from one of its kind with one
+    device = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
     model = "tiny model" if lessons.notebook_run_options()["tiny"] else recipe_settings("default")["model"]  # when no run says
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0

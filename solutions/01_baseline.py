@@ -45,8 +45,8 @@ recipe_settings("default")  # the default recipe: its overlay (config.RECIPES) o
 # the same function.
 
 # %%
-# A warm-up run first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
-print(f"warm-up: {lessons.warm_up(NOTEBOOK, RUNS, **COMMON):.0f} s, not measured")
+# On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
+lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
 print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
       f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "

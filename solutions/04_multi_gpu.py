@@ -112,11 +112,8 @@ use_slurm = flag is True and launch.slurm_available()
 on_gpus = use_slurm or gpus >= 2
 two_node_cpu = not on_gpus and flag is not False and launch.slurm_available()
 sizes = [1, 2, 4] if use_slurm else ([n for n in (1, 2, 4) if n <= gpus] if on_gpus else [1, 2])
-extra = ["--max-steps", "16" if on_gpus else "4"] + ([] if on_gpus and not COMMON["tiny"] else ["--tiny"])
-extra += ["--random-weights"] if COMMON["random_weights"] else []
-if on_gpus and not use_slurm and not COMMON["tiny"]:  # this machine's GPUs: micro-batches sized for them, as 01-03
-    extra += ["--max-tokens-per-micro-batch",
-              str(lessons.notebook_run_options(size_micro_batches=True)["max_tokens_per_micro_batch"])]
+# On this machine's GPUs, micro-batches sized for them as in 01-03 (a batch job sizes its own)
+extra = lesson.run_options(on_gpus, COMMON, size_micro_batches=on_gpus and not use_slurm)
 
 
 def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | None = None, args=()) -> dict:

@@ -7,8 +7,8 @@ are written in the solution notebook, from those records.
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
 - `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h100/course/runs/NAME/results.json) of a notebook's runs.
-- `warm_up(notebook, runs_dir)`: the runs made and thrown away before those a notebook measures (on a CPU a short
-  run of each of its experiments, on a GPU its first run at full length).
+- `warm_up(notebook, runs_dir)`: on a CPU, the short runs made and thrown away before those a notebook measures
+  (none on a GPU).
 - `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
   (workshop_lessons/reference/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
@@ -282,27 +282,22 @@ class _Held(io.StringIO):
 
 
 def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None, **common) -> float:
-    """Runs made before those a notebook measures and thrown away (into runs_dir/warm-up, removed afterwards,
-    their output held back): without a GPU a short run (`WARM_UP_STEPS` optimizer steps) of each experiment of
-    `notebook`'s runs (`COURSE_RUNS`), on a GPU the notebook's first run once, as long as the measured runs
-    (`common`'s max_steps). `steps` overrides the length.
-    On a CPU the first runs of a process could be many times slower than the same runs later (one-time set-up
-    of DeepSpeed's and PyTorch's code paths, kernels and allocator inside their timed steps), so without it the
-    run order decided the ranking (scripts/cpu_run_order.py measures it: workshop_lessons/reference/cpu/run_order.md). On a GPU the
-    first run of a process is slower in its steady steps than the same run later, its compiling steps left out,
-    and later runs agree (scripts/run_order.py: docs/h100/run-order). Returns the seconds it took.
+    """Without a GPU, short runs (`WARM_UP_STEPS` optimizer steps, `steps` if given) of each experiment of
+    `notebook`'s runs (`COURSE_RUNS`), made before those the notebook measures and thrown away (into
+    runs_dir/warm-up, removed afterwards, their output shown only if one fails): on a CPU each run is faster than
+    the one before, so without it the run order decided the ranking (scripts/cpu_run_order.py:
+    workshop_lessons/reference/cpu/run_order.md). On a GPU nothing: a process's first run measures as its later
+    ones (scripts/run_order.py: docs/h100/run-order). Prints one line; returns the seconds it took.
 
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
     """
-    out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
     if torch.cuda.is_available():
-        configs = [run_config(notebook, next(iter(COURSE_RUNS[notebook])), out,
-                              **common | ({"max_steps": steps} if steps else {}))]
-    else:
-        configs = [RunConfig(e, output_dir=str(out / e), **common | {"max_steps": steps or WARM_UP_STEPS})
-                   for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values())]
-    for cfg in configs:
+        print("No warm-up run on a GPU: a process's first run measures as its later ones (docs/h100/run-order).")
+        return 0.0
+    out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
+    for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values()):
+        cfg = RunConfig(e, output_dir=str(out / e), **common | {"max_steps": steps or WARM_UP_STEPS})
         held = _Held(sys.stdout)
         try:
             with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
@@ -311,6 +306,7 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
             print(held.getvalue())
             raise
     shutil.rmtree(out, ignore_errors=True)
+    print(f"warm-up: {time.perf_counter() - t0:.0f} s, not measured")
     return time.perf_counter() - t0
 
 
@@ -504,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     for notebook in only:
         todo = [name for name in COURSE_RUNS[notebook] if state(out / name)[0] != "finished"]
         if todo:
-            print(f"{notebook}: warm-up {warm_up(notebook, out, **common):.0f} s, not kept", flush=True)
+            warm_up(notebook, out, **common)
         for name in todo:
             try:
                 run_experiment(run_config(notebook, name, out, **common))

@@ -18,7 +18,7 @@ from workshop_lib.memory import zero_bytes_per_param
 from workshop_lib.results import PEAK_PER_GPU, PEAK_PER_RANK, per_gpu, scaling_table, title, unit
 from workshop_lib.units import MiB
 
-from . import Comparison, compare
+from . import Comparison, compare, notebook_run_options
 
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
 PER_GPU = {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n, 3: lambda n: 16 / n}
@@ -33,6 +33,22 @@ COMM_TOLERANCE = 0.02
 # Bytes per element that DeepSpeed communicates in: the training precision (engine.communication_data_type:
 # fp16 -> float16, bf16 -> bfloat16, else float32; the CPU trains in fp32).
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[str]:
+    """The `workshop run` options of notebook 04's runs (and of its reference, scripts/two_gpu_reference.py):
+    on GPUs the course's length (`common`, `lessons.notebook_run_options`) and, with `size_micro_batches` (ranks
+    on this machine, whose GPUs the notebook sees), micro-batches sized for them as in 01-03; 4 steps of the tiny
+    model on CPU ranks. No checkpoint and no model: these runs measure, and a ZeRO checkpoint of Qwen3-0.6B is
+    8 GB to write."""
+    tiny = common["tiny"] or not on_gpus
+    args = ["--max-steps", str(common["max_steps"] if on_gpus else 4), "--save-strategy", "no", "--no-save-model"]
+    args += ["--tiny"] if tiny else []
+    args += ["--random-weights"] if common["random_weights"] else []
+    if size_micro_batches and not tiny:
+        budget = notebook_run_options(size_micro_batches=True)["max_tokens_per_micro_batch"]
+        args += ["--max-tokens-per-micro-batch", str(budget)]
+    return args
 
 
 # Columns of the scaling table shown beside the H200 reference (where both have them).

@@ -505,7 +505,11 @@ def train(run: Run) -> None:
 
 
 def apply_speed_levers(net, cfg: RunConfig) -> None:
-    """The recipe's changes to the model itself, in place: logits only where labelled, compiled blocks."""
+    """The recipe's changes to the model itself, in place: logits only where labelled, compiled blocks. On a GPU,
+    SDPA's flash kernel rather than its cuDNN one, which plans each new (sequences, length) shape on the host
+    (about 90 ms a micro-batch for Qwen3-0.6B, and token-budget batches bring new shapes all run long)."""
+    if torch.cuda.is_available():  # lab/findings/h100/new-shapes
+        torch.backends.cuda.enable_cudnn_sdp(False)
     if cfg.logits_on == "labelled":
         compute_logits_where_labelled(net)
     if cfg.torch_compile:
