@@ -247,3 +247,5 @@ def test_run_order_readme_states_its_runs():
     assert all(log["compiles"].iloc[2:].eq(0).all() for log in logs.values())
     shapes = [pd.read_csv(d / "runs" / r / "micro_batches.csv")[["sequences", "length"]] for r in logs]
     assert shapes[0].equals(shapes[1])
+    band = lessons.band("steady_train_tokens_per_second")  # the first run and the later ones, within it
+    assert all(abs(a / b - 1) <= band for a, b in ((first, fourth), (seventh, fourth), (tps["6-baseline"], tps["2-baseline"])))

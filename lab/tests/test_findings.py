@@ -262,3 +262,29 @@ def test_the_deepcompile_findings_are_the_logs():
     assert f"median of {fast:.3f} s" in readme and f"median of {slow:.3f} s" in readme
     assert f"{slow / fast:.1f}x" in readme and f"({min(off[4:]):.3f}-{max(off[4:]):.3f} s)" in readme
     assert "Launching compile passes: global_steps=5" in (d / "ab2_trainer_compile.log").read_text()
+
+
+def test_the_new_shapes_readme_states_its_runs():
+    """lab/findings/h100/new-shapes: the forward times by new and seen shape, and the profile's cuDNN rows."""
+    d = FINDINGS / "new-shapes"
+    text = (d / "README.md").read_text()
+    for variant in ("default", "expandable", "threads1", "flash"):
+        log = pd.read_csv(d / variant / "new_shapes.csv")
+        ms = log[log["step"] > 3].groupby("new_shape")["forward_ms"].median()
+        assert f"| `{variant}/` |" in text and f"| {ms[True]:.1f} | {ms[False]:.1f} |" in text
+    assert pd.read_csv(d / "expandable" / "new_shapes.csv")["new_segments"].iloc[5:].eq(0).all()
+    profile = (d / "default" / "new_shapes.txt").read_text()
+
+    def host_ms(step, op):
+        block = profile[profile.index(f"step {step} (shape"):]
+        block = block[:block.index("Self CUDA time total")]
+        found = re.search(re.escape(op) + r"\s+\S+%\s+([\d.]+)ms", block)
+        return float(found.group(1)) if found else None, float(re.search(r"Self CPU time total: ([\d.]+)ms", block).group(1))
+
+    bwd, total11 = host_ms(11, "aten::_cudnn_attention_backward")
+    fwd, _ = host_ms(11, "aten::_cudnn_attention_forward")
+    assert host_ms(12, "aten::_cudnn_attention_backward")[0] is None and host_ms(12, "aten::_cudnn_attention_forward")[0] is None
+    assert f"backward` {bwd:.1f} ms and `aten::_cudnn_attention_forward` {fwd:.1f} ms" in text
+    assert f"{total11:.1f} ms against {host_ms(12, 'aten::_cudnn_attention_backward')[1]:.1f} ms" in text
+    assert float(pd.read_csv(d / "flash" / "new_shapes.csv")["forward_ms"].iloc[0]) < 2000 < float(
+        pd.read_csv(d / "default" / "new_shapes.csv")["forward_ms"].iloc[0])
