@@ -180,9 +180,9 @@ print("Equal by construction, so no evidence: DeepSpeed has no stage-0 estimator
 #   a CPU alike.
 # - **Steady state.** Speed (tokens/s, step time, MFU) is all steady steps' tokens over their time; the warm-up,
 #   found from the run's log, is left out.
-# - **Warm-up run.** On a CPU each run is faster than the one before (workshop_lessons/reference/cpu/run_order.md):
-#   each notebook first makes short runs it throws away (`lessons.warm_up`), so the run order decides nothing. On a
-#   GPU a process's first run measures as its later ones (docs/h100/run-order): no warm-up run.
+# - **Warm-up run.** On a CPU each run is faster than the one before (workshop_lessons/reference/cpu/run_order.md),
+#   so each notebook first makes short runs it throws away (`lessons.warm_up`). A GPU needs none
+#   (docs/h100/run-order).
 #
 # - **Bands.** Each of your figures stands beside the GPU reference run of the same name and its band: the largest
 #   spread between two measurements of that run. A difference within the band is noise, not a finding.

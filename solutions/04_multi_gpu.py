@@ -168,16 +168,16 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# The default recipe's reference on 4 H200 GPUs of one host (`docs/h200/README.md`):
+# The reference: these runs on 2 H100s of one host, made as this notebook makes them (its README says how):
 
 # %%
-reference = lessons.REFERENCE / "h200" / "default-x4" / "runs"
+reference = lesson.REFERENCE / "runs"
 ref = results.load_results(reference) if reference.exists() else None
 info = lesson.reference_info(ref)
 if info is None:
-    print(f"No H200 reference runs on file ({reference} is missing): only your own figures are shown.")
+    print(f"No reference runs on file ({reference} is missing): only your own figures are shown.")
 else:
-    print(f"H200 reference: {info['device']} GPUs of one host, {info['model']} "
+    print(f"Reference: {info['device']} GPUs of one host, {info['model']} "
           f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
           f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
           + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
@@ -248,11 +248,11 @@ for e, d in COMMS_RUNS.items():
 # - With gradient accumulation, ZeRO-2 reduces after every micro-batch; data parallelism and ZeRO-1 once per step.
 # - ZeRO-3 prefetches parameters (`stage3_prefetch_bucket_size`), overlapping the layer before.
 #
-# The H200 reference's gradient buckets, from its ds_config and model:
+# The reference's gradient buckets, from its ds_config and model:
 
 # %%
 if ref is not None:
-    ref_cfg = json.loads((reference / "stage2-2gpu" / "ds_config.json").read_text())
+    ref_cfg = json.loads((reference / "stage2-2" / "ds_config.json").read_text())
     ref_params = int(ref.loc[ref.experiment == "stage2", "num_params"].iloc[0])
     bk = lesson.buckets(ref_cfg, ref_params)
     print(f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
@@ -300,14 +300,14 @@ print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waite
 #    fall? What else is in memory?
 # 3. The global batch grew with the ranks. What would keep it as on one rank, and what would that do to the steps
 #    per epoch?
-# 4. How does your runs' scaling efficiency compare with the H200 reference's, and why may it differ?
+# 4. How does your runs' scaling efficiency compare with the reference's, and why may it differ?
 #
 # 5. How did the run with the most hosts compare with one rank of the same experiment, and what carries the
 #    gradients between nodes?
 # 6. Which collectives carried gradients and parameters in your two-rank runs, and how does their logged volume
 #    per step compare with the paper's 2Ψ (ZeRO-2) and 3Ψ (ZeRO-3)? Where they differ, why?
 # 7. Predict what a 10x smaller `reduce_bucket_size` (`--reduce-bucket-size 50000000`) would do to ZeRO-2 in the
-#    H200 recipe: how many buckets, how much of the reduction could overlap the backward pass, at what cost?
+#    reference's recipe: how many buckets, how much of the reduction could overlap the backward pass, at what cost?
 
 # %% tags=["solution"]
 a = lesson.figures(arith, scaling, ref, df, P)
@@ -360,7 +360,7 @@ if not a.on_gpu:
            "launching, gloo) dominate and the ranks compete for the same cores"
            + ("; above 100% means the one-rank run was the slower to warm up, not that two ranks beat linear "
               "speed-up" if any(x.per_rank.ratio > 1 for x in a.scaling) else "")
-           + ". Steady-state figures need the GPU runs, such as the H200 reference.")
+           + ". Steady-state figures need the GPU runs, such as the reference.")
 elif all(x.per_rank.verdict == "lower" for x in a.scaling):
     why = (" Below linear beyond the noise: every step adds the gradient reduction (ZeRO-2) and the parameter "
            "all-gathers (ZeRO-3) that one GPU did not need (section 4), and per-step synchronisation.")
@@ -370,7 +370,7 @@ elif any(x.per_rank.verdict == "higher" for x in a.scaling):
 else:
     why = (" Where a figure is within the band, the runs cannot tell its scaling from linear: the loss is within "
            "the noise.")
-theirs = (f" The H200 reference ({ref['device'].iloc[0]}, steady state): {efficiencies(a.reference_scaling)}."
+theirs = (f" The reference ({ref['device'].iloc[0]}, steady state): {efficiencies(a.reference_scaling)}."
           if a.reference_scaling else "")
 print(f"4. your runs: {efficiencies(a.scaling)}.{why}{theirs}")
 mn, sp = a.multi_node, a.multi_node_speed
@@ -417,7 +417,7 @@ if ref is not None:
           f"{1 - small.first_sent_at:.0%} of the backward pass (not its last {1 - bk.first_sent_at:.0%}), and only "
           f"the last {small.last_mib:,.0f} MiB wait for its end (not {bk.last_mib:,.0f}). The cost: "
           f"{small.count} collectives instead of {bk.count}, each paying its latency; it pays where the reduction, "
-          "not the compute, is the slower. Measure it: the A/B in docs/h200/README.md.")
+          "not the compute, is the slower. Measure it on 2 GPUs: `python scripts/two_gpu_reference.py OUT --ab-only`.")
 
 # %% [markdown]
 # ## Summary

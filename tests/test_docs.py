@@ -249,3 +249,28 @@ def test_run_order_readme_states_its_runs():
     assert shapes[0].equals(shapes[1])
     band = lessons.band("steady_train_tokens_per_second")  # the first run and the later ones, within it
     assert all(abs(a / b - 1) <= band for a, b in ((first, fourth), (seventh, fourth), (tps["6-baseline"], tps["2-baseline"])))
+
+
+def test_two_h100_reference_readme_states_its_runs():
+    """workshop_lessons/reference/h100/x2-2026-11-27 (notebook 04's reference): each figure of its README from its runs."""
+    import workshop_lessons as lessons
+    from workshop_lessons import multi_gpu
+    d = multi_gpu.REFERENCE
+    text = (d / "README.md").read_text()
+    st = scaling_table(load_results(d / "runs")).set_index(["experiment", "GPUs"])
+    tps = st["steady tokens/s"]
+    for e in ("stage2", "stage3"):
+        assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+    assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
+    assert f"2.6 ms" in text and f"{multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f} ms" in text
+    assert f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms a step" in text
+
+    def medians(run):
+        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
+        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
+        log = pd.read_csv(d / "runs" / run / "train_log.csv").dropna(subset=["step_time_s"])
+        return mb[mb["step"] > warm]["forward_ms"].median(), log["step_time_s"].iloc[warm:].median()
+    (f1, s1), (f2, s2), (g1, _) = medians("stage3-1"), medians("stage3-2"), medians("stage2-1")
+    assert f"from {s1:.3f} s to {s2:.3f} s" in text and f"from {f1:.1f} ms to {f2:.1f} ms" in text
+    assert f"{f1 / g1:.1f}x ZeRO-2's ({g1:.1f} ms)" in text
+    assert {json.loads(p.read_text())["device"] for p in d.glob("*/*/results.json")} == {"NVIDIA H100 80GB HBM3"}

@@ -1,5 +1,5 @@
 """Notebook 04's figures and verdicts (`workshop_lessons.multi_gpu`) against the runs they were computed
-from: the H200 reference runs (workshop_lessons/reference/h200/default-x4, steady state) standing in as the learner's runs, and real
+from: the 4 x H200 runs (workshop_lessons/reference/h200/default-x4, steady state: 1, 2 and 4 GPUs) standing in as the learner's runs, and real
 two-rank runs of the tiny model on this machine (a two-node SLURM job where a cluster answers, as the notebook
 makes it; else two local processes) with DeepSpeed's comms logger on. Every figure is recomputed here from the
 runs; a wrong figure or a verdict that does not follow from its figures fails here."""
@@ -70,8 +70,9 @@ def _check(df, ref):
         assert x.per_rank.ratio == pytest.approx(eff) and x.base_gpus == df.world_size.min()
         table = scaling[(scaling.experiment == x.experiment) & (scaling.GPUs == x.gpus)]["scaling efficiency"].iloc[0]
         assert table == f"{eff:.0%}"  # the learner's table says the same
-        assert x.per_rank.band == band(col) and x.steady == steady
-        assert x.per_rank.verdict == _verdict(x.per_rank.value, x.per_rank.other, band(col))
+        noise = band(col, multi_gpu.REFERENCE)  # the spread of notebook 04's reference and its repeat
+        assert x.per_rank.band == noise and x.steady == steady
+        assert x.per_rank.verdict == _verdict(x.per_rank.value, x.per_rank.other, noise)
     col = "steady_train_tokens_per_second" if steady else "train_tokens_per_second"  # multi_node_row's
     assert a.global_batch == scaling.groupby("GPUs")["global batch (questions)"].mean().to_dict()
     assert a.max_steps == df.global_steps.max() and a.model_params == df.num_params.iloc[0]
@@ -114,7 +115,7 @@ def test_reference_info_and_beside_name_the_h200_runs():
     assert info["global_steps"] == ref.global_steps.iloc[0] and "H200" in info["device"]
     assert multi_gpu.reference_info(None) is None
     table = multi_gpu.beside(scaling_table(ref), ref)
-    assert (table["steady tokens/s"] == table["steady tokens/s (H200 ref)"]).all()
+    assert (table["steady tokens/s"] == table["steady tokens/s (ref)"]).all()
 
 
 @pytest.mark.parametrize("n, b", [(2, 4), (4, 2), (8, 2)])

@@ -1,5 +1,5 @@
 """Notebook 04's figures and verdicts, computed from its runs: the 16Ψ arithmetic, the scaling table of the
-learner's runs (`results.scaling_table`) beside the H200 reference runs (workshop_lessons/reference/h200/default-x4), the bytes each
+learner's runs (`results.scaling_table`) beside the reference runs on 2 H100s (`REFERENCE`), the bytes each
 ZeRO stage communicates per step (Rajbhandari et al. 2020, section 7) beside what DeepSpeed's comms logger
 recorded in the learner's own run (comms.json, `workshop_lib.comms`), and the gradient buckets of a ds_config.
 Records only: the notebook writes the sentences from them."""
@@ -18,7 +18,7 @@ from workshop_lib.memory import zero_bytes_per_param
 from workshop_lib.results import PEAK_PER_GPU, PEAK_PER_RANK, per_gpu, scaling_table, title, unit
 from workshop_lib.units import MiB
 
-from . import Comparison, compare, notebook_run_options
+from . import Comparison, band, compare, notebook_run_options
 
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
 PER_GPU = {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n, 3: lambda n: 16 / n}
@@ -51,14 +51,17 @@ def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[s
     return args
 
 
-# Columns of the scaling table shown beside the H200 reference (where both have them).
+# Notebook 04's reference: its scaling runs on 2 H100s of one host, runs/ and repeat/ (README.md there)
+REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-27"
+
+# Columns of the scaling table shown beside the reference (where both have them).
 BESIDE = [title("global_batch_size"), title("steady_train_tokens_per_second"),
           per_gpu("steady_train_tokens_per_second"), "scaling efficiency", PEAK_PER_GPU, PEAK_PER_RANK,
           title("estimated_model_states_gpu_mib")]
 
 
 def reference_info(ref: pd.DataFrame | None) -> dict | None:
-    """What the H200 reference runs (`ref`, their results) are: {device, model, random_weights, recipe,
+    """What the reference runs (`ref`, their results) are: {device, model, random_weights, recipe,
     global_steps, warmup_steps, runs: {experiment: [GPU counts]}}; None where there are none."""
     if ref is None or ref.empty:
         return None
@@ -69,8 +72,8 @@ def reference_info(ref: pd.DataFrame | None) -> dict | None:
 
 
 def beside(scaling: pd.DataFrame, ref: pd.DataFrame | None) -> pd.DataFrame:
-    """The learner's scaling table (experiment, ranks and `BESIDE` columns) with the H200 reference's
-    figures of the same experiment and number of GPUs in "(H200 ref)" columns ("n/a" where none)."""
+    """The learner's scaling table (experiment, ranks and `BESIDE` columns) with the reference's
+    figures of the same experiment and number of GPUs in "(ref)" columns ("n/a" where none)."""
     rs = scaling_table(ref).set_index(["experiment", "GPUs"]) if ref is not None and not ref.empty else None
     rows = []
     for _, r in scaling.iterrows():
@@ -80,7 +83,7 @@ def beside(scaling: pd.DataFrame, ref: pd.DataFrame | None) -> pd.DataFrame:
                 row[c] = r[c]
             if rs is not None and c in rs:
                 v = rs[c].get((r["experiment"], r["GPUs"]))
-                row[f"{c} (H200 ref)"] = "n/a" if v is None or (not isinstance(v, str) and pd.isna(v)) else v
+                row[f"{c} (ref)"] = "n/a" if v is None or (not isinstance(v, str) and pd.isna(v)) else v
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -140,7 +143,7 @@ class MemoryFall:
 @dataclass(frozen=True)
 class Scaling:
     """Exercise 4 for one experiment at `gpus` ranks: tokens/s per rank against the same experiment on
-    `base_gpus` ranks of the same machine (`per_rank`: ratio = scaling efficiency; band: the reference runs'
+    `base_gpus` ranks of the same machine (`per_rank`: ratio = scaling efficiency; band: `REFERENCE`'s
     measured spread of the speed, `lessons.band`; "lower" is below linear scaling beyond the noise).
     `steady`: steady-state tokens/s (else whole-run samples/s, warm-up included, as `results.scaling_table`)."""
 
@@ -160,7 +163,8 @@ def scaling(df: pd.DataFrame) -> list[Scaling]:
         for _, r in g.iloc[1:].iterrows():
             out.append(Scaling(exp, int(r["world_size"]), int(first["world_size"]),
                                compare(col, r[col] / r["world_size"], first[col] / first["world_size"],
-                                       unit=f"{unit(col)} per rank"), col.startswith("steady")))
+                                       unit=f"{unit(col)} per rank", noise=band(col, REFERENCE) or "reference"),
+                               col.startswith("steady")))
     return out
 
 
@@ -172,7 +176,7 @@ class MultiGpu:
         `num_params` of Qwen3-0.6B), their ratio, and the MiB that stay whole on every GPU (not partitioned).
     memory: exercise 2, one `MemoryFall` per experiment (first to last number of ranks).
     global_batch: exercise 3, {ranks: mean global batch in sequences} of the learner's runs.
-    scaling, reference_scaling: exercise 4, `Scaling` of the learner's runs and of the H200 reference's.
+    scaling, reference_scaling: exercise 4, `Scaling` of the learner's runs and of the reference's.
     on_gpu: the learner's runs measured GPU memory (else host RSS: CPU processes, not a scaling figure).
     max_steps, model_params: the most optimizer steps of the learner's runs, and their model's parameters.
     multi_node: exercise 5, `multi_node_row`, and the run's tokens/s per rank against 1 rank as `multi_node_speed`
@@ -194,7 +198,7 @@ class MultiGpu:
 def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | None, df: pd.DataFrame,
             num_params: int) -> MultiGpu:
     """The figures and verdicts of notebook 04's exercises 1-5, from `arith` (the 16Ψ table, MiB),
-    `scaling_df` (`results.scaling_table(df)`), `ref` (the H200 reference runs or None), `df` (the learner's
+    `scaling_df` (`results.scaling_table(df)`), `ref` (the reference runs, `REFERENCE`/runs, or None), `df` (the learner's
     runs) and `num_params` (Qwen3-0.6B's parameters, for exercise 1)."""
     a = arith.set_index(["GPUs", "zero_stage"])["16Ψ arithmetic MiB"]
     states = pd.DataFrame([{"zero_stage": s, "MiB per GPU on 16 GPUs": num_params * PER_GPU[s](16) / MiB,
