@@ -100,7 +100,12 @@ trap 'PREEMPTED=1; echo "job $SLURM_JOB_ID: SIGUSR1 (time limit or preemption ah
 # workshop_launch EXPERIMENT [workshop run arguments]: start every rank with the chosen launcher, resuming
 # the run in WORKSHOP_OUTPUT_DIR if there is one; requeue the job if SLURM asked it to stop.
 workshop_launch() {
-  local exp=$1 rc=0; shift
+  local exp=$1 rc=0 tokens; shift
+  # micro-batches sized for this job's GPU as the notebooks size theirs, unless given (the reason goes to the log)
+  tokens=$(srun --nodes=1 --ntasks=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" -m workshop_lib.preflight "$exp" "${TINY[@]}" \
+    --output-dir "$WORKSHOP_OUTPUT_DIR" "$@") || tokens=
+  tokens=${tokens##*$'\n'}  # its last line: the number, or empty
+  if [[ $tokens =~ ^[0-9]+$ ]]; then set -- "$@" --max-tokens-per-micro-batch "$tokens"; fi
   local run=(-m workshop_lib.cli run "$exp" "${TINY[@]}" --output-dir "$WORKSHOP_OUTPUT_DIR" --resume "$@")
   _launch "${run[@]}" &
   local pid=$!

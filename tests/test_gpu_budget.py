@@ -116,3 +116,27 @@ def test_a_gpu_memory_fraction_limits_the_usable_memory(monkeypatch):
         assert env.gpu_memory_fraction() == 0.5 and env.gpu_free_mib() <= 0.5 * total
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)  # the rest of the session gets the whole GPU back
+
+
+@pytest.mark.parametrize("experiment, gpu", [("stage3", "H100 80GB"), ("stage2", "A100 40GB"), ("stage2", "H200 141GB")])
+def test_a_batch_job_sizes_its_run_for_its_gpu(experiment, gpu, monkeypatch, tmp_path, capsys):
+    """`python -m workshop_lib.preflight` (slurm/common.sh, before the ranks start), with this GPU's free memory
+    replayed on the CPU: the experiment's own budget by the notebooks' rule, said on stderr; the recorded budget of a
+    run being resumed; nothing where the job gives one."""
+    import torch
+
+    from workshop_lib import preflight
+    from workshop_lib.ds_config import EXPERIMENTS
+    from workshop_lib.fit import micro_batch_budget
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(env, "gpu_free_mib", lambda: GPUS[gpu])
+    args = [experiment, "--output-dir", str(tmp_path / "run")]
+    want = micro_batch_budget(MODEL, {experiment: EXPERIMENTS[experiment].fit_setup | {"logits_on": DEFAULT["logits_on"]}},
+                              GPUS[gpu], DEFAULT["max_tokens_per_micro_batch"], DEFAULT["max_length"])
+    assert preflight.sized_micro_batch(args) == want.tokens and want.tokens <= DEFAULT["max_tokens_per_micro_batch"]
+    assert capsys.readouterr().err.strip() == want.line(f"this {experiment} run")
+    assert preflight.sized_micro_batch([*args, "--max-tokens-per-micro-batch", "4096"]) is None
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run_config.json").write_text(json.dumps({"max_tokens_per_micro_batch": 2048}))
+    assert preflight.sized_micro_batch(args) == 2048

@@ -342,16 +342,15 @@ def compute_logits_where_labelled(model) -> None:
 def compile_layers(model) -> int:
     """torch.compile each transformer block of `model` in place (regional compilation: one graph, reused
     by every block), so each block's many small element-wise kernels (norms, rotary embedding, SwiGLU) fuse.
-    The blocks are the classes the model lists in `_no_split_modules`. Their inputs' first two dimensions
-    (sequences, length) are marked dynamic before the first call: micro-batches vary in both, and one graph
-    for all shapes is compiled once (unmarked, torch.compile builds a static graph for the first shape and
-    compiles again at the second). Returns how many blocks were compiled. GPU only; the first step compiles."""
+    The blocks are the classes the model lists in `_no_split_modules`; their inputs' sequences and length are
+    marked dynamic at once, so one graph serves every micro-batch shape (else a static graph for the first shape,
+    then a second compile). Returns how many blocks were compiled. GPU only; the first step compiles."""
     @torch.compiler.disable  # runs before the compiled graph, not inside it
     def mark_dynamic(block, args, kwargs):
         for t in [*args, *kwargs.values(), *(kwargs.get("position_embeddings") or ())]:
             if isinstance(t, torch.Tensor) and t.dim() >= 2:
-                torch._dynamo.maybe_mark_dynamic(t, 0)
-                torch._dynamo.maybe_mark_dynamic(t, 1)
+                for dim in (0, 1):  # sequences, length
+                    torch._dynamo.maybe_mark_dynamic(t, dim)
 
     names = set(getattr(model, "_no_split_modules", None) or [])
     blocks = [m for m in model.modules() if type(m).__name__ in names]

@@ -17,13 +17,16 @@ out of memory while it trains: notebook 03c starts one on purpose.
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import torch
 
 from . import checkpoint, env, fit, memory
-from .config import RunConfig
-from .ds_config import Experiment
+from .config import RunConfig, parse_run_args, resolve
+from .ds_config import Experiment, experiment_named
 from .errors import WorkshopError
 from .model import count_params
 from .nvme import check_nvme_space
@@ -147,3 +150,31 @@ def check_states_fit(cfg: RunConfig, exp: Experiment, counts: dict, world_size: 
             f"{gpu_mib:,.0f} MiB.",
             "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
     return states_mib
+
+
+def sized_micro_batch(argv: list[str]) -> int | None:
+    """`python -m workshop_lib.preflight EXPERIMENT [workshop run options]` (slurm/common.sh, once per batch job):
+    the run's micro-batch token budget on this node's GPU, `fit.micro_batch_budget` of its experiment as the
+    notebooks size theirs (the choice and why on stderr), or the budget its output directory's run recorded (a
+    resume keeps it). None without a GPU, with --max-tokens-per-micro-batch given, other batching, a model `fit`
+    does not know, or settings `resolve` refuses (the run then says why)."""
+    if "--max-tokens-per-micro-batch" in argv or not torch.cuda.is_available():
+        return None
+    try:
+        cfg = resolve(parse_run_args(argv))
+    except (WorkshopError, SystemExit):
+        return None
+    recorded = Path(cfg.output_dir) / checkpoint.RUN_CONFIG
+    if recorded.is_file():
+        return json.loads(recorded.read_text()).get("max_tokens_per_micro_batch")
+    if cfg.batching != "token_budget" or cfg.model not in fit.MODELS:
+        return None
+    setup = {cfg.experiment: experiment_named(cfg.experiment).fit_setup | {"logits_on": cfg.logits_on}}
+    budget = fit.micro_batch_budget(cfg.model, setup, env.gpu_free_mib(), cfg.max_tokens_per_micro_batch,
+                                    cfg.max_length)
+    print(budget.line(f"this {cfg.experiment} run"), file=sys.stderr)
+    return budget.tokens
+
+
+if __name__ == "__main__":
+    print(sized_micro_batch(sys.argv[1:]) or "")
