@@ -8,6 +8,7 @@ the signal tests start the real command in a subprocess and are marked slow."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -511,8 +512,10 @@ def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(
     with pytest.raises(SystemExit):
         parse_run_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--no_save_model, --no-save-model the same as --save-model false" in text
-    assert "--liger_kernel [{true,false}], --liger-kernel [{true,false}]" in text
+    assert "--no-save-model the same as --save-model false" in text and "--liger-kernel [{true,false}]" in text
+    shown = re.findall(r"(?:^|\s)(--[a-z][\w-]*)", text.split("options:", 1)[1])
+    invocations = re.findall(r"(?:^|\s)(--[a-z][\w-]*)(?= [A-Z\[])", text)  # an option with its value shown
+    assert not [o for o in shown if "_" in o] and len(invocations) == len(set(invocations))  # each option once
 
 
 HEAVY = {"torch", "transformers", "deepspeed", "datasets", "pandas", "matplotlib"}

@@ -16,6 +16,7 @@ This module imports neither torch nor transformers at import time, so `workshop 
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -414,6 +415,11 @@ def parse_args(command: str, argv: list[str]):
     class Help(argparse.ArgumentDefaultsHelpFormatter):  # "(default: X)" only where X says something
         def _get_help_string(self, action):
             return action.help if action.default in (None, False, argparse.SUPPRESS) else super()._get_help_string(action)
+
+        def _format_action_invocation(self, action):  # each option once: --max-steps, not --max_steps too
+            shown = copy.copy(action)
+            shown.option_strings = [o for o in action.option_strings if "_" not in o] or action.option_strings
+            return super()._format_action_invocation(shown)
 
     class Parser(HfArgumentParser):
         def error(self, message):
