@@ -93,14 +93,11 @@ WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 def bytes_per_param(deepspeed: bool, precision: str) -> int:
-    """Bytes per parameter one checkpoint of a run holds (the model and Adam's states; the RNG and trainer
-    state are a few KiB). DeepSpeed (ZeRO 0-3): `OPTIMIZER_BYTES` (the zero_pp_rank_*_optim_states.pt files)
-    and the module's weights in the training precision (mp_rank_00_model_states.pt): 14 in bf16/fp16, 16 in
-    fp32 (the CPU). The plain Trainer: fp32 weights (model.safetensors, 4) and torch AdamW's exp_avg and
-    exp_avg_sq (optimizer.pt, 8): 12."""
-    if not deepspeed:
-        return WEIGHT_BYTES["fp32"] + 8
-    return OPTIMIZER_BYTES + WEIGHT_BYTES[precision]
+    """Bytes per parameter one checkpoint of a run holds (the model and Adam's states; the RNG and trainer state are a
+    few KiB). DeepSpeed (ZeRO 0-3): `OPTIMIZER_BYTES` (the zero_pp_rank_*_optim_states.pt files) and the module's
+    weights in the training precision (mp_rank_00_model_states.pt): 14 in bf16/fp16, 16 in fp32 (the CPU). The plain
+    Trainer: fp32 weights (model.safetensors, 4) and torch AdamW's exp_avg and exp_avg_sq (optimizer.pt, 8): 12."""
+    return OPTIMIZER_BYTES + WEIGHT_BYTES[precision] if deepspeed else WEIGHT_BYTES["fp32"] + 8
 
 
 def write_manifest(ckpt: str | os.PathLike) -> Path:
@@ -234,12 +231,11 @@ def set_aside(ckpt: str | os.PathLike) -> Path:
 
 
 def clear_partial_writes(out: str | os.PathLike) -> dict:
-    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is
-    ever loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last
-    complete one (`why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older
-    checkpoints, complete or damaged, stay. Returns {"what": what was being written,
-    "checkpoint_mib": MiB of the last complete checkpoint (0.0 without one), "complete": the complete
-    checkpoints, oldest first}."""
+    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is ever
+    loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last complete one
+    (`why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older checkpoints, complete or damaged,
+    stay. Returns {"what": what was being written, "checkpoint_mib": MiB of the last complete checkpoint (0.0 without
+    one), "complete": the complete checkpoints, oldest first}."""
     out = Path(out)
     complete, incomplete = find_checkpoints(out)
     last = _name_step(complete[-1]) if complete else -1  # complete: already checked
@@ -427,7 +423,6 @@ EPOCH_END = ("; where an epoch's micro-batches do not divide by the number of ra
              "(under several ranks accelerate repeats the epoch's first micro-batches so that every rank gets one, "
              "even_batches); the ranks' RNG states are not restored (rng_state_R.pth belongs to the world size "
              "that saved it): dropout would differ, and the workshop's models have none")
-
 
 WORLD_SIZE_CHANGES = "world_size_changes.json"  # OUTPUT_DIR/: every resume on another world size, in order
 
@@ -621,8 +616,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
             ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
             (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written.
     """
-    # here: DeepSpeed is optional (the baseline runs without it)
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # here: DeepSpeed is optional
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -4,16 +4,14 @@ Each question becomes one sequence::
 
     Question: {question} Context: {context} Answer: {answer}<eos>
 
-`loss_on="answer"` (the default) puts labels on the answer and the end-of-sequence token only; the
-prompt tokens get label -100, which the cross-entropy ignores, so the model is graded on answering and
-not on reproducing Wikipedia. `loss_on="all"` (the original workshop's choice, recipe `classic`) puts
-labels on every non-padding token.
+`loss_on="answer"` (the default) puts labels on the answer and the end-of-sequence token only; the prompt tokens get
+label -100, which the cross-entropy ignores, so the model is graded on answering and not on reproducing Wikipedia.
+`loss_on="all"` (the original workshop's choice, recipe `classic`) puts labels on every non-padding token.
 
-Long examples: an answer is never truncated away. When a sequence would exceed `max_length` tokens, the
-context is cut to a window of tokens around the answer; when even the question and the answer do not fit,
-the example is dropped. An `answer_start` that does not point at the answer text is repaired to the nearest
-occurrence of the text in the context; an answer the context does not contain is dropped (the window could
-lose it). Every count is reported in `DataStats`.
+Long examples: an answer is never truncated away. When a sequence would exceed `max_length` tokens, the context is cut
+to a window of tokens around the answer; when even the question and the answer do not fit, the example is dropped. An
+`answer_start` that does not point at the answer text is repaired to the nearest occurrence of the text in the context;
+an answer the context does not contain is dropped (the window could lose it). Every count is reported in `DataStats`.
 """
 
 from __future__ import annotations
@@ -103,6 +101,8 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
             (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text.
     """
     path = check_squad_path(path, option)
+    layout = ('the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
+              '"answers": [{"text", "answer_start"}]}]}]}]}')
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         articles = raw["data"]
@@ -111,10 +111,7 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
                             "check the file is a complete SQuAD JSON file (re-download or re-export it).") from e
     except (KeyError, TypeError) as e:
         raise WorkshopError(f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.",
-                            'use the layout {"data": [{"title", "paragraphs": [{"context", "qas": '
-                            '[{"id", "question", "answers": [{"text", "answer_start"}]}]}]}]}.') from e
-    layout = ('the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
-              '"answers": [{"text", "answer_start"}]}]}]}]}')
+                            f"use {layout}.") from e
 
     def field(record, key: str, kind, where: str, need: str):
         """record[key], checked to be of `kind` (bool is no int), or a WorkshopError naming the record."""
@@ -243,12 +240,10 @@ def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str
         raise WorkshopError(f"loss_on must be 'answer' or 'all', got {loss_on!r}.",
                             "use 'answer' (loss on the answer tokens) or 'all' (every token).")
     answer, start = example["answers"]["text"][0], example["answers"]["answer_start"][0]
-    context = example["context"]
-
     head = _ids(tokenizer, PROMPT_HEAD.format(question=example["question"]))
     tail = _ids(tokenizer, PROMPT_TAIL)
     answer_ids = _ids(tokenizer, f" {answer}") + [tokenizer.eos_token_id]
-    enc = tokenizer(f" {context}", add_special_tokens=False, return_offsets_mapping=True)
+    enc = tokenizer(f" {example['context']}", add_special_tokens=False, return_offsets_mapping=True)
     ctx_ids, offsets = enc["input_ids"], enc["offset_mapping"]
     budget = max_length - len(head) - len(tail) - len(answer_ids)
     shortened = False
@@ -327,16 +322,15 @@ TOKENS_KEY = "num_tokens"  # make_collator(count_tokens=True): the batch's non-p
 
 def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, attention_mask: bool = True,
                   labelled_positions: bool = False, count_tokens: bool = False):
-    """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per
-    batch to a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length`
-    tokens for "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}:
-    [B, L] int64; without "attention_mask" when `attention_mask` is False, which is exact for a causal model:
-    every pad comes after its sequence's real tokens, which never attend forward, and pads carry no label.
-    With `labelled_positions`, also "labelled_positions": [K] int64, the flat positions whose next token
-    has a label (`labelled_positions_of`), found here on the CPU so the GPU need not be waited for.
-    With `count_tokens`, also `TOKENS_KEY`: the batch's non-padding tokens as the Trainer counts them (the
-    attention mask's sum, else input_ids unequal to the pad token), an int counted on the CPU
-    (`train.WorkshopTrainer(unsynced=True)` takes it out before the model sees the batch)."""
+    """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per batch to
+    a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length` tokens for
+    "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}: [B, L] int64; without
+    "attention_mask" when `attention_mask` is False, which is exact for a causal model: every pad comes after its
+    sequence's real tokens, which never attend forward, and pads carry no label. With `labelled_positions`, also
+    "labelled_positions": [K] int64, the flat positions whose next token has a label (`labelled_positions_of`), found
+    here on the CPU so the GPU need not be waited for. With `count_tokens`, also `TOKENS_KEY`: the batch's non-padding
+    tokens as the Trainer counts them (the attention mask's sum, else input_ids unequal to the pad token), an int
+    counted on the CPU (`train.WorkshopTrainer(unsynced=True)` takes it out before the model sees the batch)."""
     tokenizer.padding_side = "right"
     if padding == "max_length":
         pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
@@ -364,15 +358,14 @@ class TokenBudgetBatchSampler:
     `max_tokens` once padded (batch size x its longest sequence, rounded up to a multiple of 8 as the
     collator pads), so a micro-batch of short questions holds many and one of long questions few.
 
-    The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (similar
-    lengths, yet a random mix, as transformers' LengthGroupedSampler does) and cut into batches; each pass
-    (`__iter__`, one per epoch) yields the same batches in a random order that depends on `seed` and the
-    epoch alone (`set_epoch`, which the Trainer calls), so every epoch has the same number of optimizer steps
-    and a run resumed mid-epoch from a checkpoint sees the batches an uninterrupted run would. Under several
-    ranks the Trainer's accelerator deals them out round-robin (batch i to rank i mod the ranks), each rank
-    taking gradient_accumulation_steps of them per step: the order moves groups of `per_step` (ranks x
-    accumulation) neighbours in length, so the micro-batches of one optimizer step have one shape, no rank
-    waits long for another, and one global batch made by ranks or by accumulation sees the same batches (a
+    The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (similar lengths, yet a
+    random mix, as transformers' LengthGroupedSampler does) and cut into batches; each pass (`__iter__`, one per epoch)
+    yields the same batches in a random order that depends on `seed` and the epoch alone (`set_epoch`, which the Trainer
+    calls), so every epoch has the same number of optimizer steps and a run resumed mid-epoch from a checkpoint sees the
+    batches an uninterrupted run would. Under several ranks the Trainer's accelerator deals them out round-robin (batch
+    i to rank i mod the ranks), each rank taking gradient_accumulation_steps of them per step: the order moves groups of
+    `per_step` (ranks x accumulation) neighbours in length, so the micro-batches of one optimizer step have one shape,
+    no rank waits long for another, and one global batch made by ranks or by accumulation sees the same batches (a
     partial group comes last).
 
     Args:

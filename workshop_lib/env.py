@@ -73,14 +73,13 @@ def pick_precision(preferred: str) -> str:
 
 
 def pick_attention(requested: str, precision: str) -> str | None:
-    """The attn_implementation to build the model with: None for "default" (the model's own: sdpa where
-    supported, BLOOM eager), or `requested`; flash_attention_2 only where installed, on a GPU, in 16-bit
-    (else the model's own)."""
+    """The attn_implementation to build the model with: None for "default" (the model's own: sdpa where supported, BLOOM
+    eager), or `requested`; flash_attention_2 only where installed, on a GPU, in 16-bit (else the model's own)."""
     if requested == "default":
         return None
-    if requested == "flash_attention_2":
-        if not (torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()):
-            return None
+    if requested == "flash_attention_2" and not (
+            torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()):
+        return None
     return requested
 
 
@@ -218,9 +217,8 @@ DEEPSPEED_FLOOR = "0.19.8"
 
 
 def check_deepspeed_version(version: str) -> None:
-    """Refuse a DeepSpeed below `DEEPSPEED_FLOOR` ("0.18.2", "0.19.8+cu130": compared as
-    `packaging.version.Version`s, a local tag is its release, a pre-release comes before it), before anything is
-    written.
+    """Refuse a DeepSpeed below `DEEPSPEED_FLOOR` ("0.18.2", "0.19.8+cu130": compared as `packaging.version.Version`s, a
+    local tag is its release, a pre-release comes before it), before anything is written.
 
     Raises:
         WorkshopError: the installed version, why, and the fix.
@@ -248,14 +246,13 @@ LINK_PROBE_NOISE = re.compile(r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^coll
 
 @contextlib.contextmanager
 def quiet_link_probes():
-    """Hold back what DeepSpeed's op-compatibility probes print: with libaio missing, the async_io probe's
-    `/usr/bin/ld: cannot find -laio` and `collect2: error: ld returned 1 exit status`, which a learner reads
-    as a failure while the op is simply reported not compatible (`ds_report`, `check_deepspeed_ops`).
-    DeepSpeed silences its probe by redirecting sys.stderr's file descriptor, which under Jupyter is not
-    the process's descriptor 2 that the linker writes to, or has none (ipykernel without its descriptors
-    captured, as under nbmake: the probe then fails and reports the op not compatible even with libaio
-    installed). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes to it; every
-    other line is written back to stderr afterwards: real errors still show."""
+    """Hold back what DeepSpeed's op-compatibility probes print: with libaio missing, the async_io probe's `/usr/bin/ld:
+    cannot find -laio` and `collect2: error: ld returned 1 exit status`, which a learner reads as a failure while the op
+    is simply reported not compatible (`ds_report`, `check_deepspeed_ops`). DeepSpeed silences its probe by redirecting
+    sys.stderr's file descriptor, which under Jupyter is not the process's descriptor 2 that the linker writes to, or
+    has none (ipykernel without its descriptors captured, as under nbmake: the probe then fails and reports the op not
+    compatible even with libaio installed). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes
+    to it; every other line is written back to stderr afterwards: real errors still show."""
     sys.stderr.flush()
     saved, stream = os.dup(2), sys.stderr
     with tempfile.TemporaryFile() as held:
@@ -280,8 +277,7 @@ def compatible_deepspeed_ops() -> dict[str, bool]:
     """DeepSpeed's op name -> whether it can be built here (`deepspeed.ops.__compatible_ops__`, probed once per
     process on first use: every op's builder compiles or links a test where it needs a library), probed
     without the linker's noise (`quiet_link_probes`). {} without DeepSpeed."""
-    try:  # optional: {} without DeepSpeed
-        # here, inside quiet_link_probes' reach: importing it probes the ops (and picks the accelerator)
+    try:  # optional; here, inside quiet_link_probes' reach: importing it probes the ops (and picks the accelerator)
         import deepspeed.ops
     except ImportError:
         return {}
@@ -336,11 +332,10 @@ def check_deepspeed_ops(names: list[str]) -> None:
 
 
 def build_deepspeed_ops(names: list[str]) -> None:
-    """Build (once per machine and torch version, cached in the torch extensions folder) or load each named
-    DeepSpeed op now, saying so when it compiles and how long it took, rather than minutes of silence inside
-    the first step. Torch decides whether to compile (no build yet, or one made by another torch or compiler:
-    a stale cache), so the line comes whenever loading takes more than a few seconds, stale cache included;
-    a cached op loads silently.
+    """Build (once per machine and torch version, cached in the torch extensions folder) or load each named DeepSpeed op
+    now, saying so when it compiles and how long it took, rather than minutes of silence inside the first step. Torch
+    decides whether to compile (no build yet, or one made by another torch or compiler: a stale cache), so the line
+    comes whenever loading takes more than a few seconds, stale cache included; a cached op loads silently.
 
     Raises:
         WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
@@ -403,13 +398,11 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
 @lru_cache(maxsize=1)
 def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
-    FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its
-    barrier() device notice, accelerate's
-    OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
-    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard,
-    shown at 0% in a notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for
-    a world of one; a resume's expected notes are `checkpoint.quiet_resume_notes`'.
-    Everything else, errors included, still shows."""
+    FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its barrier() device
+    notice, accelerate's OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
+    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard, shown at 0% in a
+    notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for a world of one; a
+    resume's expected notes are `checkpoint.quiet_resume_notes`'. Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
@@ -441,8 +434,7 @@ def dist_timeout_s() -> int:
 
 def world() -> tuple[int, int, int]:
     """(rank, local_rank, world_size) from the launcher's variables; (0, 0, 1) without one."""
-    return (int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
-            int(os.environ.get("WORLD_SIZE", 1)))
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 def gpu_memory_fraction() -> float | None:
@@ -479,21 +471,16 @@ def gpu_free_mib() -> float | None:
     return free / MiB
 
 
-def _build_ops_at_setup(names: list[str]) -> int:
-    """`python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now,
-    each announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and
-    set-up goes on: the experiments that do not need it still run. Returns 0."""
+# `python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now, each
+# announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and set-up goes
+# on (exit status 0): the experiments that do not need it still run.
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--build-ops"]:
+        sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
     sanitize_cuda_arch_list()
-    for name in names:
+    for name in sys.argv[2:]:
         try:
             check_deepspeed_ops([name])
             build_deepspeed_ops([name])
         except (WorkshopError, ImportError, RuntimeError, OSError) as e:
             print(f"\nDeepSpeed's {name} was not built: {e}".replace("\n", "\n  "))
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["--build-ops"]:
-        sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
-    sys.exit(_build_ops_at_setup(sys.argv[2:]))

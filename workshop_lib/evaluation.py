@@ -2,12 +2,11 @@
 questions, and their exact match and F1 (introduced in `03b_the_fine_tuned_model`; `workshop eval`,
 `workshop ask` and `run_experiment --score-questions` call it).
 
-EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, the official evaluate-v1.1.py): a
-prediction and each gold answer are normalised (lower-case; punctuation and the articles a, an, the removed;
-whitespace collapsed); EM is 1 when they are equal, F1 the harmonic mean of the precision and recall of
-their shared tokens; each question takes the max over its gold answers, and the scores are averaged over
-questions, in percent. torchmetrics' `SQuAD` metric implements that script and works offline
-(`evaluate.load("squad")` fetches it from the hub).
+EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, the official evaluate-v1.1.py): a prediction and
+each gold answer are normalised (lower-case; punctuation and the articles a, an, the removed; whitespace collapsed); EM
+is 1 when they are equal, F1 the harmonic mean of the precision and recall of their shared tokens; each question takes
+the max over its gold answers, and the scores are averaged over questions, in percent. torchmetrics' `SQuAD` metric
+implements that script and works offline (`evaluate.load("squad")` fetches it from the hub).
 """
 
 from __future__ import annotations
@@ -86,10 +85,9 @@ def load_model(path: str | os.PathLike):
 
 
 def eval_loss(net, tokenizer, config: dict) -> float:
-    """The eval loss of `net` (nats per label token) on the eval questions of the run whose resolved
-    settings `config` are given (results.json's "config"): the same questions, tokenisation, collator and
-    eval batch size as the run's own per-epoch evaluation, through the HF Trainer's `evaluate`, without
-    DeepSpeed."""
+    """The eval loss of `net` (nats per label token) on the eval questions of the run whose resolved settings `config`
+    are given (results.json's "config"): the same questions, tokenisation, collator and eval batch size as the run's own
+    per-epoch evaluation, through the HF Trainer's `evaluate`, without DeepSpeed."""
     rows = load_squad("validation", config["num_eval_samples"], config["eval_file"], verbose=False)
     ds, _ = tokenize_squad(rows, tokenizer, config["max_length"], config["loss_on"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,9 +122,8 @@ def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], 
 
 
 def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
-    """SQuAD v1.1 exact match and F1 of `predictions` against each question's gold `answers` (torchmetrics'
-    `SQuAD`, the official definition: see the module's docstring). Returns {"em", "f1" (percent, 0-100),
-    "num_questions"}."""
+    """SQuAD v1.1 exact match and F1 of `predictions` against each question's gold `answers` (torchmetrics' `SQuAD`, the
+    official definition: see the module's docstring). Returns {"em", "f1" (percent, 0-100), "num_questions"}."""
     scores = SQuAD()([{"prediction_text": p, "id": str(i)} for i, p in enumerate(predictions)],
                      [{"answers": {"answer_start": [0] * len(a), "text": a}, "id": str(i)} for i, a in enumerate(answers)])
     return {"em": round(scores["exact_match"].item(), 2), "f1": round(scores["f1"].item(), 2),
@@ -135,9 +132,8 @@ def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
 
 def score_model(net, tokenizer, rows, batch_size: int = 16, max_new_tokens: int = 32,
                 max_length: int = 512) -> tuple[dict, list[dict]]:
-    """Generate answers for SQuAD questions `rows` (`data.load_squad`'s dataset: id, question, context,
-    answers) and score them. Returns (scores as `squad_scores`, one record per question: id, question,
-    prediction, answers)."""
+    """Generate answers for SQuAD questions `rows` (`data.load_squad`'s dataset: id, question, context, answers) and
+    score them. Returns (scores as `squad_scores`, one record per question: id, question, prediction, answers)."""
     predictions = generate_answers(net, tokenizer, rows["question"], rows["context"], batch_size, max_new_tokens,
                                    max_length)
     golds = [a["text"] for a in rows["answers"]]

@@ -38,19 +38,15 @@ def _nvml_handle(local_device: int):
     import pynvml  # only on a GPU: NVML needs its driver
 
     pynvml.nvmlInit()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        if local_device < len(ids):
-            v = ids[local_device]
-            return (pynvml.nvmlDeviceGetHandleByUUID(v) if not v.isdigit()
-                    else pynvml.nvmlDeviceGetHandleByIndex(int(v)))
+    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if local_device < len(ids):
+        v = ids[local_device]
+        return pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
     return pynvml.nvmlDeviceGetHandleByIndex(local_device)
 
 
 def gpu_total_mib(local_device: int = 0) -> float | None:
-    """The memory of torch's cuda:local_device as nvidia-smi prints it (NVML's total), MiB; None without a GPU
-    or NVML."""
+    """The memory of torch's cuda:local_device as nvidia-smi prints it (NVML's total), MiB; None without GPU/NVML."""
     if not torch.cuda.is_available():
         return None
     try:

@@ -73,16 +73,14 @@ def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch
 
 def flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float,
                     lm_head_params: int = 0, logits_fraction: float = 1.0) -> float:
-    """Model FLOPs to train on one token: 6N for the forward and backward matmuls (N counts a tied
-    embedding once: it is the LM head's matmul) + 12·L·H·Q·T for the attention scores and their use
-    (Chowdhery et al. 2022, PaLM, appendix B), with H·Q = `attention_width` = heads x head dim (Qwen3-0.6B:
-    16 x 128 = 2,048, not its hidden size 1,024) and T = mean tokens per sequence, padding excluded.
-    Where the logits are computed at a fraction of the positions only (`logits_fraction` < 1: the labelled
-    ones, `model.compute_logits_where_labelled`), the LM head's 6 x `lm_head_params` (vocabulary x hidden)
-    count for that fraction: the FLOPs the task needs, not the ones a full forward would spend.
-    Activation recomputation is not counted (that is hardware FLOPs, not model FLOPs)."""
-    return (6 * (num_params - (1 - logits_fraction) * lm_head_params)
-            + 12 * num_layers * attention_width * seq_len)
+    """Model FLOPs to train on one token: 6N for the forward and backward matmuls (N counts a tied embedding once: it is
+    the LM head's matmul) + 12·L·H·Q·T for the attention scores and their use (Chowdhery et al. 2022, PaLM, appendix B),
+    with H·Q = `attention_width` = heads x head dim (Qwen3-0.6B: 16 x 128 = 2,048, not its hidden size 1,024) and T =
+    mean tokens per sequence, padding excluded. Where the logits are computed at a fraction of the positions only
+    (`logits_fraction` < 1: the labelled ones, `model.compute_logits_where_labelled`), the LM head's 6 x
+    `lm_head_params` (vocabulary x hidden) count for that fraction: the FLOPs the task needs, not the ones a full
+    forward would spend. Activation recomputation is not counted (that is hardware FLOPs, not model FLOPs)."""
+    return 6 * (num_params - (1 - logits_fraction) * lm_head_params) + 12 * num_layers * attention_width * seq_len
 
 
 def recompute_flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float,

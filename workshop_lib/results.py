@@ -59,14 +59,12 @@ COLUMNS = {
 
 
 def title(key: str) -> str:
-    """The column title of results.json's `key` (`COLUMNS`), e.g. "steady tokens/s". Raises KeyError for a key
-    without one."""
+    """The column title of results.json's `key` (`COLUMNS`), e.g. "steady tokens/s". Raises KeyError if none."""
     return COLUMNS[key].title
 
 
 def unit(key: str) -> str:
-    """The unit of results.json's `key` (`COLUMNS`), e.g. "tokens/s"; "" for a name or a count. Raises KeyError
-    for a key without one."""
+    """The unit of results.json's `key` (`COLUMNS`), e.g. "tokens/s"; "" for a name or a count. KeyError if none."""
     return COLUMNS[key].unit
 
 
@@ -247,10 +245,9 @@ def fmt(value, metric: str) -> str:
 
 def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference: pd.DataFrame | None = None,
                    bands: dict[str, float | None] | None = None) -> pd.DataFrame:
-    """The exercise table: one row per run of `df` (`load_results`), the `columns` (results.json keys; default
-    every `default` key of `COLUMNS` the runs have) under their titles, units in them (losses in nats, memory in
-    MiB).
-    The micro-batch is in sequences, or in tokens for a token-budget run; HFU is filled in for older runs (`hfu`).
+    """The exercise table: one row per run of `df` (`load_results`), the `columns` (results.json keys; default every
+    `default` key of `COLUMNS` the runs have) under their titles, units in them (losses in nats, memory in MiB). The
+    micro-batch is in sequences, or in tokens for a token-budget run; HFU is filled in for older runs (`hfu`).
 
     With `reference` (reference runs indexed by run name, as `lessons.reference`), the figures are formatted,
     and under each run (measured "yours") comes the reference run of the same name (measured "reference"), each
@@ -349,9 +346,8 @@ def _tiny_note(df: pd.DataFrame) -> str:
 
 
 def cpu_memory_note(df: pd.DataFrame) -> str:
-    """A banner for memory figures of runs without a GPU: what they measure (the whole process's host memory),
-    how small the model states are in it (the estimate against the peak RSS), and where the lesson shows ("" for
-    GPU runs)."""
+    """A banner for memory figures of runs without a GPU: what they measure (the whole process's host memory), how small
+    the model states are in it (the estimate against the peak RSS), and where the lesson shows ("" for GPU runs)."""
     if _has_gpu(df) or "host_peak_rss_mib" not in df:
         return ""
     states = df["estimated_model_states_cpu_mib"].max() if "estimated_model_states_cpu_mib" in df else float("nan")
@@ -365,15 +361,6 @@ def _has_gpu(df: pd.DataFrame) -> bool:
     return "gpu_peak_mib" in df and df["gpu_peak_mib"].notna().any()
 
 
-def _grid(n: int, width: float = 4.0, height: float = 2.8):
-    cols = min(n, 4)
-    rows = ceil_div(n, cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=True)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
-
-
 def plot_memory_over_time(df: pd.DataFrame):
     """Memory against time, one panel per run: NVML's GPU memory in use and PyTorch's allocated memory
     (MiB), or host RSS (MiB) on a CPU-only machine. Time 0 is the first training step (the end of model and
@@ -381,7 +368,12 @@ def plot_memory_over_time(df: pd.DataFrame):
     gpu = _has_gpu(df)
     cols = [("gpu_used_mib", "GPU in use (NVML)"), ("torch_allocated_mib", "torch allocated")] if gpu else \
         [("host_rss_mib", "host RSS")]
-    fig, axes = _grid(len(df))
+    n = len(df)
+    per_row, rows = min(n, 4), ceil_div(n, min(n, 4))  # one panel per run, 4 a row
+    fig, grid = plt.subplots(rows, per_row, figsize=(4.0 * per_row, 2.8 * rows), squeeze=False, sharey=True)
+    for ax in grid.flat[n:]:
+        ax.set_visible(False)
+    axes = list(grid.flat[:n])
     for ax, label, (_, row) in zip(axes, _labels(df), df.iterrows()):
         mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")
         begin = row.get("train_begin_s")
@@ -465,8 +457,7 @@ def _per_gpu_peak(row) -> float | None:
     return max(vals) if vals else None
 
 
-# The scaling table's own columns beside results.json's (`scaling_table`): the largest rank's peak, GPU (NVML) or
-# host RSS.
+# `scaling_table`'s own columns beside results.json's: the largest rank's peak, GPU (NVML) or host RSS.
 PEAK_PER_GPU, PEAK_PER_RANK = "peak GPU MiB per GPU", "peak host RSS MiB per rank"
 
 

@@ -8,9 +8,8 @@ A run directory is in one of three states:
 - empty: nothing of a run (it may hold other files, which a run leaves alone).
 
 A run owns the files it writes there (`RUN_OUTPUTS`) and nothing else: it refuses a directory holding a run unless
-`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which
-continues an unfinished one from its last complete checkpoint; it always refuses
-one whose run is still alive on this host.
+`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which continues
+an unfinished one from its last complete checkpoint; it always refuses one whose run is still alive on this host.
 
 Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (what SLURM sends
 at a time limit, a preemption, or `--signal=USR1@N` before one) during training ask for a stop at the next
@@ -85,10 +84,9 @@ class RunPreempted(RunInterrupted):
 
 
 class StopRequest:
-    """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary;
-    None when none did. `training` is True while steps run (`interruptible` defers the signal only then);
-    `claimed` once the run has claimed its output directory (a stop then is no longer "before anything was
-    written")."""
+    """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary; None when
+    none did. `training` is True while steps run (`interruptible` defers the signal only then); `claimed` once the run
+    has claimed its output directory (a stop then is no longer "before anything was written")."""
 
     signum: int | None = None
     training: bool = False
@@ -184,11 +182,9 @@ def mount_point(path: str | os.PathLike) -> Path:
 
 
 def _alive(pid: int, host: str, created: float | None = None) -> bool:
-    """True when the process `pid` runs on this host (a marker from another host is taken as alive). With
-    `created` (the marker's `pid_created`: the process's start, seconds since the epoch, as psutil reads it), a
-    process of that pid that started at another time is another program that reused the pid after the run's
-    process died: not alive."""
-
+    """True when the process `pid` runs on this host (a marker from another host is taken as alive). With `created` (the
+    marker's `pid_created`: the process's start, seconds since the epoch, as psutil reads it), a process of that pid
+    that started at another time is another program that reused the pid after the run's process died: not alive."""
     if host != socket.gethostname():
         return True
     try:
@@ -237,8 +233,7 @@ def describe_unfinished(info: dict) -> str:
         return f"a run that failed ({who}): {info.get('error', '')[:200]}"
     if not str(info.get("pid", 0)).isdigit():  # a marker edited or damaged by hand: no process to ask
         return f"a run whose {MARKER} marker holds no process id ({str(info.get('pid'))[:40]!r})"
-    alive = _marker_alive(info)
-    return f"a run {'still in progress' if alive else 'whose process is gone (killed)'} ({who})"
+    return f"a run {'still in progress' if _marker_alive(info) else 'whose process is gone (killed)'} ({who})"
 
 
 def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
@@ -269,9 +264,8 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
 
 
 def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
-    """Refuse to write into `folder` when it, or an entry in it matching one of `names` (glob patterns), is a
-    symbolic link: a write there would
-    land outside the folder, or replace the link a user put there. Reads only.
+    """Refuse to write into `folder` when it, or an entry in it matching one of `names` (glob patterns), is a symbolic
+    link: a write there would land outside the folder, or replace the link a user put there. Reads only.
 
     Raises:
         WorkshopError: the links found, ending in what to do (`flag` names the option that chose `folder`).
@@ -317,7 +311,6 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
               + ("; other files there were kept." if any(out.iterdir()) else "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
-
     write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
                                      "pid_created": psutil.Process().create_time(),
                                      "started": datetime.now().isoformat(timespec="seconds")})
