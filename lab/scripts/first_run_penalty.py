@@ -4,7 +4,8 @@ baseline, stage1, stage3, baseline_no_compile, stage2 and stage3 (16 optimizer s
 torch.compile's counters (graphs captured so far). With RESET=1, torch._dynamo.reset() before each run.
 RUNS=a,b,c replaces the list of runs; STEPS=N their length; WARM_UP=N first makes `lessons.warm_up`'s run of
 N steps (its output thrown away), as the notebooks do. OUT=DIR keeps each run's train_log.csv there.
-Behind lab/findings/h100/first-run:
+Behind lab/findings/h100/first-run (before 2026-11-27: `lessons.warm_up` now makes no run on a GPU, so WARM_UP
+changes nothing; lab/findings/h100/new-shapes found the first-run cause):
 
     python lab/scripts/first_run_penalty.py > first_run.log; RESET=1 python lab/scripts/first_run_penalty.py > reset.log
     WARM_UP=4 RUNS=stage2,baseline,stage2 STEPS=24 python lab/scripts/first_run_penalty.py > warm_up4.log
