@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+if os.environ.get("SDPA_CUDNN") == "1":  # torch's compile caches key on the graph before SDPA picks its kernel:
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor-sdpa-cudnn")  # keep cuDNN's graphs apart
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
