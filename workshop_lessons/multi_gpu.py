@@ -157,14 +157,15 @@ class Scaling:
 def scaling(df: pd.DataFrame) -> list[Scaling]:
     """`Scaling` of every run of `df` with more ranks than the fewest of its experiment (same model, recipe)."""
     col = _speed(df)
+    noise = band(col, REFERENCE)  # read once: the reference and its repeat, else the course's band
+    noise = "reference" if noise is None else noise
     out = []
     for (exp, _, _), g in df.sort_values("world_size").groupby(["experiment", "model", "recipe"], sort=False):
         first = g.iloc[0]
         for _, r in g.iloc[1:].iterrows():
             out.append(Scaling(exp, int(r["world_size"]), int(first["world_size"]),
                                compare(col, r[col] / r["world_size"], first[col] / first["world_size"],
-                                       unit=f"{unit(col)} per rank", noise=band(col, REFERENCE) or "reference"),
-                               col.startswith("steady")))
+                                       unit=f"{unit(col)} per rank", noise=noise), col.startswith("steady")))
     return out
 
 
