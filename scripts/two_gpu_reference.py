@@ -1,8 +1,9 @@
 """Notebook 04's reference on a machine with 2 GPUs: its scaling runs (ZeRO-2 and ZeRO-3 on 1 and 2 GPUs) made as
 the notebook makes them (`multi_gpu.run_options`: the course's length, micro-batches sized for this GPU, fresh
 `torchrun` processes) into OUT/runs, then all again into OUT/repeat (their spread is the band, `lessons.band`),
-then exercise 7's A/B into OUT/ab: ZeRO-2 on 2 GPUs with `--reduce-bucket-size 50000000` (10x smaller buckets)
-and with the recipe's, alternating, twice each. A finished run is skipped: copy the notebook's own runs
+then exercise 7's A/B into OUT/ab (`multi_gpu.bucket_ab` reads it): ZeRO-2 on 2 GPUs with
+`--reduce-bucket-size 50000000` (10x smaller buckets) and with the recipe's, one pair into OUT/ab/runs, then
+one into OUT/ab/repeat (their spread is its band). A finished run is skipped: copy the notebook's own runs
 (solutions/runs/04_multi_gpu/stage*-[12]) into OUT/runs to keep them as the first measurement.
 
     WORKSHOP_RANDOM_WEIGHTS=1 python scripts/two_gpu_reference.py OUT [--ab-only | --no-ab]
@@ -36,9 +37,9 @@ def main(out: Path, flags: list[str]) -> None:
             for e, n in SCALING:
                 run(out / folder / f"{e}-{n}", e, n, *args)
     if "--no-ab" not in flags:
-        for i in (1, 2):
-            run(out / "ab" / f"stage2-small-buckets-{i}", "stage2", 2, *args, *SMALL_BUCKETS)
-            run(out / "ab" / f"stage2-recipe-buckets-{i}", "stage2", 2, *args)
+        for folder in ("runs", "repeat"):
+            run(out / "ab" / folder / "stage2-small-buckets", "stage2", 2, *args, *SMALL_BUCKETS)
+            run(out / "ab" / folder / "stage2-recipe-buckets", "stage2", 2, *args)
 
 
 if __name__ == "__main__":

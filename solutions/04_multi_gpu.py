@@ -21,6 +21,7 @@
 import json
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -130,6 +131,21 @@ def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | N
 # DeepSpeed's comms logger (section 4) in the two-rank CPU runs: it synchronizes the device after every
 # collective, a no-op on the CPU; on GPUs it would slow the timed runs, so there it gets runs of its own below.
 comms = [] if on_gpus else ["--comms-logger"]
+here_env = {} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""}
+# With several GPUs here, the one-GPU runs go side by side, one GPU each: a GPU is not shared, only the host
+side_by_side = on_gpus and not use_slurm and gpus >= 2
+
+
+def run_here(experiment: str, n: int, out: Path, *args: str, env: dict | None = None) -> dict:
+    r = launch.run_local(experiment, n, out, *extra, *args, "--overwrite", env=here_env | (env or {}))
+    print(f"{experiment} x{n}: finished, {out}/results.json", flush=True)
+    return r
+
+
+if side_by_side:
+    with ThreadPoolExecutor(gpus) as pool:
+        list(pool.map(lambda i_e: run_here(i_e[1], 1, RUNS / f"{i_e[1]}-1", env={"CUDA_VISIBLE_DEVICES": str(i_e[0] % gpus)}),
+                      enumerate(["stage2", "stage3"])))
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
@@ -138,30 +154,30 @@ for experiment in ["stage2", "stage3"]:
             job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
                                 env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
             r = launch.wait(job, "multi_gpu", output_dir=out)
+            print(f"{experiment} x{n}: finished, {out}/results.json")
         elif two_node_cpu and experiment == "stage2" and n == 2:
             try:  # one CPU process per node, the tiny model
                 r = two_node_job(experiment, out, "--gpus-per-node=0",
                                  env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix}, args=logged)
             except WorkshopError as e:
                 print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
-                r = launch.run_local(experiment, n, out, *extra, *logged, "--overwrite",
-                                     env={"CUDA_VISIBLE_DEVICES": ""})
-        else:
-            r = launch.run_local(experiment, n, out, *extra, *logged, "--overwrite",
-                                 env={} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""})
-        print(f"{experiment} x{n}: finished, {out}/results.json")
+                r = run_here(experiment, n, out, *logged)
+        elif not (side_by_side and n == 1):
+            r = run_here(experiment, n, out, *logged)
 if use_slurm:  # every GPU of two nodes
     two_node_job("stage2", RUNS / "stage2-2nodes")
 COMMS_RUNS = {e: RUNS / f"{e}-2" for e in ["stage2", "stage3"]}  # the runs with comms.json
-if on_gpus:  # 4 steps each on 2 GPUs with the comms logger, apart from the timed runs
+if on_gpus:  # 2 steps each on 2 GPUs with the comms logger, apart from the timed runs. They count bytes, not
+    # time: small micro-batches, no compiling, both at once (the logger's syncs make a ZeRO-3 step about 10 s)
     COMMS_RUNS = {e: Path("runs/04_multi_gpu_comms") / e for e in COMMS_RUNS}
-    for e, out in COMMS_RUNS.items():
-        args = (e, *extra, "--max-steps", "4", "--comms-logger")
-        if use_slurm:
-            launch.wait(launch.submit("multi_gpu", *args, sbatch_options=("--gpus-per-node=2",),
+    small = ["--max-steps", "2", "--comms-logger", "--max-tokens-per-micro-batch", "4096", "--torch-compile", "false"]
+    if use_slurm:
+        for e, out in COMMS_RUNS.items():
+            launch.wait(launch.submit("multi_gpu", e, *extra, *small, sbatch_options=("--gpus-per-node=2",),
                                       env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())}), "multi_gpu", output_dir=out)
-        else:
-            launch.run_local(e, 2, out, *args[1:], "--overwrite")
+    else:
+        with ThreadPoolExecutor(len(COMMS_RUNS)) as pool:
+            list(pool.map(lambda e_out: run_here(e_out[0], 2, e_out[1], *small), COMMS_RUNS.items()))
 
 # %%
 df = results.load_results(RUNS)
@@ -185,8 +201,7 @@ else:
     results.plot_scaling(ref);
 
 # %% [markdown]
-# Your runs beside the reference run with the same experiment and GPUs ("n/a" where none), then the run with the
-# most hosts beside one rank:
+# Your runs beside the reference's ("n/a" where none), then the run with the most hosts beside one rank:
 
 # %%
 results.plot_scaling(df);
@@ -308,6 +323,7 @@ print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waite
 #    per step compare with the paper's 2Ψ (ZeRO-2) and 3Ψ (ZeRO-3)? Where they differ, why?
 # 7. Predict what a 10x smaller `reduce_bucket_size` (`--reduce-bucket-size 50000000`) would do to ZeRO-2 in the
 #    reference's recipe: how many buckets, how much of the reduction could overlap the backward pass, at what cost?
+#    Then check it against the measured A/B.
 
 # %% tags=["solution"]
 a = lesson.figures(arith, scaling, ref, df, P)
@@ -417,7 +433,22 @@ if ref is not None:
           f"{1 - small.first_sent_at:.0%} of the backward pass (not its last {1 - bk.first_sent_at:.0%}), and only "
           f"the last {small.last_mib:,.0f} MiB wait for its end (not {bk.last_mib:,.0f}). The cost: "
           f"{small.count} collectives instead of {bk.count}, each paying its latency; it pays where the reduction, "
-          "not the compute, is the slower. Measure it on 2 GPUs: `python scripts/two_gpu_reference.py OUT --ab-only`.")
+          "not the compute, is the slower.")
+ab = lesson.bucket_ab()
+if ab:
+    slower = sum(c.verdict == "lower" for c in ab)
+    faster = sum(c.verdict == "higher" for c in ab)
+    print(f"   Measured, ZeRO-2 on 2 GPUs ({lesson.BUCKET_AB.relative_to(lessons.REFERENCE)}): the small buckets gave "
+          + "; ".join(f"{c.ratio:.2f}x the recipe's tokens/s ({c.verdict}, {c.band_text})" for c in ab)
+          + (f". Within the noise: over NVLink the reduction of {bk.bucket_mib:,.0f} MiB buckets takes milliseconds, "
+             "little beside a step's hundreds, so hiding more of it cannot show." if not slower and not faster else
+             f". Slower beyond the band in {slower} of {len(ab)} pairs, never faster: the reduction was not the "
+             "slower part over NVLink, so more of it hidden gains nothing and the extra collectives' latency costs."
+             if slower and not faster else
+             f". Faster beyond the band in {faster} of {len(ab)} pairs: the last bucket's wait was a real part of the step."
+             if faster and not slower else ". The pairs disagree beyond the band: not a finding."))
+else:
+    print("   Measure it on 2 GPUs: `python scripts/two_gpu_reference.py OUT --ab-only`, then `lesson.bucket_ab(OUT / 'ab')`.")
 
 # %% [markdown]
 # ## Summary

@@ -274,3 +274,29 @@ def test_two_h100_reference_readme_states_its_runs():
     assert f"from {s1:.3f} s to {s2:.3f} s" in text and f"from {f1:.1f} ms to {f2:.1f} ms" in text
     assert f"{f1 / g1:.1f}x ZeRO-2's ({g1:.1f} ms)" in text
     assert {json.loads(p.read_text())["device"] for p in d.glob("*/*/results.json")} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
+    """workshop_lessons/reference/h200/x2-2026-11-27 (notebook 04 timed, exercise 7's A/B): each figure of its
+    README from its runs and notebook_times.json."""
+    import workshop_lessons as lessons
+    from workshop_lessons import multi_gpu
+    d = multi_gpu.BUCKET_AB.parent
+    text = (d / "README.md").read_text()
+    times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
+    assert f"**{times['2 x NVIDIA H200']['04_multi_gpu']['seconds']:.0f} s**" in text
+    nb = d / "notebook" / "04_multi_gpu"
+    st = scaling_table(load_results(nb)).set_index(["experiment", "GPUs"])
+    tps = st["steady tokens/s"]
+    for e in ("stage2", "stage3"):
+        assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+    assert f"{multi_gpu.stragglers(nb / 'stage2-2').mean_waited_ms:.1f} ms a step under ZeRO-2" in text
+    assert f"{multi_gpu.stragglers(nb / 'stage3-2').mean_waited_ms:.1f} ms under ZeRO-3" in text
+    ab = multi_gpu.bucket_ab()
+    assert len(ab) == 2 and f"**{ab[0].band_text}**" in text
+    for part, c in zip(("runs", "repeat"), ab):
+        assert f"| {part} | {c.value:,.0f} | {c.other:,.0f} | {c.ratio:.2f}x | {c.verdict} |" in text
+    sizes = {p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
+             for p in d.glob("ab/*/*/ds_config.json")}
+    assert sizes == {"stage2-small-buckets": 50_000_000, "stage2-recipe-buckets": 500_000_000}
+    assert {json.loads(p.read_text())["device"] for p in d.glob("**/results.json")} == {"NVIDIA H200"}

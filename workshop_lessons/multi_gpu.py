@@ -54,6 +54,26 @@ def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[s
 # Notebook 04's reference: its scaling runs on 2 H100s of one host, runs/ and repeat/ (README.md there)
 REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-27"
 
+# Exercise 7's A/B (`scripts/two_gpu_reference.py --ab-only`): ZeRO-2 on 2 GPUs with 10x smaller gradient buckets
+# and with the recipe's, one pair per call on two machines, runs/ and repeat/ (README.md there)
+BUCKET_AB = REFERENCE.parents[1] / "h200" / "x2-2026-11-27" / "ab"
+
+
+def bucket_ab(folder: Path = BUCKET_AB) -> list[Comparison]:
+    """Exercise 7 from its A/B in `folder`: per pair (folder/runs, folder/repeat), steady tokens/s of ZeRO-2
+    with `--reduce-bucket-size 50000000` (stage2-small-buckets) against the recipe's buckets
+    (stage2-recipe-buckets); band: the largest spread of one run between the pairs (`band`). Empty where no
+    pair is on file."""
+    metric, out = "steady_train_tokens_per_second", []
+    noise = band(metric, folder)
+    for part in ("runs", "repeat"):
+        small, recipe = (folder / part / f"stage2-{k}-buckets" / "results.json" for k in ("small", "recipe"))
+        if small.is_file() and recipe.is_file():
+            out.append(compare(metric, json.loads(small.read_text())[metric], json.loads(recipe.read_text())[metric],
+                               noise=noise))
+    return out
+
+
 # Columns of the scaling table shown beside the reference (where both have them).
 BESIDE = [title("global_batch_size"), title("steady_train_tokens_per_second"),
           per_gpu("steady_train_tokens_per_second"), "scaling efficiency", PEAK_PER_GPU, PEAK_PER_RANK,
