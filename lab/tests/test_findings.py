@@ -288,3 +288,21 @@ def test_the_new_shapes_readme_states_its_runs():
     assert f"{total11:.1f} ms against {host_ms(12, 'aten::_cudnn_attention_backward')[1]:.1f} ms" in text
     assert float(pd.read_csv(d / "flash" / "new_shapes.csv")["forward_ms"].iloc[0]) < 2000 < float(
         pd.read_csv(d / "default" / "new_shapes.csv")["forward_ms"].iloc[0])
+
+
+def test_the_bench_after_the_flash_fix_states_its_runs():
+    """lab/findings/h100/bench-flash: the table against its runs, and the targets' ratios as the README states them."""
+    from lab.bench import run_dir_name
+
+    d = FINDINGS / "bench-flash"
+    text = " ".join((d / "README.md").read_text().split())
+    table = pd.read_csv(d / "bench.csv").set_index("row")
+    tps = table["steady tokens/s"]
+    for row in tps.index.drop("plain PyTorch (ceiling)"):
+        r = json.loads((d / "runs" / run_dir_name(row) / "results.json").read_text())
+        assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24
+        assert tps[row] == r["steady_train_tokens_per_second"]
+    z2 = tps["default ZeRO-2"]
+    assert f"ceiling | {z2 / tps['plain PyTorch (ceiling)']:.2f}x | no |" in text
+    assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
+    assert f"of default ZeRO-2 | {tps['default ZeRO-2 + CPU offload'] / z2:.2f}x | no |" in text
