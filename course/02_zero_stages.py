@@ -57,8 +57,15 @@ display(Markdown(ds_config.explain(build_ds_config("stage3")).to_markdown(index=
 # %% [markdown]
 # ## 2. Run the stages
 #
-# The baseline first, so that this notebook stands alone, then stages 1, 2 and 3 (on a CPU after a warm-up:
-# 00_setup, "How the numbers are measured"). Each run writes its resolved `ds_config.json` beside its results.
+# The baseline, then stages 1, 2 and 3 (on a CPU after a warm-up: 00_setup, "How the numbers are measured"). Each
+# run writes its resolved `ds_config.json` beside its results.
+
+# %% [markdown] tags=["exercise"]
+# **Predict first.** On one GPU, how many bytes per parameter of model states will each run keep? Write them in
+# `MY_BYTES_PER_PARAM`, then run the stages.
+
+# %%
+MY_BYTES_PER_PARAM = {"baseline": None, "stage1": None, "stage2": None, "stage3": None}
 
 # %%
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
@@ -68,6 +75,9 @@ for name in ORDER:
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
+print(f"Model states per parameter after the first step, measured in {source}:")
+display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
 
 # %% [markdown]
 # Without a GPU the memory above cannot show what a stage keeps (00_setup): the H100 reference runs below do.
@@ -78,10 +88,9 @@ if results.cpu_memory_note(df):
     results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]]);
 
 # %% [markdown]
-# **Stage 3 runs without torch.compile.** On a GPU the baseline and stages 1 and 2 compile each transformer block;
-# ZeRO-3 does not (DeepSpeed's parameter-gathering hooks split every compiled block, which measured slower). The
-# baseline without compilation differs from stage 3 in ZeRO only, and shows what compilation itself does. On a
-# CPU nothing compiles, and this run is skipped.
+# **Stage 3 runs without torch.compile** (DeepSpeed's parameter hooks split every compiled block, which measured
+# slower). The baseline without compilation differs from stage 3 in ZeRO only and shows what compiling does. On a
+# CPU nothing compiles: skipped.
 
 # %%
 if torch.cuda.is_available():  # torch.compile runs on a GPU only (preflight.check_machine)

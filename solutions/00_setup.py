@@ -186,9 +186,9 @@ print("Equal by construction, so no evidence: DeepSpeed has no stage-0 estimator
 #
 # - **Bands.** Each of your figures stands beside the GPU reference run of the same name and its band: the largest
 #   spread between two measurements of that run. A difference within the band is noise, not a finding.
-# - **Memory.** The clock starts before the Trainer is built; peaks are over the training steps only. Without a
-#   GPU, memory is the whole process's RSS (Python, torch, the data, earlier runs), which swamps a tiny model's
-#   states: a CPU cannot show what ZeRO or offload saves, and the GPU reference rows show it.
+# - **Memory.** Peaks are over the training steps only. Without a GPU, memory is the whole process's RSS (Python,
+#   torch, the data, earlier runs), which swamps a tiny model's states: the GPU reference rows show what ZeRO or
+#   offload saves.
 
 # %% [markdown]
 # ## Summary

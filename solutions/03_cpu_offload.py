@@ -38,6 +38,21 @@ print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
 
+# %% [markdown] tags=["exercise"]
+# **Predict first.** How many bytes per parameter of model states will each run leave on the GPU? Write them in
+# `MY_BYTES_PER_PARAM`.
+
+# %%
+MY_BYTES_PER_PARAM = {name: None for name in ORDER}
+
+# %% tags=["solution"]
+from workshop_lib.ds_config import EXPERIMENTS
+from workshop_lib.memory import zero_bytes_per_param
+
+# The 16Ψ arithmetic on one GPU, without what each run offloads (ZenFlow offloads as stage2_offload does)
+MY_BYTES_PER_PARAM = {n: zero_bytes_per_param(EXPERIMENTS[n].zero_stage, 1, EXPERIMENTS[n].offload_optimizer != "none",
+                                              EXPERIMENTS[n].offload_param != "none") for n in ORDER}
+
 # %%
 # On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
@@ -46,6 +61,9 @@ for name in ORDER:
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
 results.plot_memory_and_throughput(df);
 results.plot_memory_over_time(df);
+measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
+print(f"Model states on the GPU per parameter after the first step, measured in {source}:")
+display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
 
 # %% [markdown]
 # Host memory matters now: the offloaded optimizer states (at least 12 bytes per parameter) live in the process's

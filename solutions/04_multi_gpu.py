@@ -103,6 +103,18 @@ print(common[common.index("# workshop_launch"):])
 # ZeRO-2 and ZeRO-3 at 1, 2 (and 4) ranks: SLURM jobs, `torchrun` on a machine with several GPUs, else 2 CPU
 # processes. Each rank keeps its micro-batch, so the global batch grows with the ranks: weak scaling.
 
+# %% [markdown] tags=["exercise"]
+# **Predict first.** At 2 ranks, what fraction of one rank's tokens/s will each rank keep (1.0: linear)? Write it
+# in `MY_EFFICIENCY`.
+
+# %%
+MY_EFFICIENCY = {"stage2": None, "stage3": None}  # for example 0.8
+
+# %% tags=["solution"]
+# ZeRO-2 adds one gradient reduction per step, mostly behind the backward pass; ZeRO-3 also gathers each layer's
+# parameters in the forward and the backward pass, which its prefetch hides only in part
+MY_EFFICIENCY = {"stage2": 0.95, "stage3": 0.8}
+
 # %%
 gpus = torch.cuda.device_count()
 # WORKSHOP_NOTEBOOK_SLURM=1 (on a cluster's login node): submit GPU jobs. Else ranks on this machine: one
@@ -201,13 +213,16 @@ else:
     results.plot_scaling(ref);
 
 # %% [markdown]
-# Your runs beside the reference's ("n/a" where none), then the run with the most hosts beside one rank:
+# Your runs beside the reference's ("n/a" where none), the run with the most hosts beside one rank, and your
+# prediction:
 
 # %%
 results.plot_scaling(df);
 print(f"Your runs: {df['device'].iloc[0]}, {df['model'].iloc[0]}.")
 display(Markdown(lesson.beside(scaling, ref).to_markdown(index=False)))
 display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=False)))
+measured = {x.experiment: x.per_rank.ratio for x in reversed(lesson.scaling(df)) if x.gpus == 2}
+display(Markdown(lessons.beside_prediction(MY_EFFICIENCY, measured, "efficiency").to_markdown(index=False)))
 
 # %% [markdown]
 # ## 4. Communication per step
@@ -256,8 +271,8 @@ for e, d in COMMS_RUNS.items():
 # %% [markdown]
 # ### Buckets and overlap
 #
-# - `reduce_bucket_size` (elements): ZeRO-1 and -2 reduce the gradients bucket by bucket as the backward pass
-#   produces them; with `overlap_comm: true` behind the backward pass. The last bucket waits for its end.
+# - `reduce_bucket_size` (elements): ZeRO-1 and -2 reduce gradients bucket by bucket, with `overlap_comm: true`
+#   behind the backward pass; the last bucket waits for its end.
 # - The all-gather of the updated parameters comes between the optimizer step and the next forward pass: nothing
 #   overlaps it.
 # - With gradient accumulation, ZeRO-2 reduces after every micro-batch; data parallelism and ZeRO-1 once per step.
@@ -452,7 +467,6 @@ else:
 
 # %% [markdown]
 # ## Summary
-# - ZeRO divides model states across ranks; activations, logits and buffers stay on every rank, so the peak per
+# - ZeRO divides model states across ranks; activations, logits and buffers stay whole on each, so the peak per
 #   GPU stops falling where they dominate.
-# - Per step the paper counts 2Ψ of traffic for ZeRO-1 and -2 (as data parallelism), 3Ψ for ZeRO-3; the comms
-#   logger shows what DeepSpeed moved, and `reduce_bucket_size` how much hides behind the backward pass.
+# - ZeRO-1 and -2 move 2Ψ a step, ZeRO-3 3Ψ; the comms logger shows what DeepSpeed moved.

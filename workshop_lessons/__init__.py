@@ -44,6 +44,7 @@ from workshop_lib.config import TINY, RunConfig, recipe_settings
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import micro_batch_budget
+from workshop_lib.units import MiB
 from workshop_lib.results import exercise_table, find_runs, load_results, title
 from workshop_lib.rundir import state
 from workshop_lib.train import run_experiment
@@ -175,6 +176,29 @@ def compare(metric: str, value: float, other: float, unit: str | None = None,
     spread = band(metric) if noise == "reference" else noise
     unit = unit or (results.COLUMNS[metric].unit if metric in results.COLUMNS else "")
     return Comparison(metric, unit, float(value), float(other), None if spread is None else float(spread))
+
+
+def beside_prediction(predicted: dict[str, float | None], measured: dict[str, float], unit: str) -> pd.DataFrame:
+    """A prediction exercise's table: per name of `measured`, the learner's prediction and the measurement (both in
+    `unit`), and measured / predicted; "not written" where the prediction is None or missing."""
+    rows = []
+    for name, m in measured.items():
+        p = predicted.get(name)
+        rows.append({"run": name, f"your prediction ({unit})": "not written" if p is None else p,
+                     f"measured ({unit})": round(m, 2), "measured / predicted": f"{m / p:.2f}x" if p else "n/a"})
+    return pd.DataFrame(rows)
+
+
+def states_per_param(notebook: str, runs: str | Path, names: list[str]) -> tuple[dict[str, float], str]:
+    """Model states on the GPU per parameter, bytes (`gpu_states_allocated_mib` x MiB / `num_params`), of the runs
+    `names`: from the learner's runs in `runs` where they measured GPU memory, else from `notebook`'s GPU
+    reference runs of the same names; and which of the two it is ("your runs", "the GPU reference")."""
+    mine = {n: json.loads((Path(runs) / n / "results.json").read_text()) for n in names}
+    source, rows = "your runs", mine
+    if any(r.get("gpu_states_allocated_mib") is None for r in mine.values()):
+        ref = reference(notebook)
+        source, rows = "the GPU reference", {n: ref.loc[n] for n in names if n in ref.index}
+    return {n: r["gpu_states_allocated_mib"] * MiB / r["num_params"] for n, r in rows.items()}, source
 
 
 def budget_setups() -> dict[str, dict]:
