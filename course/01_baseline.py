@@ -26,9 +26,10 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import baseline as lesson
-from workshop_lib import env, results
+from workshop_lib import env, model, results
 from workshop_lib.config import recipe_settings
 from workshop_lib.train import run_experiment
+from workshop_lib.units import MiB
 
 display(Markdown(lessons.header("01_baseline")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
@@ -83,8 +84,13 @@ results.plot_memory_over_time(df);
 # - **est. model states GPU MiB**: the estimate; for the baseline, the `Trainer`'s 16 bytes per parameter.
 #
 # The gap between model states and peak is mostly **activations**, saved for the backward pass, and **logits**:
-# batch x sequence x vocabulary values (4 x 512 x 250,880 for BLOOM in the classic recipe: 1 GiB in fp16, 2 GiB
-# more when the loss upcasts them to fp32).
+# batch x sequence x vocabulary values, in the classic recipe:
+
+# %%
+c = recipe_settings("classic")
+mb, length, vocab = c["train_micro_batch_size_per_gpu"], c["max_length"], model.count_params(c["model"])["vocab_size"]
+print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * vocab / 1024 / MiB:.2f} GiB in "
+      f"{c['precision']}, {4 * mb * length * vocab / 1024 / MiB:.2f} GiB more when the loss upcasts them to fp32")
 
 # %% [markdown]
 # ## 3. Tokens per micro-batch against gradient accumulation

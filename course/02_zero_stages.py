@@ -46,9 +46,8 @@ NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 # - stage 2: also the gradients;
 # - stage 3: also the 16-bit parameters, gathered layer by layer just before use.
 #
-# Below is the stage-3 config of `build_ds_config`, shipped as `configs/ds_zero3.json` for your own Trainer
-# scripts. The Trainer fills each `"auto"` when the run starts; a key left out takes DeepSpeed's default. The
-# table says what each key does, in which unit: bucket sizes count **elements**, not bytes.
+# Below is the stage-3 config of `build_ds_config` (`configs/ds_zero3.json`). The Trainer fills each `"auto"`; a
+# key left out takes DeepSpeed's default. Bucket sizes count **elements**, not bytes.
 
 # %%
 print(json.dumps(build_ds_config("stage3"), indent=2))
@@ -101,13 +100,26 @@ if torch.cuda.is_available():  # torch.compile runs on a GPU only (preflight.che
 #
 # ZeRO partitions model states, not the activations that the forward pass saves for the backward pass. Activation
 # checkpointing keeps only each transformer block's input and recomputes the rest during the backward pass: less
-# memory, one more forward pass of compute (`activation_checkpointing=True`; on the command line
-# `--activation-checkpointing true`).
+# memory, one more forward pass of compute (`--activation-checkpointing true`).
+
+# %% [markdown] tags=["exercise"]
+# **Predict first.** What fraction of the baseline's peak memory and of its tokens/s will remain? Write them in
+# `MY_AC`.
+
+# %%
+MY_AC = {"peak": None, "tokens/s": None}  # fractions of the baseline's
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
 results.plot_memory_over_time(ac);
+# without a GPU the peak is the whole process's host memory (00_setup): the GPU reference's runs instead
+src, where = ((ac, "your runs") if ac["gpu_peak_allocated_mib"].notna().all() else
+              (lessons.reference(NOTEBOOK).loc[["baseline", "baseline_ac"]], "the GPU reference"))
+ratio = {k: src[c].iloc[1] / src[c].iloc[0] for k, c in [("peak", "gpu_peak_allocated_mib"),
+                                                         ("tokens/s", "steady_train_tokens_per_second")]}
+print(f"baseline_ac as a fraction of the baseline, in {where}:")
+display(Markdown(lessons.beside_prediction(MY_AC, ratio, "fraction").to_markdown(index=False)))
 
 # %% [markdown]
 # ## 4. The config your runs used, and one key changed

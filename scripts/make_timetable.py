@@ -87,6 +87,11 @@ def table(root: Path = ROOT) -> str:
             lines.append(row.format(f"`{r['notebook']}` (optional)", r["words"], r["reading"], minutes(r["gpu"]),
                                     minutes(r["cpu"]), r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE,
                                     r["total"]))
+    times = json.loads((root / "workshop_lessons" / "reference" / "notebook_times.json").read_text())
+    several = [f"`{nb}` {math.ceil(t['seconds'] / 60)} min on {device}" for device, nbs in sorted(times.items())
+               if re.match(r"\d+ x ", device) for nb, t in sorted(nbs.items()) if t["returncode"] == 0]
+    if several:  # a machine of several GPUs, where notebook 04 starts its ranks on them
+        lines += ["", f"With several GPUs (run, ranks on each): {'; '.join(several)}."]
     return "\n".join(lines)
 
 

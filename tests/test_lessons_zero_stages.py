@@ -89,3 +89,27 @@ def test_the_gpu_of_a_run():
     r = {"device": "NVIDIA H100 80GB HBM3", "gpu_peak_mib": 30000.0, "gpu_memory_fraction": 0.5}
     assert gpu_share(r) == pytest.approx(30000 / (0.5 * GPUS["H100 80GB"]))
     assert gpu_share({"device": "cpu", "gpu_peak_mib": None}) is None
+
+
+def test_a_prediction_stands_beside_the_model_states_each_run_kept(tmp_path):
+    """`lessons.states_per_param` reads bytes per parameter from the learner's runs where they measured GPU memory,
+    else from the GPU reference; `lessons.beside_prediction` sets the learner's numbers beside them."""
+    import workshop_lessons as lessons
+    from workshop_lib.units import MiB
+
+    ref = lessons.reference("02_zero_stages")
+    for n in ("stage2", "stage3"):  # a CPU run: no GPU memory measured
+        (tmp_path / n).mkdir()
+        (tmp_path / n / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": None, "num_params": 10}))
+    measured, source = lessons.states_per_param("02_zero_stages", tmp_path, ["stage2", "stage3"])
+    assert source == "the GPU reference"
+    assert measured["stage3"] == pytest.approx(ref.at["stage3", "gpu_states_allocated_mib"] * MiB
+                                               / ref.at["stage3", "num_params"])
+    (tmp_path / "stage2" / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": 1.0, "num_params": MiB}))
+    (tmp_path / "stage3" / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": 2.0, "num_params": MiB}))
+    assert lessons.states_per_param("02_zero_stages", tmp_path, ["stage2", "stage3"]) == (
+        {"stage2": 1.0, "stage3": 2.0}, "your runs")
+    table = lessons.beside_prediction({"stage2": 4.0, "stage3": None}, {"stage2": 1.0, "stage3": 2.0}, "bytes")
+    assert table.to_dict("records") == [
+        {"run": "stage2", "your prediction (bytes)": 4.0, "measured (bytes)": 1.0, "measured / predicted": "0.25x"},
+        {"run": "stage3", "your prediction (bytes)": "not written", "measured (bytes)": 2.0, "measured / predicted": "n/a"}]
