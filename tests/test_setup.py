@@ -61,7 +61,9 @@ def test_plots_label_runs_by_experiment_and_say_when_the_model_is_tiny():
                        "recipe": ["default", "classic", "default"], "tiny": [True] * 3,
                        "run_dir": ["runs/stage2-tiny-20261123-1", "runs/x", "runs/y"]})
     assert _labels(df) == ["stage2 default", "stage2 classic", "baseline default"]
-    assert _labels(df.assign(recipe="default")) == ["stage2 (stage2-tiny-20261123-1)", "stage2 (x)", "baseline (y)"]
+    assert _labels(df.assign(recipe="default")) == ["stage2-tiny-20261123-1", "stage2 (x)", "baseline (y)"]
+    ac = pd.DataFrame({"experiment": ["baseline"] * 2, "run_dir": ["runs/baseline", "runs/baseline_ac"]})
+    assert _labels(ac) == ["baseline", "baseline_ac"]  # not "baseline (baseline_ac)"
     assert "tiny model" in _tiny_note(df) and _tiny_note(df.assign(tiny=False)) == ""
     # a token-budget run's micro-batch is its token budget, not the sequence count the Trainer was given
     mb = pd.DataFrame({"experiment": ["baseline"] * 2, "micro_batch_size_per_gpu": [4, 16],

@@ -323,7 +323,8 @@ def _micro_batch(config, sequences) -> str:
 
 def _labels(df: pd.DataFrame) -> list[str]:
     """Short run names: the experiment, plus what differs between the runs (model, recipe, micro-batch, world
-    size); the run directory's name added only where two runs would still share a name."""
+    size); where two runs would still share a name, the run directory's name instead ("baseline_ac"), or beside
+    it where the directory's name does not contain it ("stage2 (x)")."""
     parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
              ("micro_batch_size_per_gpu", str), ("world_size", lambda v: f"x{v}")]
     varying = [(k, f) for k, f in parts if k in df and df[k].astype(str).nunique() > 1]
@@ -334,8 +335,17 @@ def _labels(df: pd.DataFrame) -> list[str]:
             for c, v in zip(df["config"] if "config" in df else [None] * len(df), df["micro_batch_size_per_gpu"])]
     labels = [" ".join([str(r["experiment"]), *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
     if len(set(labels)) < len(labels) and "run_dir" in df:
-        labels = [f"{label} ({Path(d).name})" for label, d in zip(labels, df["run_dir"])]
+        labels = [Path(d).name if label in Path(d).name else f"{label} ({Path(d).name})"
+                  for label, d in zip(labels, df["run_dir"])]
     return labels
+
+
+def _source(df: pd.DataFrame) -> str:
+    """What a figure shows: the runs' model(s) and machine(s), "Qwen3-0.6B on NVIDIA H100 80GB HBM3"."""
+    def names(col, short=str):
+        return ", ".join(dict.fromkeys(short(v) for v in df[col].dropna())) if col in df else ""
+    models, devices = names("model", lambda v: str(v).split("/")[-1]), names("device")
+    return f"{models} on {devices}" if models and devices else models or devices
 
 
 def _tiny_note(df: pd.DataFrame) -> str:
@@ -370,7 +380,8 @@ def plot_memory_over_time(df: pd.DataFrame):
         [("host_rss_mib", "host RSS")]
     n = len(df)
     per_row, rows = min(n, 4), ceil_div(n, min(n, 4))  # one panel per run, 4 a row
-    fig, grid = plt.subplots(rows, per_row, figsize=(4.0 * per_row, 2.8 * rows), squeeze=False, sharey=True)
+    fig, grid = plt.subplots(rows, per_row, figsize=(4.0 * per_row, 3.2 * rows + 0.6), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax in grid.flat[n:]:
         ax.set_visible(False)
     axes = list(grid.flat[:n])
@@ -383,14 +394,15 @@ def plot_memory_over_time(df: pd.DataFrame):
         end = row.get("train_end_s")
         if pd.notna(end):
             ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
-        ax.set(title=label, xlabel="seconds from the first training step")
+        ax.set(title=label, xlabel="s from the first step")
+        ax.set_ylim(bottom=0)  # from zero: a wobble of a few MiB does not fill the panel
+        ax.xaxis.set_major_locator(plt.MaxNLocator(4))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
     axes[0].legend(fontsize=7)
     banner = cpu_memory_note(df)
-    fig.suptitle("Memory over time" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df)
-                 + (f"\n{textwrap.fill(banner, 110)}" if banner else ""))
-    fig.tight_layout()
+    fig.suptitle(f"Memory over time, {_source(df)}" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df)
+                 + (f"\n{textwrap.fill(banner, 45 * per_row)}" if banner else ""), fontsize=9)
     return fig
 
 
@@ -407,8 +419,7 @@ def plot_loss(df: pd.DataFrame):
     ax.set(xlabel="optimizer step", ylabel="loss, nats per label token", title="Training and eval loss")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    if _tiny_note(df):
-        fig.suptitle(_tiny_note(df).strip(), fontsize=9)
+    fig.suptitle(_source(df) + _tiny_note(df), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -443,8 +454,7 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     for ax in (a, b):
         ax.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    if _tiny_note(df):
-        fig.suptitle(_tiny_note(df).strip(), fontsize=9)
+    fig.suptitle(_source(df) + _tiny_note(df), fontsize=9)
     fig.tight_layout()
     return fig
 
