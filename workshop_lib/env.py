@@ -402,10 +402,16 @@ def quiet_libraries() -> None:
     notice, accelerate's OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard, shown at 0% in a
     notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for a world of one; a
-    resume's expected notes are `checkpoint.quiet_resume_notes`'. Everything else, errors included, still shows."""
+    resume's expected notes are `checkpoint.quiet_resume_notes`', ZenFlow's deprecation and scheduler-order warnings.
+    Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
+    # ZenFlow's optimizer and engine (DeepSpeed 0.19.8): a deprecated torch call, and a scheduler stepped before the
+    # optimizer on its own schedule (`workshop_lib.zenflow`)
+    warnings.filterwarnings("ignore", message=r"`torch\._utils\.is_compiling` is deprecated", module=r"deepspeed\.ops")
+    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
+                            module=r"deepspeed\.runtime\.zenflow")
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
     # A run without DeepSpeed after one with it in the same process (a notebook kernel): the world of one that
