@@ -24,6 +24,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / wo
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
 # here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
 pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests course/[0-9]*.ipynb \
+  --ignore tests/test_executed_notebooks.py \
   solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200 --overwrite
 # the learner notebooks' outputs, kept by --overwrite: no warning, bar or error (tests/test_executed_notebooks.py)
-WORKSHOP_EXECUTED_NOTEBOOKS=1 pytest -q -p no:cacheprovider tests/test_executed_notebooks.py 2>&1 | sed 's/^/executed notebooks: /'
+pytest -q -p no:cacheprovider tests/test_executed_notebooks.py 2>&1 | sed 's/^/executed notebooks: /'
