@@ -3,8 +3,7 @@
 SIGUSR1, the stop file), each epoch's evaluation before the step's checkpoint, and the memory phases.
 
 Each is a TrainerCallback class (transformers' pattern), built from what it needs of the run (a path, a clock,
-the sampler).
-"""
+the sampler)."""
 
 from __future__ import annotations
 

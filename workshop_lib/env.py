@@ -407,8 +407,6 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
-    # ZenFlow's optimizer and engine (DeepSpeed 0.19.8): a deprecated torch call, and a scheduler stepped before the
-    # optimizer on its own schedule (`workshop_lib.zenflow`)
     warnings.filterwarnings("ignore", message=r"`torch\._utils\.is_compiling` is deprecated", module=r"deepspeed\.ops")
     warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
                             module=r"deepspeed\.runtime\.zenflow")

@@ -165,8 +165,7 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
 
     Raises:
         WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
-            a size below 1.
-    """
+            a size below 1."""
     config = dict(locals())  # the arguments, for explain and smallest_fix
     _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, gpus_per_node=gpus_per_node,
            nodes=nodes, train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)

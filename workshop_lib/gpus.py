@@ -4,8 +4,7 @@ A row: `name` as the fit tables and the explorer show it ("H100 80GB"); `match`,
 name that identify it ("NVIDIA H100 80GB HBM3" contains "H100"), tried in table order, so a more specific row
 ("H100 PCIe") comes before a general one; `memory_mib`, the total memory torch reports on it (MiB; None where
 the name covers several sizes); `peak_flops`, its dense 16-bit tensor-core peak (FLOP/s, the vendor's datasheet
-value without sparsity; None where not listed).
-"""
+value without sparsity; None where not listed)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,7 @@ def wait(job_id: str, job_name: str, output_dir: str | os.PathLike | None = None
 
     Raises:
         WorkshopError: the job ended without results (the message holds the end of logs/<name>-<id>.out), or
-            it did not start within `start_within_s` seconds.
-    """
+            it did not start within `start_within_s` seconds."""
     start = time.monotonic()
     while state := subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
                                   text=True).stdout.strip():

@@ -81,8 +81,7 @@ def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunCon
 
     Raises:
         WorkshopError: other settings than the run's, an accumulation that changes the global batch, or every
-            checkpoint damaged.
-    """
+            checkpoint damaged."""
     if not cfg.resume:
         return cfg, None
     world_size = env.world()[2]

@@ -342,10 +342,9 @@ def _labels(df: pd.DataFrame) -> list[str]:
 
 def _source(df: pd.DataFrame) -> str:
     """What a figure shows: the runs' model(s) and machine(s), "Qwen3-0.6B on NVIDIA H100 80GB HBM3"."""
-    def names(col, short=str):
-        return ", ".join(dict.fromkeys(short(v) for v in df[col].dropna())) if col in df else ""
-    models, devices = names("model", lambda v: str(v).split("/")[-1]), names("device")
-    return f"{models} on {devices}" if models and devices else models or devices
+    models = ", ".join(dict.fromkeys(str(m).split("/")[-1] for m in df["model"].dropna())) if "model" in df else ""
+    devices = ", ".join(dict.fromkeys(df["device"].dropna().astype(str))) if "device" in df else ""
+    return " on ".join(x for x in (models, devices) if x)
 
 
 def _tiny_note(df: pd.DataFrame) -> str:
