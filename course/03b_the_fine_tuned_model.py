@@ -54,9 +54,8 @@ RUNS = Path("runs/03b_the_fine_tuned_model")
 
 # %% [markdown]
 # **Disk first.** A checkpoint holds what training needs to continue: Adam's states and the fp32 master weights
-# (12 bytes per parameter) and the model in its training precision, for a Qwen3-0.6B about 8 GiB each. So each
-# run here writes few (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit`
-# keeps the newest 2), and
+# (12 bytes per parameter) and the model in its training precision. So each run here writes few
+# (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit` keeps the newest 2), and
 # this is what the notebook will write, computed from the parameter count before anything is written:
 
 # %%
