@@ -113,11 +113,9 @@ MY_AC = {"peak": None, "tokens/s": None}  # fractions of the baseline's
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
 results.plot_memory_over_time(ac);
-# without a GPU the peak is the whole process's host memory (00_setup): the GPU reference's runs instead
-src, where = ((ac, "your runs") if ac["gpu_peak_allocated_mib"].notna().all() else
-              (lessons.reference(NOTEBOOK).loc[["baseline", "baseline_ac"]], "the GPU reference"))
-ratio = {k: src[c].iloc[1] / src[c].iloc[0] for k, c in [("peak", "gpu_peak_allocated_mib"),
-                                                         ("tokens/s", "steady_train_tokens_per_second")]}
+rows, where = lessons.gpu_results(NOTEBOOK, RUNS, ["baseline", "baseline_ac"])
+ratio = {k: rows["baseline_ac"][c] / rows["baseline"][c] for k, c in [("peak", "gpu_peak_allocated_mib"),
+                                                                      ("tokens/s", "steady_train_tokens_per_second")]}
 print(f"baseline_ac as a fraction of the baseline, in {where}:")
 display(Markdown(lessons.beside_prediction(MY_AC, ratio, "fraction").to_markdown(index=False)))
 

@@ -145,16 +145,22 @@ here_env = {} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""}
 side_by_side = on_gpus and not use_slurm and gpus >= 2
 
 
-def run_here(experiment: str, n: int, out: Path, *args: str, env: dict | None = None) -> dict:
+def run_here(experiment: str, n: int, out: Path, args=(), env: dict | None = None) -> dict:
     r = launch.run_local(experiment, n, out, *extra, *args, "--overwrite", env=here_env | (env or {}))
     print(f"{experiment} x{n}: finished, {out}/results.json", flush=True)
     return r
 
 
+def at_once(jobs: list[dict]) -> None:
+    """`run_here(**job)` for every job at the same time; a run's failure is raised."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for done in [pool.submit(run_here, **job) for job in jobs]:
+            done.result()
+
+
 if side_by_side:
-    with ThreadPoolExecutor(gpus) as pool:
-        list(pool.map(lambda i_e: run_here(i_e[1], 1, RUNS / f"{i_e[1]}-1", env={"CUDA_VISIBLE_DEVICES": str(i_e[0] % gpus)}),
-                      enumerate(["stage2", "stage3"])))
+    at_once([dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
+             for i, e in enumerate(["stage2", "stage3"])])
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
@@ -162,17 +168,17 @@ for experiment in ["stage2", "stage3"]:
         if use_slurm:
             job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
                                 env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
-            r = launch.wait(job, "multi_gpu", output_dir=out)
+            launch.wait(job, "multi_gpu", output_dir=out)
             print(f"{experiment} x{n}: finished, {out}/results.json")
         elif two_node_cpu and experiment == "stage2" and n == 2:
             try:  # one CPU process per node, the tiny model
-                r = two_node_job(experiment, out, "--gpus-per-node=0",
-                                 env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix}, args=logged)
+                two_node_job(experiment, out, "--gpus-per-node=0",
+                             env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix}, args=logged)
             except WorkshopError as e:
                 print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
-                r = run_here(experiment, n, out, *logged)
+                run_here(experiment, n, out, logged)
         elif not (side_by_side and n == 1):
-            r = run_here(experiment, n, out, *logged)
+            run_here(experiment, n, out, logged)
 if use_slurm:  # every GPU of two nodes
     two_node_job("stage2", RUNS / "stage2-2nodes")
 COMMS_RUNS = {e: RUNS / f"{e}-2" for e in ["stage2", "stage3"]}  # the runs with comms.json
@@ -185,8 +191,7 @@ if on_gpus:  # 2 steps each on 2 GPUs with the comms logger, apart from the time
             launch.wait(launch.submit("multi_gpu", e, *extra, *small, sbatch_options=("--gpus-per-node=2",),
                                       env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())}), "multi_gpu", output_dir=out)
     else:
-        with ThreadPoolExecutor(len(COMMS_RUNS)) as pool:
-            list(pool.map(lambda e_out: run_here(e_out[0], 2, e_out[1], *small), COMMS_RUNS.items()))
+        at_once([dict(experiment=e, n=2, out=out, args=small) for e, out in COMMS_RUNS.items()])
 
 # %%
 df = results.load_results(RUNS)

@@ -40,8 +40,13 @@ def run_seconds(times: dict, kind: str) -> tuple[str, dict]:
     return device, {nb: t["seconds"] for nb, t in times[device].items() if t["returncode"] == 0}
 
 
+def notebook_times(root: Path = ROOT) -> dict:
+    """workshop_lessons/reference/notebook_times.json: {device: {notebook: {"seconds", "returncode", ...}}}."""
+    return json.loads((root / "workshop_lessons" / "reference" / "notebook_times.json").read_text())
+
+
 def rows(root: Path = ROOT) -> list[dict]:
-    times = json.loads((root / "workshop_lessons" / "reference" / "notebook_times.json").read_text())
+    times = notebook_times(root)
     (gpu, on_gpu), (cpu, on_cpu) = run_seconds(times, "H100"), run_seconds(times, "cpu")
     out = []
     for nb in CORE + OPTIONAL:
@@ -87,7 +92,7 @@ def table(root: Path = ROOT) -> str:
             lines.append(row.format(f"`{r['notebook']}` (optional)", r["words"], r["reading"], minutes(r["gpu"]),
                                     minutes(r["cpu"]), r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE,
                                     r["total"]))
-    times = json.loads((root / "workshop_lessons" / "reference" / "notebook_times.json").read_text())
+    times = notebook_times(root)
     several = [f"`{nb}` {math.ceil(t['seconds'] / 60)} min on {device}" for device, nbs in sorted(times.items())
                if re.match(r"\d+ x ", device) for nb, t in sorted(nbs.items()) if t["returncode"] == 0]
     if several:  # a machine of several GPUs, where notebook 04 starts its ranks on them

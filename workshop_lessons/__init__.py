@@ -189,15 +189,21 @@ def beside_prediction(predicted: dict[str, float | None], measured: dict[str, fl
     return pd.DataFrame(rows)
 
 
+def gpu_results(notebook: str, runs: str | Path, names: list[str]) -> tuple[dict, str]:
+    """results.json of the runs `names` in `runs` where every one measured GPU memory, else of `notebook`'s GPU
+    reference runs of the same names (a CPU's memory is the whole process's: 00_setup); and which of the two it is
+    ("your runs", "the GPU reference")."""
+    mine = {n: json.loads((Path(runs) / n / "results.json").read_text()) for n in names}
+    if all(r.get("gpu_states_allocated_mib") is not None for r in mine.values()):
+        return mine, "your runs"
+    ref = reference(notebook)
+    return {n: ref.loc[n] for n in names if n in ref.index}, "the GPU reference"
+
+
 def states_per_param(notebook: str, runs: str | Path, names: list[str]) -> tuple[dict[str, float], str]:
     """Model states on the GPU per parameter, bytes (`gpu_states_allocated_mib` x MiB / `num_params`), of the runs
-    `names`: from the learner's runs in `runs` where they measured GPU memory, else from `notebook`'s GPU
-    reference runs of the same names; and which of the two it is ("your runs", "the GPU reference")."""
-    mine = {n: json.loads((Path(runs) / n / "results.json").read_text()) for n in names}
-    source, rows = "your runs", mine
-    if any(r.get("gpu_states_allocated_mib") is None for r in mine.values()):
-        ref = reference(notebook)
-        source, rows = "the GPU reference", {n: ref.loc[n] for n in names if n in ref.index}
+    `names` as `gpu_results` picks them; and which runs they are."""
+    rows, source = gpu_results(notebook, runs, names)
     return {n: r["gpu_states_allocated_mib"] * MiB / r["num_params"] for n, r in rows.items()}, source
 
 
