@@ -278,7 +278,8 @@ for e, d in COMMS_RUNS.items():
 # - The all-gather of the updated parameters comes between the optimizer step and the next forward pass: nothing
 #   overlaps it.
 # - With gradient accumulation, ZeRO-2 reduces after every micro-batch; data parallelism and ZeRO-1 once per step.
-# - ZeRO-3 prefetches parameters (`stage3_prefetch_bucket_size`), overlapping the layer before.
+# - ZeRO-3 prefetches parameters (`stage3_prefetch_bucket_size`), overlapping the layer before. The workshop sets
+#   DeepSpeed's 5e7 elements: the Trainer's "auto", 0.9 x hidden², holds less than one of Qwen3-0.6B's matrices.
 #
 # The reference's gradient buckets, from its ds_config and model:
 

@@ -206,7 +206,9 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
     if s.max_grad_norm == 0 and stage == 2 and exp.offload_optimizer == "none":
         zero["compute_grad_norm"] = False
     if stage == 3:
-        zero |= {"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+        # Prefetch DeepSpeed's default 5e7 elements: HF's "auto" (0.9 x hidden², 943,718 for Qwen3-0.6B) is less
+        # than one of its matrices, and each layer waits for its gather (lab/findings/h200/zero3-prefetch)
+        zero |= {"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": "auto",
                  "stage3_gather_16bit_weights_on_model_save": True}
     for key, device in (("offload_optimizer", exp.offload_optimizer), ("offload_param", exp.offload_param)):
         if device != "none":
@@ -396,7 +398,7 @@ KEYS: dict[str, Key] = {
         _DEFAULT, stages=(1, 2)),
     "zero_optimization.stage3_prefetch_bucket_size": Key(
         "ELEMENTS of parameters gathered ahead of the layer that needs them (stage 3); 0: no prefetching",
-        _hidden("0.9 x hidden_size²") + "; workshop: 0 with NVMe parameter offload", stages=(3,)),
+        "workshop: 50,000,000 (DeepSpeed's default), 0 with NVMe parameter offload", stages=(3,)),
     "zero_optimization.stage3_param_persistence_threshold": Key(
         "parameters of fewer ELEMENTS than this are not partitioned: every GPU keeps them whole and they are never "
         "gathered (fewer small, latency-bound gathers; more memory)", _hidden("10 x hidden_size"), stages=(3,)),

@@ -306,3 +306,30 @@ def test_the_bench_after_the_flash_fix_states_its_runs():
     assert f"ceiling | {z2 / tps['plain PyTorch (ceiling)']:.2f}x | no |" in text
     assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
     assert f"of default ZeRO-2 | {tps['default ZeRO-2 + CPU offload'] / z2:.2f}x | no |" in text
+
+
+def _steady(log: Path) -> tuple[float, float]:
+    """(steady tokens/s, GPU peak MiB) from the summary line a `workshop run` prints last."""
+    m = re.findall(r"([\d,]+) tokens/s and [\d.]+ questions/s steady, ([\d,]+) MiB GPU peak", log.read_text())[-1]
+    return tuple(float(x.replace(",", "")) for x in m)
+
+
+def test_zero3_prefetch_figures_come_from_the_logs():
+    """lab/findings/h200/zero3-prefetch: DeepSpeed's 5e7-element prefetch against HF's "auto" on 2 GPUs, beyond
+    the spread of each arm's two runs; the figures README.md states."""
+    logs = ROOT / "lab" / "findings" / "h200" / "zero3-prefetch" / "logs"
+    tps = {p.stem: _steady(p)[0] for p in logs.glob("*.log")}
+    recipe, prefetch = ([tps[f"x2-{arm}-{i}"] for i in (1, 2)] for arm in ("recipe", "prefetch"))
+    spread = max(abs(a - b) / ((a + b) / 2) for a, b in (recipe, prefetch))
+    gain = statistics.mean(prefetch) / statistics.mean(recipe)
+    assert min(prefetch) > max(recipe) and gain - 1 > spread  # beyond the noise
+    efficiency = {arm: statistics.mean(two) / (2 * tps[f"x1-{arm}-alone"])
+                  for arm, two in (("recipe", recipe), ("prefetch", prefetch))}
+    readme = (logs.parent / "README.md").read_text()
+    for figure in (f"{gain:.2f}x", f"±{spread:.1%}", f"{tps['x1-prefetch-alone'] / tps['x1-recipe-alone']:.2f}x",
+                   f"{efficiency['recipe']:.0%}", f"{efficiency['prefetch']:.0%}"):
+        assert figure in readme, figure
+    peaks = {p.stem: _steady(p)[1] for p in logs.glob("x2-*.log")}
+    grew = statistics.mean(v for k, v in peaks.items() if "prefetch" in k) - \
+        statistics.mean(v for k, v in peaks.items() if "recipe" in k)
+    assert f"{grew:,.0f} MiB" in readme
