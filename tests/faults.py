@@ -1,7 +1,8 @@
 """`python tests/faults.py WHEN SIGNAL run ARGS...`: `workshop run ARGS...` in this process, which sends itself
 SIGNAL (KILL, INT, TERM) at one exact moment at the end of the first epoch, for the resume tests, or, with
 SIGNAL FILL, fills the disk that holds the current directory at that moment (a file `filler` at its mount
-point, up to FILL_LEAVES_KIB free), for the full-disk tests:
+point, up to FILL_LEAVES_KIB free), for the full-disk tests. SIGNAL@RANK (KILL@1, RAISE@1) acts on that rank
+alone under a launcher, the others running on: RAISE raises a RuntimeError there (a rank's own bug):
 
     step_end   the epoch's last optimizer step has ended (before its evaluation and checkpoint)
     evaluating the epoch's evaluation has scored its second batch
@@ -20,11 +21,15 @@ import sys
 import transformers
 from transformers import TrainerCallback
 
-when, action = sys.argv[1], sys.argv[2]
+when, (action, _, only_rank) = sys.argv[1], sys.argv[2].partition("@")
 FILL_LEAVES_KIB = 256  # room for the run's marker and logs, none for a checkpoint or the model
 
 
 def fault() -> None:
+    if only_rank and os.environ.get("RANK", "0") != only_rank:
+        return
+    if action == "RAISE":
+        raise RuntimeError(f"a fault of rank {only_rank}'s own (tests/faults.py RAISE)")
     if action != "FILL":
         os.kill(os.getpid(), signal.Signals[f"SIG{action}"])
         return

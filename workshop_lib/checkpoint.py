@@ -26,8 +26,7 @@ the run's last complete one.
 On another world size (`world_size_change`): a resume keeps the global batch by changing the gradient
 accumulation (`resume_accumulation`), and a ZeRO checkpoint, whose optimizer states are partitioned per rank, is
 converted once to DeepSpeed's universal checkpoint beside it (`to_universal`), which the engine loads on any number
-of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are.
-"""
+of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are."""
 
 from __future__ import annotations
 
@@ -167,8 +166,7 @@ def _enum_member(cls, name):
     early releases pickle enum members as getattr(class, name)). Anything else is refused.
 
     Raises:
-        pickle.UnpicklingError: not such a member.
-    """
+        pickle.UnpicklingError: not such a member."""
     if (isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__
             and f"{cls.__module__}.{cls.__qualname__}" in SAFE_GLOBALS):
         return cls[name]
@@ -257,8 +255,7 @@ def check_resumable(run_dir: str | os.PathLike) -> None:
     whose only ones were interrupted while being written, passes (it starts from step 0).
 
     Raises:
-        WorkshopError: naming each damaged checkpoint and what is wrong with it.
-    """
+        WorkshopError: naming each damaged checkpoint and what is wrong with it."""
     complete, incomplete = find_checkpoints(run_dir)
     # damaged: written to the end (a manifest, or the Trainer's state of its step), not interrupted while written
     damaged = [p for p in incomplete if (p / MANIFEST).exists() or _trainer_step(p) is not None]
@@ -277,8 +274,7 @@ def last_checkpoint(path: str | os.PathLike) -> Path:
     Raises:
         WorkshopError: `path` does not exist; it is a checkpoint that is not complete (`why_incomplete`), or a
             run directory whose newest checkpoint is not (each names the run's last complete checkpoint to
-            use instead, if any); it holds no complete checkpoint.
-    """
+            use instead, if any); it holds no complete checkpoint."""
     path = Path(path)
     if not path.is_dir():
         raise WorkshopError(f"{path} does not exist or is not a directory.",
@@ -375,8 +371,7 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
 
     Raises:
         WorkshopError: `ckpt` holds no ZeRO partitions (`zero_partitions`: it needs no conversion), or
-            DeepSpeed's converter failed (its error named).
-    """
+            DeepSpeed's converter failed (its error named)."""
     ckpt = Path(ckpt)
     if not zero_partitions(ckpt):
         raise WorkshopError(f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any "
@@ -446,8 +441,7 @@ def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | No
 
     Raises:
         WorkshopError: K is not a multiple of `world_size`, or `given` is not K / world_size (the global batch
-            would change); the message names the numbers of ranks that keep it.
-    """
+            would change); the message names the numbers of ranks that keep it."""
     before = _started(out)
     if before is None:
         return None
@@ -482,8 +476,7 @@ def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> 
         WorkshopError: the optimizer states are offloaded to NVMe (DeepSpeed 0.19.8 restores them only from the
             swap files of the ranks that wrote them: engine.load_checkpoint copies offloaded_tensors/rankR and
             never reads a universal checkpoint for them; let through, a 2-rank stage3_nvme checkpoint resumed on 1
-            rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00).
-    """
+            rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00)."""
     before = _started(out)
     if before is None:
         return None
@@ -529,8 +522,7 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
     makes the checkpoint's universal checkpoint (`to_universal`, once) while the other ranks wait.
 
     Raises:
-        WorkshopError: DeepSpeed's converter failed (`to_universal`).
-    """
+        WorkshopError: DeepSpeed's converter failed (`to_universal`)."""
     complete, broken = find_checkpoints(out)
     if rank == 0:
         step = step_of(complete[-1]) if complete else 0
@@ -575,8 +567,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     a recipe setting added to the workshop after the run started compares as its base value (`config.BASE`).
 
     Raises:
-        WorkshopError: naming each differing setting with both values.
-    """
+        WorkshopError: naming each differing setting with both values."""
     before = _started(out)
     if before is None:
         return
@@ -614,8 +605,7 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
-            (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written.
-    """
+            (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # here: DeepSpeed is optional
 
     out = Path(out)

@@ -18,8 +18,7 @@ broadcast: the whole tensor; reduce_scatter_tensor: the whole input; all_gather_
 shard, the output being N of them). Bandwidths are DeepSpeed's (`utils/comms_logging.calc_bw_log`, Gbit/s;
 bus bandwidth with the ring factors of nccl-tests). Collectives launched asynchronously (ZeRO-3's prefetch,
 overlap_comm) are timed to their launch; and the logger synchronizes the device after every collective, which
-undoes the overlap: a run with it on measures volumes and counts, not speed.
-"""
+undoes the overlap: a run with it on measures volumes and counts, not speed."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from . import env
 from .rundir import write_json_atomic
 from .units import MiB
 
@@ -97,14 +97,10 @@ def write(out: Path, trainer) -> dict | None:
     mine = summary(log.log_all(print_log=False, return_dict=True)["summary"])
     log.enabled = log.prof_all = False
     log.reset_data()
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    ranks = [mine]
-    if world > 1:  # torch.distributed's own gather: DeepSpeed's would log itself
-        ranks = [None] * world
-        dist.all_gather_object(ranks, mine)
+    ranks = env.gather(mine)  # torch.distributed's own gather: DeepSpeed's would log itself
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
-    data = {"source": SOURCE, "world_size": world, "backend": dist.get_backend() if dist.is_initialized() else None,
+    data = {"source": SOURCE, "world_size": len(ranks), "backend": dist.get_backend() if dist.is_initialized() else None,
             "optimizer_steps": window.steps, "ops": ranks[0], "per_rank": ranks}
     write_json_atomic(Path(out) / COMMS_FILE, data)
     return data

@@ -600,8 +600,7 @@ def parse_override(text: str) -> tuple[str, object]:
     string; a whole float becomes an int.
 
     Raises:
-        WorkshopError: no "=", or an empty key part.
-    """
+        WorkshopError: no "=", or an empty key part."""
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not p for p in key.split(".")):
         raise WorkshopError(f"--ds-config {text!r} is not KEY=VALUE.",
@@ -621,8 +620,7 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
     `check_overrides` has checked them against DeepSpeed. `cfg` itself is unchanged.
 
     Raises:
-        WorkshopError: see `check_overrides`.
-    """
+        WorkshopError: see `check_overrides`."""
     out = copy.deepcopy(cfg)
     if not overrides:
         return out
@@ -691,8 +689,7 @@ def check_overrides(cfg: dict, keys: list[str]) -> None:
 
     Raises:
         WorkshopError: the first bad key, named, with the nearest valid keys (difflib) and where every valid key
-            is listed; or DeepSpeed's own message for a bad value, with its type and default.
-    """
+            is listed; or DeepSpeed's own message for a bad value, with its type and default."""
     for key in keys:
         if key in KEYS and KEYS[key].fix:
             raise WorkshopError(f"--ds-config {key}: not for an override; it is set by {KEYS[key].set_by}.",
@@ -710,8 +707,7 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
     reads from `cfg` or validates with a config class, with a value that class accepts.
 
     Raises:
-        WorkshopError: as `check_overrides`.
-    """
+        WorkshopError: as `check_overrides`."""
     import pydantic  # installed with DeepSpeed: optional here too
 
     try:  # optional here: a config is built without DeepSpeed

@@ -139,8 +139,7 @@ def ensure_distributed_env() -> None:
 
     DeepSpeed otherwise tries MPI discovery and fails with "No module named 'mpi4py'". Under a launcher
     (torchrun, deepspeed, srun) RANK and WORLD_SIZE are already set and nothing changes. In a world of one,
-    DeepSpeed's shared-memory collectives are not compiled (`skip_unused_deepspeed_ops`).
-    """
+    DeepSpeed's shared-memory collectives are not compiled (`skip_unused_deepspeed_ops`)."""
     if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
@@ -151,8 +150,7 @@ def sanitize_cuda_arch_list() -> None:
     """Drop the arch suffix DeepSpeed's op builder cannot parse: TORCH_CUDA_ARCH_LIST="9.0a" -> "9.0".
 
     Hopper images and clusters set "9.0a" (or "8.0;9.0a;10.0a"); DeepSpeed's JIT build of fused_adam and
-    cpu_adam then fails with `ValueError: invalid literal for int() with base 10: '0a'`.
-    """
+    cpu_adam then fails with `ValueError: invalid literal for int() with base 10: '0a'`."""
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if archs:
         clean = ";".join(a.rstrip("af") for a in archs.replace(" ", ";").split(";") if a)
@@ -178,6 +176,7 @@ def init_distributed() -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if world()[2] > 1:
         dist.init_process_group(backend, timeout=timeout)
+        rank_processes()  # now, while every rank is here: a collective
         return
     # Set for the start only (NCCL started now, not at its first collective, so it reads them now): left in
     # os.environ they would reach a batch job submitted from this process and hold its nodes to loopback.
@@ -204,6 +203,21 @@ def loopback_interface() -> str | None:
     return None
 
 
+def gather(obj) -> list:
+    """`obj` of every rank, in rank order (all_gather_object: a collective); [obj] in a world of one."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, obj)
+    return every
+
+
+@lru_cache(maxsize=1)
+def rank_processes() -> tuple[tuple[str, int, float], ...]:
+    """(host, pid, start time) of every rank's process, in rank order: gathered by `init_distributed` (a collective)."""
+    return tuple(gather((socket.gethostname(), os.getpid(), psutil.Process().create_time())))
+
+
 def barrier() -> None:
     """Wait for every rank (nothing in a world of one)."""
     if dist.is_available() and dist.is_initialized():
@@ -221,8 +235,7 @@ def check_deepspeed_version(version: str) -> None:
     local tag is its release, a pre-release comes before it), before anything is written.
 
     Raises:
-        WorkshopError: the installed version, why, and the fix.
-    """
+        WorkshopError: the installed version, why, and the fix."""
     if Version(version) < Version(DEEPSPEED_FLOOR):
         raise WorkshopError(f"DeepSpeed {version} is installed, older than {DEEPSPEED_FLOOR}, the release this workshop "
                             "is tested with; earlier releases have known ZeRO defects (wrong ZeRO-2 gradients, NaN "
@@ -316,8 +329,7 @@ def check_deepspeed_ops(names: list[str]) -> None:
     """Stop, with the fix, when one of the named DeepSpeed ops cannot be built here (a quick check).
 
     Raises:
-        WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio).
-    """
+        WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio)."""
     for builder in _builders(names):
         with quiet_link_probes():
             compatible = builder.is_compatible(verbose=False)
@@ -339,8 +351,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
 
     Raises:
         WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
-            WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600).
-    """
+            WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600)."""
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
         wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
@@ -378,8 +389,7 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
     that op waits on it forever, silently. This function is what makes that wait visible and finite.
 
     Raises:
-        WorkshopError: the lock is still there after `timeout_s` seconds.
-    """
+        WorkshopError: the lock is still there after `timeout_s` seconds."""
     lock = Path(lock)
     t0, told = time.monotonic(), False
     while lock.exists():
@@ -448,8 +458,7 @@ def gpu_memory_fraction() -> float | None:
     fraction, or None where it is unset or there is no GPU.
 
     Raises:
-        WorkshopError: the variable is not a number in (0, 1].
-    """
+        WorkshopError: the variable is not a number in (0, 1]."""
     fraction = variables.get("WORKSHOP_GPU_MEMORY_FRACTION")
     if fraction is None:
         return None

@@ -1,8 +1,7 @@
 """The one exception type the workshop raises for bad input or an unfit machine.
 
 Every message ends with a "To fix: ..." line, so that a learner who hits it in a notebook or a batch log
-knows what to change. The command line prints the message alone (no traceback) and exits with status 2.
-"""
+knows what to change. The command line prints the message alone (no traceback) and exits with status 2."""
 
 
 class WorkshopError(RuntimeError):
@@ -13,13 +12,19 @@ class WorkshopError(RuntimeError):
         super().__init__(f"{problem}\nTo fix: {fix}")
 
 
+def causes(e: BaseException | None, hops: int = 20):
+    """`e`, then the exceptions it was raised from or while handling, nearest first (at most `hops` of them)."""
+    while e is not None and hops:
+        yield e
+        e, hops = e.__cause__ or e.__context__, hops - 1
+
+
 def read_json_object(path, problem: str, fix: str) -> dict:
     """The JSON object in the file `path`.
 
     Raises:
         WorkshopError: "`path` `problem` (what is wrong with it)." and `fix`, when the file is not UTF-8 JSON or
-            holds something other than an object (a file cut short, edited by hand).
-    """
+            holds something other than an object (a file cut short, edited by hand)."""
     # here, not at the top: `workshop --help` imports this module and needs neither (json: 3 ms of its 70)
     import json
     from pathlib import Path

@@ -9,8 +9,7 @@ Three ways to get a causal LM, one function (`load_model_and_tokenizer`):
 - `tiny=True`: the same family shrunk to about 0.35M parameters, for tests and CPU-only learners.
 
 Where the real tokenizer is not available offline, a byte-level BPE tokenizer is trained in seconds on the
-bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.
-"""
+bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
 
     Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries.
     Training on 11,877 questions and their contexts takes a few seconds on one core. A cached copy that cannot
-    be read is trained again (the cache is the workshop's own: WORKSHOP_CACHE).
-    """
+    be read is trained again (the cache is the workshop's own: WORKSHOP_CACHE)."""
     path = CACHE_DIR / f"squad-bpe-{vocab_size}"
     if (path / "tokenizer.json").exists():
         try:
@@ -79,8 +77,7 @@ def architecture_config(model_name: str):
     """The model's `PretrainedConfig`: the shipped copy for supported models, else from the hub or cache.
 
     Raises:
-        WorkshopError: the model is not supported offline and its config is not cached.
-    """
+        WorkshopError: the model is not supported offline and its config is not cached."""
     if model_name in SHIPPED_CONFIGS:
         d = json.loads(SHIPPED_CONFIGS[model_name].read_text())
         d = {k: v for k, v in d.items() if not k.startswith("_")}
@@ -137,8 +134,7 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         WorkshopError: each case its own message: a local path that does not exist or is no model directory,
             a directory without weights, without a tokenizer (with `random_weights`: whose vocabulary is smaller
             than the local tokenizer's), a model that needs `trust_remote_code`
-            (the workshop never runs a model's own Python code), a hub model neither cached nor reachable.
-    """
+            (the workshop never runs a model's own Python code), a hub model neither cached nor reachable."""
     builds = "--tiny builds a small model from its config.json" if tiny else ""
     if is_local_path(model_name):
         path = Path(model_name).expanduser()
@@ -185,8 +181,7 @@ def check_no_custom_code(config: dict, model_name: str) -> None:
     does not implement: loading it would need its own Python code (auto_map), which the workshop never runs.
 
     Raises:
-        WorkshopError: naming `model_name`, the architecture and the fix.
-    """
+        WorkshopError: naming `model_name`, the architecture and the fix."""
     if config.get("model_type") not in CONFIG_MAPPING_NAMES:
         raise WorkshopError(
             f"{model_name} is a {config.get('model_type')!r} model, which transformers does not implement"
@@ -214,8 +209,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     (heads x head dim), "lm_head_params" (vocabulary x hidden size), "attn_implementation", "tokenizer"}.
 
     Raises:
-        WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first).
-    """
+        WorkshopError: the model or tokenizer is not available offline (`check_model_source` says why first)."""
     tok_source = "local BPE"
     if tiny:
         tokenizer = local_tokenizer(TINY_VOCAB)
@@ -271,8 +265,7 @@ def check_model_fits_data(net, tokenizer, max_length: int, model_name: str) -> N
     an index error), whatever the model's source.
 
     Raises:
-        WorkshopError: the limit, the value asked for and the fix.
-    """
+        WorkshopError: the limit, the value asked for and the fix."""
     positions = getattr(net.config, "max_position_embeddings", None)
     if positions and max_length > positions:
         raise WorkshopError(f"--max-length {max_length} is longer than {model_name} has positions for: it has "
@@ -289,8 +282,7 @@ def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
     allocating it (built on the meta device).
 
     Returns {"num_params", "largest_layer_params", "num_layers", "hidden_size", "vocab_size"}; a few
-    seconds for a 0.6B model, no memory. Used in `00_setup` to estimate memory before any download.
-    """
+    seconds for a 0.6B model, no memory. Used in `00_setup` to estimate memory before any download."""
     cfg = tiny_config(model_name, len(local_tokenizer(TINY_VOCAB))) if tiny else architecture_config(model_name)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
@@ -315,8 +307,7 @@ def compute_logits_where_labelled(model) -> None:
     `generate`, the model's own forward runs. The positions come with the batch (`labelled_positions`, made
     on the CPU by `data.make_collator`), or are found on the GPU, which stalls the CPU until the forward
     pass is done (measured in the lab's benchmark (lab/bench.py)). Works for any `*ForCausalLM` whose `base_model` returns
-    `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2).
-    """
+    `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2)."""
     own_forward = model.forward
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None,

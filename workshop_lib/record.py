@@ -3,8 +3,7 @@
 
 The figures: losses per step and per evaluation, throughput over the run and in its steady state
 (`metrics.steady_state`), MFU and HFU (`run_mfu`), memory by phase (`PHASE_KEYS`, rank 0's, and every rank's in
-per_rank_memory), DeepSpeed's model-states estimate (`preflight.recorded_states`), the settings and versions.
-"""
+per_rank_memory), DeepSpeed's model-states estimate (`preflight.recorded_states`), the settings and versions."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
-
-import torch.distributed as dist
 
 from . import checkpoint, env, memory, metrics
 from .config import RunConfig
@@ -78,7 +75,7 @@ def record(run) -> dict:
         gpu_util_pct=memory.mean_gpu_util(mem.rows, warm_end, steps.step_ends[-1] if steps.step_ends else 0.0),
         num_params=info["num_params"],
         **{k: mine[k] for k in PHASE_KEYS},  # rank 0's; every rank's in per_rank_memory
-        per_rank_memory=_gather_per_rank(mine | {"rank": rank, "local_rank": local_rank, "host": host}),
+        per_rank_memory=env.gather(mine | {"rank": rank, "local_rank": local_rank, "host": host}),
         **run.estimate, data_stats={"train": train_stats.as_dict(), "eval": run.eval_stats.as_dict()},
         device=env.device_name(), versions=env.versions(), wall_seconds=round(run.wall, 1),
         train_runtime_seconds=round(m["train_runtime"], 1), tokenizer=info["tokenizer"], output_dir=cfg.output_dir,
@@ -100,11 +97,3 @@ def run_mfu(cfg: RunConfig, info: dict, stats, tokens_per_second: float | None,
     mfu = metrics.mfu(tokens_per_second, flops, env.peak_flops(), world_size)
     return mfu, (mfu * hardware / flops if mfu is not None else None)
 
-
-def _gather_per_rank(summary: dict) -> list[dict]:
-    """Every rank's memory summary, in rank order (all_gather_object; just [summary] in a world of one)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [summary]
-    out: list = [None] * dist.get_world_size()
-    dist.all_gather_object(out, summary)
-    return out

@@ -16,8 +16,7 @@ at a time limit, a preemption, or `--signal=USR1@N` before one) during training 
 optimizer step boundary, after a checkpoint (`RunPreempted`, exit status 75, EX_TEMPFAIL: "try again"; the
 same command with --resume continues); before training starts, they stop at once like SIGINT. A file
 OUTPUT_DIR/STOP asks for the same stop as SIGUSR1: the batch scripts create it when SLURM signals them, which
-reaches every rank on every node whatever the launcher (torchrun would die of a SIGUSR1 of its own).
-"""
+reaches every rank on every node whatever the launcher (torchrun would die of a SIGUSR1 of its own)."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from .errors import WorkshopError
+from .errors import WorkshopError, causes
 from .units import MiB
 
 MARKER = "RUNNING"
@@ -85,11 +84,12 @@ class RunPreempted(RunInterrupted):
 
 class StopRequest:
     """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary; None when
-    none did. `training` is True while steps run (`interruptible` defers the signal only then); `claimed` once the run
+    none did. `training` is True while steps run, `ending` while a failed run ends (a launcher's SIGTERM to every rank
+    once one failed must not replace the error): `interruptible` defers the signal only then; `claimed` once the run
     has claimed its output directory (a stop then is no longer "before anything was written")."""
 
     signum: int | None = None
-    training: bool = False
+    training = ending = False
     claimed: bool = False
 
 
@@ -112,8 +112,7 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
     exception (`train.save_model`): every rank writes into one directory, whose name cannot carry a pid.
 
     Raises:
-        OSError: the rename failed (and not a race that raced_ok allows).
-    """
+        OSError: the rename failed (and not a race that raced_ok allows)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     _remove(tmp)
@@ -160,11 +159,8 @@ def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
     """True when the error `e` is a full disk: `e` or an exception it was raised from is OSError ENOSPC or says
     "No space left on device" (safetensors: "... (os error 28)"), or the disk holding `out` has less than
     DISK_FULL_FREE_MIB MiB free (torch.save's writer reports only "unexpected pos N vs M")."""
-    seen, hops = e, 0
-    while seen is not None and hops < 20:
-        if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in str(seen):
-            return True
-        seen, hops = seen.__cause__ or seen.__context__, hops + 1
+    if any((isinstance(c, OSError) and c.errno == errno.ENOSPC) or "No space left on device" in str(c) for c in causes(e)):
+        return True
     try:
         return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * MiB
     except OSError:
@@ -181,14 +177,17 @@ def mount_point(path: str | os.PathLike) -> Path:
     return p
 
 
-def _alive(pid: int, host: str, created: float | None = None) -> bool:
-    """True when the process `pid` runs on this host (a marker from another host is taken as alive). With `created` (the
-    marker's `pid_created`: the process's start, seconds since the epoch, as psutil reads it), a process of that pid
-    that started at another time is another program that reused the pid after the run's process died: not alive."""
+def alive(pid: int, host: str, created: float | None = None) -> bool:
+    """True when the process `pid` runs on this host (one on another host is taken as alive; an ended one its parent
+    has not reaped yet, a zombie, is not). With `created` (the marker's `pid_created`: the process's start, seconds
+    since the epoch, as psutil reads it), a process of that pid that started at another time is another program that
+    reused the pid after the run's process died: not alive."""
     if host != socket.gethostname():
         return True
     try:
         started = psutil.Process(pid).create_time()
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return False
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
@@ -197,10 +196,10 @@ def _alive(pid: int, host: str, created: float | None = None) -> bool:
 
 
 def _marker_alive(info: dict) -> bool:
-    """`_alive` for a marker's pid, host and process start; a pid that is no number (a damaged marker) belongs
+    """`alive` for a marker's pid, host and process start; a pid that is no number (a damaged marker) belongs
     to no process. Markers written before `pid_created` was recorded are checked by pid alone."""
     pid, created = str(info.get("pid", 0)), info.get("pid_created")
-    return pid.isdigit() and _alive(int(pid), str(info.get("host", "")),
+    return pid.isdigit() and alive(int(pid), str(info.get("host", "")),
                                     created if isinstance(created, (int, float)) else None)
 
 
@@ -242,8 +241,7 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     Raises:
         WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
             neither `overwrite` nor `resume`; a run there is still alive on this host (whatever the options);
-            `out` or one of the run's files in it is a link (`refuse_links`).
-    """
+            `out` or one of the run's files in it is a link (`refuse_links`)."""
     out = Path(out)
     refuse_links(out, RUN_OUTPUTS, "--output-dir")
     what, info = state(out)
@@ -268,8 +266,7 @@ def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
     link: a write there would land outside the folder, or replace the link a user put there. Reads only.
 
     Raises:
-        WorkshopError: the links found, ending in what to do (`flag` names the option that chose `folder`).
-    """
+        WorkshopError: the links found, ending in what to do (`flag` names the option that chose `folder`)."""
     folder = Path(folder)
     links = [folder] if folder.is_symlink() else [p for p in _entries(folder, names) if p.is_symlink()]
     if links:
@@ -299,8 +296,7 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     every input was validated and loaded.
 
     Raises:
-        WorkshopError: what `check` and `refuse_links` refuse.
-    """
+        WorkshopError: what `check` and `refuse_links` refuse."""
     out = Path(out)
     check(out, overwrite, resume)
     if state(out)[0] != "empty" and not resume:
@@ -336,18 +332,18 @@ def finish(out: str | os.PathLike, results: dict) -> None:
 @contextmanager
 def interruptible():
     """Turn SIGINT, SIGTERM and SIGUSR1 into `RunInterrupted` in the main thread for the duration, except
-    SIGTERM and SIGUSR1 while `StopRequest.training`: those are recorded in `StopRequest.signum` for the
+    SIGTERM and SIGUSR1 while `StopRequest.training` or `.ending`: those are recorded in `StopRequest.signum` for the
     training loop to stop at the next step boundary with a checkpoint. Restores the previous handlers after.
     Elsewhere than the main thread it changes nothing."""
     def raise_interrupted(signum, frame):
-        if signum != signal.SIGINT and StopRequest.training:
+        if signum != signal.SIGINT and (StopRequest.training or StopRequest.ending):
             StopRequest.signum = signum  # the training loop checkpoints and stops at the next step boundary
             return
         if StopRequest.claimed:  # the run tells the step where it can (`RunInterrupted.at_step`)
             raise RunInterrupted(signum, "after the run had started: its folder's RUNNING marker says how far it got.")
         raise RunInterrupted(signum)
 
-    StopRequest.signum, StopRequest.training, StopRequest.claimed = None, False, False
+    StopRequest.signum, StopRequest.training, StopRequest.ending, StopRequest.claimed = None, False, False, False
     try:
         previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     except ValueError:  # not the main thread

@@ -28,12 +28,12 @@ universal checkpoint).
 
 The same function runs in a notebook kernel (one process: the distributed variables are set for a world
 of one, and removed when the run ends: `teardown.restored_world`), from `workshop run`, and under a launcher
-(torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results.
-"""
+(torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -50,7 +50,7 @@ from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAt
 from .config import RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
-from .errors import WorkshopError
+from .errors import WorkshopError, causes
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
 from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
@@ -101,8 +101,7 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
             logs so far are kept).
         RunInterrupted: SIGINT, or a signal before training started; the message names the complete
             checkpoints kept and the command that resumes (`checkpoint.kept`).
-        RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same.
-    """
+        RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same."""
     cfg = config if isinstance(config, RunConfig) else RunConfig(config, **settings)
     asked = cfg  # as given, before `resolve`: the settings an interrupted run's message repeats
     env.quiet_libraries()
@@ -119,6 +118,37 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         cfg = preflight.check_machine(cfg, exp)
         cfg, change = preflight.check_resume(cfg, asked.gradient_accumulation_steps)
         return _run(Run(cfg, exp, *env.world(), change, callbacks, asked))
+
+
+# gloo's errors for a peer whose process ended (its connections closed, reset) or that stopped answering
+PEER_LOST = re.compile(r"gloo/transport/.*(by peer|Socket Timeout|Timed out|Broken pipe|Read error)")
+
+
+def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | None:
+    """The ranks other than `rank` whose processes have ended (`env.rank_processes`), when `e` or an exception it was
+    raised from is gloo's or NCCL's error for a peer that left or stopped answering, waiting up to `wait_s` seconds
+    for a dying one to end ([] when none on this host has: one on another host, or a hung one); else None."""
+    if not any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e)):
+        return None
+    deadline = time.monotonic() + wait_s
+    while not (gone := [r for r, (host, pid, created) in enumerate(env.rank_processes())
+                        if r != rank and not rundir.alive(pid, host, created)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return gone
+
+
+def peer_lost_error(run: Run, lost: list[int], step: int) -> WorkshopError:
+    """The one message for a run stopped because another rank ended or stopped answering (`lost_ranks`): which, when,
+    what the run kept, and where to look before going on."""
+    procs = env.rank_processes()
+    who = " and ".join(f"rank {r} (pid {procs[r][1]} on {procs[r][0]})" for r in lost)
+    return WorkshopError(
+        (f"Lost {who}: its process ended" if lost else f"Another of the {run.world_size} ranks stopped answering (on "
+         "another host, or hung)") + f" at step {step} ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. "
+        f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}",
+        f"read {'rank ' + str(lost[0]) if lost else 'every rank'}'s own output for why it ended (its lines start "
+        "with [rankN]: under torchrun; a batch job's are in logs/<job name>-<job id>.out); none means it was killed "
+        "(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the command above.")
 
 
 def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
@@ -214,11 +244,12 @@ def _run(run: Run) -> dict:
         if rank == 0:
             rundir.finish(run.out, run.results)
     except BaseException as e:
-        step, cleared = mark_ended(run, e)
+        rundir.StopRequest.ending = True  # torchrun's SIGTERM to every rank once one failed waits: this error is told
+        step, error = mark_ended(run, e)
         if isinstance(e, rundir.RunInterrupted):
             raise e.at_step(step, checkpoint.kept(cfg.output_dir, run.asked)).with_traceback(e.__traceback__) from None
-        if cleared is not None:
-            raise disk_full_error(cfg.output_dir, cleared, step, run.asked) from e
+        if error is not None:
+            raise error from e
         raise
     finally:
         cleanup(run)
@@ -229,8 +260,7 @@ def load_data(run: Run) -> None:
     """SQuAD's training and evaluation rows (`data.load_squad`), as many as the settings ask, into `run`.
 
     Raises:
-        WorkshopError: a missing or malformed file, or fewer questions than asked.
-    """
+        WorkshopError: a missing or malformed file, or fewer questions than asked."""
     cfg = run.cfg
     run.train_raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=run.rank == 0)
     run.eval_raw = load_squad("validation", cfg.num_eval_samples, cfg.eval_file, verbose=run.rank == 0)
@@ -242,8 +272,7 @@ def load_model(run: Run) -> None:
     --score-questions, rank 0 scores the model as loaded (`score_before_training`).
 
     Raises:
-        WorkshopError: a model that cannot be had, or whose context is shorter than --max-length.
-    """
+        WorkshopError: a model that cannot be had, or whose context is shorter than --max-length."""
     cfg = run.cfg
     set_seed(cfg.seed)
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
@@ -285,19 +314,20 @@ def score_after_training(run: Run) -> None:
     run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
 
 
-def mark_ended(run: Run, e: BaseException) -> tuple[int, dict | None]:
-    """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
-    failed; a full disk's partial writes removed first (`checkpoint.clear_partial_writes`).
+def mark_ended(run: Run, e: BaseException) -> tuple[int, WorkshopError | None]:
+    """Rank 0 (or, rank 0 gone, a surviving rank) marks the output directory with how the run ended
+    (`rundir.mark_ended`): preempted, interrupted, failed; a full disk's partial writes removed first
+    (`checkpoint.clear_partial_writes`).
 
     Returns:
-        (the last optimizer step, on every rank; for a full disk on rank 0, what was cleared, with the checkpoint
-        estimate `disk_full_error` reports, else None).
-    """
+        (the last optimizer step, on every rank; the one message for a known cause, else None: a full disk on rank 0
+        (`disk_full_error`), another rank lost on every rank (`peer_lost_error`))."""
     cfg, out = run.cfg, run.out
     step = run.trainer.state.global_step if run.trainer is not None else 0
     full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
-    cleared = None
-    if run.rank == 0:
+    lost = None if isinstance(e, KeyboardInterrupt) or full else lost_ranks(e, run.rank)
+    error = None if lost is None else peer_lost_error(run, lost, step)
+    if run.rank == 0 or (lost and 0 in lost and rundir.state(out)[1].get("status") == "running"):
         if isinstance(e, rundir.RunPreempted):
             rundir.mark_ended(out, status="preempted", signal=e.signal, step=step)
         elif isinstance(e, rundir.RunInterrupted):
@@ -307,9 +337,11 @@ def mark_ended(run: Run, e: BaseException) -> tuple[int, dict | None]:
             cleared = checkpoint.clear_partial_writes(out) | {
                 "estimate_mib": run.info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
             rundir.mark_ended(out, status="failed", error=f"disk full, writing {cleared['what']}", step=step)
+            error = disk_full_error(out, cleared, step, run.asked)
         else:
-            rundir.mark_ended(out, status="failed", error=f"{type(e).__name__}: {e}", step=step)
-    return step, cleared
+            rundir.mark_ended(out, status="failed", step=step, **({"error": f"{type(e).__name__}: {e}"} if error is None
+                              else {"error": error.problem.split(";")[0], "cause": f"{type(e).__name__}: {e}"}))
+    return step, error
 
 
 def cleanup(run: Run) -> None:
@@ -420,8 +452,7 @@ class WorkshopTrainer(Trainer):
       Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the gradient
       norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
       DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
-      The figures logged are the Trainer's own.
-    """
+      The figures logged are the Trainer's own."""
 
     def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, unsynced: bool = False, **kwargs):
         self.batches, self.unsynced, self.host_tokens = batches, unsynced, 0
@@ -476,8 +507,7 @@ def train(run: Run) -> None:
     Raises:
         WorkshopError: the GPU ran out of memory (memory.csv and train_log.csv show how far it got).
         RunPreempted: SIGTERM or SIGUSR1 reached a rank; every rank stopped at the same step boundary after
-            the Trainer saved a checkpoint there.
-    """
+            the Trainer saved a checkpoint there."""
     trainer, mem, out, resume_from = run.trainer, run.mem, run.out, run.resume_from
     try:
         steps = StepLog(out / "train_log.csv", mem.t0)
