@@ -38,7 +38,7 @@ if [ "$WORKSHOP_RUN_NAME" != "$SLURM_JOB_NAME" ]; then
   [ -z "$log_" ] || ln -sfn "$log_" "logs/$WORKSHOP_RUN_NAME-$SLURM_JOB_ID.out"
 fi
 # Compute nodes often have no internet: models and data come from a shared cache (EDIT: HF_HOME on a
-# shared filesystem; download once on a login node with `hf download Qwen/Qwen3-0.6B`).
+# shared filesystem; fill it first, once, on a login node: `workshop download [--recipe classic] [--model NAME]`).
 export HF_HOME=${HF_HOME:-$HOME/.cache/huggingface}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
 

@@ -154,7 +154,7 @@ BAD = [
     ("vocabulary below the tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "small_vocab"],
      "embedding has 1,000 rows"),
     ("hub model not cached", lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
-     "hf download no-such-org/no-such-model"),
+     "workshop download --model no-such-org/no-such-model"),
 ]
 
 
@@ -173,7 +173,7 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, 
     assert expected in err and "To fix:" in err and "Traceback" not in err, err
     assert snapshot(out) == before and not (tmp_path / "runs").exists()
     if "nonexistent" in str(argv):
-        assert "hf download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
+        assert "download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
 
 
 @pytest.mark.parametrize("value", ["2", "abc"])

@@ -11,9 +11,8 @@ comms logger -> comms.json), `rundir` (output directories, signals), `checkpoint
 (the fine-tuned model: generation, EM/F1), `results` (RunResults, tables, plots), `launch` (torchrun,
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
 table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place), `hub` (is the Hugging Face hub
-reachable?). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this package; it imports
-neither. A module imports only modules of its own layer or below, with no circle (tests/test_layers.py): errors,
-units, gpus, variables, hub; env; the concepts; train and record; cli.
+reachable? `workshop download`). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this
+package; it imports neither. Its layers, low to high, without circles: tests/test_layers.py.
 """
 
 from .errors import WorkshopError

@@ -2,31 +2,22 @@
 whole, and their export to a Hugging Face model directory (introduced in `03b_the_fine_tuned_model`;
 `run_experiment`, `workshop run --resume` and `workshop export` use it).
 
-A run writes OUTPUT_DIR/checkpoints/checkpoint-N/ (N: optimizer steps) through the HF Trainer's own saving
-(`save_strategy`, `save_steps`, `save_total_limit`). With DeepSpeed it holds the engine's format: global_stepN/
-with every rank's ZeRO partition of the fp32 master weights and Adam states (zero_pp_rank_R_mp_rank_00_optim_states.pt)
-and the module states, `latest` and DeepSpeed's zero_to_fp32.py; beside it the learning-rate schedule, every
-rank's RNG states, trainer_state.json (step, epoch, log history: the data position) and the model itself
-(model.safetensors, under ZeRO-3 gathered on save), its config and tokenizer.
+A run writes OUTPUT_DIR/checkpoints/checkpoint-N/ (N: optimizer steps) through the HF Trainer's own saving. With
+DeepSpeed it holds the engine's format: global_stepN/ with every rank's ZeRO partition of the fp32 master weights
+and Adam states, `latest` and zero_to_fp32.py; beside it the schedule, every rank's RNG states, trainer_state.json
+(step, epoch: the data position) and the model (model.safetensors, gathered on save under ZeRO-3) with its tokenizer.
 
-Complete or not: a checkpoint is complete when its MANIFEST (workshop_manifest.json) is there and every file it
-lists is there with the size it had when written, and the same SHA-256 for files of at most CHECKSUM_MAX_BYTES
-(a bit flipped inside a larger file goes unseen; a file deleted, emptied or cut short never does). The
-manifest is written last (`Manifest`): the Trainer calls `on_save` once `_save_checkpoint` has written
-the model, every rank's optimizer shards, the schedule, the RNG states and trainer_state.json, and deleted the
-older checkpoints (save_total_limit). Anything else is never loaded:
-- interrupted while being written: no manifest, and no trainer_state.json of its step;
-- damaged: a manifest whose files are missing or changed, or no manifest though the Trainer finished it
-  (written by a workshop from before manifests, or killed in the instant before the manifest).
-`--resume` moves either aside into OUTPUT_DIR/damaged-checkpoints/ (never deleted; outside checkpoints/, where
-the Trainer's rotation would count or delete it) and continues from the newest complete checkpoint; it refuses
-a run whose checkpoints are all damaged. `workshop export` refuses a checkpoint that is not complete and names
-the run's last complete one.
+A checkpoint is complete when its MANIFEST (workshop_manifest.json, written last by `Manifest` in `on_save`) is there
+and every file it lists has the size it had when written, and the same SHA-256 for files of at most
+CHECKSUM_MAX_BYTES (a bit flipped inside a larger file goes unseen; a file deleted or cut short never does). Any
+other is never loaded: one interrupted while being written (no manifest, no trainer_state.json), or damaged (files
+missing or changed, or no manifest though the Trainer finished it). `--resume` moves it aside into
+OUTPUT_DIR/damaged-checkpoints/ (never deleted; outside the Trainer's rotation) and continues from the newest
+complete one, or refuses when none is; `workshop export` refuses it and names the run's last complete one.
 
-On another world size (`world_size_change`): a resume keeps the global batch by changing the gradient
-accumulation (`resume_accumulation`), and a ZeRO checkpoint, whose optimizer states are partitioned per rank, is
-converted once to DeepSpeed's universal checkpoint beside it (`to_universal`), which the engine loads on any number
-of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are."""
+On another world size (`world_size_change`): the global batch is kept by changing the gradient accumulation
+(`resume_accumulation`), and a ZeRO checkpoint is converted once to DeepSpeed's universal checkpoint beside it
+(`to_universal`), which loads on any number of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are."""
 
 from __future__ import annotations
 
@@ -358,15 +349,11 @@ def zero_partitions(ckpt: str | os.PathLike) -> int:
 
 def to_universal(ckpt: str | os.PathLike) -> Path:
     """The universal checkpoint of the ZeRO checkpoint-N `ckpt` (Lian et al. 2024, "Universal Checkpointing",
-    arXiv 2406.18820; DeepSpeed's tutorial of that name; `UNIVERSAL` says what it holds): made by DeepSpeed's own
-    converter (`deepspeed.checkpoint.ds_to_universal.main`, what `python -m deepspeed.checkpoint.ds_to_universal
-    --input_folder ckpt/global_stepN --output_folder ckpt/global_stepN_universal --inject_missing_state` runs; the
-    missing state is the version tag that DeepSpeed's own training scripts add and the HF Trainer's checkpoints
-    lack) the first time, reused after. One process, no worker pool: DeepSpeed's converter reads one file at a
-    time (one rank's partition of the fp32 states, 12 bytes/param / world size, or the module's weights in the
-    training precision, 2-4 bytes/param: host memory for the larger, from its source, not measured on a large
-    model), and writes the optimizer states again (12 bytes/param) beside the checkpoint. A conversion killed midway
-    left no `latest_universal` (DeepSpeed writes it last): its folder is removed and made again. Call on one
+    arXiv 2406.18820; `UNIVERSAL` says what it holds), made the first time by DeepSpeed's own converter
+    (`deepspeed.checkpoint.ds_to_universal.main` with --inject_missing_state: the version tag the HF Trainer's
+    checkpoints lack), reused after. It reads one file at a time (host memory for the larger of one rank's fp32
+    partition and the module's weights) and writes the optimizer states again (12 bytes/param) beside the
+    checkpoint. A conversion killed midway left no `latest_universal` (written last): it is made again. Call on one
     rank, with the others waiting (the file system is shared). Returns ckpt/global_stepN_universal.
 
     Raises:
@@ -462,9 +449,8 @@ def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | No
 
 
 def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> dict | None:
-    """What resuming the run in `out` on `world_size` ranks with the settings `config` (a resolved `RunConfig`
-    as a dict, its accumulation from `resume_accumulation`) changes from the run's last complete checkpoint,
-    or None when as many ranks wrote it (`written_by`; without a checkpoint: the run's settings). Reads only.
+    """What resuming the run in `out` on `world_size` ranks with `config` (a resolved `RunConfig` as a dict) changes
+    from its last complete checkpoint, or None when as many ranks wrote it (`written_by`). Reads only.
 
     Returns:
         {"step": the checkpoint's optimizer step (0: none, the run starts again), "checkpoint": its path or None,
@@ -474,9 +460,8 @@ def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> 
 
     Raises:
         WorkshopError: the optimizer states are offloaded to NVMe (DeepSpeed 0.19.8 restores them only from the
-            swap files of the ranks that wrote them: engine.load_checkpoint copies offloaded_tensors/rankR and
-            never reads a universal checkpoint for them; let through, a 2-rank stage3_nvme checkpoint resumed on 1
-            rank failed with FileNotFoundError: global_stepN_universal/offloaded_tensors/rank00)."""
+            swap files of the ranks that wrote them, never from a universal checkpoint: a 2-rank stage3_nvme
+            checkpoint resumed on 1 rank failed with FileNotFoundError: .../offloaded_tensors/rank00)."""
     before = _started(out)
     if before is None:
         return None
@@ -512,14 +497,11 @@ def describe_world_size_change(change: dict) -> str:
 
 
 def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
-    """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which,
-    moves every checkpoint that is not complete (interrupted while being written, or damaged:
-    `why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, one line each, and keeps the
-    interrupted attempt's memory logs as memory[.rankN].before-resume-at-step-N.csv (train_log.csv goes on).
-
-    On another world size (`change`, from `world_size_change`) rank 0 also says what changes, appends
-    it to OUTPUT_DIR/world_size_changes.json (results.json's `world_size_changes`) and, for ZeRO partitions,
-    makes the checkpoint's universal checkpoint (`to_universal`, once) while the other ranks wait.
+    """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which, moves every
+    incomplete one (`why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, and keeps the interrupted attempt's
+    memory logs as memory[.rankN].before-resume-at-step-N.csv. On another world size (`change`, from
+    `world_size_change`) rank 0 also says what changes, appends it to OUTPUT_DIR/world_size_changes.json and, for
+    ZeRO partitions, makes the universal checkpoint (`to_universal`, once) while the other ranks wait.
 
     Raises:
         WorkshopError: DeepSpeed's converter failed (`to_universal`)."""
@@ -588,14 +570,11 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
 
 
 def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """Write a Hugging Face model directory `out` (model.safetensors in fp32, config.json,
-    generation_config.json, tokenizer) from a ZeRO checkpoint, through DeepSpeed's own consolidation
-    (`deepspeed.utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint`, what the checkpoint's
-    zero_to_fp32.py runs): every rank's partition of the fp32 master weights merged, for ZeRO stage 1, 2 or 3
-    and any world size. The weights are loaded into the checkpoint's architecture and written by
-    `save_pretrained`, which stores tied weights (Qwen3's embedding and LM head) once: DeepSpeed's own
-    safetensors writer refuses them. Needs host memory for the fp32 model twice (8 bytes/param). Written
-    to a temporary directory and renamed (`rundir.atomic_path`), so `out` is whole or absent. Returns `out`.
+    """Write a Hugging Face model directory `out` (fp32 model.safetensors, configs, tokenizer) from a ZeRO checkpoint
+    of any stage and world size, through DeepSpeed's own consolidation (`deepspeed.utils.zero_to_fp32.
+    get_fp32_state_dict_from_zero_checkpoint`), then `save_pretrained`, which stores tied weights (Qwen3's
+    embedding and LM head) once: DeepSpeed's own safetensors writer refuses them. Needs host memory for the fp32
+    model twice (8 bytes/param). Atomic (`rundir.atomic_path`): `out` is whole or absent. Returns `out`.
 
     Args:
         source: a checkpoint-N directory, or a run directory (its last complete checkpoint).

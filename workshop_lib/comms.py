@@ -1,11 +1,9 @@
 """What a run's ranks sent each other, from DeepSpeed's own communication logger (introduced in `04_multi_gpu`).
 
-`workshop run EXPERIMENT --comms-logger` (RunConfig.comms_logger) adds DeepSpeed's `comms_logger` block to the
-ds_config (`ds_config.COMMS_LOGGER`; DeepSpeed docs, "Communication Logging"). DeepSpeed then times every
-collective that goes through `deepspeed.comm` and keeps, per op and message size, the count, the latencies and
-the bandwidths in `deepspeed.comm.comms_logger.comms_dict`. `Window` narrows what is kept to the optimizer
-steps (from the Trainer's on_step_begin to its on_step_end: forward, backward and optimizer step of every
-micro-batch; not the engine's set-up, the evaluations or saving), and `write` puts DeepSpeed's own summary
+`workshop run EXPERIMENT --comms-logger` adds DeepSpeed's `comms_logger` block to the ds_config
+(`ds_config.COMMS_LOGGER`; DeepSpeed docs, "Communication Logging"): every collective through `deepspeed.comm` is
+counted and timed per op and message size. `Window` keeps the optimizer steps only (Trainer's on_step_begin to
+on_step_end; not set-up, evaluations or saving), and `write` puts DeepSpeed's summary
 (`CommsLogger.log_all(return_dict=True)`) of every rank into OUTPUT_DIR/comms.json:
 
     {"source": ..., "world_size": N, "backend": "gloo" | "nccl" | ..., "optimizer_steps": S,
@@ -13,12 +11,10 @@ micro-batch; not the engine's set-up, the evaluations or saving), and `write` pu
                   "algbw_gbps": mean, "busbw_gbps": mean, "messages": {bytes: calls}}},   # rank 0's
      "per_rank": [ops of rank 0, ops of rank 1, ...]}
 
-A message is what DeepSpeed records as the op's size: the tensor handed to it (all_reduce, reduce,
-broadcast: the whole tensor; reduce_scatter_tensor: the whole input; all_gather_into_tensor: this rank's
-shard, the output being N of them). Bandwidths are DeepSpeed's (`utils/comms_logging.calc_bw_log`, Gbit/s;
-bus bandwidth with the ring factors of nccl-tests). Collectives launched asynchronously (ZeRO-3's prefetch,
-overlap_comm) are timed to their launch; and the logger synchronizes the device after every collective, which
-undoes the overlap: a run with it on measures volumes and counts, not speed."""
+A message is the tensor handed to the op (reduce_scatter_tensor: the whole input; all_gather_into_tensor: this
+rank's shard). Bandwidths are DeepSpeed's (`utils/comms_logging.calc_bw_log`, Gbit/s, nccl-tests' ring factors).
+The logger synchronizes the device after every collective, which undoes any overlap: a run with it on measures
+volumes and counts, not speed."""
 
 from __future__ import annotations
 

@@ -8,10 +8,9 @@ Each question becomes one sequence::
 label -100, which the cross-entropy ignores, so the model is graded on answering and not on reproducing Wikipedia.
 `loss_on="all"` (the original workshop's choice, recipe `classic`) puts labels on every non-padding token.
 
-Long examples: an answer is never truncated away. When a sequence would exceed `max_length` tokens, the context is cut
-to a window of tokens around the answer; when even the question and the answer do not fit, the example is dropped. An
-`answer_start` that does not point at the answer text is repaired to the nearest occurrence of the text in the context;
-an answer the context does not contain is dropped (the window could lose it). Every count is reported in `DataStats`.
+Long examples: an answer is never truncated away. A sequence beyond `max_length` has its context cut to a window
+around the answer, or is dropped when even question and answer do not fit. A wrong `answer_start` is repaired to the
+nearest occurrence; an answer not in the context is dropped. Every count is reported in `DataStats`.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import psutil
 from transformers import DataCollatorForSeq2Seq
 
 from .errors import WorkshopError
-from .hub import hub_reachable
+from .hub import SQUAD, hub_reachable
 from .units import MiB, ceil_div
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
@@ -168,9 +167,9 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
     calling command's option that sets `num_samples`, which the fix of a bad count names (default
     `workshop run`'s: --num-train-samples or --num-eval-samples).
 
-    Source, in order: `data_file` when given; else the Hugging Face hub (`load_dataset("squad")`) unless
-    HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set; else, when the hub cannot be reached, the real SQuAD
-    subset bundled with this package (the same rows, in the same order). Prints one line saying which.
+    Source, in order: `data_file` when given; else `load_dataset(hub.SQUAD)`: from the Hugging Face hub, or with
+    HF_HUB_OFFLINE or HF_DATASETS_OFFLINE set from the datasets cache alone (`workshop download` fills it); else
+    the real SQuAD subset bundled with this package (the same rows, in the same order). Prints one line saying which.
 
     Raises:
         WorkshopError: see `read_squad_json`; `split` is unknown; `num_samples` is below 1 or more than the
@@ -183,10 +182,11 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
         ds, source = read_squad_json(data_file, option), f"file {Path(data_file).resolve()}"
     else:
         ds = None
-        if hub_reachable():
+        online = hub_reachable()
+        if online or datasets.config.HF_HUB_OFFLINE:  # offline, `load_dataset` reads its cache and nothing else
             try:
-                ds = datasets.load_dataset("squad", split=split)
-                source = "Hugging Face hub (squad)"
+                ds = datasets.load_dataset(SQUAD, split=split)
+                source = f"Hugging Face {'hub' if online else 'datasets cache'} ({SQUAD})"
             except Exception:  # no network, hub down, or not cached: the bundled copy is the same data
                 ds = None
         if ds is None:
@@ -358,15 +358,11 @@ class TokenBudgetBatchSampler:
     `max_tokens` once padded (batch size x its longest sequence, rounded up to a multiple of 8 as the
     collator pads), so a micro-batch of short questions holds many and one of long questions few.
 
-    The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (similar lengths, yet a
-    random mix, as transformers' LengthGroupedSampler does) and cut into batches; each pass (`__iter__`, one per epoch)
-    yields the same batches in a random order that depends on `seed` and the epoch alone (`set_epoch`, which the Trainer
-    calls), so every epoch has the same number of optimizer steps and a run resumed mid-epoch from a checkpoint sees the
-    batches an uninterrupted run would. Under several ranks the Trainer's accelerator deals them out round-robin (batch
-    i to rank i mod the ranks), each rank taking gradient_accumulation_steps of them per step: the order moves groups of
-    `per_step` (ranks x accumulation) neighbours in length, so the micro-batches of one optimizer step have one shape,
-    no rank waits long for another, and one global batch made by ranks or by accumulation sees the same batches (a
-    partial group comes last).
+    The indices are shuffled with `seed`, sorted by length inside chunks of `chunk` sequences (as transformers'
+    LengthGroupedSampler does) and cut into batches; each epoch yields the same batches in an order that depends on
+    `seed` and the epoch alone (`set_epoch`), so a run resumed mid-epoch sees the batches an uninterrupted run would.
+    The order moves groups of `per_step` (ranks x accumulation: the Trainer deals batches out round-robin) neighbours
+    in length, so the micro-batches of one optimizer step have one shape and no rank waits long for another.
 
     Args:
         lengths: tokens of each sequence (L_i); max_tokens: padded tokens per micro-batch at most (a

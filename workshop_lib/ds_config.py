@@ -275,10 +275,8 @@ def _set(cfg: dict, key: str, value) -> None:
     node[parts[-1]] = value
 
 
-# DeepSpeed's communication logger (deepspeed/comm/config.py): prof_all times every collective (not a chosen
-# few, `prof_ops`); verbose False keeps one line per collective out of the log; debug False names records by
-# the op, not by the calling function. It synchronizes the device after every collective, which serialises
-# the communication that overlap_comm would hide: a run with it on measures volumes, not speed.
+# DeepSpeed's communication logger (deepspeed/comm/config.py, `comms`): prof_all times every collective (not a
+# chosen few, `prof_ops`); verbose False keeps a line per collective out of the log; debug False: records by op.
 COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
 
 
@@ -296,12 +294,10 @@ def shipped_configs() -> dict[str, str]:
 
 
 # ---- What each key means and who sets it; overrides checked against DeepSpeed (introduced in `02_zero_stages`)
-# Each meaning was read in DeepSpeed 0.19.8's config classes (runtime/zero/config.py, zero/offload_config.py,
-# runtime/precision_config.py, runtime/constants.py, swap_tensor/aio_config.py) and the code that uses them
-# (zero/stage_1_and_2.py's gradient buckets), and in transformers' integration (integrations/deepspeed.py:
-# HfTrainerDeepSpeedConfig.trainer_config_process fills "auto" from TrainingArguments and refuses a value that
-# differs from them (fill_match); trainer_config_finalize fills the hidden_size-based ones (fill_only)). Sizes in
-# ELEMENTS count numbers, not bytes: bytes = elements x 2 in bf16/fp16, x 4 in fp32.
+# Each meaning was read in DeepSpeed 0.19.8's config classes and the code that uses them, and in transformers'
+# integration (integrations/deepspeed.py: trainer_config_process fills "auto" from TrainingArguments and refuses a
+# value that differs; trainer_config_finalize fills the hidden_size-based ones). Sizes in ELEMENTS count numbers,
+# not bytes: bytes = elements x 2 in bf16/fp16, x 4 in fp32.
 
 
 @dataclass(frozen=True)

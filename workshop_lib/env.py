@@ -37,15 +37,12 @@ from . import gpus, variables
 from .errors import WorkshopError
 from .units import MiB
 
-# DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection would print "Setting accelerator to
-# CPU. If you have GPU or other accelerator, we were unable to detect it." as a warning in every process
-# (deepspeed/accelerator/real_accelerator.py; DS_ACCELERATOR is its documented override). A value already set wins.
+# DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection warns "Setting accelerator to CPU" in
+# every process (DS_ACCELERATOR is its documented override). A value already set wins.
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
 # DeepSpeed's JIT-built ops, one cache per environment: two environments with the same torch on one machine would
-# share torch's ~/.cache/torch_extensions/pyXY_cu and rebuild each other's ops at every switch ("its cached build is
-# from another torch installation"), each run waiting minutes on the other's lock. A value already set wins (the
-# container image's /opt/torch_extensions).
+# share ~/.cache/torch_extensions/pyXY_cu and rebuild each other's ops at every switch. A value already set wins.
 if "TORCH_EXTENSIONS_DIR" not in os.environ:
     os.environ["TORCH_EXTENSIONS_DIR"] = str(Path.home() / ".cache" / "torch_extensions" / (
         f"{Path(sys.prefix).parent.name}-{Path(sys.prefix).name.lstrip('.')}-"

@@ -157,11 +157,9 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
 
     Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
     DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
-    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib,
-    fits, estimator, activation_formula, and config (the arguments, for `explain`). "fits": the total within
-    the GPU's memory, the model states within 90% of it (`states_fit`: `workshop run` refuses more before
-    building the model), and, where given, the host states within host_memory_mib and nvme_mib within
-    95% of nvme_free_mib.
+    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib, fits,
+    estimator, activation_formula, config (for `explain`). "fits": the total within the GPU's memory, the states
+    within 90% of it (`states_fit`), the host states within host_memory_mib, nvme_mib within 95% of nvme_free_mib.
 
     Raises:
         WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
@@ -205,13 +203,8 @@ def setup(config: dict, where: bool = False) -> str:
 # stage and offloads to use for best performance": batch size 1 and gradient checkpointing first, ZeRO stages
 # next, offload last; ZeRO-Infinity's NVMe after the CPU). Each rung keeps what the rungs before it added, and
 # offload comes after more GPUs: it trades the GPU's memory for CPU Adam and PCIe copies (workshop_lessons/reference/h100/large-models:
-# Qwen3-4B trained several times faster with checkpointing alone than with ZeRO-3 + CPU offload).
-#   1. a smaller micro-batch (fewer sequences; gradient accumulation keeps the step's tokens), then activation
-#      checkpointing (about a third more FLOPs: each layer's forward pass again in the backward pass);
-#   2. ZeRO-2, then ZeRO-3, without offload: on these GPUs, then on more (`WORLDS`);
-#   3. ZeRO-2 + CPU offload (the optimizer), ZeRO-3 + CPU offload (and the parameters), then ZeRO-3 + NVMe
-#      offload: on these GPUs, then on more;
-#   4. shorter sequences (max_length halved: a change of the data) with ZeRO-3 + CPU offload on these GPUs.
+# Qwen3-4B trained several times faster with checkpointing alone than with ZeRO-3 + CPU offload). The ZeRO rungs
+# are tried on these GPUs, then on more (`WORLDS`); shorter sequences (max_length halved) change the data.
 LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3", "ZeRO-2 + CPU offload",
           "ZeRO-3 + CPU offload", "ZeRO-3 + NVMe offload", "shorter sequences"]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
@@ -370,11 +363,9 @@ def plot(est: dict, ax=None):
     return ax
 
 
-# The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest:
-# what `estimate` leaves out (allocator fragmentation and cache, cuBLAS and NCCL workspaces, ZeRO-3's gathered
-# layers): in the course's reference runs torch's peak allocated plus what lies outside its allocator reached up
-# to 1/0.88 of the estimate (stage3_offload at 16,384 tokens; tests/test_gpu_budget.py checks every run of
-# workshop_lessons/reference/h100/course/runs against this share).
+# The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest: what
+# `estimate` leaves out (fragmentation, cuBLAS and NCCL workspaces, ZeRO-3's gathered layers): in the course's
+# reference runs the real peak reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py checks every run).
 FREE_SHARE = 0.85
 
 
@@ -406,10 +397,9 @@ class Budget:
 
 def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, most: int = 32768,
                        least: int = 512) -> Budget:
-    """The largest micro-batch token budget, `most` halved down to `least` (one sequence of the recipe's
-    max_length), at which `estimate` of every setup fits `FREE_SHARE` of `free_mib`. A budget of T tokens is
-    estimated as one sequence of T tokens (activations and logits grow with the tokens in a micro-batch, not
-    with how they are split into sequences, with flash attention).
+    """The largest micro-batch token budget, `most` halved down to `least`, at which `estimate` of every setup fits
+    `FREE_SHARE` of `free_mib`, estimated as one sequence of T tokens (with flash attention, activations and logits
+    grow with a micro-batch's tokens, not with how they are split into sequences).
 
     Args:
         model: one of `MODELS`. setups: name -> estimate's keyword arguments (zero_stage, offload,

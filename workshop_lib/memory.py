@@ -1,11 +1,10 @@
 """Memory: a background sampler writing a CSV time series, its summary by phase, and the estimate of the
 model states (introduced in `01_baseline`; DeepSpeed's estimators in `02_zero_stages`).
 
-Phases, the same events in every experiment (`MemorySampler.mark`): the sampler starts before the Trainer is
-built (the model still on the CPU); "train_begin" when the first training step starts (model and engine set
-up: DeepSpeed's engine, partitions and optimizer, or the Trainer's model on the GPU); "states" right after the
-first optimizer step (what persists between steps: weights, optimizer states, kept gradient buffers);
-"train_end" after the last step. Peaks, means and minima are taken over the training window only.
+Phases, the same in every experiment (`MemorySampler.mark`): the sampler starts before the Trainer is built;
+"train_begin" when the first step starts (model and engine set up); "states" right after the first optimizer step
+(what persists between steps: weights, optimizer states, kept gradient buffers); "train_end" after the last step.
+Peaks, means and minima are taken over the training window only.
 
 Three views of GPU memory, from the outside in:
 - `gpu_used_mib`: what NVML (`pynvml`, the library behind nvidia-smi) reports as used on this rank's GPU:
@@ -66,9 +65,8 @@ class MemorySampler:
             trainer.train()
         mem.summary()  # {"gpu_peak_mib": ..., "gpu_mean_mib": ..., ...}
 
-    CSV columns: time_s (since `t0`, the perf_counter at entry), gpu_used_mib (NVML), torch_allocated_mib,
-    host_rss_mib, gpu_util_pct (NVML); GPU columns are empty without a GPU. Each row is flushed as written, so a crash keeps everything sampled so far;
-    a write that fails stops the file, not the sampling, and is raised on exit.
+    CSV columns: time_s (since `t0`, the perf_counter at entry), gpu_used_mib, torch_allocated_mib, host_rss_mib,
+    gpu_util_pct (empty without a GPU). Rows are flushed as written; a failed write stops the file and is raised on exit.
     """
 
     def __init__(self, csv_path: str | os.PathLike, interval_s: float = 0.2, device: int | None = None):

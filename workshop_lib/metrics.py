@@ -47,10 +47,9 @@ def steady_steps(step_times_s: list[float], step_tokens: list[int], compiles: li
 def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch_size: float,
                  compiles: list[int] | None = None) -> dict:
     """Throughput once warm, the one steady-state figure of every table, verdict, band and scaling efficiency:
-    the steady steps (`steady_steps`: after the warm-up of CUDA context, allocator and DeepSpeed set-up, and
-    without compilations), all their tokens over all their time. A stall in the steady part counts (the job's
-    wall time pays it), and steps not alike (ZenFlow's GPU-only and CPU-waiting steps) or not each synced with the GPU (logging_steps >
-    1) are measured as a whole. Why this figure: docs/guide.md, "One steady-state figure".
+    the steady steps (`steady_steps`: after the warm-up, without compilations), all their tokens over all their time.
+    Stalls count (the job's wall time pays them); unlike steps are measured as a whole. Why: docs/guide.md, "One
+    steady-state figure".
 
     Args:
         step_times_s: seconds per optimizer step, evaluation excluded; step_tokens: non-padding tokens in each

@@ -1,9 +1,7 @@
 """Models and tokenizers: from the hub, with random weights, or tiny (introduced in `00_setup`).
 
 Three ways to get a causal LM, one function (`load_model_and_tokenizer`):
-
-- a Hugging Face model by name or local path (what users run on a GPU): weights and tokenizer from the hub
-  or the local cache;
+- a Hugging Face model by name or local path: weights and tokenizer from the hub or its cache (`workshop download`);
 - `random_weights=True`: the published architecture (shipped in `configs/models/` for the supported models,
   so no hub is needed) with random weights: the real shape for memory and speed measurements;
 - `tiny=True`: the same family shrunk to about 0.35M parameters, for tests and CPU-only learners.
@@ -110,7 +108,7 @@ def _not_cached(model_name: str, tiny: bool = False) -> WorkshopError:
             f"`hf download {model_name} config.json` (same HF_HOME as here).")
     return WorkshopError(
         f"Model {model_name!r} is not in the Hugging Face cache, and the hub is not reachable (or HF_HUB_OFFLINE=1).",
-        f"on a machine with internet run `hf download {model_name}` (same HF_HOME as here), or pass "
+        f"on a machine with internet run `workshop download --model {model_name}` (same HF_HOME as here), or pass "
         f"--random-weights to build the published architecture with random weights (shipped for {shipped}), "
         "or --tiny.")
 
@@ -194,8 +192,7 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
                              attn_implementation: str | None = None):
     """Return (model, tokenizer, info) for fine-tuning, model in fp32 on the CPU (the Trainer moves it).
 
-    fp32, whatever the checkpoint's or config's dtype (Qwen3's says bfloat16): mixed precision keeps fp32
-    master weights. The Trainer's AMP computes in bf16/fp16; DeepSpeed casts its working copy itself.
+    fp32 whatever the checkpoint's dtype: mixed precision keeps fp32 master weights (AMP or DeepSpeed casts).
 
     Args:
         model_name: hub name or local path of a causal LM.
@@ -294,19 +291,15 @@ def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
 def compute_logits_where_labelled(model) -> None:
     """Make `model`'s loss compute vocabulary logits only at the positions that carry a label (in place).
 
-    A causal LM's forward projects every position's hidden state onto the whole vocabulary: [B, L, V]
-    16-bit logits, then an fp32 copy for the loss (transformers' `ForCausalLMLoss`): for a Qwen3-0.6B
-    micro-batch of 16,384 tokens, 16,384 x 151,936 x 6 bytes = 14.9 GB, while with the loss on the answers
-    only a few positions per question have a target (`DataStats.labelled_tokens`). Here the hidden states
-    [B, L, H] are gathered at the labelled positions first, [K, H], and only those are projected, [K, V]: the same loss, exactly (same fp32
-    upcast, same sum / num_items_in_batch or mean as `ForCausalLMLoss`), without the full logits'
-    memory and with 1 - K/(B*L) of the LM head's matmuls skipped. The idea is transformers' own
-    `logits_to_keep`, per token instead of per position.
+    A causal LM's forward projects every position onto the vocabulary: [B, L, V] 16-bit logits and an fp32 copy for
+    the loss (for a Qwen3-0.6B micro-batch of 16,384 tokens, 16,384 x 151,936 x 6 bytes = 14.9 GB), while with the
+    loss on the answers few positions have a target. Here the hidden states are gathered at the labelled positions
+    first, [K, H], and only those projected, [K, V]: the same loss exactly (as `ForCausalLMLoss`), without the full
+    logits. transformers' own `logits_to_keep`, per token instead of per position.
 
     Only a forward with `labels` changes (then `logits` holds the [K, V] rows); without labels, as in
-    `generate`, the model's own forward runs. The positions come with the batch (`labelled_positions`, made
-    on the CPU by `data.make_collator`), or are found on the GPU, which stalls the CPU until the forward
-    pass is done (measured in the lab's benchmark (lab/bench.py)). Works for any `*ForCausalLM` whose `base_model` returns
+    `generate`, the model's own forward runs. The positions come with the batch (`data.make_collator`), else are found
+    on the GPU, which stalls the CPU (lab/bench.py). Works for any `*ForCausalLM` whose `base_model` returns
     `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2)."""
     own_forward = model.forward
 

@@ -8,11 +8,9 @@ all come before anything is written.
     check_resources    the model states against the GPU's memory (`check_states_fit`, `fit`'s rule), and
                        ZeRO-Infinity's swap files against the drive (`nvme.check_nvme_space`)
 
-Will it fit? The preflight refuses only what the model states alone rule out. They are certain before a run:
-they follow from the parameter count, the ZeRO stage, the offload and the world (DeepSpeed's estimators,
-`fit.model_states`). Activations and logits depend on the batch, the sequence lengths and the attention kernel,
-and `fit.estimate` can only estimate them; a run whose states fit but whose activations do not starts, and runs
-out of memory while it trains: notebook 03c starts one on purpose.
+Will it fit? The preflight refuses only what the model states alone rule out: they are certain before a run
+(`fit.model_states`). Activations and logits depend on the batch and can only be estimated (`fit.estimate`); a run
+whose states fit but whose activations do not starts, and runs out of memory: notebook 03c starts one on purpose.
 """
 
 from __future__ import annotations

@@ -100,9 +100,8 @@ class RunResults:
     train_loss: float  # mean over all optimizer steps
     train_loss_per_epoch: list[float]
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
-    # the HF Trainer's own: optimizer steps x per_device_train_batch_size x accumulation x world_size / s, whole
-    # run; with token-budget batching it counts the rounded mean micro-batch per micro-batch (older runs: the
-    # recipe's 4, workshop_lessons/reference/h100/runs), not the questions: the tables show steady_train_samples_per_second instead
+    # the HF Trainer's own, whole run; with token-budget batching it counts the rounded mean micro-batch, not the
+    # questions: the tables show steady_train_samples_per_second instead
     train_samples_per_second: float
     eval_samples_per_second: float
     train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)
@@ -154,15 +153,11 @@ class RunResults:
     # ZeRO-Infinity (offload to nvme): MiB of swap files on this node's nvme_path when training ended, all ranks,
     # {"params": ..., "optimizer": ...} (`nvme.nvme_swap_mib`); None without NVMe offload
     nvme_swap_mib: dict | None = None
-    # rank 0's GPU: its memory as nvidia-smi prints it (NVML's total, the measure of gpu_peak_mib), and the share
-    # WORKSHOP_GPU_MEMORY_FRACTION let PyTorch's allocator use (`env.gpu_memory_fraction`); None without a GPU
-    # or a limit, and in runs made before these were recorded (`lessons.baseline.gpu_total_mib` falls back on
-    # `fit.GPUS` by the device's name)
+    # rank 0's GPU: its memory as nvidia-smi prints it, and the share WORKSHOP_GPU_MEMORY_FRACTION let PyTorch use
+    # (`env.gpu_memory_fraction`); None without a GPU or a limit, and in older runs
     gpu_total_mib: float | None = None
     gpu_memory_fraction: float | None = None
-    # every resume on another number of ranks, in order (`checkpoint.world_size_change`): the step, world size and
-    # gradient accumulation before and after (the global batch kept), whether DeepSpeed's universal checkpoint
-    # was loaded, and how the data order differs from an uninterrupted run's; [] when none
+    # every resume on another number of ranks, in order (`checkpoint.world_size_change`'s dicts); [] when none
     world_size_changes: list[dict] = field(default_factory=list)
 
 

@@ -2,19 +2,16 @@
 `01_baseline`; `run_experiment` uses it, `workshop report` reads `state`).
 
 A run directory is in one of three states:
-- finished: results.json and no RUNNING file (results.json is written atomically, then RUNNING removed);
-- unfinished: a RUNNING file (JSON: pid, host, start time, and, once it ended badly, the signal or error),
-  or logs without results.json (a run from before RUNNING files, killed);
+- finished: results.json (written atomically) and no RUNNING file;
+- unfinished: a RUNNING file (JSON: pid, host, start time, the signal or error it ended with), or logs alone;
 - empty: nothing of a run (it may hold other files, which a run leaves alone).
 
 A run owns the files it writes there (`RUN_OUTPUTS`) and nothing else: it refuses a directory holding a run unless
-`overwrite`, which removes that run's files (and no other file) before the new one starts, or `resume`, which continues
-an unfinished one from its last complete checkpoint; it always refuses one whose run is still alive on this host.
+`overwrite` (that run's files removed first) or `resume`; it always refuses one whose run is alive on this host.
 
-Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (what SLURM sends
-at a time limit, a preemption, or `--signal=USR1@N` before one) during training ask for a stop at the next
-optimizer step boundary, after a checkpoint (`RunPreempted`, exit status 75, EX_TEMPFAIL: "try again"; the
-same command with --resume continues); before training starts, they stop at once like SIGINT. A file
+Signals: SIGINT stops a run at once (`RunInterrupted`, exit status 130). SIGTERM and SIGUSR1 (SLURM's time limit,
+preemption, `--signal=USR1@N`) during training stop it at the next optimizer step, after a checkpoint
+(`RunPreempted`, exit status 75, EX_TEMPFAIL; --resume continues); before training, at once like SIGINT. A file
 OUTPUT_DIR/STOP asks for the same stop as SIGUSR1: the batch scripts create it when SLURM signals them, which
 reaches every rank on every node whatever the launcher (torchrun would die of a SIGUSR1 of its own)."""
 

@@ -1,10 +1,8 @@
 """Clean-up after a run, so that the next run starts in the same process as in a fresh one (a notebook kernel runs
 several experiments; `train.run_experiment` calls these). All of the library's in-process clean-up lives here:
 
-    restored_world          the rank variables (RANK, MASTER_PORT...) a run set for a world of one are removed
-                            when it ends: a later subprocess would take itself for a launched rank
-    release                 the Trainer's engine, optimizer and model, accelerate's and transformers' DeepSpeed
-                            state, torch.compile's caches
+    restored_world          the rank variables a run set for a world of one removed (a child would take them)
+    release                 the Trainer's engine, optimizer, model, DeepSpeed state, torch.compile's caches
     release_zero3_globals   what DeepSpeed's ZeRO-3 keeps of a finished run in module globals
     free_memory             the collector, then the CUDA cache
 

@@ -4,31 +4,22 @@
 A run is a short sequence of named stages that share one `Run` (torchtune's recipe), each a function here or
 of its concept's module:
 
-    resolve    config.resolve, model.check_model_source, rundir.check   settings filled in and validated
-    machine    preflight.check_machine                                  GPU, DeepSpeed, ops, precision, ranks
-    data       load_data, preflight.check_resources                     SQuAD rows (a bad file stops here);
-                                                                        will the model states fit the GPU,
-                                                                        the swap files the drive?
-    model      load_model                                               model, tokenizer, tokenised data
-    engine     claim, build_trainer                                     DeepSpeed's ops built, the directory
-                                                                        claimed; HF Trainer (+ DeepSpeed)
-    train      checkpoint.resume_point (with --resume),                 Trainer.train under the memory sampler,
-               train (callbacks: step log, stop, evaluation, phases)    checkpoints; from one with --resume
-    save       save_model                                               OUTPUT_DIR/model, loadable by
-                                                                        from_pretrained
-    record     record.record, rundir.finish                             results.json, atomically
-    cleanup    mark_ended (on an error), cleanup (teardown.release)     the next run in this process starts clean
+    resolve    config.resolve, model.check_model_source, rundir.check  settings filled in and validated
+    machine    preflight.check_machine                                 GPU, DeepSpeed, ops, precision, ranks
+    data       load_data, preflight.check_resources                    SQuAD rows; the states fit the GPU?
+    model      load_model                                              model, tokenizer, tokenised data
+    engine     claim, build_trainer                                    ops built, directory claimed; the Trainer
+    train      checkpoint.resume_point (--resume), train (callbacks)   Trainer.train under the memory sampler
+    save       save_model                                              OUTPUT_DIR/model (from_pretrained)
+    record     record.record, rundir.finish                            results.json, atomically
+    cleanup    mark_ended (on an error), cleanup (teardown.release)    the next run in this process starts clean
 
-Nothing is written before `engine`: bad input of any kind stops the run with a `WorkshopError` and leaves
-the output directory as it was. SIGINT stops it with `rundir.RunInterrupted`; SIGTERM and SIGUSR1 during
-training with `rundir.RunPreempted` after a checkpoint at the next step boundary; the directory is marked
-unfinished either way, and `--resume` continues it from its last complete checkpoint, on the same number of
-ranks or another (`checkpoint.world_size_change`: the global batch kept, ZeRO states through DeepSpeed's
-universal checkpoint).
+Nothing is written before `engine`: bad input stops the run with a `WorkshopError` and leaves the output
+directory as it was. Signals stop it as `rundir` says; `--resume` continues it from its last complete checkpoint,
+on the same number of ranks or another (`checkpoint.world_size_change`).
 
-The same function runs in a notebook kernel (one process: the distributed variables are set for a world
-of one, and removed when the run ends: `teardown.restored_world`), from `workshop run`, and under a launcher
-(torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results."""
+The same function runs in a notebook kernel (a world of one: `teardown.restored_world`), from `workshop run`, and
+under a launcher (torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results."""
 
 from __future__ import annotations
 
@@ -86,13 +77,10 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
             own (checkpoint manifest, batch order, comms window, step log, stop file, memory phases), called after
             them for each event.
 
-    Writes into the output directory: results.json (rank 0, last, atomically), memory.csv (time series,
-    MiB; memory.rankN.csv for other ranks), train_log.csv (one row per optimizer step and evaluation),
-    micro_batches.csv (micro_batches.rankN.csv: each micro-batch's shape and forward time, `MicroBatches`),
-    ds_config.json (DeepSpeed runs), comms.json (with comms_logger: `comms`), run_config.json (the settings, for
-    --resume), checkpoints/checkpoint-N
-    (`checkpoint`), model/ (the fine-tuned model: safetensors, config, generation config, tokenizer), and
-    RUNNING while the run is in progress.
+    Writes into the output directory (`rundir.RUN_OUTPUTS`): results.json (rank 0, last, atomically), memory.csv
+    (MiB; memory.rankN.csv), train_log.csv (per step and evaluation), micro_batches.csv (`MicroBatches`),
+    ds_config.json, comms.json (`comms`), run_config.json (for --resume), checkpoints/ (`checkpoint`), model/ (the
+    fine-tuned model), and RUNNING while the run is in progress.
 
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the

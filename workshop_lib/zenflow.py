@@ -1,23 +1,15 @@
 """ZenFlow through the HF Trainer: its own update schedule, which accelerate overrides.
 
-ZenFlow (DeepSpeed >= 0.17.5, `zero_optimization.zenflow`; DeepSpeed's tutorial "ZenFlow",
-https://www.deepspeed.ai/tutorials/zenflow/) updates the `topk_ratio` share of
-gradient columns on the GPU at every step and the rest on the CPU every `update_interval` steps, overlapped with
-the next steps' GPU work. It decides those CPU-update boundaries itself: `configure_zenflow` sets the engine's
-gradient_accumulation_steps to `update_interval`, and `engine.is_gradient_accumulation_boundary` asks
-`is_zenflow_update_boundary` - unless a boundary was set by hand.
+ZenFlow (DeepSpeed >= 0.17.5, `zero_optimization.zenflow`; https://www.deepspeed.ai/tutorials/zenflow/) updates
+the `topk_ratio` share of gradient columns on the GPU every step and the rest on the CPU every `update_interval`
+steps, overlapped with the next steps. It decides those boundaries itself (`is_zenflow_update_boundary`) unless a
+boundary was set by hand, which accelerate's `DeepSpeedEngineWrapper.backward` (1.15) does at every micro-batch:
+every step then becomes a full CPU update, and nothing overlaps (`lab/findings/h100/zenflow`). `own_update_boundaries`
+lets ZenFlow's engines decide, as DeepSpeed's own examples do, and leaves every other engine to accelerate.
 
-accelerate's `DeepSpeedEngineWrapper.backward` (1.15) sets it by hand at every micro-batch from the Trainer's
-`sync_gradients`, which with gradient_accumulation_steps 1 is always True: every step becomes a full CPU update
-as well as a selective GPU one, and nothing overlaps (`lab/findings/h100/zenflow`: slower than plain offload, in that
-configuration). `own_update_boundaries` lets ZenFlow's engines decide, as DeepSpeed's own ZenFlow examples do
-(`engine.backward(loss); engine.step()` per micro-batch), and leaves every other engine as accelerate drives it.
-
-With `overlap_step` (`ds_config.zenflow_overlap_step`: on a GPU), DeepSpeed 0.19.8's `start_optimizer_process`
-(runtime/zenflow/zenflow_utils.py) starts the CPU update's process and narrows this process's CPU affinity and
-OMP_NUM_THREADS to the other half of the cores; it undoes neither. `own_update_boundaries` stops that process and
-restores both when training ends, so a later run in the same process (a notebook kernel: 03 runs stage3 and
-stage3_offload after stage2_zenflow) gets the cores a fresh process would.
+With `overlap_step` (on a GPU), DeepSpeed 0.19.8's `start_optimizer_process` narrows this process's CPU affinity
+and OMP_NUM_THREADS to half the cores and undoes neither; `own_update_boundaries` stops its process and restores
+both when training ends, so a later run in the same process (a notebook kernel) gets the cores a fresh process would.
 """
 
 from __future__ import annotations
