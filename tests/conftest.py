@@ -3,12 +3,16 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 # No hub here: fall back to the bundled data and local tokenizers at once instead of probing the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# An empty datasets cache of the tests' own: on a machine where `workshop download` cached SQuAD, offline runs
+# would read it, and the tests expect the bundled subset
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="workshop-tests-datasets-")
 
 # Before any test module imports DeepSpeed: `workshop_lib.env` pins its accelerator where there is no GPU, which
 # DeepSpeed's own detection would announce with a warning in every worker

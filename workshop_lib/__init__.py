@@ -12,8 +12,7 @@ comms logger -> comms.json), `rundir` (output directories, signals), `checkpoint
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
 table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place), `hub` (is the Hugging Face hub
 reachable? `workshop download`). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this
-package; it imports neither. Its layers, low to high, without circles: tests/test_layers.py.
-"""
+package; it imports neither. Its layers, low to high, without circles: tests/test_layers.py."""
 
 from .errors import WorkshopError
 

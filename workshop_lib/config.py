@@ -11,8 +11,7 @@
 
 A new experiment is one record in `ds_config.EXPERIMENTS`, a new recipe one entry in `RECIPES`, a new recipe setting one
 `_recipe_opt` field of `RunConfig`; no code branches on a name.
-This module imports neither torch nor transformers at import time, so `workshop --help` stays fast.
-"""
+This module imports neither torch nor transformers at import time, so `workshop --help` stays fast."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ label -100, which the cross-entropy ignores, so the model is graded on answering
 
 Long examples: an answer is never truncated away. A sequence beyond `max_length` has its context cut to a window
 around the answer, or is dropped when even question and answer do not fit. A wrong `answer_start` is repaired to the
-nearest occurrence; an answer not in the context is dropped. Every count is reported in `DataStats`.
-"""
+nearest occurrence; an answer not in the context is dropped. Every count is reported in `DataStats`."""
 
 from __future__ import annotations
 
