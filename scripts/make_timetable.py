@@ -35,8 +35,9 @@ def exercises(path: Path) -> int:
 
 
 def run_seconds(times: dict, kind: str) -> tuple[str, dict]:
-    """The device named like `kind` in notebook_times.json ("H100", or "cpu"), and its seconds per notebook."""
-    device = next(d for d in times if kind.lower() in d.lower())
+    """The one-GPU (or CPU) device named like `kind` in notebook_times.json ("H100", or "cpu"), and its seconds
+    per notebook; machines of several GPUs ("2 x ...") have a line of their own under the table."""
+    device = next(d for d in times if kind.lower() in d.lower() and not re.match(r"\d+ x ", d))
     return device, {nb: t["seconds"] for nb, t in times[device].items() if t["returncode"] == 0}
 
 

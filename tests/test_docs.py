@@ -252,10 +252,49 @@ def test_run_order_readme_states_its_runs():
 
 
 def test_two_h100_reference_readme_states_its_runs():
-    """workshop_lessons/reference/h100/x2-2026-11-27 (notebook 04's reference): each figure of its README from its runs."""
+    """workshop_lessons/reference/h100/x2-2026-11-27b (notebook 04's reference, ZeRO-3 prefetching 5e7 elements):
+    each figure of its README from its runs, and notebook 04's time on that machine from notebook_times.json."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
     d = multi_gpu.REFERENCE
+    text = (d / "README.md").read_text()
+    times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
+    assert f"**{times['2 x NVIDIA H100 80GB HBM3']['04_multi_gpu']['seconds']:.0f} s**" in text
+    for part in ("runs", "repeat"):
+        st = scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"])
+        tps = st["steady tokens/s"]
+        if part == "runs":
+            for e in ("stage2", "stage3"):
+                assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+        else:
+            assert f"gives {st.at[('stage3', 2), 'scaling efficiency']}" in text
+            assert f"({tps[('stage3', 1)]:,.0f} and {tps[('stage3', 2)]:,.0f} tokens/s)" in text
+        waits = multi_gpu.stragglers(d / part / "stage3-2")
+        steady = waits.steps.loc[waits.steady_from:].nlargest(3, "waited_ms")
+        assert (steady["length_0"] - steady["length_1"]).abs().max() <= 16
+    assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
+    assert f"waited {multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f} ms a step" in text
+    assert (f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms here and "
+            f"{multi_gpu.stragglers(d / 'repeat' / 'stage3-2').mean_waited_ms:.1f} ms in the repeat") in text
+
+    def medians(run):
+        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
+        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
+        log = pd.read_csv(d / "runs" / run / "train_log.csv").dropna(subset=["step_time_s"])
+        return mb[mb["step"] > warm]["forward_ms"].median(), log["step_time_s"].iloc[warm:].median()
+    (f1, s1), (f2, s2) = medians("stage3-1"), medians("stage3-2")
+    assert f"from {f1:.1f} ms to {f2:.1f} ms" in text and f"from {s1:.3f} s to {s2:.3f} s" in text
+    assert {json.loads(p.read_text())["device"] for p in d.glob("*/*/results.json")} == {"NVIDIA H100 80GB HBM3"}
+    assert {json.loads(p.read_text())["zero_optimization"]["stage3_prefetch_bucket_size"]
+            for p in d.glob("*/stage3-*/ds_config.json")} == {50_000_000}
+
+
+def test_earlier_two_h100_reference_readme_states_its_runs():
+    """workshop_lessons/reference/h100/x2-2026-11-27 (history: HF's "auto" ZeRO-3 prefetch): each figure of its
+    README from its runs."""
+    import workshop_lessons as lessons
+    from workshop_lessons import multi_gpu
+    d = multi_gpu.REFERENCE.parent / "x2-2026-11-27"
     text = (d / "README.md").read_text()
     st = scaling_table(load_results(d / "runs")).set_index(["experiment", "GPUs"])
     tps = st["steady tokens/s"]

@@ -52,7 +52,7 @@ def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[s
 
 
 # Notebook 04's reference: its scaling runs on 2 H100s of one host, runs/ and repeat/ (README.md there)
-REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-27"
+REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-27b"
 
 # Exercise 7's A/B (`scripts/two_gpu_reference.py --ab-only`): ZeRO-2 on 2 GPUs with 10x smaller gradient buckets
 # and with the recipe's, one pair per call on two machines, runs/ and repeat/ (README.md there)
