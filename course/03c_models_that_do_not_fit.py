@@ -15,7 +15,8 @@
 # - see a model that does not fit fail, through the workshop's own out-of-memory message, and read that message;
 # - pick the change that makes it fit in the order practitioners try them: a smaller micro-batch and activation
 #   checkpointing first, then ZeRO stages and more GPUs, offload last (`fit.smallest_fix`);
-# - train the same model with ZeRO-3 and CPU offload, see what offload costs against checkpointing, and what
+# - train the same model, a few steps each, on the first rung that fits (activation checkpointing) and with ZeRO-3
+#   and CPU offload, measure what offload costs against checkpointing on your machine, and see what
 #   NVMe offload (ZeRO-Infinity) changes: a drive large enough for the swap files, pinned host buffers, slower
 #   steps (after checking that DeepSpeed's `async_io` op builds: libaio);
 #
@@ -133,20 +134,22 @@ if cache:
 # ## The first rung that fits, and ZeRO-3 + CPU offload
 # The estimate above names the smallest change. Where it is activation checkpointing, the model fits one GPU
 # without any ZeRO: each layer's activations are recomputed in the backward pass (about a third more FLOPs)
-# instead of kept. The reference machine ran both that and ZeRO-3 + CPU offload on the same model:
+# instead of kept. Both that rung and ZeRO-3 + CPU offload train here, a few steps each, with the same model and
+# micro-batches, so that the ratio of their speeds is your machine's (on a CPU after a warm-up, as in 00_setup).
 
 # %%
-fix = fit.smallest_fix(baseline_est)
+fix = fit.fix_on_these_gpus(baseline_est)
 print(f"smallest change that fits {BIG} on one {GPU_KEY}: {fix['change'] if fix else 'none'}")
-rung = large_models.checkpointing_against_offload()  # None without the reference runs (workshop_lessons/reference)
+rung = large_models.checkpointing_rung(baseline_est)  # that change as a run; None where it offloads
+lessons.warm_up("03c_models_that_do_not_fit", RUNS, experiments=[rung.experiment, "stage3_offload"] if rung
+                else ["stage3_offload"], **LARGE)  # only without a GPU
 if rung:
-    t = rung.tokens_per_second
-    print(f"reference, {rung.model} on one H100: the baseline with activation checkpointing {t.value:,.0f} "
-          f"tokens/s, ZeRO-3 + CPU offload {t.other:,.0f} tokens/s ({t.ratio:.1f}x; {t.band_text}, one run each).")
+    run_experiment(RunConfig(rung.experiment, output_dir=f"{RUNS}/{rung.name}", overwrite=True,
+                             **dict(LARGE, activation_checkpointing=True)))
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
-# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
+# (exercise 4 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
 # offloaded: the GPU keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The
 # host's memory after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
@@ -155,6 +158,15 @@ offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/sta
 df = results.load_results([f"{RUNS}/stage3_offload"])
 display(df[["model", "num_params", "steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib",
             "estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib"]])
+
+# %% [markdown]
+# Your two rungs, and the reference machine's (its model on one H100): steady tokens/s of each, their ratio, and
+# the verdict against the band of steady tokens/s on that machine.
+
+# %%
+mine = large_models.rung_against_offload(f"{RUNS}/{rung.name}", f"{RUNS}/stage3_offload") if rung else None
+ref_rung = large_models.checkpointing_against_offload()  # None without the reference runs (workshop_lessons/reference)
+display(large_models.rung_ratios(mine, ref_rung))
 
 # %% [markdown]
 # ## NVMe offload (ZeRO-Infinity)
@@ -229,10 +241,14 @@ large_models.exercise_table(offload_run, nvme_run)
 #    how does that compare with DeepSpeed's estimate (18 bytes per parameter, x 1.5 buffer factor)?
 
 # %% [markdown] tags=["exercise"]
-# 2. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
+# 2. How many times faster than ZeRO-3 + CPU offload did the rung with activation checkpointing train on your
+#    machine, and on the reference H100? Is your ratio the reference's, within the noise?
 
 # %% [markdown] tags=["exercise"]
-# 3. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
+# 3. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
+
+# %% [markdown] tags=["exercise"]
+# 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
 #    128 GiB of host memory? Compare with the reference runs in workshop_lessons/reference/h100/large-models and
 #    workshop_lessons/reference/h200/large-models-x2.
 
@@ -245,6 +261,7 @@ large_models.exercise_table(offload_run, nvme_run)
 #   drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes the states
 #   every step (the reference's figures above).
 # - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
-#   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe.
+#   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe. What offload costs against
+#   checkpointing is a ratio you measured on your machine, beside the reference's.
 # - An out-of-memory message says what was asked for, what the GPU held and what PyTorch only cached: enough to
 #   tell a model too big from fragmentation. `03d_failure_drills` drills two more failures.

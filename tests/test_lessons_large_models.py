@@ -1,11 +1,16 @@
 """Notebook 03c's reference table and choices, read from the committed GPU runs (workshop_lessons/reference/h100/large-models,
 workshop_lessons/reference/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
 
+import json
+from dataclasses import replace
+
 import pytest
 
+from workshop_lessons import band
 from workshop_lessons import large_models as lm
+from workshop_lessons.baseline import speed_band
 from workshop_lib.errors import WorkshopError
-from workshop_lib.fit import FREE_SHARE, GPUS, check_fits, estimate
+from workshop_lib.fit import FREE_SHARE, GPUS, check_fits, estimate, fix_on_these_gpus
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
 X2 = lm.REFERENCES["two H200 141GB, 256 GiB host"]
@@ -31,8 +36,6 @@ def test_each_reference_run_says_how_it_ended():
 def test_host_memory_is_compared_per_node_like_the_estimate():
     """Two ranks on one node: the table's host memory is both ranks' peaks summed (each process holds its own
     partition of the offloaded states), as DeepSpeed's host estimate is per node; one rank: its own."""
-    import json
-
     x2 = lm.reference_runs(X2).set_index("experiment")
     r = json.loads((X2 / "runs" / "Qwen3-8B-stage3_offload" / "results.json").read_text())
     ranks = r["per_rank_memory"]
@@ -50,8 +53,6 @@ def test_host_memory_is_compared_per_node_like_the_estimate():
 def test_reserved_but_unallocated_in_the_reference():
     """03c's example of the caching allocator: Qwen3-4B ZeRO-3 + CPU offload on the H100, whose NVML peak is far
     above the estimate while PyTorch's live tensors stayed near it; the difference is reserved, unallocated."""
-    import json
-
     a = lm.allocator_cache()
     r = json.loads((H100 / "runs" / "Qwen3-4B-stage3_offload" / "results.json").read_text())
     assert (a.model, a.allocated_mib, a.reserved_mib, a.nvml_mib) == (
@@ -135,7 +136,6 @@ def test_the_nvme_verdict_counts_the_drive():
 def test_cpu_and_nvme_offload_compared_from_one_call():
     """The same steady figures as results.json where the run wrote one; the NVMe run that the call's time limit
     stopped in its final evaluation keeps all its training steps."""
-    import json
 
     df = lm.offload_comparison().set_index("experiment")
     assert list(df["training steps"]) == [5, 5] and not df.at["stage3_nvme", "results.json"]
@@ -190,11 +190,64 @@ def test_host_states_and_nvme_against_cpu_from_results():
 
 def test_checkpointing_against_offload_in_the_reference():
     """The ladder's first rung for Qwen3-4B on one H100 (activation checkpointing) against ZeRO-3 + CPU offload,
-    both trained by the reference: checkpointing was the faster by several times."""
+    both trained by the reference: checkpointing was the faster by several times (its blocks compiled, offload's
+    not: the table says so, and a learner's uncompiled pair is not compared with it within a band)."""
     r = lm.checkpointing_against_offload()
     df = lm.reference_runs(H100).set_index(["model", "experiment", "activation checkpointing"])
-    assert r.model == "Qwen/Qwen3-4B"
+    assert r.model == "Qwen/Qwen3-4B" and not r.tiny and r.device.startswith("NVIDIA H100")
+    assert r.rung == "HF Trainer (torch AdamW) + activation checkpointing" and r.torch_compile == (True, False)
     assert (r.tokens_per_second.value, r.tokens_per_second.other) == (
         df.loc[("Qwen/Qwen3-4B", "baseline", True), "steady tokens/s"],
         df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "steady tokens/s"])
+    assert r.tokens_per_second.band == band("steady_train_tokens_per_second")  # a GPU run's band
     assert r.tokens_per_second.verdict == "higher" and r.tokens_per_second.ratio > 3
+    # against itself: like for like, within twice the band; against an uncompiled pair: no band, a plain verdict
+    same = lm.ratio_against_reference(r, r)
+    assert same.ratio == 1 and same.verdict == "within the band" and same.band == 2 * r.tokens_per_second.band
+    uncompiled = replace(r, torch_compile=(False, False))
+    assert not lm.like_for_like(uncompiled, r) and lm.ratio_against_reference(uncompiled, r).band is None
+    t = lm.rung_ratios(None, r)
+    assert list(t["measured"]) == [f"reference ({lm.H100})"] and t["rung / offload"].iloc[0] == round(r.tokens_per_second.ratio, 2)
+
+
+def test_the_rung_trained_beside_offload_is_the_first_change_that_fits_these_gpus():
+    """03c trains the first rung that fits its model on the GPU at hand where that rung is activation checkpointing
+    without offload (the H100 reference's, an H200's, and a laptop's, which takes the reference machine's), and
+    none where the first rung that fits these GPUs offloads."""
+    for gpu_mib, host_mib in ((GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB), (GPUS["H200 141GB"], 128 * 1024),
+                              (None, 16 * 1024)):
+        c = lm.pick_model(gpu_mib, host_mib)
+        est = estimate(c.model, None, "none", max_length=c.max_tokens, gpu=lm.nearest_gpu(c.gpu_mib),
+                       host_memory_mib=c.host_mib)
+        rung = lm.checkpointing_rung(est)
+        assert (rung.experiment, rung.name) == ("baseline", "baseline_ac")
+        assert rung.change == fix_on_these_gpus(est)["change"] == "HF Trainer (torch AdamW) + activation checkpointing"
+    # Qwen3-8B on one H100: nothing without offload fits one GPU, so no rung to train beside offload
+    assert lm.checkpointing_rung(estimate("Qwen/Qwen3-8B", None, "none", max_length=8192, gpu="H100 80GB")) is None
+
+
+def test_both_rungs_trained_here_give_the_ratio_from_their_results(tiny_runs, tmp_path, run_cli):
+    """03c's two runs on this machine with the tiny model, as the notebook makes them without a GPU: the rung
+    `checkpointing_rung` picks (baseline + activation checkpointing) and ZeRO-3 + CPU offload, same micro-batches,
+    a few steps each. The ratio is the two results.json's steady tokens/s, with this machine's band."""
+    rung = lm.checkpointing_rung(estimate("Qwen/Qwen3-4B", None, "none", max_length=8192, gpu="H100 80GB"))
+    ac, off = tmp_path / rung.name, tiny_runs / "stage3_offload"
+    run_cli("run", rung.experiment, "--tiny", "--activation-checkpointing", "true", "--output-dir", ac)
+    a, b = (json.loads((d / "results.json").read_text()) for d in (ac, off))
+    assert a["config"]["activation_checkpointing"] and a["global_steps"] == b["global_steps"]
+    r = lm.rung_against_offload(ac, off)
+    t = r.tokens_per_second
+    assert (t.value, t.other) == (a["steady_train_tokens_per_second"], b["steady_train_tokens_per_second"])
+    assert t.ratio == a["steady_train_tokens_per_second"] / b["steady_train_tokens_per_second"]
+    assert t.band == speed_band(a) and r.tiny and r.device == a["device"]
+    assert r.rung == rung.change and r.torch_compile == (a["config"]["torch_compile"], b["config"]["torch_compile"])
+    # beside the H100 reference: another model and machine, so no band, whatever the two ratios
+    v = lm.ratio_against_reference(r, lm.checkpointing_against_offload())
+    assert v.band is None and v.ratio == t.ratio / lm.checkpointing_against_offload().tokens_per_second.ratio
+    assert list(lm.rung_ratios(r, None)["rung / offload"]) == [round(t.ratio, 2)]
+    # a pair of runs with other micro-batches is refused, not compared
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps(b | {"config": b["config"] | {"max_tokens_per_micro_batch": 1}}))
+    with pytest.raises(WorkshopError, match="different models or micro-batches"):
+        lm.rung_against_offload(ac, other)

@@ -311,13 +311,15 @@ class _Held(io.StringIO):
         return super().write(text)
 
 
-def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None, **common) -> float:
+def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None,
+            experiments: list[str] | None = None, **common) -> float:
     """Without a GPU, short runs (`WARM_UP_STEPS` optimizer steps, `steps` if given) of each experiment of
-    `notebook`'s runs (`COURSE_RUNS`), made before those the notebook measures and thrown away (into
-    runs_dir/warm-up, removed afterwards, their output shown only if one fails): on a CPU each run is faster than
-    the one before, so without it the run order decided the ranking (scripts/cpu_run_order.py:
-    workshop_lessons/reference/cpu/run_order.md). On a GPU nothing: a process's first run measures as its later
-    ones (scripts/run_order.py: docs/h100/run-order). Prints one line; returns the seconds it took.
+    `notebook`'s runs (`COURSE_RUNS`; `experiments` instead, where given: 03c), made before those the notebook
+    measures and thrown away (into runs_dir/warm-up, removed afterwards, their output shown only if one fails):
+    on a CPU each run is faster than the one before, so without it the run order decided the ranking
+    (scripts/cpu_run_order.py: workshop_lessons/reference/cpu/run_order.md). On a GPU nothing: a process's first
+    run measures as its later ones (scripts/run_order.py: docs/h100/run-order). Prints one line; returns the
+    seconds it took.
 
     Raises:
         WorkshopError: a warm-up run failed (its output is printed first).
@@ -326,7 +328,7 @@ def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None
         print("No warm-up run on a GPU: a process's first run measures as its later ones (docs/h100/run-order).")
         return 0.0
     out, t0 = Path(runs_dir) / "warm-up", time.perf_counter()
-    for e in dict.fromkeys(e for e, _ in COURSE_RUNS[notebook].values()):
+    for e in dict.fromkeys(experiments or [e for e, _ in COURSE_RUNS[notebook].values()]):
         cfg = RunConfig(e, output_dir=str(out / e), **common | {"max_steps": steps or WARM_UP_STEPS})
         held = _Held(sys.stdout)
         try:

@@ -1,7 +1,9 @@
 """Notebook 03c's reference runs and figures: models that do not fit (`scripts/large_models.sh` on one H100 and
 on two H200s, committed under workshop_lessons/reference), each run's outcome read from its directory and log,
-with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`), and the records the solution
-notebook writes its answers from (`host_states`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
+with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`, and the rung
+with activation checkpointing against ZeRO-3 + CPU offload, both trained here: `checkpointing_rung`, `rung_ratios`),
+and the records the solution notebook writes its answers from (`host_states`, `rung_against_offload`,
+`ratio_against_reference`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
 
     python -m workshop_lessons.large_models     # rewrites reference/*/large-models*/table.md from the runs
 """
@@ -30,6 +32,7 @@ from workshop_lib.results import title
 from workshop_lib.units import MiB
 
 from . import REFERENCE, Comparison, compare, notebook_run_options
+from .baseline import compare_speed
 
 REFERENCES = {"one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",
               "two H200 141GB, 256 GiB host": REFERENCE / "h200" / "large-models-x2"}
@@ -424,30 +427,111 @@ H100 = "one H100 80GB, 128 GiB host"
 
 
 @dataclass(frozen=True)
+class CheckpointingRung:
+    """The rung notebook 03c trains beside ZeRO-3 + CPU offload: the first change up the ladder that fits the model
+    on the GPUs at hand (`fit.fix_on_these_gpus`), where that change is activation checkpointing without offload,
+    the model and micro-batch unchanged; as a run, `experiment` (its ZeRO stage: baseline, stage2 or stage3) with
+    activation checkpointing, written to the folder `name`."""
+
+    experiment: str
+    change: str  # fit's words for the rung, e.g. "HF Trainer (torch AdamW) + activation checkpointing"
+
+    @property
+    def name(self) -> str:
+        return f"{self.experiment}_ac"
+
+
+def checkpointing_rung(est: dict) -> CheckpointingRung | None:
+    """`CheckpointingRung` of `fit.estimate`'s `est` (a run that does not fit); None where the first rung that fits
+    these GPUs offloads, or changes the model or the micro-batch: no faster rung of the same run to train."""
+    fix = fit.fix_on_these_gpus(est)
+    if fix is None:
+        return None
+    c, base = fix["config"], est["config"]
+    if (not c["activation_checkpointing"] or c["offload"] != "none"
+            or any(c[k] != base[k] for k in ("model", "train_micro_batch_size_per_gpu", "max_length"))):
+        return None
+    setup = {"zero_stage": c["zero_stage"], "offload": "none"}
+    return CheckpointingRung(next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay),
+                             fix["change"])
+
+
+@dataclass(frozen=True)
 class RungAgainstOffload:
-    """The reference machine's model trained two ways on one GPU: the baseline with activation checkpointing
-    (the ladder's first rung that fits it) against ZeRO-3 + CPU offload, steady tokens/s (`Comparison`, value =
-    checkpointing, other = offload; no band: one run each)."""
+    """One model trained two ways on one GPU (the tiny model on a CPU) with the same micro-batches: a rung with
+    activation checkpointing and no offload (`checkpointing_rung`) against ZeRO-3 + CPU offload, steady tokens/s
+    from each run's results.json (`Comparison`, value = checkpointing, other = offload, with the band of steady
+    tokens/s on the runs' machine: `baseline.speed_band`)."""
 
     model: str
+    tiny: bool
+    device: str  # results.json's, e.g. "NVIDIA H100 80GB HBM3"
+    rung: str  # the checkpointing run's setup in words (`fit.setup`)
     tokens_per_second: Comparison
+    torch_compile: tuple[bool, bool]  # whether each run compiled its blocks: (checkpointing, offload)
+
+
+def rung_against_offload(rung_dir: str | Path, offload_dir: str | Path) -> RungAgainstOffload:
+    """`RungAgainstOffload` of two finished runs: `rung_dir` (activation checkpointing, no offload) and
+    `offload_dir` (ZeRO-3 + CPU offload), each read from its results.json.
+
+    Raises:
+        WorkshopError: the two runs trained different models or micro-batches (their ratio would compare those).
+    """
+    ac, off = (json.loads((Path(d) / "results.json").read_text()) for d in (rung_dir, offload_dir))
+    same = ("max_tokens_per_micro_batch", "train_micro_batch_size_per_gpu")
+    if ac["model"] != off["model"] or any(ac["config"][k] != off["config"][k] for k in same):
+        raise WorkshopError(f"{rung_dir} and {offload_dir} trained different models or micro-batches.",
+                            "run both with the same model and micro-batch settings.")
+    e = EXPERIMENTS[ac["config"]["experiment"]]
+    words = fit.setup({"zero_stage": e.zero_stage, "offload": e.offload_optimizer, "nodes": 1, "gpus_per_node": 1,
+                       "activation_checkpointing": ac["config"]["activation_checkpointing"]})
+    return RungAgainstOffload(ac["model"], _tiny(ac), ac["device"], words, compare_speed(ac, off),
+                              (bool(ac["config"]["torch_compile"]), bool(off["config"]["torch_compile"])))
 
 
 def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffload | None:
-    """`RungAgainstOffload` for the largest model that `machine`'s references (default the H100's) trained both
-    as the baseline with activation checkpointing and with ZeRO-3 + CPU offload; None where none did."""
-    df = reference_runs(REFERENCES[machine or H100])
-    if df.empty:
-        return None
-    done = df[(df["outcome"] == "trained") & (df["GPUs"] == 1)]
-    ac = done[(done["experiment"] == "baseline") & done["activation checkpointing"]].set_index("model")
-    off = done[done["experiment"] == "stage3_offload"].set_index("model")
-    both = sorted(set(ac.index) & set(off.index), key=lambda m: model_shape(m)["num_params"])
-    if not both:
-        return None
-    m = both[-1]
-    tps = "steady_train_tokens_per_second"
-    return RungAgainstOffload(m, compare(tps, ac.at[m, title(tps)], off.at[m, title(tps)], noise=None))
+    """`rung_against_offload` of the largest model that `machine`'s references (default the H100's) trained on one
+    GPU both with activation checkpointing and no offload, and with ZeRO-3 + CPU offload; None where none did."""
+    runs = {}  # (model, experiment, activation checkpointing) -> the run's folder, trained runs on one GPU
+    for f in sorted((REFERENCES[machine or H100] / "runs").glob("*/results.json")):
+        r = json.loads(f.read_text())
+        if r["world_size"] == 1:
+            runs[r["model"], r["experiment"], bool(r["config"]["activation_checkpointing"])] = f.parent
+    ac = {m: d for (m, e, c), d in runs.items() if c and EXPERIMENTS[e].offload_optimizer == "none"}
+    off = {m: d for (m, e, c), d in runs.items() if e == "stage3_offload" and not c}
+    both = sorted(set(ac) & set(off), key=lambda m: model_shape(m)["num_params"])
+    return rung_against_offload(ac[both[-1]], off[both[-1]]) if both else None
+
+
+def rung_ratios(mine: RungAgainstOffload | None, ref: RungAgainstOffload | None) -> pd.DataFrame:
+    """The learner's checkpointing rung against ZeRO-3 + CPU offload beside the reference's: one row each, with
+    the model, device, both steady tokens/s, their ratio (checkpointing / offload) and its verdict with the band."""
+    rows = []
+    for who, r in (("yours", mine), (f"reference ({H100})", ref)):
+        if r is None:
+            continue
+        t = r.tokens_per_second
+        rows.append({"measured": who, "model": r.model, "device": r.device, "rung": r.rung, "rung tokens/s": t.value,
+                     "ZeRO-3 + CPU offload tokens/s": t.other, "rung / offload": round(t.ratio, 2),
+                     "compiled (rung, offload)": ", ".join("yes" if c else "no" for c in r.torch_compile),
+                     "verdict": f"{t.verdict} ({t.band_text})"})
+    return pd.DataFrame(rows)
+
+
+def like_for_like(mine: RungAgainstOffload, ref: RungAgainstOffload) -> bool:
+    """The same model on the same GPU, each run compiled (or not) as the other's counterpart."""
+    return (mine.model, mine.device, mine.torch_compile) == (ref.model, ref.device, ref.torch_compile)
+
+
+def ratio_against_reference(mine: RungAgainstOffload, ref: RungAgainstOffload) -> Comparison:
+    """The learner's ratio (rung / offload tokens/s) against the reference's, unit "x". The band, only where
+    both trained the same model on the same GPU, compiled alike (`like_for_like`; else the difference is the
+    setup's, not noise): twice the band of one figure, as a ratio of two figures each within +-b is within
+    about +-2b."""
+    b = mine.tokens_per_second.band
+    return compare("rung / offload tokens/s", mine.tokens_per_second.ratio, ref.tokens_per_second.ratio, unit="x",
+                   noise=2 * b if like_for_like(mine, ref) and b is not None else None)
 
 
 @dataclass(frozen=True)
