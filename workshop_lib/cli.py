@@ -133,18 +133,18 @@ def beside_runs(dirs: list[str]) -> Path:
 
 def download(a: argparse.Namespace) -> int:
     """`workshop download`: `hub.download`, then `hub.check_offline_run` for each model."""
+    from . import hub
     from .config import recipe_settings
-    from .hub import check_offline_run, download
 
     recipes = a.recipe or ["default"]
     models = {m: recipes[0] for m in a.model or []}  # each model with the recipe its offline check runs
     for r in [] if a.model else recipes:
         models.setdefault(recipe_settings(r)["model"], r)
-    for what, where, mib in download(list(models)):
+    for what, where, mib in hub.download(list(models)):
         print(f"fetched {what}: {mib:,.1f} MiB in {where}")
     for model, recipe in ([] if a.no_check else models.items()):
         print(f"checking that `workshop run` of {model} starts offline (HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1)...")
-        check_offline_run(model, recipe)
+        hub.check_offline_run(model, recipe)
         print("ok: it loaded the model, the tokenizer and SQuAD from the caches and trained a step")
     return 0
 
