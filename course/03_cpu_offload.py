@@ -38,7 +38,7 @@ display(Markdown(lessons.header("03_cpu_offload")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
-ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
+ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
 
 # %% [markdown] tags=["exercise"]
 # **Predict first.** How many bytes per parameter of model states will each run leave on the GPU? Write them in
@@ -106,40 +106,9 @@ if MINE:
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 
 # %% [markdown]
-# ## ZenFlow: offload that does not wait for the CPU
-#
-# Plain offload makes every step wait for the CPU's Adam step and the PCIe copies. ZenFlow (DeepSpeed tutorial
-# "ZenFlow"; `stage2_zenflow` ran above beside `stage2_offload`) splits the update: every step the GPU updates the
-# `topk_ratio` share of gradient columns with the largest norms, their Adam states kept on the GPU. The other
-# columns' gradients accumulate and go to the CPU's Adam every `update_interval` steps, with `overlap_step` (CUDA
-# only) in a process of its own while the GPU goes on. The price: most weights are updated a few steps late, not
-# exact Adam.
-#
-# Check first that both runs trained the same model: step 1's loss comes from the same batch before any update, so
-# it must agree. DeepSpeed 0.19.8's ZenFlow permutes the model's weights when its engine starts
-# (`scripts/zenflow_init_check.py`); a loss difference then measures that defect, not the staleness. ZenFlow's
-# steps are not alike; its speed, like every steady figure, counts them all (`lesson.window_tokens_per_second`).
-
-# %%
-print("ZenFlow's settings (ds_config.json):",
-      json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
-z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
-lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
-                  "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
-print(f"tokens/s over steps {z.window[0]}-{z.window[1]}, ZenFlow against plain offload: {z.speed.ratio_text}")
-print(f"step 1's loss, before any update: ZenFlow {z.first_loss[0]:.4f}, plain offload {z.first_loss[1]:.4f} "
-      f"({'the same model' if z.same_start else 'not the same model'})")
-print(f"mean train loss over the last {z.last} steps, ZenFlow - plain offload: {z.loss.difference_text}")
-if z.gpu_peak:
-    print(f"torch peak allocated GPU memory, ZenFlow against plain offload: {z.gpu_peak.ratio_text}")
-print(f"host peak RSS of the training process, ZenFlow against plain offload: {z.host_peak.ratio_text}")
-
-# %% [markdown] tags=["exercise"]
-# 5. What did ZenFlow buy here, and what did it cost? Answer from the figures above: speed, loss, and memory.
-
-# %% [markdown]
 # ## Summary
 # - Offload frees the model states on the GPU, not what the steps add; the host holds at least 12 more bytes per
 #   parameter, and each step waits for the CPU.
-# - Use it when the model states do not fit otherwise. ZenFlow's stale updates must be measured against plain
-#   offload, from the same starting model.
+# - Use it when the model states do not fit otherwise.
+# - Appendix `03e_zenflow` (optional): ZenFlow, offload that does not wait for the CPU, and a DeepSpeed defect it
+#   shows.

@@ -1,8 +1,12 @@
-"""Does DeepSpeed's ZenFlow change the model at engine start? A minimal reproducer, on the CPU (issue 26).
+"""Does DeepSpeed's ZenFlow change the model at engine start? A minimal reproducer, on the CPU (issue 26), to report
+upstream (https://github.com/deepspeedai/DeepSpeed/issues; notebook 03e says what to attach).
 
 The tiny Qwen3 (fp32, random weights, seed 0) goes through `deepspeed.initialize` with the workshop's ZeRO-2 + CPU
 offload config, without and with ZenFlow (`ds_config.ZENFLOW`); before any step, each weight the engine's module
-holds is compared with the weight it was given, and the loss of one batch is printed. Usage:
+holds is compared with the weight it was given (W), and the loss of one batch is printed. DeepSpeed 0.19.7 and
+0.19.8 hand back each 2-D weight as `W.T.reshape(shape)`: `_update_model_bit16_weights`
+(deepspeed/runtime/zero/stage_1_and_2.py, line 894 in 0.19.8) views ZenFlow's column-major flat buffer with
+`narrow(...).view(shape)` instead of ZenFlow's transposing `unflatten`. Usage:
 
     python scripts/zenflow_init_check.py > lab/findings/h100/zenflow/init_check.txt
 """
@@ -19,6 +23,7 @@ from workshop_lib.model import load_model_and_tokenizer
 
 def main():
     env.ensure_distributed_env()
+    print(f"deepspeed {deepspeed.__version__}, torch {torch.__version__}")
     x = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(1))
     for zenflow in (False, True):
         torch.manual_seed(0)
@@ -36,8 +41,8 @@ def main():
         for k in changed:
             a, b = before[k].float(), after[k].float()
             permuted = torch.equal(a.flatten().sort().values, b.flatten().sort().values)
-            transposed = a.dim() == 2 and a.shape[0] == a.shape[1] and torch.equal(a.t(), b)
-            print(f"  {k} {tuple(a.shape)}: same values permuted {permuted}, transposed {transposed}")
+            scrambled = a.dim() == 2 and torch.equal(a.t().reshape(a.shape), b)  # the flat buffer's column-major order
+            print(f"  {k} {tuple(a.shape)}: same values permuted {permuted}, equal to W.T.reshape(shape) {scrambled}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ display(Markdown(lessons.header("03_cpu_offload")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
-ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage2_zenflow, stage3, stage3_offload
+ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
 
 # %% [markdown] tags=["exercise"]
 # **Predict first.** How many bytes per parameter of model states will each run leave on the GPU? Write them in
@@ -49,7 +49,7 @@ MY_BYTES_PER_PARAM = {name: None for name in ORDER}
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.memory import zero_bytes_per_param
 
-# The 16Ψ arithmetic on one GPU, without what each run offloads (ZenFlow offloads as stage2_offload does)
+# The 16Ψ arithmetic on one GPU, without what each run offloads
 MY_BYTES_PER_PARAM = {n: zero_bytes_per_param(EXPERIMENTS[n].zero_stage, 1, EXPERIMENTS[n].offload_optimizer != "none",
                                               EXPERIMENTS[n].offload_param != "none") for n in ORDER}
 
@@ -169,64 +169,9 @@ if not torch.cuda.is_available():
     print("Without a GPU nothing crosses PCIe: pinning has nothing to speed up, and the CPU's figures show the noise.")
 
 # %% [markdown]
-# ## ZenFlow: offload that does not wait for the CPU
-#
-# Plain offload makes every step wait for the CPU's Adam step and the PCIe copies. ZenFlow (DeepSpeed tutorial
-# "ZenFlow"; `stage2_zenflow` ran above beside `stage2_offload`) splits the update: every step the GPU updates the
-# `topk_ratio` share of gradient columns with the largest norms, their Adam states kept on the GPU. The other
-# columns' gradients accumulate and go to the CPU's Adam every `update_interval` steps, with `overlap_step` (CUDA
-# only) in a process of its own while the GPU goes on. The price: most weights are updated a few steps late, not
-# exact Adam.
-#
-# Check first that both runs trained the same model: step 1's loss comes from the same batch before any update, so
-# it must agree. DeepSpeed 0.19.8's ZenFlow permutes the model's weights when its engine starts
-# (`scripts/zenflow_init_check.py`); a loss difference then measures that defect, not the staleness. ZenFlow's
-# steps are not alike; its speed, like every steady figure, counts them all (`lesson.window_tokens_per_second`).
-
-# %%
-print("ZenFlow's settings (ds_config.json):",
-      json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
-z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
-lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
-                  "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
-print(f"tokens/s over steps {z.window[0]}-{z.window[1]}, ZenFlow against plain offload: {z.speed.ratio_text}")
-print(f"step 1's loss, before any update: ZenFlow {z.first_loss[0]:.4f}, plain offload {z.first_loss[1]:.4f} "
-      f"({'the same model' if z.same_start else 'not the same model'})")
-print(f"mean train loss over the last {z.last} steps, ZenFlow - plain offload: {z.loss.difference_text}")
-if z.gpu_peak:
-    print(f"torch peak allocated GPU memory, ZenFlow against plain offload: {z.gpu_peak.ratio_text}")
-print(f"host peak RSS of the training process, ZenFlow against plain offload: {z.host_peak.ratio_text}")
-
-# %% [markdown] tags=["exercise"]
-# 5. What did ZenFlow buy here, and what did it cost? Answer from the figures above: speed, loss, and memory.
-
-# %% tags=["solution"]
-where = ("" if z.on_gpu else "On this CPU (the tiny model, and no GPU to overlap the CPU update with: overlap_step "
-         "off) ZenFlow's mechanics ran, not what it is for. ")
-bought = {"higher": "It bought speed", "lower": "It bought no speed, it cost some",
-          "within the band": "It bought no speed beyond the noise"}[z.speed.verdict]
-cost = {"higher": "a higher loss, it learned less in the same steps", "lower": "no loss: its loss was lower",
-        "within the band": "no loss beyond the noise"}.get(z.loss.verdict, "no loss")
-start = ("Both runs started from the same model (step 1's losses agree), so the loss difference is ZenFlow's "
-         "staleness. " if z.same_start else
-         f"But step 1's loss, before any update, was {z.first_loss[0]:.4f} for ZenFlow against {z.first_loss[1]:.4f} "
-         "on the same batch: ZenFlow did not train the model it was given (DeepSpeed's engine start permuted its "
-         "weights: scripts/zenflow_init_check.py), so the loss difference measures that defect, not the staleness. ")
-memory = (f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak RSS: {z.host_peak.ratio_text}"
-          + (" (the training process alone: ZenFlow's CPU-update process, which holds the Adam moments of the "
-             "offloaded columns, comes on top)" if z.overlap_step else "")
-          if z.gpu_peak else
-          f"no GPU memory to compare; host peak RSS against plain offload's: {z.host_peak.ratio_text} (the whole "
-          "process's, where the tiny model's states are lost in what this kernel's earlier runs left)")
-print(f"5. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} against plain offload's: "
-      f"{z.speed.ratio_text}. It cost {cost}: its mean train loss over the last {z.last} steps minus plain "
-      f"offload's: {z.loss.difference_text}. {start}Memory: {memory}. ZenFlow trades exact updates for the time the GPU "
-      "would otherwise wait on the CPU: it pays only where that wait is long and the overlap hides the CPU update, "
-      "and its loss has to be checked against plain offload's, as here.")
-
-# %% [markdown]
 # ## Summary
 # - Offload frees the model states on the GPU, not what the steps add; the host holds at least 12 more bytes per
 #   parameter, and each step waits for the CPU.
-# - Use it when the model states do not fit otherwise. ZenFlow's stale updates must be measured against plain
-#   offload, from the same starting model.
+# - Use it when the model states do not fit otherwise.
+# - Appendix `03e_zenflow` (optional): ZenFlow, offload that does not wait for the CPU, and a DeepSpeed defect it
+#   shows.

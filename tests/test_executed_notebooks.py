@@ -1,5 +1,5 @@
-"""What a learner sees in the core notebooks 01-04 executed on the CPU: no warning, no progress bar and no error in
-any output. scripts/test.sh executes every notebook (nbmake --overwrite keeps the outputs), then runs this file on
+"""What a learner sees in the core notebooks 01-04 and the ZenFlow appendix 03e executed on the CPU: no warning,
+no progress bar and no error in any output. scripts/test.sh executes every notebook (nbmake --overwrite keeps the outputs), then runs this file on
 its own; a notebook that was not executed (no course/NAME.ipynb with outputs) is skipped."""
 
 import json
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE = re.compile(r"Warning\b|WARNING|\d+%\|")  # Python's warnings, loggers' WARNING lines, tqdm's bars
 
 
-@pytest.mark.parametrize("name", ["01_baseline", "02_zero_stages", "03_cpu_offload", "04_multi_gpu"])
+@pytest.mark.parametrize("name", ["01_baseline", "02_zero_stages", "03_cpu_offload", "03e_zenflow", "04_multi_gpu"])
 def test_an_executed_learner_notebook_shows_no_warning_bar_or_error(name):
     path = ROOT / "course" / f"{name}.ipynb"
     cells = json.loads(path.read_text())["cells"] if path.is_file() else []

@@ -1,8 +1,8 @@
 """What the notebooks share: the runs each one makes, the GPU reference runs beside the learner's own, and
 the tolerance band of those references (used by every notebook 01-04). Each notebook's figures and verdicts,
 computed from its runs, come from this package's modules (`setup`, `baseline`, `zero_stages`, `offload`,
-`fine_tuned`, `large_models`, `drills`, `multi_gpu`) as typed records; the sentences that answer an exercise
-are written in the solution notebook, from those records.
+`fine_tuned`, `large_models`, `drills`, `zenflow`, `multi_gpu`) as typed records; the sentences that answer an
+exercise are written in the solution notebook, from those records.
 
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
   (`python -m workshop_lessons OUT_DIR`, on a GPU) run exactly these, so each learner run has a reference.
@@ -87,10 +87,13 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
     "03_cpu_offload": {
         "stage2": ("stage2", {}),
         "stage2_offload": ("stage2_offload", {}),
-        # ZeRO-2 offload with ZenFlow: the same settings and steps as stage2_offload, to compare with it
-        "stage2_zenflow": ("stage2_zenflow", {}),
         "stage3": ("stage3", {}),
         "stage3_offload": ("stage3_offload", {}),
+    },
+    # the ZenFlow appendix: ZeRO-2 offload with ZenFlow beside plain ZeRO-2 offload, the same settings and steps
+    "03e_zenflow": {
+        "stage2_offload": ("stage2_offload", {}),
+        "stage2_zenflow": ("stage2_zenflow", {}),
     },
 }
 # The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log),
@@ -106,6 +109,8 @@ COLUMNS = {
     "03_cpu_offload": [*_SPEED, "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
                        "estimated_model_states_cpu_mib", "gpu_peak_allocated_mib", "gpu_peak_mib",
                        "host_states_rss_mib", "host_peak_rss_mib"],
+    "03e_zenflow": ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib",
+                    "host_peak_rss_mib"],
 }
 
 Verdict = Literal["higher", "lower", "equal", "within the band"]
