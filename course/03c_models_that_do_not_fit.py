@@ -38,7 +38,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import large_models
-from workshop_lib import env, fit, results
+from workshop_lib import env, fit, memory, results
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.train import run_experiment
@@ -257,9 +257,9 @@ large_models.exercise_table(offload_run, nvme_run)
 # - Whether a run fits is arithmetic you can do before it starts: model states (DeepSpeed's estimators),
 #   activations and logits against the GPU's memory, and the offloaded states against the host's.
 # - ZeRO-3 with CPU offload moves almost all model states off one GPU; what remains there is what a step
-#   computes with. The host then holds about 18 bytes per parameter or more. NVMe offload moves the states to a
-#   drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes the states
-#   every step (the reference's figures above).
+#   computes with. The host then holds the states and DeepSpeed's buffers (exercise 1). NVMe offload moves the
+#   states to a drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes
+#   the states every step (the reference's figures above).
 # - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
 #   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe. What offload costs against
 #   checkpointing is a ratio you measured on your machine, beside the reference's.

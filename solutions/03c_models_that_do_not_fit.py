@@ -36,7 +36,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import large_models
-from workshop_lib import env, fit, results
+from workshop_lib import env, fit, memory, results
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.train import run_experiment
@@ -307,7 +307,8 @@ print(f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the par
       + f": with NVMe offload the host's peak was {n.host_peak_rss.difference:+,.0f} MiB against CPU offload's "
       f"({n.host_peak_rss.verdict}). The drive was {n.drive_device}, {n.drive_kind}, so the step time is that "
       "disk's, not a local NVMe drive's.")
-print(f"Swap files (18 bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
+swap_bytes = memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES  # per parameter, memory.estimate_nvme_swap
+print(f"Swap files ({swap_bytes} bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
       + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap) + ".")
 
 # %% [markdown] tags=["exercise"]
@@ -343,9 +344,9 @@ if len(z3) and fix8:
 # - Whether a run fits is arithmetic you can do before it starts: model states (DeepSpeed's estimators),
 #   activations and logits against the GPU's memory, and the offloaded states against the host's.
 # - ZeRO-3 with CPU offload moves almost all model states off one GPU; what remains there is what a step
-#   computes with. The host then holds about 18 bytes per parameter or more. NVMe offload moves the states to a
-#   drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes the states
-#   every step (the reference's figures above).
+#   computes with. The host then holds the states and DeepSpeed's buffers (exercise 1). NVMe offload moves the
+#   states to a drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes
+#   the states every step (the reference's figures above).
 # - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
 #   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe. What offload costs against
 #   checkpointing is a ratio you measured on your machine, beside the reference's.

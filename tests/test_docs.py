@@ -339,3 +339,43 @@ def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
              for p in d.glob("ab/*/*/ds_config.json")}
     assert sizes == {"stage2-small-buckets": 50_000_000, "stage2-recipe-buckets": 500_000_000}
     assert {json.loads(p.read_text())["device"] for p in d.glob("**/results.json")} == {"NVIDIA H200"}
+
+
+def _flat(path: Path) -> str:
+    """A notebook's text with the comment marks dropped and whitespace joined: a phrase reads the same whether a
+    line break falls inside it or not (markdown cells and the strings of code cells alike)."""
+    return " ".join(re.sub(r"^#+ ?", "", line).strip() for line in path.read_text().splitlines()).replace("  ", " ")
+
+
+def test_figures_the_notebooks_type_are_the_code_constants():
+    """03b's and 03c's prose states a few figures of the code (a constant, DeepSpeed's estimator) or of the
+    reference machine: each is the code's value, so a change of the code fails here instead of leaving the text
+    wrong. (course/ is generated from solutions/ and checked to be current.)"""
+    from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
+
+    from workshop_lib import checkpoint, memory
+    from workshop_lib.ds_config import Settings, build_ds_config
+    from workshop_lib.units import MiB
+    from workshop_lessons import large_models
+
+    b = _flat(ROOT / "solutions" / "03b_the_fine_tuned_model.py")
+    assert f"SHA-256 up to {checkpoint.CHECKSUM_MAX_BYTES / MiB:g} MiB" in b
+    c = _flat(ROOT / "solutions" / "03c_models_that_do_not_fit.py")
+    assert f"alone passes {memory.STATES_MARGIN:.0%} of the GPU" in c  # preflight's refusal (fit.states_fit)
+    assert f"HF Trainer alone: {memory.zero_bytes_per_param(0, 1):g} bytes per parameter on the GPU" in c
+    # DeepSpeed swaps a tensor to the drive from max(MIN_AIO_BYTES, aio block_size) bytes (swap_tensor/
+    # partitioned_param_swapper.py, optimizer_utils.py): the block size is the one build_ds_config writes
+    aio = build_ds_config("stage3_nvme", Settings(nvme_path="/nvme"))["aio"]["block_size"]
+    swap_min = max(MIN_AIO_BYTES, aio) / MiB
+    assert f"swaps tensors of {swap_min:g} MiB and more" in c and f"reached the {swap_min:g} MiB swap minimum" in c
+    assert (f"about {memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES} bytes per parameter, "
+            "`memory.estimate_nvme_swap`") in c
+    # DeepSpeed's host estimate for ZeRO-3 + CPU offload, as the text splits it: bytes/param x buffer factor
+    n = 10**9
+    host = memory.estimate_model_states(n, 10**7, 3, offload_optimizer=True, offload_param=True)
+    found = re.findall(r"(\d+) bytes per parameter,? x (?:its )?([\d.]+) buffer factor", c)
+    assert len(found) == 2
+    for per_param, factor in found:
+        assert host["estimated_model_states_cpu_mib"] == round(n * int(per_param) * float(factor) / MiB, 1)
+    machine = f"one {large_models.REFERENCE_GPU.split()[0]} with {large_models.REFERENCE_HOST_MIB / 1024:g} GiB of host memory"
+    assert machine in c and f"{large_models.REFERENCE_HOST_MIB / 1024:g} GiB host" in " ".join(large_models.REFERENCES)

@@ -26,7 +26,7 @@ from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
 from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
-from workshop_lib.memory import estimate_nvme_swap
+from workshop_lib.memory import NVME_OPTIMIZER_BYTES, NVME_PARAM_BYTES, estimate_nvme_swap
 from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
@@ -635,7 +635,8 @@ def main() -> None:
               f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
               + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding
                  else "") + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
-              "Swap files of NVMe offload (`memory.estimate_nvme_swap`, 18 bytes/param) against that machine's "
+              f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, {NVME_PARAM_BYTES + NVME_OPTIMIZER_BYTES} "
+              "bytes/param) against that machine's "
               "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n")
     (NVME_VS_CPU / "table.md").write_text(text)
     print(f"wrote {NVME_VS_CPU / 'table.md'}")

@@ -5,9 +5,12 @@ answers from them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from workshop_lib.config import RunConfig
+from workshop_lib.ds_config import EXPERIMENTS, apply_overrides, build_ds_config, gradient_bucket_mib
 from workshop_lib.results import hfu
+from workshop_lib.units import MiB
 
 from . import Comparison, compare
 from .baseline import (NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, number, nvml_split, peak,
@@ -111,3 +114,78 @@ def figures(r: dict[str, dict]) -> ZeroStages:
         ac_peak=compare_peak(ac, base), ac_speed=compare_speed(ac, base),
         ac_mfu=compare("mfu", ac_mfu, base_mfu) if ac_mfu is not None and base_mfu is not None else None,
         ac_hfu_over_mfu=ac_hfu / ac_mfu if ac_hfu is not None and ac_mfu else None)
+
+
+# Bytes per parameter that DeepSpeed 0.19.8 keeps for Adam in fp32 on the GPU without offload: master weights, and
+# exp_avg + exp_avg_sq (the baseline's torch AdamW keeps the same moments beside its fp32 weights)
+FP32_WEIGHTS, ADAM_MOMENTS = 4, 8
+
+
+def ds_config_of(r: dict) -> dict | None:
+    """The DeepSpeed config run `r` (a results.json) handed to DeepSpeed, built again from its resolved settings
+    as `train.build_trainer` builds it (`RunConfig.ds_settings`, reduce_bucket_size capped at the model's size, its
+    --ds-config overrides); the batch sizes stay "auto". None for a run without DeepSpeed."""
+    exp = EXPERIMENTS[r["experiment"]]
+    if not exp.deepspeed:
+        return None
+    cfg = RunConfig(**{k: v for k, v in r["config"].items() if k in {f.name for f in fields(RunConfig)}})
+    bucket = min(cfg.reduce_bucket_size, r["num_params"]) or "auto"
+    return apply_overrides(build_ds_config(exp, cfg.ds_settings(reduce_bucket_size=bucket)), cfg.ds_config)
+
+
+@dataclass(frozen=True)
+class StatesAccount:
+    """What one run kept on its one GPU after its first optimizer step (`gpu_states_allocated_mib`), bytes per
+    parameter: the buffers that stay allocated between steps, by name; what the process held before the run
+    (`gpu_allocated_at_start_mib`: earlier runs' leftovers, not model states); and the rest, which neither
+    accounts for (not broken down by the runs)."""
+
+    measured: float
+    parts: dict[str, float]
+    held_before: float
+    num_params: int
+
+    @property
+    def predicted(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def rest(self) -> float:
+        return self.measured - self.predicted - self.held_before
+
+    @property
+    def rest_mib(self) -> float:
+        return self.rest * self.num_params / MiB
+
+
+def account_states(r: dict) -> StatesAccount:
+    """Run `r`'s (a results.json, no offload) model states after step 1 by buffer, bytes per parameter, from its
+    DeepSpeed config (`ds_config_of`) and DeepSpeed 0.19.8's source. Every stage keeps the 16-bit weights (2 with
+    bf16/fp16, else 4), fp32 master weights and Adam's two moments (`FP32_WEIGHTS`, `ADAM_MOMENTS`); the baseline
+    keeps its fp32 weights and the moments. Stages 1-2 allocate their gradient buckets and contiguous gradient
+    buffer at each backward pass and free them at its end (zero/stage_1_and_2.py: `setup_buckets`, 3259-3279;
+    `_release_ipg_buffers`, 924-932, from `independent_gradient_partition_epilogue`, 1061), and the fp32
+    gradients after the update (3141). Stage 3 allocates two more at its start and keeps them (zero/stage3.py):
+    one reduce bucket of reduce_bucket_size elements per communication dtype (781-784; `ds_config.
+    gradient_bucket_mib`) and `grad_partitions_flat_buffer`, a gradient for every parameter it owns (all of them
+    on one GPU) in the gradient-accumulation dtype (791-793), which is the training dtype while data_types.
+    grad_accum_dtype is unset (runtime/engine.py `get_data_types`, 1806-1807).
+
+    Raises:
+        ValueError: the run offloaded (its states are on the host, not in these buffers), or its config sets
+            data_types.grad_accum_dtype (other buffers' dtypes, not counted here)."""
+    n, ds = r["num_params"], ds_config_of(r)
+    exp = EXPERIMENTS[r["experiment"]]
+    if exp.offload_optimizer != "none" or exp.offload_param != "none":
+        raise ValueError(f"{r['experiment']} offloads: account_states counts the buffers of runs without offload")
+    if ds is not None and ds.get("data_types", {}).get("grad_accum_dtype") is not None:
+        raise ValueError(f"{r['experiment']} sets data_types.grad_accum_dtype: account_states assumes it unset")
+    if ds is None:
+        parts = {"fp32 weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
+    else:
+        low = 2 if any(ds[k].get("enabled") is True for k in ("bf16", "fp16")) else 4
+        parts = {"16-bit weights": low, "fp32 master weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
+        if exp.zero_stage == 3:
+            parts["gradient partitions"] = low
+            parts["reduce bucket"] = float(gradient_bucket_mib(ds)) * MiB / n
+    return StatesAccount(r["gpu_states_allocated_mib"] * MiB / n, parts, r["gpu_allocated_at_start_mib"] * MiB / n, n)
