@@ -193,8 +193,7 @@ def recipe_settings(recipe: str = "default", tiny: bool = False) -> dict:
     (`RECIPES`) over each field's `base`. What `resolve` fills a field left None with.
 
     Raises:
-        WorkshopError: an unknown recipe.
-    """
+        WorkshopError: an unknown recipe."""
     if recipe not in RECIPES:
         raise WorkshopError(f"Unknown recipe {recipe!r}.", f"use one of: {', '.join(RECIPES)}.")
     return BASE | RECIPES[recipe] | (TINY if tiny else {})

@@ -10,11 +10,12 @@ all come before anything is written.
 
 Will it fit? The preflight refuses only what the model states alone rule out: they are certain before a run
 (`fit.model_states`). Activations and logits depend on the batch and can only be estimated (`fit.estimate`); a run
-whose states fit but whose activations do not starts, and runs out of memory: notebook 03c starts one on purpose.
-"""
+whose states fit but whose activations do not starts, and runs out of memory: notebook 03c starts one on purpose."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from dataclasses import asdict, replace
@@ -158,7 +159,8 @@ def sized_micro_batch(argv: list[str]) -> int | None:
     if "--max-tokens-per-micro-batch" in argv or not torch.cuda.is_available():
         return None
     try:
-        cfg = resolve(parse_run_args(argv))
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's complaint: the run itself prints it, once
+            cfg = resolve(parse_run_args(argv))
     except (WorkshopError, SystemExit):
         return None
     recorded = Path(cfg.output_dir) / checkpoint.RUN_CONFIG
