@@ -82,18 +82,7 @@ measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
 rows, _ = lessons.gpu_results(NOTEBOOK, RUNS, ORDER)  # the table's runs, by the buffers each keeps after its step
-acct, z3 = {n: lesson.account_states(r) for n, r in rows.items()}, lesson.ds_config_of(rows["stage3"])
-one, three = acct["stage1"], acct["stage3"]
-parts = lambda a, skip=(): ", ".join(f"{k} {v:.3g}" for k, v in a.parts.items() if k not in skip)
-worst = max(acct, key=lambda n: acct[n].rest)
-print(f"Why not 16 (lesson.account_states, from DeepSpeed 0.19.8's source): stages 1-2 keep {parts(one)} bytes/param "
-      f"({one.predicted:.2f}) and free gradients and buckets after each backward pass; stage 3 also keeps "
-      f"{parts(three, one.parts)} from its start (a gradient for every parameter; one bucket of "
-      f"{z3['zero_optimization']['reduce_bucket_size']:,} elements, {ds_config.gradient_bucket_mib(z3):,.1f} MiB): "
-      f"{three.predicted:.2f}; the baseline {parts(acct['baseline'])} ({acct['baseline'].predicted:.2f}).")
-print(f"Beside them, what the process held before the run ({three.held_before * three.num_params / 2**20:,.0f} MiB "
-      f"at stage 3, {three.held_before:.2f} bytes/param) and at most {acct[worst].rest_mib:,.1f} MiB "
-      f"({acct[worst].rest:.3f} bytes/param, {worst}) that the runs do not break down.")
+print(lesson.explain_states(rows))
 
 # %% [markdown]
 # Without a GPU the memory above cannot show what a stage keeps (00_setup): the H100 reference runs below do.

@@ -152,3 +152,7 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     assert a["stage3"].measured == pytest.approx(17.79, abs=0.01) and a["stage1"].measured == pytest.approx(14.11, abs=0.01)
     with pytest.raises(ValueError, match="offload"):
         zero_stages.account_states(json.loads((REFERENCE_DIR / where / "stage3_offload" / "results.json").read_text()))
+    text = zero_stages.explain_states(r)  # notebook 02's two sentences, from these accounts
+    assert f"{bucket:,.1f} MiB): {a['stage3'].predicted:.2f}" in text and f"({a['stage1'].predicted:.2f})" in text
+    worst = max(a, key=lambda k: a[k].rest)
+    assert f"at most {a[worst].rest_mib:,.1f} MiB ({a[worst].rest:.3f} bytes/param, {worst})" in text

@@ -189,3 +189,24 @@ def account_states(r: dict) -> StatesAccount:
             parts["gradient partitions"] = low
             parts["reduce bucket"] = float(gradient_bucket_mib(ds)) * MiB / n
     return StatesAccount(r["gpu_states_allocated_mib"] * MiB / n, parts, r["gpu_allocated_at_start_mib"] * MiB / n, n)
+
+
+def explain_states(rows: dict[str, dict]) -> str:
+    """Notebook 02's account of its bytes/param table, two sentences computed from `rows` (results.json by run
+    name: baseline, stage1 and stage3 at least; `lessons.gpu_results`): what each stage keeps by buffer
+    (`account_states`), stage 3's bucket from its config (`ds_config_of`), and what the runs leave unexplained."""
+    acct, z3 = {n: account_states(r) for n, r in rows.items()}, ds_config_of(rows["stage3"])
+    one, three, base = acct["stage1"], acct["stage3"], acct["baseline"]
+
+    def parts(a: StatesAccount, skip=()) -> str:
+        return ", ".join(f"{k} {v:.3g}" for k, v in a.parts.items() if k not in skip)
+
+    worst = max(acct, key=lambda n: acct[n].rest)
+    return (f"Why not 16 (lesson.account_states, from DeepSpeed 0.19.8's source): stages 1-2 keep {parts(one)} "
+            f"bytes/param ({one.predicted:.2f}) and free gradients and buckets after each backward pass; stage 3 also "
+            f"keeps {parts(three, one.parts)} from its start (a gradient for every parameter; one bucket of "
+            f"{z3['zero_optimization']['reduce_bucket_size']:,} elements, {gradient_bucket_mib(z3):,.1f} MiB): "
+            f"{three.predicted:.2f}; the baseline {parts(base)} ({base.predicted:.2f}).\n"
+            f"Beside them, what the process held before the run ({three.held_before * three.num_params / MiB:,.0f} "
+            f"MiB at stage 3, {three.held_before:.2f} bytes/param) and at most {acct[worst].rest_mib:,.1f} MiB "
+            f"({acct[worst].rest:.3f} bytes/param, {worst}) that the runs do not break down.")
