@@ -182,8 +182,8 @@ def alive(pid: int, host: str, created: float | None = None) -> bool:
     if host != socket.gethostname():
         return True
     try:
-        started = psutil.Process(pid).create_time()
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+        started = (proc := psutil.Process(pid)).create_time()
+        if proc.status() == psutil.STATUS_ZOMBIE:
             return False
     except psutil.NoSuchProcess:
         return False
