@@ -226,6 +226,29 @@ def test_two_gpu_readme_states_its_runs():
     assert "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
 
 
+def test_links_readme_states_its_runs():
+    """workshop_lessons/reference/h200/links-2026-11-27 (notebook 04's links): each figure of its README from the
+    comm benchmarks, NCCL lines and runs beside it."""
+    from workshop_lessons.multi_gpu import links
+    d = REF / "h200" / "links-2026-11-27"
+    text = (d / "README.md").read_text()
+    t = links(d).set_index("link")
+    tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("*/results.json")}
+    for link, name in (("nvlink", "NVLink"), ("sockets", "sockets over loopback")):
+        rs, ag = (f"{t.at[link, f'{op} ms ({mib} MiB)']:.{2 if link == 'nvlink' else 1}f} ms, "
+                  f"{t.at[link, f'{op} bus GB/s']:.1f} GB/s bus" for op, mib in (("reduce_scatter", "954"), ("all_gather", "1,137")))
+        assert (f"| {name} | {t.at[link, 'NCCL transport']} | {rs} | {ag} | {t.at[link, 'stage2 s/step']:.3f} | "
+                f"{t.at[link, 'stage3 s/step']:.3f} |") in text
+    for stage in ("stage2", "stage3"):
+        assert f"**{t.at['sockets', f'{stage} s/step'] / t.at['nvlink', f'{stage} s/step']:.2f}x**" in text
+    assert (f"ZeRO-2 {tps['stage2-nvlink']:,.0f} over NVLink and {tps['stage2-sockets']:,.0f} over sockets, ZeRO-3 "
+            f"{tps['stage3-nvlink']:,.0f} and {tps['stage3-sockets']:,.0f}") in text
+    one, two = tps["stage2-1gpu"], tps["stage2-2gpu"]
+    assert f"1 GPU: {one:,.0f} tokens/s; alone on 2 GPUs: {two:,.0f} tokens/s, **{two / 2 / one:.0%}**" in text
+    assert f"same call, {tps['stage2-nvlink'] / 2 / one:.0%})" in text
+    assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text() and "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
+
+
 def test_run_order_readme_states_its_runs():
     """docs/h100/run-order: each figure of its README from the runs beside it (scripts/run_order.py)."""
     import workshop_lessons as lessons
