@@ -308,6 +308,25 @@ def test_the_bench_after_the_flash_fix_states_its_runs():
     assert f"of default ZeRO-2 | {tps['default ZeRO-2 + CPU offload'] / z2:.2f}x | no |" in text
 
 
+def test_the_h200_prefetch_bench_readme_states_its_runs():
+    """lab/findings/h200/bench-prefetch: the table against its runs (the recipe's 5e7-element ZeRO-3 prefetch in
+    their ds_config.json), and the targets' ratios as the README states them."""
+    from lab.bench import run_dir_name
+
+    d = ROOT / "lab" / "findings" / "h200" / "bench-prefetch"
+    text = " ".join((d / "README.md").read_text().split())
+    tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
+    for row in ("default ZeRO-2", "default ZeRO-3"):
+        r = json.loads((d / "runs" / run_dir_name(row) / "results.json").read_text())
+        assert r["device"] == "NVIDIA H200" and r["max_steps"] == 24
+        assert tps[row] == r["steady_train_tokens_per_second"]
+    zero3 = json.loads((d / "runs" / run_dir_name("default ZeRO-3") / "ds_config.json").read_text())["zero_optimization"]
+    assert zero3["stage3_prefetch_bucket_size"] == 50_000_000
+    z2 = tps["default ZeRO-2"]
+    assert f"ceiling | {z2 / tps['plain PyTorch (ceiling)']:.2f}x | no |" in text
+    assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
+
+
 def _steady(log: Path) -> tuple[float, float]:
     """(steady tokens/s, GPU peak MiB) from the summary line a `workshop run` prints last."""
     m = re.findall(r"([\d,]+) tokens/s and [\d.]+ questions/s steady, ([\d,]+) MiB GPU peak", log.read_text())[-1]
