@@ -377,13 +377,21 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
 
     from workshop_lib import checkpoint, memory
+    from workshop_lib.config import RunConfig
     from workshop_lib.ds_config import Settings, build_ds_config
     from workshop_lib.units import MiB
     from workshop_lessons import large_models
 
     b = _flat(ROOT / "solutions" / "03b_the_fine_tuned_model.py")
     assert f"SHA-256 up to {checkpoint.CHECKSUM_MAX_BYTES / MiB:g} MiB" in b
+    assert f"`save_total_limit` keeps the newest {RunConfig('stage3_offload').save_total_limit})" in b
+    adam, bf16 = checkpoint.OPTIMIZER_BYTES, checkpoint.bytes_per_param(True, "bf16")
+    assert f"master weights ({adam} bytes per parameter)" in b and f"optimizer's partitions are {adam} bytes" in b
+    assert f"about {bf16} bytes per parameter" in b and f"About {bf16} bytes per parameter on a bf16" in b
     c = _flat(ROOT / "solutions" / "03c_models_that_do_not_fit.py")
+    tokens = {json.loads(p.read_text())["max_tokens_per_micro_batch"] for p in REF.glob("h*/large-models*/**/run_config.json")}
+    assert tokens == {large_models.LARGE["max_tokens_per_micro_batch"]}
+    assert f"the reference runs' {tokens.pop():,} tokens" in c
     assert f"alone passes {memory.STATES_MARGIN:.0%} of the GPU" in c  # preflight's refusal (fit.states_fit)
     assert f"HF Trainer alone: {memory.zero_bytes_per_param(0, 1):g} bytes per parameter on the GPU" in c
     # DeepSpeed swaps a tensor to the drive from max(MIN_AIO_BYTES, aio block_size) bytes (swap_tensor/
