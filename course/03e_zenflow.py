@@ -44,8 +44,9 @@ ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2_offload, stage2_zenflow
 
 # %%
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
-for name in ORDER:
-    run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
+with lesson.without_state_clears():  # DeepSpeed prints a line at each clear of ZenFlow's states
+    for name in ORDER:
+        run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 print("ZenFlow's settings (ds_config.json):",
       json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))

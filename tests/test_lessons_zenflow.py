@@ -2,6 +2,7 @@
 computed from: made-up run directories whose figures are known, and the H100 reference runs
 (workshop_lessons/reference/h100/course); and the DeepSpeed source line the appendix cites."""
 
+import importlib
 import inspect
 import json
 
@@ -93,3 +94,17 @@ def test_the_first_loss_check_finds_the_defect_in_tiny_runs_on_this_machine(tiny
         pytest.skip(f"DeepSpeed {deepspeed.__version__}: whether it scrambles is what the check finds out")
     z = zenflow.zenflow(tiny_runs / "stage2_offload", tiny_runs / "stage2_zenflow")
     assert not z.start.same_start and z.start.deepspeed == deepspeed.__version__
+
+
+def test_deepspeeds_state_clear_lines_leave_the_output_and_nothing_else(capsys):
+    """`without_state_clears` drops the line DeepSpeed's ZenFlow optimizer prints (its source still prints it) and
+    passes every other line, before and after, unchanged; stdout is restored after."""
+    source = inspect.getsource(importlib.import_module("deepspeed.ops.adam.zenflow_torch_adam"))
+    assert f'print("{zenflow.STATE_CLEARS}")' in source
+    with zenflow.without_state_clears():
+        print("step 1")
+        print(zenflow.STATE_CLEARS)
+        print("step 2", zenflow.STATE_CLEARS[:7], end="!\n")
+        print(zenflow.STATE_CLEARS)
+    print("after")
+    assert capsys.readouterr().out == f"step 1\nstep 2 {zenflow.STATE_CLEARS[:7]}!\nafter\n"

@@ -6,6 +6,8 @@ The solution notebook writes the answers from them."""
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,35 @@ from .baseline import number, speed_band
 # Two runs of the same model and first batch: their step-1 losses agree to this (nats). Measured: identical for
 # ZeRO-2 with and without offload, 5e-4 apart for ZeRO-3's bf16 arithmetic; ZenFlow's 0.01 off (lab/findings/h100/bench)
 START_TOLERANCE = 1e-3
+
+# DeepSpeed 0.19.8 print()s this at each clear of ZenFlow's selective optimizer states (ops/adam/zenflow_torch_adam.py)
+STATE_CLEARS = "Zenflow: clearing selective optimizer states..."
+
+
+class _WithoutStateClears:
+    """A stdout passing every write on to `out` but `STATE_CLEARS` and the newline print() writes after it."""
+
+    def __init__(self, out):
+        self.out, self.dropped = out, False
+
+    def write(self, s: str) -> int:
+        drop = s == STATE_CLEARS or (s == "\n" and self.dropped)
+        self.dropped = s == STATE_CLEARS
+        return len(s) if drop else self.out.write(s)
+
+    def __getattr__(self, name):  # flush, fileno, isatty...: stdout's own
+        return getattr(self.out, name)
+
+
+@contextmanager
+def without_state_clears():
+    """stdout without DeepSpeed's `STATE_CLEARS` line (six of them in the notebook's ZenFlow run), every other line
+    as it comes; stderr, and so errors and warnings, untouched."""
+    out, sys.stdout = sys.stdout, _WithoutStateClears(sys.stdout)
+    try:
+        yield
+    finally:
+        sys.stdout = out
 
 
 def train_log(run_dir: str | Path) -> pd.DataFrame:
