@@ -151,15 +151,31 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         tokens.append(int((batch["input_ids"] != tok.pad_token_id).sum()))  # non-padding, as the Trainer counts
-    steady = metrics.steady_state(times, tokens, round(len(ds) / len(batches), 1))
-    mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
+    figures = steady_figures(cfg, info, stats, times, tokens, round(len(ds) / len(batches), 1))
     peak = round(torch.cuda.max_memory_allocated() / MiB, 1) if cuda else None
     del net, opt
     torch._dynamo.reset()
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    return steady | {"mfu": round(mfu, 4) if mfu is not None else None, "gpu_peak_allocated_mib": peak}
+    return figures | {"gpu_peak_allocated_mib": peak}
+
+
+def steady_figures(cfg: RunConfig, info: dict, stats, times: list[float], tokens: list[int], global_batch: float,
+                   compiles: list[int] | None = None) -> dict:
+    """The steady-state figures of a row that is no workshop run (the ceiling) from its step log, as
+    `record.record` computes a run's: `metrics.steady_state` over each optimizer step's seconds and non-padding
+    tokens (`global_batch`: sequences per step), MFU at its steady tokens/s (`run_mfu`, one GPU)."""
+    steady = metrics.steady_state(times, tokens, global_batch, compiles)
+    mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
+    return steady | {"mfu": round(mfu, 4) if mfu is not None else None}
+
+
+def row_error(e: Exception) -> str:
+    """A failed or skipped row's entry in the table, one line: a `WorkshopError`'s problem and fix, else the error's
+    first line."""
+    text = f"{e.problem} To fix: {e.fix}" if isinstance(e, WorkshopError) else (str(e).splitlines() or [""])[0]
+    return f"{type(e).__name__}: {text}"
 
 
 def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
@@ -191,7 +207,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
                 r = run_experiment(cfg)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
-            rows.append({"row": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+            rows.append({"row": label, "error": row_error(e)})
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
     print("\n=== plain PyTorch (ceiling) ===", flush=True)
@@ -199,7 +215,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
                                                          if k in COLUMNS}})
     except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
-        rows.append({"row": "plain PyTorch (ceiling)", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
+        rows.append({"row": "plain PyTorch (ceiling)", "error": row_error(e)})
     df = pd.DataFrame(rows)
     # ratios of steady tokens/s (all steady tokens over their time, so also for a row whose steps are not alike)
     tps = df.set_index("row")["steady_train_tokens_per_second"]
