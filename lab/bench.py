@@ -1,16 +1,20 @@
 """The speed benchmark: every recipe and ZeRO setting side by side on one GPU, in one process and one call,
 against a plain PyTorch training loop on the same model and data as the ceiling (its H100 run is in
-lab/findings/h100/bench). From the repository's root:
+lab/findings/h100/bench), and against the peers: what a practitioner writes without the workshop's engine,
+transformers' Trainer and TRL's SFTTrainer, each with a plain ZeRO-2 config and Liger-Kernel (`peer`; TRL's row is
+skipped, with the reason, where TRL is not installed). From the repository's root:
 
     python -m lab.bench --out bench                      # every row, 30 steps each, random weights
     python -m lab.bench --tiny --max-steps 3 --only "default ZeRO-2"   # a CPU check of the benchmark itself
+    python -m lab.bench --out bench --only "default ZeRO-2" "HF Trainer + ZeRO-2 + Liger" \
+        "TRL SFTTrainer + ZeRO-2 + Liger"                # the lead over the peers (and the ceiling, always run)
 
-Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log, and
-any step that compiled are left out, then all the steady steps' tokens over their summed time, the one figure
-of the table, the ratios under it and the plot (it measures a row whose steps are not alike, ZenFlow's, or not
-each synced with the GPU, `logging_steps`, as a whole). Speeds are comparable only within one benchmark call.
-Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a "window tokens/s" column and a median-step
-"steady tokens/s": the definition then.
+Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log (a peer's
+in train_log.csv's columns, as every run's), and any step that compiled are left out, then all the steady steps'
+tokens over their summed time, the one figure of the table, the ratios under it and the plot (it measures a row
+whose steps are not alike, ZenFlow's, or not each synced with the GPU, `logging_steps`, as a whole). Speeds are
+comparable only within one benchmark call. Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a
+"window tokens/s" column and a median-step "steady tokens/s": the definition then.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from transformers import set_seed
 
-from workshop_lib import metrics
+from workshop_lib import env, memory, metrics, teardown
+from workshop_lib.callbacks import Phases, StepLog
 from workshop_lib.config import RunConfig, resolve
 from workshop_lib.ds_config import EXPERIMENTS
-from workshop_lib.data import TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from workshop_lib.data import (PROMPT_HEAD, PROMPT_TAIL, TokenBudgetBatchSampler, load_squad, make_collator,
+                               tokenize_squad)
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import load_model_and_tokenizer
 from workshop_lib.preflight import check_machine
@@ -47,6 +54,7 @@ BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, grad
               drop_attention_mask=False, logits_on="all", torch_compile=False, reduce_bucket_size=0)
 NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
 CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
+HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
     ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
@@ -81,6 +89,9 @@ VARIANTS = [
     ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
     ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
     (CORES_BOUND, dict(experiment="stage2_offload")),
+    # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
+    (HF_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
+    (TRL_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
 ]
 # The table's figures: results.json keys, shown under their `results.title`
 COLUMNS = ["steady_train_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
@@ -163,7 +174,7 @@ def ceiling(cfg: RunConfig, steps: int) -> dict:
 
 def steady_figures(cfg: RunConfig, info: dict, stats, times: list[float], tokens: list[int], global_batch: float,
                    compiles: list[int] | None = None) -> dict:
-    """The steady-state figures of a row that is no workshop run (the ceiling) from its step log, as
+    """The steady-state figures of a row that is no workshop run (the ceiling, a peer) from its step log, as
     `record.record` computes a run's: `metrics.steady_state` over each optimizer step's seconds and non-padding
     tokens (`global_batch`: sequences per step), MFU at its steady tokens/s (`run_mfu`, one GPU)."""
     steady = metrics.steady_state(times, tokens, global_batch, compiles)
@@ -178,11 +189,136 @@ def row_error(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
+# The peers' DeepSpeed config: ZeRO-2 as transformers' DeepSpeed guide gives it, every "auto" filled by the Trainer
+# (bf16 from its bf16, the batch sizes, AdamW's settings, buckets of hidden_size² elements), DeepSpeed's defaults for
+# the rest (bf16's per-tensor overflow check among them): what a practitioner writes, not `ds_config.build_ds_config`
+PEER_ZERO2 = {"bf16": {"enabled": "auto"},
+              "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                        "weight_decay": "auto"}},
+              "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                                    "reduce_bucket_size": "auto"},
+              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+              "train_micro_batch_size_per_gpu": "auto"}
+# Sequences per micro-batch, one micro-batch per optimizer step (the issue's probes); --tiny: 8 of its 64 questions
+PEER_MICRO_BATCH, PEER_MICRO_BATCH_TINY = 64, 8
+
+
+class SyncedStepLog(StepLog):
+    """The workshop's step log (train_log.csv, the same columns) for a peer's Trainer, each optimizer step's end
+    waiting for the GPU first: the Trainer's own syncs (the tokens read back after each backward) come before the
+    optimizer step, whose GPU time would otherwise fall into the next step's."""
+
+    def on_step_end(self, args, state, control, **kw):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        super().on_step_end(args, state, control, **kw)
+
+
+@contextmanager
+def torch_sdpa_defaults():
+    """cuDNN's SDPA kernel as torch has it (on) within the block: `apply_speed_levers` turns it off process-wide
+    for the workshop's rows and the ceiling, and a peer gets torch's defaults, as in a process of its own."""
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+def hf_trainer(net, tok, raw, cfg: RunConfig, args: dict):
+    """`HF_PEER`: transformers' Trainer as its causal-LM example (run_clm.py) uses it, on the questions tokenised as
+    the workshop does (`data.tokenize_squad`): lengths grouped (transformers 5's train_sampling_strategy, formerly
+    group_by_length=True), padded to each batch's longest with an attention mask by DataCollatorForLanguageModeling,
+    which labels every non-padding token: the loss is on all tokens, the plain causal-LM loss."""
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    ds, _ = tokenize_squad(raw, tok, cfg.max_length, "all")
+    return Trainer(model=net, args=TrainingArguments(**args, train_sampling_strategy="group_by_length"),
+                   train_dataset=ds.remove_columns("labels"), processing_class=tok,
+                   data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+
+
+def trl_trainer(net, tok, raw, cfg: RunConfig, args: dict):
+    """`TRL_PEER`: TRL's SFTTrainer on prompt/completion pairs, the workshop's prompt (`data.PROMPT`) cut before the
+    answer; TRL tokenises them (truncated at max_length), pads each batch to its longest and takes the loss on the
+    completion, its default for such data. SFTConfig's other defaults stay, activation checkpointing on among them.
+
+    Raises:
+        WorkshopError: TRL is not installed."""
+    try:
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as e:
+        raise WorkshopError(f"TRL is not installed ({e}): its row is skipped.",
+                            "pip install trl (1.16.0 measured) to run it.") from e
+
+    def pair(ex):
+        return {"prompt": PROMPT_HEAD.format(question=ex["question"]) + f" {ex['context']}" + PROMPT_TAIL,
+                "completion": f" {ex['answers']['text'][0]}"}
+    return SFTTrainer(model=net, args=SFTConfig(**args, max_length=cfg.max_length), processing_class=tok,
+                      train_dataset=raw.map(pair, remove_columns=raw.column_names))
+
+
+PEERS = {HF_PEER: hf_trainer, TRL_PEER: trl_trainer}  # label -> the builder of its Trainer
+
+
+def peer(label: str, cfg: RunConfig) -> dict:
+    """A peer's row: the Trainer `PEERS[label]` builds, on the model and questions of `cfg` (stage2, checked as a
+    workshop run is: `check_machine`), the peer's own ZeRO-2 (`PEER_ZERO2`), bf16 and Liger-Kernel on a GPU,
+    `PEER_MICRO_BATCH` sequences a step, no checkpoint; `cfg.max_steps` steps logged by `SyncedStepLog` into
+    OUTPUT_DIR/train_log.csv and memory sampled into memory.csv, then the row's figures from that directory
+    (`run_dir_figures`). Returns results.json's keys of `COLUMNS`.
+
+    Raises:
+        WorkshopError: what `check_machine` raises; Liger-Kernel missing on a GPU; TRL missing for its row."""
+    out = Path(cfg.output_dir)
+    env.quiet_libraries()
+    teardown.free_memory()  # as `run_experiment` starts: the rows before hold nothing while this one measures
+    with teardown.restored_world():  # the rank variables of a world of one go when the row ends, as a run's
+        cfg = check_machine(resolve(cfg), EXPERIMENTS[cfg.experiment])  # liger_kernel: on a GPU, where installed
+        if torch.cuda.is_available() and not cfg.liger_kernel:
+            raise WorkshopError("Liger-Kernel is not installed: the peers' rows use it on a GPU.",
+                                "pip install liger-kernel (0.8.5 measured).")
+        set_seed(cfg.seed)  # the workshop rows' random init
+        net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
+                                                  attn_implementation=None)
+        raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False)
+        stats = tokenize_squad(raw, tok, cfg.max_length, "all")[1]  # for MFU: the mean sequence length
+        micro = PEER_MICRO_BATCH_TINY if cfg.tiny else PEER_MICRO_BATCH
+        args = dict(output_dir=str(out / "checkpoints"), per_device_train_batch_size=micro,
+                    gradient_accumulation_steps=1, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                    max_steps=cfg.max_steps, logging_steps=1, save_strategy="no", report_to="none", seed=cfg.seed,
+                    bf16=cfg.precision == "bf16", use_cpu=not torch.cuda.is_available(), deepspeed=PEER_ZERO2,
+                    use_liger_kernel=cfg.liger_kernel, include_num_input_tokens_seen="non_padding")
+        with torch_sdpa_defaults(), memory.MemorySampler(out / "memory.csv") as mem:
+            trainer = PEERS[label](net, tok, raw, cfg, args)
+            try:
+                for callback in (SyncedStepLog(out / "train_log.csv", mem.t0), Phases(mem)):
+                    trainer.add_callback(callback)
+                trainer.train()
+            finally:
+                teardown.release(trainer)
+    return run_dir_figures(out, cfg, info, stats, micro, mem)
+
+
+def run_dir_figures(out: Path, cfg: RunConfig, info: dict, stats, global_batch: float, mem) -> dict:
+    """A peer's figures from its run directory `out`: the steady state from train_log.csv's optimizer steps (the
+    columns `StepLog` writes for every run: step_time_s, tokens, compiles) by `steady_figures`; NVML's mean GPU
+    utilisation over the steady steps (time_s: the memory sampler's clock); the memory peaks
+    (`MemorySampler.summary`); the mean logged loss."""
+    log = pd.read_csv(out / "train_log.csv").dropna(subset=["step_time_s"])
+    figures = steady_figures(cfg, info, stats, log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(),
+                             global_batch, log["compiles"].astype(int).tolist())
+    warm_end = log["time_s"].iloc[figures["warmup_steps"] - 1] if figures["warmup_steps"] else 0.0
+    return figures | mem.summary() | {"gpu_util_pct": memory.mean_gpu_util(mem.rows, warm_end, log["time_s"].iloc[-1]),
+                                      "train_loss": round(log["loss"].mean(), 4)}
+
+
 def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
               only: list[str] | None = None, num_train_samples: int | None = None) -> dict[str, Path]:
-    """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch") for `max_steps` optimizer
-    steps each on this machine's GPU, random weights, on the first `num_train_samples` questions (None: each
-    recipe's), and write the table
+    """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch"; the peers' by `peer`) for
+    `max_steps` optimizer steps each on this machine's GPU, random weights, on the first `num_train_samples`
+    questions (None: each recipe's), and write the table
     (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
     directory beside them. bench.csv is rewritten after every row, so a benchmark stopped part-way (a time
     limit) keeps the rows it finished.
@@ -204,7 +340,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         print(f"\n=== {label} ===", flush=True)
         try:
             with cores_bound(label == CORES_BOUND):
-                r = run_experiment(cfg)
+                r = peer(label, cfg) if label in PEERS else run_experiment(cfg)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": row_error(e)})
@@ -220,14 +356,17 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     # ratios of steady tokens/s (all steady tokens over their time, so also for a row whose steps are not alike)
     tps = df.set_index("row")["steady_train_tokens_per_second"]
     nan = float("nan")
-    best = tps.drop(["classic", "plain PyTorch (ceiling)"], errors="ignore").dropna().idxmax()
+    ours = tps.drop(["classic", "plain PyTorch (ceiling)", *PEERS], errors="ignore").dropna()
+    best = ours.idxmax() if len(ours) else "default ZeRO-2"  # none: the peers alone (--only)
     target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
-    ratios = {f"{target} / classic": tps[target] / tps.get("classic", nan),
-              f"{target} / plain PyTorch (ceiling)": tps[target] / tps.get("plain PyTorch (ceiling)", nan),
+    ratios = {f"{target} / classic": tps.get(target, nan) / tps.get("classic", nan),
+              f"{target} / plain PyTorch (ceiling)": tps.get(target, nan) / tps.get("plain PyTorch (ceiling)", nan),
               "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
                   "default before (4 x 4 sequences)", nan),
-              f"fastest row ({best}) / classic": tps[best] / tps.get("classic", nan),
+              f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
               "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan)}
+    for name in PEERS:  # the lead over what a practitioner writes (issue 42: at least 4x HF's, 6x TRL's)
+        ratios[f"default ZeRO-2 / {name}"] = tps.get("default ZeRO-2", nan) / tps.get(name, nan)
     offload = tps[[r for r in tps.index if "offload" in r.lower()]].dropna()
     if len(offload):
         ratios[f"fastest offload row ({offload.idxmax()}) / default ZeRO-2"] = offload.max() / tps.get(

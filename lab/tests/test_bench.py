@@ -1,6 +1,7 @@
-"""The benchmark itself, on the CPU with the tiny model: its rows, the plain PyTorch ceiling, the table and plot; and
-nothing written where it cannot run."""
+"""The benchmark itself, on the CPU with the tiny model: its rows, the peers' (HF Trainer, TRL), the plain PyTorch
+ceiling, the table and plot; and nothing written where it cannot run."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from workshop_lib import metrics
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -17,13 +20,38 @@ def bench(*args):
                           text=True, timeout=900, env=os.environ | {"HF_HUB_OFFLINE": "1"})
 
 
+PEERS = ["HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"]
+
+
+def steady_tokens_per_s(run_dir):
+    """The steady tokens/s of a row's own step log (train_log.csv), by the bench's one definition."""
+    log = pd.read_csv(run_dir / "train_log.csv").dropna(subset=["step_time_s"])
+    return metrics.steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1,
+                                log["compiles"].astype(int).tolist())["steady_train_tokens_per_second"]
+
+
 @pytest.mark.slow
-def test_bench_runs_rows_and_the_plain_pytorch_ceiling(tmp_path):
-    p = bench("--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2")
+def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
+    """A workshop row, the peers (TRL's skipped with its reason where TRL is not installed) and the ceiling in one
+    call, real DeepSpeed on the CPU; each figure is its own train_log.csv's steady state."""
+    from lab.bench import run_dir_name
+
+    p = bench("--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", *PEERS)
     assert p.returncode == 0, p.stderr[-3000:]
-    table = pd.read_csv(tmp_path / "bench.csv")
-    assert list(table["row"]) == ["default ZeRO-2", "plain PyTorch (ceiling)"]
-    assert (table["steady tokens/s"] > 0).all() and "plain PyTorch" in (tmp_path / "bench.md").read_text()
+    table = pd.read_csv(tmp_path / "bench.csv").set_index("row")
+    assert list(table.index) == ["default ZeRO-2", *PEERS, "plain PyTorch (ceiling)"]
+    trl = importlib.util.find_spec("trl") is not None  # the bench runs in this environment
+    ran = ["default ZeRO-2", PEERS[0]] + ([PEERS[1]] if trl else []) + ["plain PyTorch (ceiling)"]
+    assert (table.loc[ran, "steady tokens/s"] > 0).all(), table.to_string()
+    for row in ran[:-1]:  # the workshop's row (results.json) and the peers' (their logs) read the same columns
+        got = steady_tokens_per_s(tmp_path / "runs" / run_dir_name(row))
+        assert table.loc[row, "steady tokens/s"] == pytest.approx(got, rel=0.01), row
+    md = (tmp_path / "bench.md").read_text()
+    assert f"- default ZeRO-2 / {PEERS[0]} (steady tokens/s): " in md and "plain PyTorch" in md
+    assert (f"- default ZeRO-2 / {PEERS[1]} (steady tokens/s): " in md) == trl
+    if not trl:
+        assert table.loc[PEERS[1], "error"] == ("WorkshopError: TRL is not installed (No module named 'trl'): its "
+                                                "row is skipped. To fix: pip install trl (1.16.0 measured) to run it.")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
