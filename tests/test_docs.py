@@ -376,7 +376,7 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     wrong. (course/ is generated from solutions/ and checked to be current.)"""
     from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
 
-    from workshop_lib import checkpoint, memory
+    from workshop_lib import checkpoint, fit, memory
     from workshop_lib.config import RunConfig
     from workshop_lib.ds_config import Settings, build_ds_config
     from workshop_lib.units import MiB
@@ -392,7 +392,11 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     tokens = {json.loads(p.read_text())["max_tokens_per_micro_batch"] for p in REF.glob("h*/large-models*/**/run_config.json")}
     assert tokens == {large_models.LARGE["max_tokens_per_micro_batch"]}
     assert f"the reference runs' {tokens.pop():,} tokens" in c
-    assert f"alone passes {memory.STATES_MARGIN:.0%} of the GPU" in c  # preflight's refusal (fit.states_fit)
+    # preflight's refusal (fit.states_fit), by the one margin of every verdict
+    assert f"alone passes {1 - fit.HEADROOM:.0%} of the GPU (the {fit.HEADROOM:.0%} headroom every verdict" in c
+    # exercise 4 holds the H200 reference against H100s like for like (large_models.on_h100s: PyTorch's peak
+    # allocated and the estimate against 1 - HEADROOM of the card), not NVML's peak on the H200 against the card
+    assert "large_models.on_h100s(" in c and "r['GPU peak MiB']" not in c and "fit.GPUS['H100 80GB'] -" not in c
     assert f"HF Trainer alone: {memory.zero_bytes_per_param(0, 1):g} bytes per parameter on the GPU" in c
     # DeepSpeed swaps a tensor to the drive from max(MIN_AIO_BYTES, aio block_size) bytes (swap_tensor/
     # partitioned_param_swapper.py, optimizer_utils.py): the block size is the one build_ds_config writes

@@ -14,12 +14,14 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 
 from workshop_lessons import REFERENCE
 from workshop_lib.errors import WorkshopError
-from workshop_lib.fit import (GPUS, LABELLED_FRACTION, check_fits, estimate, explain, fix_on_these_gpus,
-                              ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix)
+from workshop_lib.fit import (GPUS, HEADROOM, LABELLED_FRACTION, check_fits, estimate, explain, fix_on_these_gpus,
+                              ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix,
+                              states_fit)
 from workshop_lib.model import count_params
 from workshop_lib.units import MiB
 
 H100 = GPUS["H100 80GB"]
+USABLE = (1 - HEADROOM) * H100  # what a run may fill of an H100 by fit's one margin
 
 
 @pytest.mark.parametrize("model, zero_stage, offload, gpus_per_node, nodes", [
@@ -107,8 +109,8 @@ def test_verdicts_follow_from_the_numbers():
     assert trainer["model_states_gpu_mib"] > H100 and not trainer["fits"]
     offload = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu")
     total = offload["model_states_gpu_mib"] + offload["activations_gpu_mib"] + offload["logits_gpu_mib"]
-    assert offload["total_gpu_mib"] == pytest.approx(total, abs=0.1) and total < H100 and offload["fits"]
-    assert offload["headroom_mib"] == pytest.approx(H100 - total, abs=0.1)
+    assert offload["total_gpu_mib"] == pytest.approx(total, abs=0.1) and total <= USABLE and offload["fits"]
+    assert offload["usable_gpu_mib"] == round(USABLE, 1) and offload["spare_mib"] == pytest.approx(USABLE - total, abs=0.1)
     assert offload["model_states_cpu_mib"] == round(18 * 1.5 * 8_190_735_360 / MiB, 1)  # DeepSpeed's host column
     small_host = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu", host_memory_mib=100_000)
     assert small_host["total_gpu_mib"] == offload["total_gpu_mib"] and not small_host["fits"]
@@ -154,16 +156,35 @@ def test_qwen3_4b_on_one_h100_needs_activation_checkpointing_only():
     assert str(e.value).endswith(f"To fix: {fix['change']} fits (~{total:,.0f} MiB per GPU).")
 
 
+def test_fits_means_within_the_headroom_not_within_the_card():
+    """One margin: Qwen3-8B with ZeRO-3 + activation checkpointing on 2 x H100 (micro-batches of 8,192 tokens)
+    fills about 95% of each card by the estimate: under the card's memory, over the 85% a run may fill, so it does
+    not fit; its states alone (about 89%) pass that share too, so the preflight refuses it as well. explain and
+    check_fits give the share, and the plot's line is drawn at it."""
+    two = estimate("Qwen/Qwen3-8B", 3, "none", gpus_per_node=2, max_length=8192, activation_checkpointing=True)
+    assert USABLE < two["total_gpu_mib"] < H100 and not two["fits"]
+    assert USABLE < two["model_states_gpu_mib"] and not states_fit(two["model_states_gpu_mib"], H100)
+    assert f"of the {USABLE:,.0f} MiB a run may fill ({1 - HEADROOM:.0%} of {H100:,} MiB)" in explain(two)
+    with pytest.raises(WorkshopError, match=r"more than 85% of the H100 80GB's 81,559 MiB \(15% kept as headroom\)"):
+        check_fits(**two["config"])
+    ax = plot(two)
+    assert ax.collections[0].get_segments()[0][0][0] == pytest.approx(USABLE / 1024)  # the GPU's dashed line
+    assert "85% of the H100 80GB's memory (15% headroom)" in ax.get_legend_handles_labels()[1]
+    plt.close(ax.figure)
+
+
 def test_qwen3_8b_takes_more_gpus_before_offload():
-    """Exercise 5 of 03c: Qwen3-8B with ZeRO-3 + CPU offload on one H100 with 128 GiB does not fit the host
-    (210,905 MiB of states); ZeRO-3 with checkpointing on more GPUs comes before any offload, and on the one GPU
-    the only fit left is NVMe, which the reference machine's 64 GiB drive cannot hold."""
+    """Exercise 4 of 03c: Qwen3-8B with ZeRO-3 + CPU offload on one H100 with 128 GiB does not fit the host
+    (210,905 MiB of states); ZeRO-3 with checkpointing on more GPUs comes before any offload: 4 H100s, since on 2
+    it fills about 95% of each card, past the 85% a run may fill; on the one GPU the only fit left is NVMe, which
+    the reference machine's 64 GiB drive cannot hold."""
     est = estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, host_memory_mib=128 * 1024)
     assert est["model_states_cpu_mib"] > 128 * 1024 and not est["fits"]
     fix = smallest_fix(est)
     z, offload, ac, g, n, b, s = _setup(fix["config"])
-    assert (z, offload, ac, b, s) == (3, "none", True, 1, 8192) and g * n > 1
-    assert not estimate(**dict(fix["config"], gpus_per_node=g // 2 or 1))["fits"]  # the fewest such GPUs
+    assert (z, offload, ac, b, s) == (3, "none", True, 1, 8192) and g * n == 4
+    fewer = estimate(**dict(fix["config"], gpus_per_node=g // 2))  # the fewest such GPUs: 2 fit the card, not 85%
+    assert not fewer["fits"] and USABLE < fewer["total_gpu_mib"] < H100
     on_one = fix_on_these_gpus(est)
     assert _setup(on_one["config"])[:4] == (3, "nvme", True, 1) and "not given" in on_one["change"]
     drive = dict(est["config"], nvme_free_mib=64 * 1024)
@@ -181,16 +202,18 @@ def test_explain_and_smallest_fix_agree_with_estimate():
     assert all(not estimate(**r)["fits"] for r in ladder(est["config"])[:ladder(est["config"]).index(fix["config"])])
     # Further up: an 8 GB GPU needs activation checkpointing too, on the one GPU the run has (offload kept)
     laptop = smallest_fix(estimate("Qwen/Qwen3-8B", 3, "cpu", gpu="laptop GPU 8GB"))
-    assert _setup(laptop["config"])[:4] == (3, "cpu", True, 1) and laptop["estimate"]["total_gpu_mib"] <= 8192
+    assert _setup(laptop["config"])[:4] == (3, "cpu", True, 1)
+    assert laptop["estimate"]["total_gpu_mib"] <= laptop["estimate"]["usable_gpu_mib"] == (1 - HEADROOM) * 8192
     fits = explain(estimate("Qwen/Qwen3-4B"))
     assert fits.startswith("Qwen/Qwen3-4B with ZeRO-3 + CPU offload on 1 x H100 80GB fits") and "to spare" in fits
 
 
 def test_the_verdict_counts_the_workshops_refusal_and_the_drive():
-    # Qwen3-4B ZeRO-2 with checkpointing: the total is under the H100's memory, its states (76,722 MiB) past 90%
+    # Qwen3-4B ZeRO-2 with checkpointing: its states (76,722 MiB) alone past 85% of the H100, which the preflight
+    # refuses (states_fit), and so past the share the whole estimate must fit
     zero2 = estimate("Qwen/Qwen3-4B", 2, "none", max_length=8192, activation_checkpointing=True)
-    assert zero2["total_gpu_mib"] < H100 and zero2["model_states_gpu_mib"] > 0.9 * H100 and not zero2["fits"]
-    with pytest.raises(WorkshopError, match="more than 90% of the H100 80GB's"):
+    assert not states_fit(zero2["model_states_gpu_mib"], H100) and not zero2["fits"]
+    with pytest.raises(WorkshopError, match="more than 85% of the H100 80GB's"):
         check_fits(model="Qwen/Qwen3-4B", zero_stage=2, offload="none", max_length=8192, activation_checkpointing=True)
     # NVMe swap files against 95% of the drive's free space (the reference machine's 64 GiB)
     big = estimate("Qwen/Qwen3-4B", 3, "nvme", max_length=8192, nvme_free_mib=64 * 1024)
@@ -210,7 +233,7 @@ def test_check_fits_raises_with_the_numbers_and_the_fix():
     assert str(e.value) == (
         f"Qwen/Qwen3-8B with ZeRO-2 needs ~{est['total_gpu_mib']:,.0f} MiB per GPU (model states "
         f"{est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f} + logits "
-        f"{est['logits_gpu_mib']:,.0f}), the H100 80GB has 81,559 MiB.\n"
+        f"{est['logits_gpu_mib']:,.0f}), more than 85% of the H100 80GB's 81,559 MiB (15% kept as headroom).\n"
         f"To fix: {fix['change']} fits (~{fix['estimate']['total_gpu_mib']:,.0f} MiB per GPU).")
     assert check_fits(model="Qwen/Qwen3-8B", zero_stage=3, offload="cpu")["fits"]
 

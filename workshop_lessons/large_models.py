@@ -24,7 +24,7 @@ import torch
 from workshop_lib import env, fit, variables
 from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
-from workshop_lib.fit import FREE_SHARE, GPUS, MODELS, estimate, model_shape
+from workshop_lib.fit import GPUS, HEADROOM, MODELS, estimate, model_shape
 from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
 from workshop_lib.memory import NVME_OPTIMIZER_BYTES, NVME_PARAM_BYTES, estimate_nvme_swap
 from workshop_lib.metrics import steady_state
@@ -277,7 +277,7 @@ def this_drive() -> float:
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     host = e["model_states_cpu_mib"]
-    return (e["fits"] and e["total_gpu_mib"] <= FREE_SHARE * gpu_mib
+    return (e["fits"] and e["total_gpu_mib"] <= (1 - HEADROOM) * gpu_mib
             and (host is None or host <= HOST_SHARE * host_mib))
 
 
@@ -290,7 +290,7 @@ def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int 
     checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
     of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
     to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
-    the host, the drive), with the GPU total within `fit.FREE_SHARE` of gpu_mib and the host states within
+    the host, the drive), with the GPU total within 1 - `fit.HEADROOM` of gpu_mib and the host states within
     `HOST_SHARE` of host_mib."""
     rows = []
     for name in CONFIGURATIONS:
@@ -314,7 +314,7 @@ class Choice:
     here: bool  # for this machine; False: for the reference machine (no GPU here, or nothing here tells the story)
     baseline: dict  # `fit.estimate` of the HF Trainer alone: total_gpu_mib above gpu_mib
     stage2: dict  # of ZeRO-2: above gpu_mib
-    offload: dict  # of ZeRO-3 + CPU offload: within fit.FREE_SHARE of gpu_mib, its host states within HOST_SHARE
+    offload: dict  # of ZeRO-3 + CPU offload: within 1 - fit.HEADROOM of gpu_mib, its host states within HOST_SHARE
 
     def line(self) -> str:
         """One line: the machine the estimates are for, and the choice with its numbers."""
@@ -424,6 +424,7 @@ def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu
 
 
 H100 = "one H100 80GB, 128 GiB host"
+X2 = "two H200 141GB, 256 GiB host"
 
 
 @dataclass(frozen=True)
@@ -571,6 +572,51 @@ def allocator_cache(experiment: str = "stage3_offload", machine: str | None = No
     row = df[(df["model"] == r["model"]) & (df["experiment"] == experiment) & ~df["activation checkpointing"]].iloc[0]
     return AllocatorCache(r["model"], experiment, float(row["est. total GPU MiB"]), float(r["gpu_peak_allocated_mib"]),
                           float(r["gpu_peak_reserved_mib"]), float(r["gpu_peak_mib"]), float(GPUS[GPU_OF[machine]]))
+
+
+@dataclass(frozen=True)
+class OnH100s:
+    """A reference run on two H200s read against as many H100s, like for like, MiB per GPU: PyTorch's peak
+    allocated there (its live tensors, which the card's size does not change) and `fit.estimate` of the same
+    setup on H100s, each against what an H100 leaves a run, 1 - `fit.HEADROOM` of its memory. NVML's peak on
+    the H200 is kept but not compared: it counts the cache PyTorch's allocator kept on a 141 GB card."""
+
+    model: str
+    experiment: str
+    gpus: int
+    tokens_per_second: float
+    allocated_mib: float  # results.json's gpu_peak_allocated_mib (rank 0)
+    nvml_mib: float  # results.json's gpu_peak_mib, on the H200
+    estimate_mib: float  # fit.estimate of the run's setup on `gpus` H100s
+    gpu_mib: float  # an H100's memory (`fit.GPUS`)
+
+    @property
+    def usable_mib(self) -> float:
+        return (1 - HEADROOM) * self.gpu_mib
+
+    @property
+    def fits(self) -> bool:
+        """PyTorch's measured peak within what an H100 leaves a run."""
+        return self.allocated_mib <= self.usable_mib
+
+    @property
+    def estimate_fits(self) -> bool:
+        return self.estimate_mib <= self.usable_mib
+
+
+def on_h100s(experiment: str = "stage3") -> OnH100s | None:
+    """`OnH100s` of the two-H200 reference run of `experiment` with activation checkpointing (03c's exercise 4:
+    Qwen3-8B with ZeRO-3, the setup the estimate gives one H100's Qwen3-8B on more GPUs); None where none is on
+    file."""
+    runs = [json.loads(f.read_text()) for f in sorted((REFERENCES[X2] / "runs").glob("*/results.json"))]
+    found = [r for r in runs if r["experiment"] == experiment and r["config"]["activation_checkpointing"]]
+    if not found:
+        return None
+    r = max(found, key=lambda x: x["num_params"])
+    est = estimate(r["model"], **EXPERIMENTS[experiment].fit_setup, gpus_per_node=r["world_size"],
+                   max_length=r["config"]["max_tokens_per_micro_batch"], activation_checkpointing=True, gpu=REFERENCE_GPU)
+    return OnH100s(r["model"], experiment, r["world_size"], r["steady_train_tokens_per_second"],
+                   r["gpu_peak_allocated_mib"], r["gpu_peak_mib"], est["total_gpu_mib"], GPUS[REFERENCE_GPU])
 
 
 def reference_result(experiment: str, machine: str = H100) -> dict | None:

@@ -8,7 +8,7 @@ estimators), activations (Korthikanti et al. 2022, counted for Qwen3) and logits
 
 All sizes are MiB (2**20 bytes), per GPU unless said per node. Not counted: the CUDA context and libraries'
 workspaces (about 0.5-1 GiB), the caching allocator's fragmentation, transient tensors of the backward pass,
-and ZeRO-3's gathered layers and prefetch buckets beyond DeepSpeed's own estimate: keep a few GiB of headroom.
+and ZeRO-3's gathered layers and prefetch buckets beyond DeepSpeed's own estimate: `HEADROOM` keeps room for them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import functools
 from .ds_config import check_combination
 from .errors import WorkshopError
 from .gpus import MEMORY_MIB
-from .memory import DRIVE_MARGIN, STATES_MARGIN, estimate_model_states, estimate_nvme_swap
+from .memory import DRIVE_MARGIN, estimate_model_states, estimate_nvme_swap
 from .units import MiB
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 
@@ -29,6 +29,14 @@ GPUS = MEMORY_MIB  # name -> total memory (MiB), from the one GPU table (`gpus.C
 # SQuAD train set's 2,000,334 tokens = 2.7% (lab/findings/h100/bench/runs/default/results.json), rounded up.
 LABELLED_FRACTION = 0.03
 PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
+# The one margin of every GPU memory verdict, as the share of the GPU's memory an estimate leaves free: a run fits
+# (`estimate`) when its estimate fills at most 1 - HEADROOM = 85% of the GPU, the notebooks size micro-batches to
+# 85% of the free memory (`micro_batch_budget`), the preflight refuses model states alone past 85% (`states_fit`).
+# The 15% holds what the estimate leaves out: the CUDA context and libraries' workspaces (cuBLAS, NCCL), the
+# caching allocator's fragmentation (blocks cached but too split to serve a request), ZeRO-3's gathered layers
+# and prefetch buckets, transient tensors. In the course's reference runs torch's peak allocated plus the memory
+# outside its allocator reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py checks every run).
+HEADROOM = 0.15
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,11 +116,10 @@ def model_states(counts: dict, zero_stage: int | None, offload_optimizer: bool, 
 
 
 def states_fit(states_gpu_mib: float, gpu_memory_mib: float) -> bool:
-    """The rule for the model states (`model_states`, MiB per GPU) on a GPU of `gpu_memory_mib` MiB: they fit
-    within `memory.STATES_MARGIN` of its memory, leaving the rest to activations, the CUDA context and the
-    caching allocator. Part of `estimate`'s verdict, and the whole of the preflight's refusal
-    (`preflight.check_states_fit`: the states are certain before a run, the activations only estimated)."""
-    return states_gpu_mib <= STATES_MARGIN * gpu_memory_mib
+    """The preflight's rule (`preflight.check_states_fit`) for the model states (`model_states`, MiB per GPU) on a
+    GPU of `gpu_memory_mib` MiB: within 1 - `HEADROOM` of its memory, the share `estimate` holds the whole total
+    to, so that a run that fits passes the preflight (the states are certain before a run, activations estimated)."""
+    return states_gpu_mib <= (1 - HEADROOM) * gpu_memory_mib
 
 
 def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, **sizes) -> None:
@@ -157,9 +164,10 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
 
     Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
     DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
-    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, headroom_mib, fits,
-    estimator, activation_formula, config (for `explain`). "fits": the total within the GPU's memory, the states
-    within 90% of it (`states_fit`), the host states within host_memory_mib, nvme_mib within 95% of nvme_free_mib.
+    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, usable_gpu_mib (1 -
+    `HEADROOM` of it), spare_mib (usable_gpu_mib - total_gpu_mib), fits, estimator, activation_formula, config (for
+    `explain`). "fits": the total within usable_gpu_mib, the host states within host_memory_mib, nvme_mib within
+    95% of nvme_free_mib.
 
     Raises:
         WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
@@ -178,15 +186,15 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
     act, formula = activation_bytes(shape, s, b, flash_attention, activation_checkpointing)
     logits = s * b * shape["vocab_size"] * (2 + 4) * (1 if logits_on == "all" else LABELLED_FRACTION)
     total = gpu_states + act / MiB + logits / MiB
-    memory = GPUS[gpu]
+    memory, usable = GPUS[gpu], (1 - HEADROOM) * GPUS[gpu]
     host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
     drive_ok = nvme is None or nvme_free_mib is None or nvme <= DRIVE_MARGIN * nvme_free_mib
-    fits = total <= memory and states_fit(gpu_states, memory) and host_ok and drive_ok
+    fits = total <= usable and host_ok and drive_ok  # states_fit too: the states are part of the total
     return {"num_params": shape["num_params"], "model_states_gpu_mib": gpu_states, "model_states_cpu_mib": cpu_states,
             "nvme_mib": nvme, "activations_gpu_mib": round(act / MiB, 1), "logits_gpu_mib": round(logits / MiB, 1),
-            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "fits": fits,
-            "headroom_mib": round(memory - total, 1), "estimator": states["estimator"], "activation_formula": formula,
-            "config": config}
+            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "usable_gpu_mib": round(usable, 1),
+            "spare_mib": round(usable - total, 1), "fits": fits, "estimator": states["estimator"],
+            "activation_formula": formula, "config": config}
 
 
 def setup(config: dict, where: bool = False) -> str:
@@ -269,7 +277,8 @@ def explain(est: dict) -> str:
     c = est["config"]
     s = (f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
          f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
-         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of {_mib(est['gpu_memory_mib'])}")
+         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of the {_mib(est['usable_gpu_mib'])} "
+         f"a run may fill ({1 - HEADROOM:.0%} of {_mib(est['gpu_memory_mib'])})")
     if est["model_states_cpu_mib"]:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
             f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
@@ -279,7 +288,7 @@ def explain(est: dict) -> str:
             f"{'room' if est['nvme_mib'] <= DRIVE_MARGIN * c['nvme_free_mib'] else 'no room'})"
             if c["nvme_free_mib"] else " (the drive's free space not checked: give nvme_free_mib)")
     if est["fits"]:
-        return s + f"; {_mib(est['headroom_mib'])} to spare."
+        return s + f"; {_mib(est['spare_mib'])} to spare."
     fix = smallest_fix(est)
     if fix is None:
         return s + (". Nothing on the ladder fits (up to ZeRO-3 + offload + activation checkpointing, 128 GPUs, "
@@ -300,14 +309,11 @@ def check_fits(**kw) -> dict:
         return est
     c, world = est["config"], est["config"]["gpus_per_node"] * est["config"]["nodes"]
     who = f"{c['model']} with {setup(c)}" + (f" on {world} GPUs" if world > 1 else "")
-    gpu = est["gpu_memory_mib"]
-    if est["total_gpu_mib"] > gpu:
+    if est["total_gpu_mib"] > est["usable_gpu_mib"]:
         parts = f"model states {est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f}"
         parts += f" + logits {est['logits_gpu_mib']:,.0f}" if est["logits_gpu_mib"] >= 1 else ""
-        problem = f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), the {c['gpu']} has {_mib(gpu)}."
-    elif not states_fit(est["model_states_gpu_mib"], gpu):
-        problem = (f"{who} needs ~{_mib(est['model_states_gpu_mib'])} per GPU for its model states alone, more than "
-                   f"{STATES_MARGIN:.0%} of the {c['gpu']}'s {_mib(gpu)} (`workshop run` refuses it).")
+        problem = (f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), more than {1 - HEADROOM:.0%} of the "
+                   f"{c['gpu']}'s {_mib(est['gpu_memory_mib'])} ({HEADROOM:.0%} kept as headroom).")
     elif est["nvme_mib"] is not None and c["nvme_free_mib"] and est["nvme_mib"] > DRIVE_MARGIN * c["nvme_free_mib"]:
         problem = (f"{who} needs ~{_mib(est['nvme_mib'])} of swap files on each node's drive, more than "
                    f"{DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free.")
@@ -325,7 +331,8 @@ def table(est: dict):
 
     rows = {"model states, GPU": est["model_states_gpu_mib"], "activations": est["activations_gpu_mib"],
             "logits": est["logits_gpu_mib"], "total per GPU": est["total_gpu_mib"],
-            "GPU memory": est["gpu_memory_mib"], "headroom": est["headroom_mib"],
+            "GPU memory": est["gpu_memory_mib"], f"usable ({1 - HEADROOM:.0%})": est["usable_gpu_mib"],
+            "to spare": est["spare_mib"],
             "model states, host per node": est["model_states_cpu_mib"], "on NVMe per node": est["nvme_mib"]}
     return pd.DataFrame({"MiB": rows, "GiB": {k: None if v is None else round(v / 1024, 1) for k, v in rows.items()}})
 
@@ -344,7 +351,8 @@ def plot(est: dict, ax=None):
                               ("logits", "logits_gpu_mib", "tab:green")):
         ax.barh(0, gib(est[key]), left=left, color=color, label=label)
         left += gib(est[key])
-    ax.vlines(gib(est["gpu_memory_mib"]), -0.45, 0.45, colors="black", linestyles="--", label=f"{c['gpu']} memory")
+    ax.vlines(gib(est["usable_gpu_mib"]), -0.45, 0.45, colors="black", linestyles="--",
+              label=f"{1 - HEADROOM:.0%} of the {c['gpu']}'s memory ({HEADROOM:.0%} headroom)")
     ticks = ["each GPU"]
     for label, key in (("host, per node", "model_states_cpu_mib"), ("NVMe, per node", "nvme_mib")):
         if est[key]:
@@ -356,17 +364,11 @@ def plot(est: dict, ax=None):
     ax.set_yticks(range(len(ticks)), ticks)
     ax.set_xlabel("memory (GiB = 1024 MiB)")
     ax.set_title(f"{c['model']}, {setup(c)}: {'fits' if est['fits'] else 'does not fit'} "
-                 f"({gib(est['total_gpu_mib']):.1f} of {gib(est['gpu_memory_mib']):.1f} GiB per GPU)", fontsize=9)
+                 f"({gib(est['total_gpu_mib']):.1f} of {gib(est['usable_gpu_mib']):.1f} GiB per GPU)", fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not over them
     if own:
         ax.figure.tight_layout()
     return ax
-
-
-# The share of a GPU's free memory that an estimate may fill when this library sizes a run for it. The rest: what
-# `estimate` leaves out (fragmentation, cuBLAS and NCCL workspaces, ZeRO-3's gathered layers): in the course's
-# reference runs the real peak reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py checks every run).
-FREE_SHARE = 0.85
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,9 +387,9 @@ class Budget:
         """One line: what was chosen and why, for a notebook to print."""
         if self.tokens is None:
             return (f"Even micro-batches of {self.least:,} tokens need ~"
-                    f"{self.estimate_mib:,.0f} MiB ({self.setup}), more than {FREE_SHARE:.0%} of this GPU's "
+                    f"{self.estimate_mib:,.0f} MiB ({self.setup}), more than {1 - HEADROOM:.0%} of this GPU's "
                     f"{self.free_mib:,.0f} MiB free.")
-        why = (f"fit.estimate of {runs} stays within {FREE_SHARE:.0%} of this GPU's {self.free_mib:,.0f} MiB free: "
+        why = (f"fit.estimate of {runs} stays within {1 - HEADROOM:.0%} of this GPU's {self.free_mib:,.0f} MiB free: "
                f"the largest, {self.setup}, needs ~{self.estimate_mib:,.0f} MiB")
         if self.above_mib is None:
             return f"Micro-batches of up to {self.tokens:,} tokens, the recipe's: {why}."
@@ -398,7 +400,7 @@ class Budget:
 def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, most: int = 32768,
                        least: int = 512) -> Budget:
     """The largest micro-batch token budget, `most` halved down to `least`, at which `estimate` of every setup fits
-    `FREE_SHARE` of `free_mib`, estimated as one sequence of T tokens (with flash attention, activations and logits
+    1 - `HEADROOM` of `free_mib`, estimated as one sequence of T tokens (with flash attention, activations and logits
     grow with a micro-batch's tokens, not with how they are split into sequences).
 
     Args:
@@ -411,7 +413,7 @@ def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, mos
     tried = [most >> k for k in range(16) if most >> k >= least]
     at = {t: max(((estimate(model, max_length=t, **kw)["total_gpu_mib"], name) for name, kw in setups.items()),
                  key=lambda x: x[0]) for t in tried}  # the first setup of the largest estimate
-    fits = [t for t in tried if at[t][0] <= FREE_SHARE * free_mib]
+    fits = [t for t in tried if at[t][0] <= (1 - HEADROOM) * free_mib]
     tokens = fits[0] if fits else None
     mib, name = at[tokens if tokens else tried[-1]]
     above = at[2 * tokens][0] if tokens and tokens != most else None

@@ -165,10 +165,6 @@ class MemorySampler:
                            "train_end_s": self.marks.get("train_end")}
 
 
-# A run whose model states alone (the estimate) pass this share of the GPU's memory is refused before the model
-# is built (fit.states_fit, the rule preflight.check_states_fit and fit.estimate's verdict apply): activations,
-# the CUDA context and the caching allocator need the rest.
-STATES_MARGIN = 0.9
 TRAINER_ESTIMATE = "HF Trainer + torch AdamW: 16 bytes/param (fp32 weights 4, fp32 gradients 4, Adam m and v 8)"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, env, fit, memory
+from . import checkpoint, env, fit
 from .config import RunConfig, parse_run_args, resolve
 from .ds_config import Experiment, experiment_named
 from .errors import WorkshopError
@@ -136,16 +136,16 @@ def gpu_memory_mib(local_rank: int) -> float:
 
 def check_states_fit(cfg: RunConfig, exp: Experiment, counts: dict, world_size: int, gpu_mib: float) -> float:
     """Refuse a GPU of `gpu_mib` MiB whose memory the model states alone (`model_states`) would fill past
-    `memory.STATES_MARGIN` (`fit.states_fit`, the rule `fit.estimate`'s verdict applies too). Activations are
-    not counted: see the module's docstring.
+    1 - `fit.HEADROOM` (`fit.states_fit`; `fit.estimate` holds states + activations + logits to the same share).
+    Activations are not counted: see the module's docstring.
 
     Returns: the model states per GPU, MiB. Raises: WorkshopError with both figures and the fix."""
     states_mib = model_states(counts, exp, world_size)["estimated_model_states_gpu_mib"]
     if not fit.states_fit(states_mib, gpu_mib):
         raise WorkshopError(
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
-            f"{cfg.experiment} (DeepSpeed's estimate), more than {memory.STATES_MARGIN:.0%} of this GPU's "
-            f"{gpu_mib:,.0f} MiB.",
+            f"{cfg.experiment} (DeepSpeed's estimate), more than {1 - fit.HEADROOM:.0%} of this GPU's "
+            f"{gpu_mib:,.0f} MiB ({fit.HEADROOM:.0%} kept as headroom).",
             "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
     return states_mib
 
