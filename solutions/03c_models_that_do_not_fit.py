@@ -61,8 +61,11 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 # Per GPU, training with Adam needs the **model states** (16-bit weights and gradients, fp32 master weights and
 # Adam's two moments: DeepSpeed's `estimate_zero2/zero3_model_states_mem_needs` say how ZeRO divides them), the
 # **activations** kept for the backward pass (Korthikanti et al. 2022, eq. 1, counted for Qwen3's block), and the
-# **logits**. `fit.estimate` adds them up; with offload, the optimizer states (and at stage 3 the parameters) move
-# to the host's memory, or to an NVMe drive whose free space must hold the swap files. When a run does not fit,
+# **logits**. `fit.estimate` adds them up, and a run fits when the total stays within 85% of the GPU's memory: the
+# other 15% (`fit.HEADROOM`, the one margin of every verdict here, the preflight's and the micro-batch sizing's too)
+# is for the CUDA context, the allocator's cache and fragmentation, and what the estimate leaves out. With offload,
+# the optimizer states (and at stage 3 the parameters) move to the host's memory, or to an NVMe drive whose free
+# space must hold the swap files. When a run does not fit,
 # `fit.explain` names the first change up the ladder that does, in the order practitioners try them (the HF
 # Transformers DeepSpeed guide, "How to choose which ZeRO stage and offloads to use"): a smaller micro-batch,
 # activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs and then on more, and only then offload, CPU before

@@ -394,6 +394,8 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     assert f"the reference runs' {tokens.pop():,} tokens" in c
     # preflight's refusal (fit.states_fit), by the one margin of every verdict
     assert f"alone passes {1 - fit.HEADROOM:.0%} of the GPU (the {fit.HEADROOM:.0%} headroom every verdict" in c
+    assert (f"within {1 - fit.HEADROOM:.0%} of the GPU's memory: the other {fit.HEADROOM:.0%} (`fit.HEADROOM`, the "
+            "one margin of every verdict here, the preflight's and the micro-batch sizing's too)") in c
     # exercise 4 holds the H200 reference against H100s like for like (large_models.on_h100s: PyTorch's peak
     # allocated and the estimate against 1 - HEADROOM of the card), not NVML's peak on the H200 against the card
     assert "large_models.on_h100s(" in c and "r['GPU peak MiB']" not in c and "fit.GPUS['H100 80GB'] -" not in c

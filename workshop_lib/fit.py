@@ -277,8 +277,8 @@ def explain(est: dict) -> str:
     c = est["config"]
     s = (f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
          f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
-         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of the {_mib(est['usable_gpu_mib'])} "
-         f"a run may fill ({1 - HEADROOM:.0%} of {_mib(est['gpu_memory_mib'])})")
+         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of the "
+         f"{_mib(est['usable_gpu_mib'])} a run may fill ({1 - HEADROOM:.0%} of {_mib(est['gpu_memory_mib'])})")
     if est["model_states_cpu_mib"]:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
             f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
