@@ -121,9 +121,10 @@ def _setup(config: dict) -> tuple:
             config["nodes"], config["train_micro_batch_size_per_gpu"], config["max_length"])
 
 
-def test_the_ladder_is_the_practitioners_order():
-    """Smaller micro-batch and activation checkpointing first, then ZeRO stages on these GPUs and more, offload
-    (CPU before NVMe) last, shorter sequences at the very end."""
+def test_the_ladder_is_the_courses_order():
+    """The course's own order (not HF's guide's, tests/test_docs.py): smaller micro-batch and activation
+    checkpointing first, then ZeRO stages on these GPUs and more, every one before any offload (CPU before NVMe),
+    shorter sequences at the very end."""
     rungs = ladder(estimate("Qwen/Qwen3-8B", None, "none", train_micro_batch_size_per_gpu=4)["config"])
     first_offload = next(i for i, r in enumerate(rungs) if r["offload"] != "none")
     first_zero = next(i for i, r in enumerate(rungs) if r["zero_stage"] is not None)
@@ -131,6 +132,7 @@ def test_the_ladder_is_the_practitioners_order():
         (2, False), (1, False), (4, True), (2, True), (1, True)]
     assert all(r["activation_checkpointing"] for r in rungs[first_zero:])
     assert {r["offload"] for r in rungs[first_zero:first_offload]} == {"none"}  # every world without offload first
+    assert {r["zero_stage"] for r in rungs[first_zero:first_offload]} == {2, 3}  # ZeRO-3 before ZeRO-2 + offload
     assert max(r["gpus_per_node"] * r["nodes"] for r in rungs[first_zero:first_offload]) == 128
     offloads = [r["offload"] for r in rungs[first_offload:] if r["gpus_per_node"] * r["nodes"] == 1
                 and r["max_length"] == 4096]

@@ -207,12 +207,13 @@ def setup(config: dict, where: bool = False) -> str:
     return s + (f" on {gpus} x {c['gpu']}" if where else "")
 
 
-# The ladder, in the order practitioners try it (HF Transformers' DeepSpeed guide, "How to choose which ZeRO
-# stage and offloads to use for best performance": batch size 1 and gradient checkpointing first, ZeRO stages
-# next, offload last; ZeRO-Infinity's NVMe after the CPU). Each rung keeps what the rungs before it added, and
-# offload comes after more GPUs: it trades the GPU's memory for CPU Adam and PCIe copies (workshop_lessons/reference/h100/large-models:
-# Qwen3-4B trained several times faster with checkpointing alone than with ZeRO-3 + CPU offload). The ZeRO rungs
-# are tried on these GPUs, then on more (`WORLDS`); shorter sequences (max_length halved) change the data.
+# The ladder, in the course's own order, the cheapest in speed first: every rung that keeps the model states on
+# the GPU (smaller micro-batch, activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs, then on more: `WORLDS`)
+# before any offload (CPU Adam and PCIe copies, the slowest in the reference runs: 03c gives the ratios, which
+# tests/test_docs.py computes), CPU before NVMe; each rung keeps what the ones before it added. HF Transformers'
+# DeepSpeed guide ("How to choose which ZeRO stage and offloads to use for best performance") also starts from
+# batch size 1 and gradient checkpointing, but tries ZeRO-2 + CPU offload before ZeRO-3 and adds hardware only at
+# its last step. Shorter sequences (max_length halved) come last: they change the data.
 LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3", "ZeRO-2 + CPU offload",
           "ZeRO-3 + CPU offload", "ZeRO-3 + NVMe offload", "shorter sequences"]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
