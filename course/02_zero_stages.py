@@ -164,8 +164,9 @@ print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}"
 # sizes, precision) is refused with that option's name.
 #
 # Stage 2 again with `zero_optimization.overlap_comm=false` (`workshop run stage2 --ds-config
-# zero_optimization.overlap_comm=false`): the gradients are reduced after the backward pass instead of during it,
-# so DeepSpeed keeps one gradient bucket instead of two.
+# zero_optimization.overlap_comm=false`): a full gradient bucket is still reduced during the backward pass, but on
+# the compute stream, between its kernels; with overlap it goes to a side stream while a second bucket fills. So
+# DeepSpeed keeps one bucket instead of two (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))

@@ -2,6 +2,7 @@
 computed from: the H100 reference runs (workshop_lessons/reference/h100/course) and real tiny runs on this machine."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,34 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     assert f"{bucket:,.1f} MiB): {a['stage3'].predicted:.2f}" in text and f"({a['stage1'].predicted:.2f})" in text
     worst = max(a, key=lambda k: a[k].rest)
     assert f"at most {a[worst].rest_mib:,.1f} MiB ({a[worst].rest:.3f} bytes/param, {worst})" in text
+
+
+@pytest.mark.skipif(__import__("deepspeed").__version__ != "0.19.8", reason="notebook 02 cites DeepSpeed 0.19.8's lines")
+def test_overlap_comm_decides_the_stream_and_the_second_bucket_not_when_a_bucket_is_reduced():
+    """Notebook 02, stage2_no_overlap: "a full gradient bucket is still reduced during the backward pass, but on the
+    compute stream ...; with overlap it goes to a side stream while a second bucket fills" (issue 39, statement 2).
+    Each line `zero_stages.OVERLAP_COMM` cites is that line of the installed DeepSpeed's zero/stage_1_and_2.py; at
+    stage 2 the hook reduces whatever overlap_comm is, the stream is chosen by it, and so is the second buffer."""
+    import inspect
+
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    notebook = (Path(__file__).resolve().parents[1] / "solutions" / "02_zero_stages.py").read_text()
+    assert "`lesson.OVERLAP_COMM`" in notebook and "reduced after the backward pass" not in notebook
+    assert inspect.getsourcefile(DeepSpeedZeroOptimizer).endswith("deepspeed/runtime/zero/stage_1_and_2.py")
+    for method, number, text in zero_stages.OVERLAP_COMM:
+        source, first = inspect.getsourcelines(getattr(DeepSpeedZeroOptimizer, method))
+        assert source[number - first].strip() == text, (method, number, source[number - first])
+    # the reduction in the hook is not conditional on overlap_comm: nothing between the full-bucket test and the call
+    hook, first = inspect.getsourcelines(DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads)
+    assert "overlap_comm" not in "".join(hook[1422 - first:1424 - first])
+    # average_tensor: the side stream only under overlap_comm, else the current stream (the branch right before)
+    avg, first = inspect.getsourcelines(DeepSpeedZeroOptimizer.average_tensor)
+    assert avg[1600 - first].strip() == "elif self.overlap_comm:" and avg[1613 - first].strip() == "else:"
+    # setup_buckets: the first buffer always, the second under `if self.overlap_comm:`
+    setup = "".join(inspect.getsourcelines(DeepSpeedZeroOptimizer.setup_buckets)[0])
+    assert setup.count("torch.empty(int(self.reduce_bucket_size)") == 2
+    assert setup.index("buf_0 = torch.empty") < setup.index("if self.overlap_comm:") < setup.index("buf_1 = torch.empty")
+    # stage 2 is DeepSpeed's partition_grads (runtime/engine.py), which sends every gradient to the bucket
+    from deepspeed.runtime import engine
+    assert "partition_grads=zero_stage == ZeroStageEnum.gradients," in inspect.getsource(engine)

@@ -116,6 +116,24 @@ def figures(r: dict[str, dict]) -> ZeroStages:
         ac_hfu_over_mfu=ac_hfu / ac_mfu if ac_hfu is not None and ac_mfu else None)
 
 
+# What zero_optimization.overlap_comm changes at stage 2 (notebook 02's stage2_no_overlap), in DeepSpeed 0.19.8's
+# zero/stage_1_and_2.py: (DeepSpeedZeroOptimizer's method, line, what the line holds). Each gradient's hook
+# (process_gradients) adds it to the bucket at stage 2 (partition_gradients) with or without overlap_comm, and a full
+# bucket is reduced there, during the backward pass; average_tensor reduces it on reduction_stream with overlap_comm,
+# else on the current (compute) stream; only with overlap_comm does setup_buckets allocate the second buffer, which
+# the next bucket fills meanwhile.
+OVERLAP_COMM = (
+    ("create_gradient_handling_hooks", 1372, "self.process_gradients(param, i)"),  # in each gradient's hook
+    ("__init__", 267, "self.partition_gradients = partition_grads"),  # True at stage 2 (runtime/engine.py 2696)
+    ("process_gradients", 2290, "if self.partition_gradients or self.overlap_comm:"),
+    ("reduce_independent_p_g_buckets_and_remove_grads", 1422,
+     "if bucket.elements + param.numel() > self.reduce_bucket_size:"),
+    ("reduce_independent_p_g_buckets_and_remove_grads", 1424, "self.reduce_ipg_grads(comm_dtype=comm_dtype)"),
+    ("average_tensor", 1601, "stream = self.reduction_stream"),
+    ("average_tensor", 1614, "stream = get_accelerator().current_stream()"),
+    ("setup_buckets", 3273, "if self.overlap_comm:"),
+)
+
 # Bytes per parameter that DeepSpeed 0.19.8 keeps for Adam in fp32 on the GPU without offload: master weights, and
 # exp_avg + exp_avg_sq (the baseline's torch AdamW keeps the same moments beside its fp32 weights)
 FP32_WEIGHTS, ADAM_MOMENTS = 4, 8
