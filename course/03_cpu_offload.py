@@ -75,7 +75,8 @@ display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes"
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ORDER}
-f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
+# exercise 3 parts compilation from ZeRO with notebook 02's runs (yours on a GPU, else the reference)
+f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), lesson.compile_runs("runs/02_zero_stages"))
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises

@@ -81,7 +81,8 @@ display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes"
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 runs = {name: json.loads(open(f"{RUNS}/{name}/results.json").read()) for name in ORDER}
-f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)))
+# exercise 3 parts compilation from ZeRO with notebook 02's runs (yours on a GPU, else the reference)
+f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), lesson.compile_runs("runs/02_zero_stages"))
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -132,6 +133,22 @@ if f.peaks:
           f"gathered for forward and backward and the prefetch and reduce buckets. ZeRO-3 without offload peaked "
           f"{f.stage3_over_stage2_peak.difference:+,.0f} MiB from ZeRO-2's, with offload "
           f"{f.offload_peaks.difference:+,.0f} MiB: offload frees the model states, not what the steps add.")
+    c = f.compilation
+    yes, no = ([n for n in lesson.RUNS if c.compiled[n] == v] for v in (True, False))
+    print(f"3. {'Not ZeRO alone: ' if c.differs else ''}{' and '.join(yes) or 'no run'} compiled their transformer "
+          f"blocks, {' and '.join(no) or 'no run'} did not (torch_compile in each run's config; under ZeRO-3 the "
+          f"recipe compiles only with torch_compile_zero3, default {c.zero3_default}). " + (
+              "The ZeRO-2 and ZeRO-3 runs compiled alike: compilation is not in the gap." if not c.differs else
+              f"In {c.runs_from}, stage 3 peaked {c.gap.difference:+,.0f} MiB over stage 2 = "
+              f"{c.without.difference:+,.0f} MiB of compilation (the baseline without it against with it, "
+              f"{c.without.value:,.1f} against {c.without.other:,.1f} MiB; model states {c.states.value:,.1f} against "
+              f"{c.states.other:,.1f} MiB" + (": the steps of uncompiled blocks add the difference"
+                                              if c.states.verdict in ("equal", "within the band") else "")
+              + f") and {c.zero_mib:+,.0f} MiB of ZeRO (stage 3 against the uncompiled baseline, "
+              f"{c.stage3.difference:+,.0f}, less stage 2 against the compiled one, {c.stage2.difference:+,.0f})."
+              if c.runs_from else
+              "The ZeRO-2 and ZeRO-3 runs differ in compilation too, and notebook 02's runs that part the two "
+              "are not on file: the gap mixes them."))
 else:
     print("3. No GPU here, so no GPU memory was freed, and no GPU reference runs are on file to compare.")
 print(f"4. When the model states do not fit on the GPUs you have (a model several times larger than GPU memory "

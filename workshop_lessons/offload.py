@@ -1,17 +1,25 @@
 """Notebook 03's figures and verdicts, computed from its runs (results.json dicts by run name): stage2,
-stage2_offload, stage3 and stage3_offload (`figures`). The solution notebook writes the answers from them. ZenFlow's
-run against stage2_offload is the appendix's, 03e (`workshop_lessons.zenflow`)."""
+stage2_offload, stage3 and stage3_offload (`figures`), and for why ZeRO-3 peaks above ZeRO-2, notebook 02's runs
+that show compilation apart (`compile_runs`). The solution notebook writes the answers from them. ZenFlow's run
+against stage2_offload is the appendix's, 03e (`workshop_lessons.zenflow`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from workshop_lib.config import recipe_settings
 from workshop_lib.units import MiB
 
-from . import Comparison, compare
-from .baseline import compare_speed, number
+from . import Comparison, compare, reference
+from .baseline import compare_peak, compare_speed, number
+from .zero_stages import compiled
 
 RUNS = ("stage2", "stage2_offload", "stage3", "stage3_offload")
+# Notebook 02's runs that part compilation from ZeRO in stage 3's peak over stage 2's: the baseline with and
+# without torch.compile, and the two stages
+COMPILE_RUNS = ("baseline", "baseline_no_compile", "stage2", "stage3")
 
 
 def states(run: dict) -> float | None:
@@ -41,6 +49,34 @@ class Offload:
 
 
 @dataclass(frozen=True)
+class Compilation:
+    """Why ZeRO-3 peaks above ZeRO-2 (exercise 3): which of notebook 03's runs compiled their transformer blocks,
+    and, where the ZeRO-2 and ZeRO-3 runs differ in that, notebook 02's runs (`COMPILE_RUNS`) taken apart: stage 3's
+    peak over stage 2's = compilation's own effect on the baseline (`without`: baseline_no_compile against the
+    baseline) + each stage against the baseline of its own compile setting (`stage3`, `stage2`). MiB."""
+
+    compiled: dict[str, bool]  # notebook 03's run -> it compiled its blocks (its resolved config's torch_compile)
+    zero3_default: bool  # the recipe's torch_compile_zero3: ZeRO-3 compiles only with it (preflight.check_machine)
+    runs_from: str | None  # whose notebook 02 runs: "your notebook 02 runs", "notebook 02's GPU reference"; None
+    gap: Comparison | None  # 02's stage 3 peak against its stage 2's
+    without: Comparison | None  # 02's baseline_no_compile peak against its baseline's: compilation alone
+    states: Comparison | None  # model states of baseline_no_compile against the baseline's (only compile differs)
+    stage3: Comparison | None  # 02's stage 3 against baseline_no_compile (neither compiled)
+    stage2: Comparison | None  # 02's stage 2 against the baseline (both compiled)
+
+    @property
+    def differs(self) -> bool:
+        """The ZeRO-2 runs compiled and the ZeRO-3 runs did not, or the other way round."""
+        two, three = ({self.compiled[n] for n in RUNS if n.startswith(s)} for s in ("stage2", "stage3"))
+        return len(two) == len(three) == 1 and two != three
+
+    @property
+    def zero_mib(self) -> float:
+        """The gap less compilation's part: stage 3's difference less stage 2's, each against its baseline."""
+        return self.stage3.difference - self.stage2.difference
+
+
+@dataclass(frozen=True)
 class Offloads:
     """Notebook 03's exercises 1-3."""
 
@@ -53,6 +89,7 @@ class Offloads:
     peaks: dict[str, Offload] | None  # stage -> its Offload on those runs
     stage3_over_stage2_peak: Comparison | None  # ZeRO-3's peak allocated against ZeRO-2's, no offload
     offload_peaks: Comparison | None  # ZeRO-3 offload's peak against ZeRO-2 offload's
+    compilation: Compilation | None  # why ZeRO-3 peaks above ZeRO-2, on the same runs as `peaks`; None without them
 
 
 def _offload(s: str, r: dict[str, dict]) -> Offload:
@@ -77,9 +114,46 @@ def reference_runs(ref) -> dict[str, dict] | None:
     return {n: ref.loc[n].to_dict() for n in RUNS} if all(n in ref.index for n in RUNS) else None
 
 
-def figures(r: dict[str, dict], ref: dict[str, dict] | None = None) -> Offloads:
+def compile_runs(runs02: str | Path) -> tuple[dict[str, dict], str] | None:
+    """Notebook 02's `COMPILE_RUNS` as results.json dicts by run name, and whose: the learner's in `runs02` (its
+    runs folder) where all four finished with GPU memory measured ("your notebook 02 runs"), else notebook 02's
+    GPU reference runs ("notebook 02's GPU reference"); None where neither has all four."""
+    files = [Path(runs02) / n / "results.json" for n in COMPILE_RUNS]
+    mine = {n: json.loads(f.read_text()) for n, f in zip(COMPILE_RUNS, files) if f.is_file()}
+    if len(mine) == len(COMPILE_RUNS) and all(number(m.get("gpu_peak_allocated_mib")) is not None
+                                              for m in mine.values()):
+        return mine, "your notebook 02 runs"
+    ref = reference("02_zero_stages")
+    if all(n in ref.index for n in COMPILE_RUNS):
+        return {n: ref.loc[n].to_dict() for n in COMPILE_RUNS}, "notebook 02's GPU reference"
+    return None
+
+
+def compilation(runs: dict[str, dict], r02: tuple[dict[str, dict], str] | None) -> Compilation:
+    """`Compilation` of notebook 03's `runs` (the four of `RUNS`), with notebook 02's (`compile_runs`) taken apart
+    where the ZeRO-2 and ZeRO-3 runs differ in compilation and 02's runs differ in it as those do (its baseline and
+    stage 2 compiled alike, its baseline_no_compile and stage 3 alike, the two baselines not)."""
+    c = {n: compiled(runs[n]) for n in RUNS}
+    default = bool(recipe_settings(runs["stage3"]["config"].get("recipe", "default"))["torch_compile_zero3"])
+    z, who = r02 if r02 else ({}, None)
+    apart = bool(z) and (compiled(z["baseline"]) == compiled(z["stage2"]) == c["stage2"]
+                         and compiled(z["baseline_no_compile"]) == compiled(z["stage3"]) == c["stage3"] != c["stage2"])
+    base, bare = (z["baseline"], z["baseline_no_compile"]) if apart else (None, None)
+    return Compilation(
+        compiled=c, zero3_default=default, runs_from=who if apart else None,
+        gap=compare_peak(z["stage3"], z["stage2"]) if apart else None,
+        without=compare_peak(bare, base) if apart else None,
+        states=compare("gpu_states_allocated_mib", bare["gpu_states_allocated_mib"], base["gpu_states_allocated_mib"])
+        if apart else None,
+        stage3=compare_peak(z["stage3"], bare) if apart else None,
+        stage2=compare_peak(z["stage2"], base) if apart else None)
+
+
+def figures(r: dict[str, dict], ref: dict[str, dict] | None = None,
+            r02: tuple[dict[str, dict], str] | None = None) -> Offloads:
     """Notebook 03's figures from its runs `r` (results.json dicts by run name); without a GPU, exercise 3's
-    from the GPU reference runs `ref` (the same form, `reference_runs`) where given."""
+    from the GPU reference runs `ref` (the same form, `reference_runs`) where given; and why ZeRO-3 peaks above
+    ZeRO-2 on those runs, with notebook 02's runs `r02` (`compile_runs`) where given."""
     on_gpu = states(r["stage2"]) is not None
     src, runs = ("yours", r) if on_gpu else ("reference", ref) if ref else (None, None)
     peaks = {s: _offload(s, runs) for s in ("stage2", "stage3")} if runs else None
@@ -89,4 +163,6 @@ def figures(r: dict[str, dict], ref: dict[str, dict] | None = None) -> Offloads:
         stage3_over_stage2_peak=compare("gpu_peak_allocated_mib", runs["stage3"]["gpu_peak_allocated_mib"],
                                         runs["stage2"]["gpu_peak_allocated_mib"]) if runs else None,
         offload_peaks=compare("gpu_peak_allocated_mib", runs["stage3_offload"]["gpu_peak_allocated_mib"],
-                              runs["stage2_offload"]["gpu_peak_allocated_mib"]) if runs else None)
+                              runs["stage2_offload"]["gpu_peak_allocated_mib"]) if runs else None,
+        compilation=compilation(runs, r02) if runs else None)
+
