@@ -30,7 +30,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import offload as lesson
-from workshop_lib import env, results
+from workshop_lib import ds_config, env, results
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03_cpu_offload")))

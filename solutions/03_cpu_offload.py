@@ -28,7 +28,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import offload as lesson
-from workshop_lib import env, results
+from workshop_lib import ds_config, env, results
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03_cpu_offload")))
@@ -116,12 +116,12 @@ for o in (f.stage2, f.stage3):
     print(f"2. {o.stage}: the host's RSS after the first step grew by {o.host_states_bytes_per_param:.1f} bytes per "
           f"parameter (its peak over the steps by {o.host_peak_bytes_per_param:.1f}), against DeepSpeed's budget of "
           f"{o.estimated_host_bytes_per_param:.1f} for the offload run's host side. "
-          + ("On a CPU with the tiny model, the process's own growth (the CPU Adam op and libraries loaded, earlier "
-             "runs in this process) swamps the states: the reference rows show it for a real model."
-             if not f.on_gpu else
-             "More than DeepSpeed budgets: the process also holds what the estimate leaves out (pinned staging "
-             "buffers, the CPU Adam op's working memory; not measured apart here)." if o.host_states_bytes_per_param > o.estimated_host_bytes_per_param else
-             "Within DeepSpeed's budget (pages count in RSS only once touched)."))
+          + (f"On a CPU with the tiny model that budget is {o.estimated_host_mib:,.1f} MiB and the RSS changed by "
+             f"{o.host_states_mib:+,.1f} MiB: RSS is the whole process's, and what else changed between the two runs "
+             "is not measured apart; the reference rows show a real model." if not f.on_gpu else
+             f"{o.host_states_mib - o.estimated_host_mib:,.0f} MiB more than DeepSpeed budgets: RSS is the whole "
+             "process's, and what holds that memory (pinned or pageable, which buffers) is not measured here."
+             if o.host_states_mib > o.estimated_host_mib else "Within DeepSpeed's budget."))
 if f.peaks:
     where = "" if f.peaks_from == "yours" else "No GPU here; on the GPU of the reference runs: "
     s2, s3 = f.peaks["stage2"], f.peaks["stage3"]
@@ -182,6 +182,13 @@ fast = lessons.compare("steady_train_tokens_per_second", pair["stage2_offload_mi
 host = lessons.compare("host_peak_rss_mib", pair["stage2_offload_mine"]["host_peak_rss_mib"],
                        pair["stage2_offload"]["host_peak_rss_mib"])
 print(f"Tokens/s against stage2_offload's: {fast.ratio_text}. Host peak: {host.difference_text}.")
+if torch.cuda.is_available() and ds_config.parse_override(MY_OVERRIDE) == lesson.PIN_MEMORY:
+    p = lesson.pinning(runs["stage2"], pair["stage2_offload"], pair["stage2_offload_mine"])
+    print(f"Host RSS after the first step, over stage2's: {p.pinned_mib:,.0f} MiB pinned, {p.pageable_mib:,.0f} MiB "
+          f"pageable, DeepSpeed's budget {p.budget_mib:,.0f} MiB. Pinning itself changed it by "
+          f"{p.pinning.difference_text}" + (
+              f"; the {p.pageable_mib - p.budget_mib:,.0f} MiB above the budget with pageable buffers is not measured "
+              "apart." if p.pageable_mib > p.budget_mib else "."))
 if not torch.cuda.is_available():
     print("Without a GPU nothing crosses PCIe: pinning has nothing to speed up, and the CPU's figures show the noise.")
 

@@ -112,3 +112,38 @@ def test_notebook_02s_runs_part_compilation_from_zero_only_where_they_compiled_a
     c = offload.compilation(r, (odd, "your notebook 02 runs"))
     assert c.differs and c.runs_from is None and c.without is None
 
+
+def test_the_host_memory_above_deepspeeds_budget_is_not_broken_down_by_the_runs():
+    """Notebook 03, exercise 2 (issue 39, statement 11): on the H100 reference both offload runs' host RSS after step
+    1 grew by more than DeepSpeed's budget, and the sentence says by how many MiB and that what holds them is not
+    measured: no run records host memory by kind (pinned, pageable, smaps); a run that does must change the sentence."""
+    r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
+    f = offload.figures(r)
+    for s in ("stage2", "stage3"):
+        o, n, got = r[f"{s}_offload"], r[s], getattr(f, s)
+        assert got.host_states_mib == pytest.approx(o["host_states_rss_mib"] - n["host_states_rss_mib"])
+        assert got.estimated_host_mib == o["estimated_model_states_cpu_mib"]
+        assert got.host_states_mib > got.estimated_host_mib  # the "more than DeepSpeed budgets" branch
+        assert got.host_states_mib - got.estimated_host_mib == pytest.approx(
+            (got.host_states_bytes_per_param - got.estimated_host_bytes_per_param) * o["num_params"] / 2**20)
+        assert not [k for k in o if any(w in k.lower() for w in ("pin", "pageable", "smaps", "uss", "locked"))]
+
+
+def test_the_pin_memory_exercise_compares_the_pinned_run_with_the_pageable_one():
+    """Notebook 03's own key (solution: offload_optimizer.pin_memory=false): `offload.PIN_MEMORY` is that override as
+    `ds_config.parse_override` reads it, a key DeepSpeed's config accepts; stage2_offload pins (its config); `pinning`
+    sets each run's host growth over stage2 beside the budget. No pageable run is on file: checked on the reference
+    runs, with a pageable run made of stage2_offload's figures and 100 MiB less host RSS."""
+    from workshop_lessons.zero_stages import ds_config_of
+    from workshop_lib import ds_config
+
+    assert ds_config.parse_override("zero_optimization.offload_optimizer.pin_memory=false") == offload.PIN_MEMORY
+    assert offload.PIN_MEMORY[0] in ds_config.KEYS
+    r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
+    assert ds_config_of(r["stage2_offload"])["zero_optimization"]["offload_optimizer"]["pin_memory"] is True
+    pageable = r["stage2_offload"] | {"host_states_rss_mib": r["stage2_offload"]["host_states_rss_mib"] - 100}
+    p = offload.pinning(r["stage2"], r["stage2_offload"], pageable)
+    assert p.pinned_mib == pytest.approx(offload.figures(r).stage2.host_states_mib)
+    assert p.pageable_mib == pytest.approx(p.pinned_mib - 100)
+    assert p.budget_mib == r["stage2_offload"]["estimated_model_states_cpu_mib"]
+    assert p.pinning.difference == pytest.approx(100)

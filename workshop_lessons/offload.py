@@ -1,7 +1,8 @@
 """Notebook 03's figures and verdicts, computed from its runs (results.json dicts by run name): stage2,
 stage2_offload, stage3 and stage3_offload (`figures`), and for why ZeRO-3 peaks above ZeRO-2, notebook 02's runs
-that show compilation apart (`compile_runs`). The solution notebook writes the answers from them. ZenFlow's run
-against stage2_offload is the appendix's, 03e (`workshop_lessons.zenflow`)."""
+that show compilation apart (`compile_runs`); the figures of its own-key exercise with pageable buffers (`pinning`).
+The solution notebook writes the answers from them. ZenFlow's run against stage2_offload is the appendix's, 03e
+(`workshop_lessons.zenflow`)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class Offload:
     # DeepSpeed's own budget for the offload run's host memory (`estimate_zero{2,3}_model_states_mem_needs`,
     # its buffer factor included), per parameter: what "expected" means here
     estimated_host_bytes_per_param: float
+    host_states_mib: float  # host RSS after step 1, offload run less the run without, MiB
+    estimated_host_mib: float  # DeepSpeed's budget above, MiB
     peak_beyond_states_mib: float | None  # the offload run's peak less its model states: what the steps add
 
 
@@ -105,6 +108,8 @@ def _offload(s: str, r: dict[str, dict]) -> Offload:
         host_states_bytes_per_param=(o["host_states_rss_mib"] - n["host_states_rss_mib"]) * MiB / p,
         host_peak_bytes_per_param=(o["host_peak_rss_mib"] - n["host_peak_rss_mib"]) * MiB / p,
         estimated_host_bytes_per_param=o["estimated_model_states_cpu_mib"] * MiB / p,
+        host_states_mib=o["host_states_rss_mib"] - n["host_states_rss_mib"],
+        estimated_host_mib=o["estimated_model_states_cpu_mib"],
         peak_beyond_states_mib=peak - states(o) if gpu else None)
 
 
@@ -166,3 +171,24 @@ def figures(r: dict[str, dict], ref: dict[str, dict] | None = None,
                               runs["stage2_offload"]["gpu_peak_allocated_mib"]) if runs else None,
         compilation=compilation(runs, r02) if runs else None)
 
+
+@dataclass(frozen=True)
+class Pinning:
+    """The exercise "a key of your own" with zero_optimization.offload_optimizer.pin_memory=false: the host's RSS
+    after step 1 (`host_states_rss_mib`) of stage2_offload (pinned buffers) and of the same run with pageable ones,
+    each less stage2's, beside DeepSpeed's budget for the host side. MiB."""
+
+    pinned_mib: float
+    pageable_mib: float
+    budget_mib: float
+    pinning: Comparison  # the pinned run's host RSS after step 1 against the pageable run's: what pinning changes
+
+
+PIN_MEMORY = ("zero_optimization.offload_optimizer.pin_memory", False)  # the override `pinning` reads
+
+
+def pinning(stage2: dict, pinned: dict, pageable: dict) -> Pinning:
+    """`Pinning` from the runs' results.json: stage2, stage2_offload and stage2_offload with `PIN_MEMORY`."""
+    key = "host_states_rss_mib"
+    return Pinning(pinned[key] - stage2[key], pageable[key] - stage2[key], pinned["estimated_model_states_cpu_mib"],
+                   compare(key, pinned[key], pageable[key]))
