@@ -91,10 +91,14 @@ ls -l "$state/workshop.sqsh"
 
 step "a SLURM job whose ranks run inside the SquashFS"
 cd "$work" && mkdir -p logs  # sbatch --output=logs/%x-%j.out: the directory must exist
-rc=0
 job=$(WORKSHOP_CONTAINER="$state/workshop.sqsh" WORKSHOP_CONTAINER_RUNTIME=podman WORKSHOP_TINY=1 \
-      sbatch --wait --parsable --gpus-per-node=0 slurm/stage2_offload.slurm --max-steps 2) || rc=$?
+      sbatch --parsable --gpus-per-node=0 slurm/stage2_offload.slurm --max-steps 2)
 job=${job%%;*}
+# its end, polled each second (sbatch --wait polls at growing intervals, up to 32 s); its exit code as sbatch's
+until info=$(scontrol -o show job "$job") && [[ $info =~ JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) ]]; do
+  sleep 1
+done
+rc=1; [[ $info =~ ExitCode=([0-9]+) ]] && rc=${BASH_REMATCH[1]}
 log=logs/stage2_offload-$job.out
 if [ "$rc" != 0 ] || [ ! -f "runs/stage2_offload-$job/results.json" ]; then
   echo "container CI: the SLURM job $job (exit $rc) wrote no results.json; its log:"; tail -40 "$log" || true

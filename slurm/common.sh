@@ -127,7 +127,7 @@ _launch() {
       srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" \
         -m torch.distributed.run --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
         --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" \
-        --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
+        --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S,read_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
     srun)       # SLURM starts every rank itself; ranks from its variables
       srun --kill-on-bad-exit=1 --ntasks=$((NNODES * NPROC_PER_NODE)) --ntasks-per-node="$NPROC_PER_NODE" \
         "${SRUN_CONTAINER[@]}" bash -c \

@@ -4,9 +4,11 @@ emulated compute nodes on this machine. Every job runs the tiny model on CPU nod
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,18 +28,45 @@ def job_env(env=None) -> dict:
                 "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
 
 
+def submit(*argv, env=None) -> str:
+    """`sbatch --parsable --gpus-per-node=0 ARGV` from the repo root, in `job_env(env)`: the job id."""
+    p = subprocess.run(["sbatch", "--parsable", "--gpus-per-node=0", *argv], cwd=ROOT, env=job_env(env),
+                       capture_output=True, text=True, check=True)
+    return p.stdout.strip().split(";")[0]
+
+
+def state(jid: str) -> tuple[str, int]:
+    """The job's state (PENDING, RUNNING, COMPLETED...) and exit code, as `scontrol show job` gives them (the exit
+    code 128 + the signal where a signal ended it)."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", jid], capture_output=True, text=True).stdout
+    code, sig = map(int, re.search(r"ExitCode=(\d+):(\d+)", out).groups())
+    return re.search(r"JobState=(\S+)", out).group(1), code or (128 + sig if sig else 0)
+
+
+def wait(jid: str, timeout: float = 1200) -> int:
+    """Wait for the job to end, through any requeue: its exit code, as `sbatch --wait` returns it. Polled every
+    half second: `sbatch --wait` polls at growing intervals (up to 32 s), which added up to a minute to each test."""
+    deadline = time.time() + timeout
+    while (s := state(jid))[0] not in ENDED:
+        assert time.time() < deadline, f"job {jid} still {s[0]} after {timeout} s"
+        time.sleep(0.5)
+    return s[1]
+
+
+# SLURM's final job states (a requeued job goes back to PENDING)
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
 def sbatch(script, *args, env=None, job_name=None, run_name=None):
-    """Submit with --wait from the repo root; return (exit code, job id, log text, results dict or None). The run
-    and its log are named `run_name`, by default the job's name (`job_name`, else the script's)."""
-    e = job_env(env)
+    """Submit from the repo root and wait for the job's end; return (exit code, job id, log text, results dict or
+    None). The run and its log are named `run_name`, by default the job's name (`job_name`, else the script's)."""
     name = ["--job-name", job_name] if job_name else []
-    p = subprocess.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", *name, f"slurm/{script}.slurm", *args],
-                       cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200)
-    job = p.stdout.strip().split(";")[0]
+    job = submit(*name, f"slurm/{script}.slurm", *args, env=env)
+    rc = wait(job)
     name = run_name or job_name or script
     log = (ROOT / "logs" / f"{name}-{job}.out").read_text()
     res = ROOT / "runs" / f"{name}-{job}" / "results.json"
-    return p.returncode, job, log, json.loads(res.read_text()) if res.exists() else None
+    return rc, job, log, json.loads(res.read_text()) if res.exists() else None
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +135,10 @@ def test_missing_environment_fails_fast_with_the_fix():
 
 
 def test_unreachable_master_fails_instead_of_hanging():
+    """A master no node can reach: the rendezvous gives up after WORKSHOP_DIST_TIMEOUT_S (its join and its store's
+    connection, `--rdzv_conf` read_timeout, torch's default 60 s) and the job fails."""
     rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", job_name="multi_node_badmaster",
-                             env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid"})
+                             env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid", "WORKSHOP_DIST_TIMEOUT_S": "10"})
     assert rc != 0 and r is None
 
 
@@ -115,13 +146,10 @@ def test_a_rank_that_dies_ends_the_job():
     """SIGKILL rank 1 mid-training: the job must fail soon (srun --kill-on-bad-exit), not hang to its limit."""
     import glob
     import signal
-    import time
 
-    job = subprocess.Popen(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--job-name", "multi_node_kill",
-                            "slurm/multi_node.slurm", "stage2", "--max-steps", "200"], cwd=ROOT, env=job_env(),
-                           stdout=subprocess.PIPE, text=True)
+    jid = submit("--job-name", "multi_node_kill", "slurm/multi_node.slurm", "stage2", "--max-steps", "200")
     victim, deadline = None, time.time() + 600
-    while victim is None and time.time() < deadline and job.poll() is None:
+    while victim is None and time.time() < deadline and state(jid)[0] not in ENDED:
         if glob.glob(str(ROOT / "runs" / "multi_node_kill-*" / "train_log.csv")):  # training has started
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
@@ -135,8 +163,7 @@ def test_a_rank_that_dies_ends_the_job():
     assert victim, "rank 1 never started training"
     killed_at = time.time()
     os.kill(victim, signal.SIGKILL)
-    rc = job.wait(timeout=300)
-    jid = job.stdout.read().strip().split(";")[0]
+    rc = wait(jid, timeout=300)
     assert rc != 0 and time.time() - killed_at < 240
     assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
 
@@ -148,20 +175,13 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     limit): the rank checkpoints at its next step and exits 75, the job requeues itself, its next start
     resumes, and the job ends with the train and eval losses of an uninterrupted run. The same through
     one_gpu.slurm (its #SBATCH lines are the template's), whose run keeps the experiment's name across starts."""
-    import time
-
     args = ["--epochs", "4"]  # 16 steps: training still runs when the signal comes
     if script == "stage2":
-        name = run_name = "stage2_requeue"
-        submit = ["--job-name", name, "slurm/stage2.slurm"]
+        run_name = "stage2_requeue"
+        argv = ["--job-name", run_name, "slurm/stage2.slurm"]
     else:
-        name, run_name, submit = "one_gpu", "stage2", ["slurm/one_gpu.slurm", "stage2"]
-    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", *submit, *args],
-                           cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    jid, deadline = "", time.time() + 600
-    while not jid and time.time() < deadline:
-        jid = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
-        time.sleep(0.5)
+        run_name, argv = "stage2", ["slurm/one_gpu.slurm", "stage2"]
+    jid, deadline = submit(*argv, *args), time.time() + 600
     log_path = ROOT / "runs" / f"{run_name}-{jid}" / "train_log.csv"
     while time.time() < deadline and not (log_path.exists() and len(log_path.read_text().splitlines()) > 3):
         time.sleep(0.2)
@@ -169,15 +189,15 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     ref = tmp_path / "ref"
     subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", *args, "--output-dir", ref],
                    check=True, capture_output=True)
-    while job.poll() is None and time.time() < deadline:  # SLURM holds a requeued job ~2 min: release it now
-        state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
-        if "PENDING" in state and "BeginTime" in state:
+    while state(jid)[0] not in ENDED and time.time() < deadline:  # SLURM holds a requeued job ~2 min: release it
+        held = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
+        if "PENDING" in held and "BeginTime" in held:
             subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
             break
-        time.sleep(1)
-    rc = job.wait(timeout=900)
+        time.sleep(0.5)
+    rc = wait(jid, timeout=900)
     log = (ROOT / "logs" / f"{run_name}-{jid}.out").read_text()
-    assert rc == 0, job.stdout.read() + log[-3000:]
+    assert rc == 0, log[-3000:]
     assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
     assert log.count("Resuming from") == 1, log[-3000:]
     r = json.loads((ROOT / "runs" / f"{run_name}-{jid}" / "results.json").read_text())
@@ -197,9 +217,6 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     while the job waits), within the CPU tests' tolerance (tests/test_resume_world_size.py's TOL, 1e-5 in fp32).
     The batch environment keeps the submission's SLURM_NTASKS=2 across the requeue: an srun that inherited it
     started two torchrun agents on the one node (SLURM's warning "can't honor --ntasks-per-node")."""
-    import re
-    import time
-
     import pandas as pd
     from safetensors.torch import load_file
     from test_resume_world_size import TOL
@@ -207,13 +224,7 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     from workshop_lib import launch
 
     name, args = "multi_node_shrink", ["--epochs", "8"]  # 16 steps on 2 ranks: training still runs at the signal
-    job = subprocess.Popen(["sbatch", "--wait", "--gpus-per-node=0", "--job-name", name, "slurm/multi_node.slurm",
-                            "stage2", *args], cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    jid, deadline = "", time.time() + 600
-    while not jid and time.time() < deadline:
-        jid = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
-        time.sleep(0.5)
+    jid, deadline = submit("--job-name", name, "slurm/multi_node.slurm", "stage2", *args), time.time() + 600
     out = ROOT / "runs" / f"{name}-{jid}"
     while time.time() < deadline and not ((out / "train_log.csv").exists()
                                           and len((out / "train_log.csv").read_text().splitlines()) > 3):
@@ -221,9 +232,9 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
     ref = launch.run_local("stage2", 2, tmp_path / "ref", "--tiny", *args, env={"CUDA_VISIBLE_DEVICES": ""})
     changed = False
-    while job.poll() is None and time.time() < deadline:  # requeued and held (BeginTime): 1 node, then release
-        state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
-        if "PENDING" in state and "BeginTime" in state:
+    while state(jid)[0] not in ENDED and time.time() < deadline:  # requeued and held (BeginTime): 1 node, release
+        held = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
+        if "PENDING" in held and "BeginTime" in held:
             cpus = re.search(r"CPUs/Task=(\d+)", subprocess.run(["scontrol", "show", "job", jid], capture_output=True,
                                                                  text=True).stdout).group(1)
             subprocess.run(["scontrol", "update", f"JobId={jid}", "NumNodes=1-1", "NumTasks=1", f"NumCPUs={cpus}"],
@@ -231,10 +242,10 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
             subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
             changed = True
             break
-        time.sleep(1)
-    rc = job.wait(timeout=900)
+        time.sleep(0.5)
+    rc = wait(jid, timeout=900)
     log = (ROOT / "logs" / f"{name}-{jid}.out").read_text()
-    assert changed and rc == 0, job.stdout.read() + log[-3000:]
+    assert changed and rc == 0, log[-3000:]
     assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
     assert f"job {jid}: 2 node(s) x 1 process(es)" in log and f"job {jid}: 1 node(s) x 1 process(es)" in log
     assert "can't honor --ntasks-per-node" not in log, log[-3000:]
