@@ -64,6 +64,9 @@ fi
 # 2 cores: better here than inside a run's warm-up)
 _ops="CPUAdamBuilder"; { [ $_gpu = 1 ] || [ "$_setup_mode" != run ]; } && _ops="FusedAdamBuilder $_ops"
 [ "$_setup_mode" != run ] && [ $_gpu = 0 ] && _ops="$_ops ShareMemCommBuilder"
-[ "$_setup_mode" != run ] && _has_libaio && _ops="$_ops AsyncIOBuilder"
+# async_io (several files, a compiler per core) in a process of its own beside the others (one file each, one core):
+# at most three compilers at once
+_aio=; [ "$_setup_mode" != run ] && _has_libaio && { python -m workshop_lib.env --build-ops AsyncIOBuilder & _aio=$!; }
 python -m workshop_lib.env --build-ops $_ops
-unset _setup_mode _extras _check _gpu _ops; unset -f _has_libaio
+[ -z "$_aio" ] || wait "$_aio"
+unset _setup_mode _extras _check _gpu _ops _aio; unset -f _has_libaio
