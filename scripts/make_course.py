@@ -4,8 +4,14 @@ reference included: the learner reads their data and writes the interpretation. 
 
     python scripts/make_course.py            # write course/*.py
     python scripts/make_course.py --check    # exit 1 if course/ differs from what would be written
+    python scripts/make_course.py --diverging   # the learner notebooks that run otherwise than their solution
+
+A learner notebook runs as its solution does, cell for cell, unless a later cell reads a name an answer binds or
+changes (02's MY_OVERRIDE: None in course/, a key in solutions/): only those run otherwise, so scripts/test.sh
+executes them beside every solution; the others' cells run, with the same outputs, inside their solution.
 """
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -28,10 +34,53 @@ def learner_text(solution: Path) -> str:
     return jupytext.writes(nb, fmt="py:percent")
 
 
+def parse(source: str) -> ast.Module:
+    """A code cell's syntax tree, without IPython's %magics and !commands."""
+    return ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+
+
+def bound(source: str) -> set[str]:
+    """Names a cell binds or changes: assigned, imported, defined, or an object it assigns into or calls a method
+    of (`d["k"] = v`, `runs.append(x)`)."""
+    names = set()
+    for node in ast.walk(parse(source)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            base = node.func if isinstance(node, ast.Call) else node
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+    return names
+
+
+def diverges(solution: Path) -> bool:
+    """Whether the learner version of `solution` runs otherwise than it: a code cell after an answer (a cell tagged
+    "solution") reads a name that answer binds or changes (`bound`)."""
+    answers = set()
+    for cell in jupytext.read(solution).cells:
+        if cell.cell_type != "code":
+            continue
+        if "solution" in cell.metadata.get("tags", []):
+            answers |= bound(cell.source)
+        elif answers & {n.id for n in ast.walk(parse(cell.source)) if isinstance(n, ast.Name)}:
+            return True
+    return False
+
+
 def main(check: bool) -> int:
     files = {ROOT / "course" / sol.name: learner_text(sol) for sol in sorted((ROOT / "solutions").glob("[0-9]*.py"))}
     return write_or_check(files, ROOT, check, "python scripts/make_course.py")
 
 
 if __name__ == "__main__":
+    if "--diverging" in sys.argv:
+        print(" ".join(f"course/{sol.stem}.ipynb" for sol in sorted((ROOT / "solutions").glob("[0-9]*.py")) if diverges(sol)))
+        sys.exit(0)
     sys.exit(main("--check" in sys.argv))

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (.venv) and run every test: unit tests, the lab's (lab/tests), every experiment through
 # `workshop run --tiny` on the CPU with real DeepSpeed, the batch scripts on a SLURM cluster where one
-# answers (.ci/run starts one), and every notebook of course/ and solutions/
-# executed by nbmake on the tiny model, with the run length a GPU learner gets (lessons.notebook_run_options:
-# lessons.GPU_MAX_STEPS steps on the CPU too, unless WORKSHOP_MAX_STEPS says otherwise). 22.5 minutes of tests on 2 cores (2026-11-23), most of it DeepSpeed runs,
-# after set-up (about 8 minutes on a fresh machine, compiling DeepSpeed's CPU Adam and async_io).
+# answers (.ci/run starts one), and every notebook of solutions/ (with the learner versions in course/ that run
+# otherwise) executed by nbmake on the tiny model, with the run length a GPU learner gets
+# (lessons.notebook_run_options: lessons.GPU_MAX_STEPS steps on the CPU too, unless WORKSHOP_MAX_STEPS says
+# otherwise), most of it DeepSpeed runs, after set-up (compiling DeepSpeed's ops on a fresh machine).
 #   bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +23,10 @@ workers=${WORKSHOP_TEST_WORKERS:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / workers : 1 ))}
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
 # here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
-pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests course/[0-9]*.ipynb \
-  --ignore tests/test_executed_notebooks.py \
+# every solution notebook, and the learner notebooks that run otherwise than their solution (a learner's blank
+# answer changes what later cells do: `make_course.py --diverging`); the others' cells run inside their solution
+pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests \
+  $(python scripts/make_course.py --diverging) --ignore tests/test_executed_notebooks.py \
   solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200 --overwrite
-# the learner notebooks' outputs, kept by --overwrite: no warning, bar or error (tests/test_executed_notebooks.py)
+# the learner's outputs, kept by --overwrite: no warning, bar or error (tests/test_executed_notebooks.py)
 pytest -q -p no:cacheprovider tests/test_executed_notebooks.py 2>&1 | sed 's/^/executed notebooks: /'

@@ -91,3 +91,24 @@ def test_check_names_a_stale_timetable_and_the_fix(tmp_path, monkeypatch, capsys
     m.main(check=False)
     assert m.main(check=True) == 0
     assert (tmp_path / "README.md").read_text().endswith(f"{m.END}\nrest\n")
+
+
+def test_the_learner_notebooks_ci_executes_are_those_whose_blank_answers_change_later_cells(tmp_path, monkeypatch):
+    """`make_course.diverges`: a learner notebook runs otherwise than its solution where a later cell reads what an
+    answer binds or changes (02, 03 and 04: the learner's predictions and override are None there); the others run
+    inside their solution, cell for cell, and scripts/test.sh executes only the solution."""
+    import jupytext
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import make_course
+
+    found = {p.stem for p in sorted((ROOT / "solutions").glob("[0-9]*.py")) if make_course.diverges(p)}
+    assert found == {"02_zero_stages", "03_cpu_offload", "04_multi_gpu"}
+    assert make_course.bound("a = 1\nd['k'] = 2\nruns.append(3)\nimport numpy as np\n%time x.y.z = 4\ndef f(): pass") \
+        == {"a", "d", "runs", "np", "f"}
+    nb = jupytext.reads("# %%\nx = []\n\n# %% tags=[\"solution\"]\nx.append(1)\n\n# %%\nprint(len(x))\n", fmt="py:percent")
+    jupytext.write(nb, tmp_path / "nb.py", fmt="py:percent")
+    assert make_course.diverges(tmp_path / "nb.py")
+    nb.cells[2].source = "print(1)"
+    jupytext.write(nb, tmp_path / "nb.py", fmt="py:percent")
+    assert not make_course.diverges(tmp_path / "nb.py")
