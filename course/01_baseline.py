@@ -36,12 +36,15 @@ display(Markdown(lessons.header("01_baseline")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "01_baseline", "runs/01_baseline"
-recipe_settings("default")  # the default recipe: its overlay (config.RECIPES) over each setting's base
+print(f"The default recipe (config.RECIPES over each setting's base): {recipe_settings('default')}")
+print(f"What this notebook's runs of it change on this machine ({env.device_name()}):")
+display(Markdown(lesson.recipe_here(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON)).to_markdown(index=False)))
 
 # %% [markdown]
 # ## 1. One run
 #
-# A `RunConfig` names the experiment and the settings you change; the recipe above gives the rest.
+# A `RunConfig` names the experiment and the settings you change; the recipe gives the rest, as the table above
+# changes it for this notebook and this machine.
 # `lessons.run_config` gives this notebook's runs, those of the GPU reference. `run_experiment` checks the
 # settings, trains with the HF `Trainer`, samples memory, and writes `results.json` (with the resolved
 # configuration), `memory.csv` and `train_log.csv` (one row per optimizer step). `workshop run baseline` calls

@@ -92,3 +92,24 @@ def test_figures_agree_with_tiny_runs_on_this_machine(tiny_01):
     if tiny_01[0]["gpu_states_allocated_mib"] is None:  # CPU: no GPU figures, the host's peak instead
         assert f.states_bytes_per_param is None and f.nvml is None and f.gradients_freed is None
         assert f.peak_what.startswith("host peak RSS") and f.accum_peak.metric == "host_peak_rss_mib"
+
+
+def test_the_recipe_table_is_what_a_run_used_on_this_machine(tiny_runs):
+    """Issue 39 (7): `baseline.recipe_here`, the table notebook 01 prints under the default recipe, lists each setting
+    a run changes from the recipe with the value the run used (results.json's resolved config), and every setting
+    it leaves out is the recipe's: here the tiny baseline run made by `workshop run baseline --tiny`."""
+    from workshop_lib.config import RECIPE_FIELDS, RunConfig, recipe_settings
+
+    d = tiny_runs / "baseline"
+    ran = json.loads((d / "results.json").read_text())["config"]
+    table = baseline.recipe_here(RunConfig("baseline", tiny=True, output_dir=str(d))).set_index("setting")
+    recipe = recipe_settings("default") | {"tiny": False, "random_weights": False, "max_steps": None}
+    for k in [*RECIPE_FIELDS, "tiny", "random_weights", "max_steps"]:
+        v = ran[k]
+        shown = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+        if k in table.index:
+            assert table.at[k, "this notebook's runs here"] == shown and v != recipe[k]
+        else:
+            assert v == recipe[k], k
+    if ran["precision"] == "fp32":  # a CPU: the machine, not the recipe, dropped bf16 and compilation
+        assert table.loc[["precision", "torch_compile"], "changed by"].str.startswith("this machine").all()

@@ -1,17 +1,45 @@
 """Notebook 01's figures and verdicts, computed from its three runs (results.json dicts): `baseline` (the
 default recipe), `baseline_classic` (the original workshop's recipe) and `baseline_accum4` (a quarter of the
-tokens per micro-batch, 4 micro-batches per optimizer step). The solution notebook writes the answers from them."""
+tokens per micro-batch, 4 micro-batches per optimizer step). The solution notebook writes the answers from them.
+`recipe_here`: the default recipe beside what the notebook's runs use on this machine."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+import pandas as pd
+
+from workshop_lib import env
+from workshop_lib.config import RECIPE_FIELDS, TINY, RunConfig, resolve
+from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.fit import GPUS
+from workshop_lib.preflight import check_machine
 from workshop_lib.units import MiB
 
 from . import Comparison, band, compare, cpu_band
 
 FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
+
+
+def recipe_here(cfg: RunConfig) -> pd.DataFrame:
+    """What run `cfg` (a notebook's `lessons.run_config`, not resolved; an experiment without DeepSpeed, whose
+    machine check starts nothing) changes from its recipe on this machine, by the code the run itself takes:
+    `config.resolve` (the notebook's options, --tiny's overlay `TINY`) and `preflight.check_machine` (precision,
+    attention and compilation here). One row per recipe setting, or tiny / random_weights / max_steps, that
+    differs: its name, the recipe's value (a `RunConfig` of the recipe alone, resolved), the run's, and which of
+    the three changed it."""
+    recipe = asdict(resolve(RunConfig(cfg.experiment, recipe=cfg.recipe, output_dir=cfg.output_dir)))
+    given = resolve(cfg)
+    notebook, here = asdict(given), asdict(check_machine(given, EXPERIMENTS[cfg.experiment]))
+
+    def text(v) -> str:
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    rows = [{"setting": k, f"recipe {cfg.recipe}": text(recipe[k]), "this notebook's runs here": text(here[k]),
+             "changed by": f"this machine, {env.device_name()}" if here[k] != notebook[k]
+             else "--tiny (config.TINY)" if cfg.tiny and k in TINY else "this notebook (lessons.notebook_run_options)"}
+            for k in [*RECIPE_FIELDS, "tiny", "random_weights", "max_steps"] if here[k] != recipe[k]]
+    return pd.DataFrame(rows)
 
 
 def speed(r: dict) -> tuple[float, str]:
