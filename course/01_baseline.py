@@ -100,7 +100,7 @@ print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * v
 #
 # The default recipe fills each micro-batch with up to `max_tokens_per_micro_batch` tokens and steps the optimizer
 # after each. `baseline_accum4` takes a quarter of the tokens per micro-batch and 4 micro-batches per step: about
-# as many tokens per step, less work per forward pass, fewer activations held at once.
+# as many tokens per step, a quarter of them in each forward pass, so fewer activations held at once.
 
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))

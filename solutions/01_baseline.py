@@ -98,7 +98,7 @@ print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * v
 #
 # The default recipe fills each micro-batch with up to `max_tokens_per_micro_batch` tokens and steps the optimizer
 # after each. `baseline_accum4` takes a quarter of the tokens per micro-batch and 4 micro-batches per step: about
-# as many tokens per step, less work per forward pass, fewer activations held at once.
+# as many tokens per step, a quarter of them in each forward pass, so fewer activations held at once.
 
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
@@ -157,15 +157,22 @@ print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic
          if f.speed.verdict == "higher" and rest > 1 else
          "On a CPU with the tiny model the recipes' GPU levers (bf16, compiled blocks, flash attention, large "
          "micro-batches) do not apply, so the ratio says little about a GPU: compare the reference rows."))
-a, p = f.accum_speed, f.accum_peak
+a, p, (b4, m4), o = f.accum_speed, f.accum_peak, f.micro_batches, f.other_ms
 print(f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
       f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "
       f"(the micro-batches group different questions, so not identical); tokens/s {a.ratio_text}; {f.peak_what} "
-      f"{p.ratio_text}. "
-      + ("Smaller micro-batches hold fewer activations at once but give the GPU less work per kernel."
-         if p.verdict == "lower" and a.verdict == "lower" else
-         "Here the smaller micro-batches did not trade memory for speed as on a GPU: with a tiny model, per-step "
-         "overheads and the weights, not the activations, dominate."))
+      f"{p.ratio_text}. Per micro-batch (steady step time / micro-batches per step), {m4.tokens:,.0f} tokens took "
+      f"{m4.ms:,.0f} ms against {b4.ms:,.0f} ms for the baseline's {b4.tokens:,.0f}. "
+      + ("Without a GPU there is no peak to set their arithmetic apart, so what the time is spent on is not "
+         "measured here; the reference rows show a GPU."
+         if o is None else
+         f"Their arithmetic at the GPU's peak (MFU x time) is {m4.arithmetic_ms:,.0f} and {b4.arithmetic_ms:,.0f} ms; "
+         f"the rest, {m4.other_ms:,.0f} and {b4.other_ms:,.0f} ms, "
+         + (f"is the same within the band ({o.band_text}) at both sizes: an overhead every micro-batch pays, "
+            f"{f.accumulation_steps} times a step here (what it is spent on is not measured)."
+            if o.verdict == "within the band" else f"differs ({o.ratio_text}): not one cost per micro-batch; why "
+            "is not measured.")
+         + (" Fewer tokens per forward pass hold fewer activations at once." if p.verdict == "lower" else "")))
 if f.states_bytes_per_param is None:
     print(f"5. no GPU: the model states cannot be read apart from the rest of the process here; the estimate is "
           f"{f.estimated_states_mib:,.1f} MiB ({f.estimator}).")

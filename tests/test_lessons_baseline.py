@@ -113,3 +113,69 @@ def test_the_recipe_table_is_what_a_run_used_on_this_machine(tiny_runs):
             assert v == recipe[k], k
     if ran["precision"] == "fp32":  # a CPU: the machine, not the recipe, dropped bf16 and compilation
         assert table.loc[["precision", "torch_compile"], "changed by"].str.startswith("this machine").all()
+
+
+def _answers(runs: dict) -> dict[str, str]:
+    """Notebook 01's answers as its solution cell prints them from `runs` (results.json by run name): number -> line."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "solutions" / "01_baseline.py").read_text()
+    cell = next(c for c in re.split(r"^# %%", src, flags=re.M) if c.startswith(' tags=["solution"]'))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cell.split("\n", 1)[1], {"f": baseline.figures(*(runs[n] for n in NAMES))})
+    return {line.split(".", 1)[0]: line for line in out.getvalue().splitlines() if line[:1].isdigit()}
+
+
+def _reference(where: str = "runs") -> dict:
+    return {n: json.loads((REFERENCE_DIR / where / n / "results.json").read_text()) for n in NAMES}
+
+
+@pytest.mark.parametrize("where", ["runs", "repeat"])
+def test_answer_4_sets_each_micro_batchs_arithmetic_against_its_time(where):
+    """Issue 39 (9): answer 4 splits the time of one micro-batch (steady step time / micro-batches per step) into its
+    arithmetic at the GPU's peak (the model FLOPs of its tokens, `metrics.run_flops_per_token`, over `gpus.peak_flops`;
+    = MFU x the time) and the rest. On the H100 reference the rest is the same per micro-batch, within the step
+    time's band, at 3,847 and 14,928 tokens: an overhead each micro-batch pays, 4 times a step with accumulation 4;
+    the arithmetic of accum4's micro-batch is under a tenth of its time. A change that broke this would fail here."""
+    from workshop_lib import gpus, metrics
+    from workshop_lib.model import architecture_config
+
+    r = _reference(where)
+    f = baseline.figures(*(r[n] for n in NAMES))
+    for mb, run in zip(f.micro_batches, (r["baseline"], r["baseline_accum4"])):
+        n = run["gradient_accumulation_steps"]
+        assert mb.count == n and mb.ms == pytest.approx(run["steady_step_time_s"] * 1000 / n)
+        assert mb.tokens == pytest.approx(run["tokens_per_step"] / n)
+        c, s = architecture_config(run["config"]["model"]), run["data_stats"]["train"]
+        flops, _ = metrics.run_flops_per_token(run["num_params"], c.num_hidden_layers, c.num_attention_heads * c.head_dim,
+                                               c.vocab_size * c.hidden_size, s["tokens"], s["used"],
+                                               s["labelled_tokens"], True, False)
+        # the same arithmetic from the FLOPs per token (the steady steps' tokens differ from the epoch's mean by <1%)
+        assert mb.arithmetic_ms == pytest.approx(mb.tokens * flops / gpus.peak_flops(run["device"]) * 1000, rel=0.02)
+    base, accum = f.micro_batches
+    assert accum.arithmetic_ms < accum.ms / 10 and f.other_ms.verdict == "within the band"
+    assert f.other_ms.band == pytest.approx(lessons.band("steady_step_time_s"))
+    four = _answers(r)["4"]
+    assert (f"{accum.tokens:,.0f} tokens took {accum.ms:,.0f} ms against {base.ms:,.0f} ms for the baseline's "
+            f"{base.tokens:,.0f}") in four
+    assert (f"is {accum.arithmetic_ms:,.0f} and {base.arithmetic_ms:,.0f} ms; the rest, {accum.other_ms:,.0f} and "
+            f"{base.other_ms:,.0f} ms, is the same within the band") in four
+    assert f"an overhead every micro-batch pays, {f.accumulation_steps} times a step" in four
+    assert "work per kernel" not in four
+    # rests that differ beyond the band are not called one overhead
+    slower = r | {"baseline_accum4": r["baseline_accum4"] | {"steady_step_time_s": 2 * r["baseline_accum4"]["steady_step_time_s"]}}
+    assert "an overhead every" not in _answers(slower)["4"] and "why is not measured" in _answers(slower)["4"]
+
+
+def test_the_answers_on_this_machine_say_what_its_runs_measured(tiny_01):
+    """Issue 39 (9) on this machine's tiny runs: without a GPU peak answer 4 splits nothing and says the cause is
+    not measured."""
+    r = dict(zip(NAMES, tiny_01))
+    f = baseline.figures(*tiny_01)
+    a = _answers(r)
+    if tiny_01[0]["mfu"] is None:  # a CPU
+        assert f.other_ms is None and "what the time is spent on is not measured here" in a["4"]

@@ -136,6 +136,30 @@ def nvml_split(r: dict) -> NvmlSplit | None:
 
 
 @dataclass(frozen=True)
+class MicroBatch:
+    """One run's optimizer step by micro-batch: `ms` = its steady step time / gradient_accumulation_steps, for
+    `tokens` = tokens_per_step / gradient_accumulation_steps; `arithmetic_ms`, the time its model FLOPs take at the
+    GPU's peak (`metrics.flops_per_token` x tokens / peak FLOP/s = the run's MFU x `ms`), None without a known peak
+    (a CPU); `other_ms` the rest of `ms`."""
+
+    count: int  # micro-batches per optimizer step
+    tokens: float
+    ms: float
+    arithmetic_ms: float | None
+
+    @property
+    def other_ms(self) -> float | None:
+        return None if self.arithmetic_ms is None else self.ms - self.arithmetic_ms
+
+
+def micro_batch(r: dict) -> MicroBatch:
+    """`r`'s (results.json) `MicroBatch`."""
+    n, mfu = r["gradient_accumulation_steps"], number(r.get("mfu"))
+    ms = r["steady_step_time_s"] * 1000 / n
+    return MicroBatch(n, r["tokens_per_step"] / n, ms, None if mfu is None else mfu * ms)
+
+
+@dataclass(frozen=True)
 class Baseline:
     """Notebook 01's exercises 1-6. Memory in MiB, speeds in tokens/s (steady state where the run has one)."""
 
@@ -152,6 +176,8 @@ class Baseline:
     accum_loss: Comparison  # accum4's train loss against the baseline's, nats
     accum_speed: Comparison  # accum4's tokens/s against the baseline's
     accum_peak: Comparison  # accum4's peak against the baseline's (GPU allocated, else host RSS), MiB
+    micro_batches: tuple[MicroBatch, MicroBatch]  # (baseline, accum4)
+    other_ms: Comparison | None  # accum4's ms per micro-batch besides its arithmetic against the baseline's (no peak: None)
     peak_what: str  # what `peak` measured here
     states_mib: float | None  # the baseline's model states measured after step 1 (None without a GPU)
     states_bytes_per_param: float | None
@@ -165,6 +191,7 @@ class Baseline:
 def figures(base: dict, classic: dict, accum: dict) -> Baseline:
     """Notebook 01's figures from its three runs' results.json dicts."""
     stats = classic["data_stats"]["train"]
+    mb = (micro_batch(base), micro_batch(accum))
     max_len = classic["config"]["max_length"]
     bpp = states_bytes_per_param(base)
     states = base.get("gpu_states_allocated_mib") if bpp is not None else None
@@ -178,6 +205,8 @@ def figures(base: dict, classic: dict, accum: dict) -> Baseline:
         accumulation_steps=accum["gradient_accumulation_steps"],
         accum_loss=compare("train_loss", accum["train_loss"], base["train_loss"]),
         accum_speed=compare_speed(accum, base), accum_peak=compare_peak(accum, base), peak_what=peak(base)[1],
+        micro_batches=mb, other_ms=None if mb[0].other_ms is None else
+        compare("steady_step_time_s", mb[1].other_ms, mb[0].other_ms, unit="ms"),
         states_mib=states, states_bytes_per_param=bpp,
         gradients_freed=None if bpp is None else bpp < FREED_GRADIENTS_BELOW,
         estimated_states_mib=base["estimated_model_states_gpu_mib"] or base["estimated_model_states_cpu_mib"],
