@@ -148,15 +148,19 @@ print(f"1. classic takes the loss on '{f.loss_on['classic']}' tokens, default on
 print(f"2. a classic prompt has {f.classic_mean_tokens:.0f} real tokens on average and is padded to "
       f"{f.classic_max_length}: {f.padding_fraction:.0%} of the tokens it processes are padding, so removing the "
       f"padding alone could make it at most {f.padding_speedup_bound:.1f}x faster.")
-rest = f.speed.ratio / f.padding_speedup_bound
+rest, d0, c0 = f.speed.ratio / f.padding_speedup_bound, f.micro_batches[0], f.classic_micro_batch
+others = ([f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
+           f"classic computes them at every position, {f.head_width['classic']:,} wide"]
+          if f.logits_on == {"default": "labelled", "classic": "all"} else [])
+others += [f"micro-batches per step: {d0.count} of {d0.tokens:,.0f} real tokens against {c0.count} of {c0.tokens:,.0f}"]
+others += [f"{k} {a} against {b}" for k, (a, b) in f.differences.items()]
 print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic: {f.speed.other:,.0f}: "
       f"{f.speed.ratio_text}. "
       + (f"Padding explains at most {f.padding_speedup_bound:.1f}x of the {f.speed.ratio:.1f}x; the other "
-         f"{rest:.1f}x comes from the other differences between the recipes (token-budget micro-batches that give "
-         "the GPU more work per kernel, compiled blocks, bf16, the attention kernel, and another model)."
+         f"{rest:.1f}x comes from the other differences between the runs: "
          if f.speed.verdict == "higher" and rest > 1 else
-         "On a CPU with the tiny model the recipes' GPU levers (bf16, compiled blocks, flash attention, large "
-         "micro-batches) do not apply, so the ratio says little about a GPU: compare the reference rows."))
+         f"Padding alone could explain up to {f.padding_speedup_bound:.1f}x; the runs also differ in ")
+      + "; ".join(others) + ".")
 a, p, (b4, m4), o = f.accum_speed, f.accum_peak, f.micro_batches, f.other_ms
 print(f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
       f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "

@@ -135,6 +135,29 @@ def _reference(where: str = "runs") -> dict:
 
 
 @pytest.mark.parametrize("where", ["runs", "repeat"])
+def test_answer_3_counts_the_logits_computed_only_where_labelled(where):
+    """Issue 39 (8): answer 3 names, beside the padding, the LM head computed only at the labelled positions: their
+    share of the default run's tokens (data_stats), against every position of the classic run's head, as wide as
+    its model's vocabulary (bloom-560m: 250,880); the other settings it lists are those the two runs ran
+    differently."""
+    from workshop_lib.model import count_params
+
+    r = _reference(where)
+    f = baseline.figures(*(r[n] for n in NAMES))
+    train = r["baseline"]["data_stats"]["train"]
+    assert f.labelled_fraction == pytest.approx(train["labelled_tokens"] / train["tokens"])
+    assert round(f.labelled_fraction, 3) == 0.027  # the issue's 2.7%
+    assert f.logits_on == {"default": "labelled", "classic": "all"} and r["baseline_classic"]["loss_on"] == "all"
+    assert f.head_width["classic"] == count_params("bigscience/bloom-560m")["vocab_size"] == 250_880
+    assert f.differences == {"model": ("Qwen/Qwen3-0.6B", "bigscience/bloom-560m"), "precision": ("bf16", "fp16"),
+                             "attn_implementation": ("sdpa", "eager"), "torch_compile": (True, False)}
+    three = _answers(r)["3"]
+    assert (f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
+            f"classic computes them at every position, 250,880 wide") in three
+    assert "more work per kernel" not in three and "precision bf16 against fp16" in three
+
+
+@pytest.mark.parametrize("where", ["runs", "repeat"])
 def test_answer_4_sets_each_micro_batchs_arithmetic_against_its_time(where):
     """Issue 39 (9): answer 4 splits the time of one micro-batch (steady step time / micro-batches per step) into its
     arithmetic at the GPU's peak (the model FLOPs of its tokens, `metrics.run_flops_per_token`, over `gpus.peak_flops`;
@@ -172,10 +195,11 @@ def test_answer_4_sets_each_micro_batchs_arithmetic_against_its_time(where):
 
 
 def test_the_answers_on_this_machine_say_what_its_runs_measured(tiny_01):
-    """Issue 39 (9) on this machine's tiny runs: without a GPU peak answer 4 splits nothing and says the cause is
-    not measured."""
+    """Issues 39 (8, 9) on this machine's tiny runs: the labelled share is the tiny data's, and without a GPU
+    peak answer 4 splits nothing and says the cause is not measured."""
     r = dict(zip(NAMES, tiny_01))
     f = baseline.figures(*tiny_01)
     a = _answers(r)
+    assert f"({f.labelled_fraction:.1%} of the default run's tokens)" in a["3"]
     if tiny_01[0]["mfu"] is None:  # a CPU
         assert f.other_ms is None and "what the time is spent on is not measured here" in a["4"]

@@ -13,11 +13,15 @@ from workshop_lib import env
 from workshop_lib.config import RECIPE_FIELDS, TINY, RunConfig, resolve
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.fit import GPUS
+from workshop_lib.model import count_params
 from workshop_lib.preflight import check_machine
 from workshop_lib.units import MiB
 
 from . import Comparison, band, compare, cpu_band
 
+# Settings as a run ran them (results.json's own key, else its config's), beside the data and batching that
+# exercises 2-3 count: what else differs between the recipes' runs without DeepSpeed
+RAN = ("model", "precision", "attn_implementation", "torch_compile")
 FREED_GRADIENTS_BELOW = 14  # bytes/param: under it, the states are fp32 weights + Adam's moments (12), no gradients
 
 
@@ -152,6 +156,11 @@ class MicroBatch:
         return None if self.arithmetic_ms is None else self.ms - self.arithmetic_ms
 
 
+def ran(r: dict, setting: str):
+    """`setting` as run `r` (results.json) ran it: its own key (precision, attention as built), else its config's."""
+    return r[setting] if setting in r else r["config"][setting]
+
+
 def micro_batch(r: dict) -> MicroBatch:
     """`r`'s (results.json) `MicroBatch`."""
     n, mfu = r["gradient_accumulation_steps"], number(r.get("mfu"))
@@ -171,6 +180,11 @@ class Baseline:
     padding_speedup_bound: float  # the most that removing the padding alone could speed it up: max_length / mean
     speed: Comparison  # default against classic, real tokens/s
     speed_kind: str  # "steady-state" or "whole-run"
+    logits_on: dict[str, str]  # recipe -> where its LM head computes logits ("labelled", "all")
+    labelled_fraction: float  # of the default run's training tokens, those with a target (data_stats)
+    head_width: dict[str, int]  # recipe -> its run's vocabulary, the width of the LM head
+    classic_micro_batch: MicroBatch
+    differences: dict[str, tuple]  # `RAN` setting -> (default's, classic's), where the two runs differ
     tokens_per_micro_batch: tuple[int, int]  # (baseline, accum4): the token budgets
     accumulation_steps: int  # accum4's gradient_accumulation_steps
     accum_loss: Comparison  # accum4's train loss against the baseline's, nats
@@ -190,7 +204,7 @@ class Baseline:
 
 def figures(base: dict, classic: dict, accum: dict) -> Baseline:
     """Notebook 01's figures from its three runs' results.json dicts."""
-    stats = classic["data_stats"]["train"]
+    stats, default = classic["data_stats"]["train"], base["data_stats"]["train"]
     mb = (micro_batch(base), micro_batch(accum))
     max_len = classic["config"]["max_length"]
     bpp = states_bytes_per_param(base)
@@ -201,6 +215,12 @@ def figures(base: dict, classic: dict, accum: dict) -> Baseline:
         classic_mean_tokens=stats["mean_tokens"], classic_max_length=max_len,
         padding_fraction=1 - stats["mean_tokens"] / max_len, padding_speedup_bound=max_len / stats["mean_tokens"],
         speed=compare_speed(base, classic), speed_kind=speed(base)[1],
+        logits_on={"default": base["config"]["logits_on"], "classic": classic["config"]["logits_on"]},
+        labelled_fraction=default["labelled_tokens"] / default["tokens"],
+        head_width={k: count_params(r["config"]["model"], r["config"]["tiny"])["vocab_size"]
+                    for k, r in (("default", base), ("classic", classic))},
+        classic_micro_batch=micro_batch(classic),
+        differences={k: (a, b) for k in RAN if (a := ran(base, k)) != (b := ran(classic, k))},
         tokens_per_micro_batch=(base["config"]["max_tokens_per_micro_batch"], accum["config"]["max_tokens_per_micro_batch"]),
         accumulation_steps=accum["gradient_accumulation_steps"],
         accum_loss=compare("train_loss", accum["train_loss"], base["train_loss"]),
