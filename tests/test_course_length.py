@@ -112,3 +112,14 @@ def test_the_learner_notebooks_ci_executes_are_those_whose_blank_answers_change_
     nb.cells[2].source = "print(1)"
     jupytext.write(nb, tmp_path / "nb.py", fmt="py:percent")
     assert not make_course.diverges(tmp_path / "nb.py")
+
+
+def test_a_learner_notebook_says_its_tables_show_the_gpu_reference_only_where_they_do():
+    """Statement 6 of issue 39: make_course's note "the tables show your own runs beside the GPU reference" stands
+    only in learner notebooks that show reference runs; 00, 03b and 03d show none."""
+    beside = "the tables show your own runs beside the GPU reference"
+    says = {p.stem for p in sorted((ROOT / "course").glob("[0-9]*.py")) if beside in p.read_text()}
+    assert says.isdisjoint({"00_setup", "03b_the_fine_tuned_model", "03d_failure_drills"})
+    for name in says:
+        text = (ROOT / "course" / f"{name}.py").read_text()
+        assert any(s in text for s in ("lessons.reference", "lessons.REFERENCE", "REFERENCE_DIR", "reference runs are shown")), name
