@@ -9,14 +9,17 @@ alone under a launcher, the others running on: RAISE raises a RuntimeError there
     saving     the epoch's checkpoint has its model and optimizer states, not yet its RNG or trainer state
     saved      the epoch's checkpoint is complete, its manifest written (at the epoch's end)
     trained    training has ended (before the model is saved)
+    claiming   the run has its model and data and is about to claim its output directory, 5 s after the other
+               ranks began to wait for it there (a collective)
 
-A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; only
-`saving`, which no Trainer event marks, wraps `Trainer._save_rng_state`. Nothing here changes what the run computes."""
+A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; `saving`
+and `claiming`, which no Trainer event marks, wrap `Trainer._save_rng_state` and `workshop_lib.train.claim`. Nothing here changes what the run computes."""
 
 import os
 import shutil
 import signal
 import sys
+import time
 
 import transformers
 from transformers import TrainerCallback
@@ -77,6 +80,19 @@ if when == "saving":
         save_rng_state(self, output_dir)
 
     transformers.Trainer._save_rng_state = _save_rng_state
+
+if when == "claiming":
+    from workshop_lib import train
+
+    claim = train.claim
+
+    def _claim(run):
+        if os.environ.get("RANK", "0") == (only_rank or "0"):
+            time.sleep(5)  # the other ranks reach the claim's collective first, and wait for this one there
+        fault()
+        claim(run)
+
+    train.claim = _claim
 
 from workshop_lib import cli  # noqa: E402 - after the hooks
 

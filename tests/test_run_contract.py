@@ -435,27 +435,32 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
 
 
+def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str, list[str]]:
+    """`workshop run stage2 --tiny ARGS` on 2 gloo ranks under torchrun, rank 1 sent kill -9 at `when`
+    (tests/faults.py): torchrun's stderr, rank 0's stderr, and rank 0's "workshop:" lines."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--log-dir",
+           tmp_path / "logs", "--redirects", "3", Path(__file__).with_name("faults.py"), when, "KILL@1", "run",
+           "stage2", "--tiny", *args, "--output-dir", tmp_path / "run"]
+    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300,
+                       env=os.environ | {"CUDA_VISIBLE_DEVICES": ""})
+    err = next((tmp_path / "logs").glob("**/attempt_0/0/stderr.log")).read_text()
+    return p.stderr, err, [ln for ln in err.splitlines() if "workshop:" in ln]
+
+
 @pytest.mark.slow
 def test_a_peer_rank_killed_mid_training_ends_rank_0_with_one_message(tmp_path):
     """kill -9 of rank 1 at its first epoch's last step (tests/faults.py KILL@1; a checkpoint every step), real gloo
     ranks under torchrun (~20 s on 2 cores): rank 0 ends with one message naming rank 1, the step and the --resume
     command, not gloo's traceback, and exit status 2; the folder is marked failed (never running nor finished), with
     gloo's error kept as the cause, and --resume takes it (issue 38)."""
-    out, logs = tmp_path / "run", tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--log-dir", logs,
-           "--redirects", "3", Path(__file__).with_name("faults.py"), "step_end", "KILL@1", "run", "stage2", "--tiny",
-           "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
-    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300,
-                       env=os.environ | {"CUDA_VISIBLE_DEVICES": ""})
-    [rank0] = logs.glob("**/attempt_0/0/stderr.log")
-    err = rank0.read_text()
-    said = [ln for ln in err.splitlines() if "workshop:" in ln]
+    out = tmp_path / "run"
+    launcher, err, said = kill_rank_1(tmp_path, "step_end", "--save-strategy", "steps", "--save-steps", "1")
     assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended at step "
                                         r"2 \(\d\d:\d\d:\d\d\); rank 0 stopped too", said[0]), err[-3000:]
     assert "--resume" in said[0] and "checkpoint-1 (step 1)" in said[0] and "\nTo fix: read rank 1's own output" in err
     for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
         assert noise not in err, err[-3000:]
-    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: 2 ", p.stderr) and "exitcode  : -9" in p.stderr
+    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: 2 ", launcher) and "exitcode  : -9" in launcher
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "failed" and marker["step"] == 2 and marker["error"].startswith("Lost rank 1 (pid")
     assert "gloo" in marker["cause"] and not (out / "results.json").exists()
@@ -463,6 +468,22 @@ def test_a_peer_rank_killed_mid_training_ends_rank_0_with_one_message(tmp_path):
     rundir.check(out, overwrite=False, resume=True)  # resumable; a plain rerun is refused
     with pytest.raises(WorkshopError, match="a run that failed .*Lost rank 1"):
         rundir.check(out, overwrite=False)
+
+
+def test_a_peer_rank_killed_before_the_run_claims_its_folder_ends_rank_0_with_one_message(tmp_path):
+    """kill -9 of rank 1 as it is about to claim the folder (tests/faults.py claiming KILL@1), rank 0 waiting for it
+    there in a collective: rank 0 ends with one message naming rank 1, "before training started" and "Nothing was written",
+    not gloo's traceback; nothing is written (issue 38). Its exit status is 2, or -15 where torchrun's SIGTERM to
+    the ranks left came after the message, as the process exited."""
+    launcher, err, said = kill_rank_1(tmp_path, "claiming")
+    assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
+                                        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
+                                        said[0]), err[-3000:]
+    assert "\nTo fix: read rank 1's own output" in err and "Then run the same command again." in err
+    for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
+        assert noise not in err, err[-3000:]
+    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_resume_on_another_world_size_must_keep_the_global_batch(tmp_path):

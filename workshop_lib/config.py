@@ -206,8 +206,7 @@ def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict
 
     Raises:
         WorkshopError: a key that is not a field of RunConfig (not a recipe setting, with `recipe_only`), or
-            a value of another type or outside the field's choices; `where` names the overlay.
-    """
+            a value of another type or outside the field's choices; `where` names the overlay."""
     allowed = RECIPE_FIELDS if recipe_only else [f.name for f in fields(RunConfig)]
     for name, value in settings.items():
         if name not in allowed:
@@ -265,8 +264,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
     Raises:
         WorkshopError: the first bad field, named, with the fix: an unknown experiment or recipe, a
             non-positive size or count, max_steps < 1, a data file that is missing or a directory, an
-            output path that is a file or not writable, an offload to nvme without --nvme-path.
-    """
+            output path that is a file or not writable, an offload to nvme without --nvme-path."""
     experiment_named(cfg.experiment)  # a known one
     rec = recipe_settings(cfg.recipe, cfg.tiny)
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
@@ -401,8 +399,7 @@ def parse_args(command: str, argv: list[str]):
 
     Raises:
         SystemExit(2): a bad option or value, after argparse's message and a "To fix:" line.
-        WorkshopError: a count below 1 (eval, bench).
-    """
+        WorkshopError: a count below 1 (eval, bench)."""
     import argparse
 
     from transformers import HfArgumentParser

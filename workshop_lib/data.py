@@ -65,8 +65,7 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
 
     Raises:
         WorkshopError: the path does not exist, is a directory or no regular file (a pipe), or reading it would
-            take more memory than this machine has available (`PARSE_FACTOR`); the fix names `option`.
-    """
+            take more memory than this machine has available (`PARSE_FACTOR`); the fix names `option`."""
     path = Path(path)
     if path.is_dir():
         raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
@@ -96,8 +95,7 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
         WorkshopError: the file is missing or a directory, is not JSON, is not in the SQuAD layout (a field
             missing or of another type: strings for context, question and text, a whole number >= 0 for
             answer_start, lists for data, paragraphs, qas and answers), or holds a question without an answer
-            (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text.
-    """
+            (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text."""
     path = check_squad_path(path, option)
     layout = ('the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
               '"answers": [{"text", "answer_start"}]}]}]}]}')
@@ -172,8 +170,7 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
 
     Raises:
         WorkshopError: see `read_squad_json`; `split` is unknown; `num_samples` is below 1 or more than the
-            source holds (say so rather than train on fewer than results.json would claim).
-    """
+            source holds (say so rather than train on fewer than results.json would claim)."""
     if split not in BUNDLED_FILES:
         raise WorkshopError(f"Unknown split {split!r}.", "use 'train' or 'validation'.")
     if data_file:
@@ -233,8 +230,7 @@ def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str
     """Token ids and labels of one SQuAD row; None when the question and answer alone exceed max_length.
 
     Returns {"input_ids": list[int], "labels": list[int], "shortened": bool}, both lists of the same length
-    L <= max_length; labels are -100 where no loss is taken.
-    """
+    L <= max_length; labels are -100 where no loss is taken."""
     if loss_on not in ("answer", "all"):
         raise WorkshopError(f"loss_on must be 'answer' or 'all', got {loss_on!r}.",
                             "use 'answer' (loss on the answer tokens) or 'all' (every token).")
@@ -270,8 +266,7 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened,
     answer_start_repaired, answer_not_in_context, tokens, labelled_tokens). Padding is left to the collator
     (`make_collator`). The result is kept for the process (keyed by the questions' ids, the tokenizer's
-    vocabulary and the settings), so the experiments of one notebook or benchmark tokenise once.
-    """
+    vocabulary and the settings), so the experiments of one notebook or benchmark tokenise once."""
     vocab = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else str(tokenizer.get_vocab())
     key = hashlib.sha256("\n".join([ds.info.description or "", vocab, str(max_length), loss_on,
                                      *ds["id"]]).encode()).hexdigest()
@@ -366,8 +361,7 @@ class TokenBudgetBatchSampler:
     Args:
         lengths: tokens of each sequence (L_i); max_tokens: padded tokens per micro-batch at most (a
             sequence longer than that is a batch of its own); seed: as TrainingArguments.seed; per_step:
-            micro-batches per optimizer step, all ranks.
-    """
+            micro-batches per optimizer step, all ranks."""
 
     def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, chunk: int = 2048, per_step: int = 1):
         self.seed, self.epoch, self.per_step = seed, 0, per_step

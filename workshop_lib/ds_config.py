@@ -12,8 +12,7 @@ them against DeepSpeed's own config classes (`check_overrides`).
 What each stage partitions across the N data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO: Memory
 Optimizations Toward Training Trillion Parameter Models", fig. 1): stage 1 the optimizer states, stage 2
 also the gradients, stage 3 also the parameters. Offload moves the partitioned optimizer states (and, at
-stage 3, the parameters) to CPU memory and runs the Adam step on the CPU (ZeRO-Offload, Ren et al. 2021).
-"""
+stage 3, the parameters) to CPU memory and runs the Adam step on the CPU (ZeRO-Offload, Ren et al. 2021)."""
 
 from __future__ import annotations
 

@@ -125,18 +125,20 @@ def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | 
     return gone
 
 
-def peer_lost_error(run: Run, lost: list[int], step: int) -> WorkshopError:
-    """The one message for a run stopped because another rank ended or stopped answering (`lost_ranks`): which, when,
-    what the run kept, and where to look before going on."""
+def peer_lost_error(run: Run, lost: list[int], step: int | None = None) -> WorkshopError:
+    """The one message for a run stopped because another rank ended or stopped answering (`lost_ranks`): which, when
+    (`step`; None: before the run claimed its directory, nothing written), what the run kept, where to look."""
     procs = env.rank_processes()
     who = " and ".join(f"rank {r} (pid {procs[r][1]} on {procs[r][0]})" for r in lost)
     return WorkshopError(
         (f"Lost {who}: its process ended" if lost else f"Another of the {run.world_size} ranks stopped answering (on "
-         "another host, or hung)") + f" at step {step} ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. "
-        f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}",
+         "another host, or hung)") + (f" at step {step}" if step is not None else " before training started") +
+        f" ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. " + (
+            f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}" if step is not None else "Nothing was written."),
         f"read {'rank ' + str(lost[0]) if lost else 'every rank'}'s own output for why it ended (its lines start "
         "with [rankN]: under torchrun; a batch job's are in logs/<job name>-<job id>.out); none means it was killed "
-        "(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the command above.")
+        f"(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the {'same ' * (step is None)}"
+        f"command {'again' if step is None else 'above'}.")
 
 
 def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
@@ -207,11 +209,20 @@ def _run(run: Run) -> dict:
     """The run's stages in order; raises as `run_experiment`. However it ends after claiming its directory, rank 0
     marks how (`mark_ended`); a stop by a signal is told with its step, a full disk in one message."""
     cfg, exp, rank, world_size, local_rank = run.cfg, run.exp, run.rank, run.world_size, run.local_rank
-    # data, then model: a bad file or a missing model stops here, before anything is written
-    load_data(run)
-    preflight.check_resources(cfg, exp, world_size, local_rank)
-    load_model(run)
-    claim(run)
+    try:  # data, then model: a bad file, a missing model or a lost rank stops here, before anything is written
+        load_data(run)
+        preflight.check_resources(cfg, exp, world_size, local_rank)
+        load_model(run)
+        claim(run)
+    except Exception as e:  # a rank lost before rank 0 claimed the directory: one message; after, as below
+        rundir.StopRequest.ending = True
+        if rundir.StopRequest.claimed:
+            error = mark_ended(run, e)[1]
+        else:
+            error = None if (lost := lost_ranks(e, rank)) is None else peer_lost_error(run, lost)
+        if error is None:
+            raise
+        raise error from e
     try:
         if cfg.resume:  # inside: a universal conversion that fails marks the run failed
             run.resume_from = checkpoint.resume_point(run.out, rank, run.change)
