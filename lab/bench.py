@@ -226,23 +226,24 @@ def torch_sdpa_defaults():
         torch.backends.cuda.enable_cudnn_sdp(was)
 
 
-def hf_trainer(net, tok, raw, cfg: RunConfig, args: dict):
+def hf_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
     """`HF_PEER`: transformers' Trainer as its causal-LM example (run_clm.py) uses it, on the questions tokenised as
-    the workshop does (`data.tokenize_squad`): lengths grouped (transformers 5's train_sampling_strategy, formerly
-    group_by_length=True), padded to each batch's longest with an attention mask by DataCollatorForLanguageModeling,
-    which labels every non-padding token: the loss is on all tokens, the plain causal-LM loss."""
+    the workshop does (`ds`: `data.tokenize_squad` of `raw`): lengths grouped (transformers 5's
+    train_sampling_strategy, formerly group_by_length=True), padded to each batch's longest with an attention mask
+    by DataCollatorForLanguageModeling, which labels every non-padding token: the loss is on all tokens, the plain
+    causal-LM loss."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    ds, _ = tokenize_squad(raw, tok, cfg.max_length, "all")
     return Trainer(model=net, args=TrainingArguments(**args, train_sampling_strategy="group_by_length"),
                    train_dataset=ds.remove_columns("labels"), processing_class=tok,
                    data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
 
 
-def trl_trainer(net, tok, raw, cfg: RunConfig, args: dict):
-    """`TRL_PEER`: TRL's SFTTrainer on prompt/completion pairs, the workshop's prompt (`data.PROMPT`) cut before the
-    answer; TRL tokenises them (truncated at max_length), pads each batch to its longest and takes the loss on the
-    completion, its default for such data. SFTConfig's other defaults stay, activation checkpointing on among them.
+def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
+    """`TRL_PEER`: TRL's SFTTrainer on prompt/completion pairs of `raw` (not `ds`), the workshop's prompt
+    (`data.PROMPT`) cut before the answer; TRL tokenises them (truncated at max_length), pads each batch to its
+    longest and takes the loss on the completion, its default for such data. SFTConfig's other defaults stay,
+    activation checkpointing on among them.
 
     Raises:
         WorkshopError: TRL is not installed."""
@@ -283,7 +284,7 @@ def peer(label: str, cfg: RunConfig) -> dict:
         net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
                                                   attn_implementation=None)
         raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False)
-        stats = tokenize_squad(raw, tok, cfg.max_length, "all")[1]  # for MFU: the mean sequence length
+        ds, stats = tokenize_squad(raw, tok, cfg.max_length, "all")  # HF's row trains on it; MFU: the mean length
         micro = PEER_MICRO_BATCH_TINY if cfg.tiny else PEER_MICRO_BATCH
         args = dict(output_dir=str(out / "checkpoints"), per_device_train_batch_size=micro,
                     gradient_accumulation_steps=1, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
@@ -291,7 +292,7 @@ def peer(label: str, cfg: RunConfig) -> dict:
                     bf16=cfg.precision == "bf16", use_cpu=not torch.cuda.is_available(), deepspeed=PEER_ZERO2,
                     use_liger_kernel=cfg.liger_kernel, include_num_input_tokens_seen="non_padding")
         with torch_sdpa_defaults(), memory.MemorySampler(out / "memory.csv") as mem:
-            trainer = PEERS[label](net, tok, raw, cfg, args)
+            trainer = PEERS[label](net, tok, raw, ds, cfg, args)
             try:
                 for callback in (SyncedStepLog(out / "train_log.csv", mem.t0), Phases(mem)):
                     trainer.add_callback(callback)
