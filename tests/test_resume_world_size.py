@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -208,8 +209,8 @@ def test_notebook_03b_kills_a_2_rank_run_and_compares_its_resume_on_1_rank(runs,
     ref, out = runs("stage2-ref"), tmp_path / "killed"
     step = fine_tuned.killed_on_ranks("stage2", 2, out, "--tiny", env=cpu)
     assert step >= fine_tuned.KILL_AFTER and not (out / "results.json").exists()
-    alive = [pid for pid in filter(str.isdigit, os.listdir("/proc"))
-             if str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()] if Path("/proc").is_dir() else []
+    # psutil skips a process that ends while it is listed (reading /proc by hand raced one and failed CI once)
+    alive = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert alive == [], alive
     assert "$ " in (out / "launch.log").read_text() and "--save-steps 1" in (out / "launch.log").read_text()
     launch.run_local("stage2", 1, out, "--tiny", "--resume", env=cpu)
