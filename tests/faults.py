@@ -11,9 +11,12 @@ alone under a launcher, the others running on: RAISE raises a RuntimeError there
     trained    training has ended (before the model is saved)
     claiming   the run has its model and data and is about to claim its output directory, 5 s after the other
                ranks began to wait for it there (a collective)
+    loading    the run starts loading its model, the other ranks loading theirs (up to 60 s longer: no collective
+               runs, so what reaches them is the launcher's SIGTERM)
 
 A TrainerCallback added to every Trainer of this process (transformers' `DEFAULT_CALLBACKS`) sends it; `saving`
-and `claiming`, which no Trainer event marks, wrap `Trainer._save_rng_state` and `workshop_lib.train.claim`. Nothing here changes what the run computes."""
+`claiming` and `loading`, which no Trainer event marks, wrap `Trainer._save_rng_state`, `workshop_lib.train.claim`
+and `workshop_lib.train.load_model`. Nothing here changes what the run computes."""
 
 import os
 import shutil
@@ -93,6 +96,19 @@ if when == "claiming":
         claim(run)
 
     train.claim = _claim
+
+if when == "loading":
+    from workshop_lib import train
+
+    load_model = train.load_model
+
+    def _load_model(run):
+        fault()
+        if os.environ.get("RANK", "0") != (only_rank or "0"):
+            time.sleep(60)  # still loading when the faulty rank's end reaches this one
+        load_model(run)
+
+    train.load_model = _load_model
 
 from workshop_lib import cli  # noqa: E402 - after the hooks
 

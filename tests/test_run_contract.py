@@ -470,6 +470,7 @@ def test_a_peer_rank_killed_mid_training_ends_rank_0_with_one_message(tmp_path):
         rundir.check(out, overwrite=False)
 
 
+@pytest.mark.slow
 def test_a_peer_rank_killed_before_the_run_claims_its_folder_ends_rank_0_with_one_message(tmp_path):
     """kill -9 of rank 1 as it is about to claim the folder (tests/faults.py claiming KILL@1), rank 0 waiting for it
     there in a collective: rank 0 ends with one message naming rank 1, "before training started" and "Nothing was written",
@@ -482,6 +483,20 @@ def test_a_peer_rank_killed_before_the_run_claims_its_folder_ends_rank_0_with_on
     assert "\nTo fix: read rank 1's own output" in err and "Then run the same command again." in err
     for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
         assert noise not in err, err[-3000:]
+    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_peer_rank_killed_while_the_ranks_load_names_it_in_rank_0s_one_message(tmp_path):
+    """kill -9 of rank 1 as it starts loading its model (tests/faults.py loading KILL@1), rank 0 still loading (no
+    collective running): what reaches rank 0 is torchrun's SIGTERM, and its one message names the lost rank, not
+    "stopped by SIGTERM" alone (issue 38); nothing is written."""
+    launcher, err, said = kill_rank_1(tmp_path, "loading")
+    assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
+                                        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
+                                        said[0]), err[-3000:]
+    assert "Traceback" not in err and "stopped by SIGTERM" not in err, err[-3000:]
     assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
     assert not (tmp_path / "run").exists()
 

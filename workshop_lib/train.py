@@ -85,8 +85,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
             experiment, a GPU too small, an output directory holding a run, a --resume whose checkpoints are
-            all damaged (nothing is written in these cases), or an out-of-memory error during training (the
-            logs so far are kept).
+            all damaged (nothing is written in these cases), an out-of-memory error during training (the
+            logs so far are kept), or another rank lost (its launcher's SIGTERM to this one included).
         RunInterrupted: SIGINT, or a signal before training started; the message names the complete
             checkpoints kept and the command that resumes (`checkpoint.kept`).
         RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same."""
@@ -94,8 +94,7 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     asked = cfg  # as given, before `resolve`: the settings an interrupted run's message repeats
     env.quiet_libraries()
     checkpoint.quiet_resume_notes()
-    # An earlier run in this process (a notebook kernel) leaves its engine and model in reference cycles that
-    # only the collector frees: without this, several GiB of it would still be allocated while this run measures.
+    # what an earlier run in this process (a notebook kernel) left in reference cycles: GiB, until collected
     teardown.free_memory()
     # the rank variables a world of one sets (`env.ensure_distributed_env`) go when the run ends
     with teardown.restored_world(), rundir.interruptible():
@@ -115,14 +114,16 @@ PEER_LOST = re.compile(r"gloo/transport/.*(by peer|Socket Timeout|Timed out|Brok
 def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | None:
     """The ranks other than `rank` whose processes have ended (`env.rank_processes`), when `e` or an exception it was
     raised from is gloo's or NCCL's error for a peer that left or stopped answering, waiting up to `wait_s` seconds
-    for a dying one to end ([] when none on this host has: one on another host, or a hung one); else None."""
-    if not any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e)):
+    for a dying one to end ([] when none on this host has: one on another host, or a hung one); else None. For the
+    SIGTERM a launcher sends every rank once one has ended (`rundir.RunInterrupted`), those that have ended, or None."""
+    term = isinstance(e, rundir.RunInterrupted) and e.signal == "SIGTERM"
+    if not (term or any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e))):
         return None
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (0 if term else wait_s)
     while not (gone := [r for r, (host, pid, created) in enumerate(env.rank_processes())
                         if r != rank and not rundir.alive(pid, host, created)]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return gone
+    return None if term and not gone else gone
 
 
 def peer_lost_error(run: Run, lost: list[int], step: int | None = None) -> WorkshopError:
@@ -214,7 +215,7 @@ def _run(run: Run) -> dict:
         preflight.check_resources(cfg, exp, world_size, local_rank)
         load_model(run)
         claim(run)
-    except Exception as e:  # a rank lost before rank 0 claimed the directory: one message; after, as below
+    except (Exception, rundir.RunInterrupted) as e:  # a rank lost before rank 0 claimed the directory: one message
         rundir.StopRequest.ending = True
         if rundir.StopRequest.claimed:
             error = mark_ended(run, e)[1]
