@@ -115,6 +115,16 @@ def test_the_readme_fits_a_first_read():
     assert all(f"]({p.name}" in index for p in (ROOT / "docs").iterdir() if p.name != "README.md")
 
 
+def test_the_readme_types_no_time_or_count_of_its_own():
+    """Every time and count in the README comes from a file a committed command writes (issue 40): the timetable,
+    between its markers (`scripts/make_timetable.py`, from notebook_times.json). Outside it, no "N minutes",
+    "N s", "N tests" or "N passed" is typed: such figures drifted from the machine before (set-up "about 4" and
+    "about 8 minutes", "142 tests")."""
+    readme = re.sub(r"<!-- timetable -->.*?<!-- /timetable -->", "", (ROOT / "README.md").read_text(), flags=re.S)
+    typed = re.findall(r"[^\n]{0,40}\b\d[\d,.]*\s*(?:min|minutes?|s|seconds?|hours?|h|tests|passed)\b", readme)
+    assert typed == [], typed
+
+
 def test_readme_lists_every_experiment():
     """The README's experiments table against ds_config.EXPERIMENTS: an experiment added in one is in both."""
     from workshop_lib.ds_config import EXPERIMENTS

@@ -147,8 +147,7 @@ def ds_config_of(r: dict) -> dict | None:
     if not exp.deepspeed:
         return None
     cfg = RunConfig(**{k: v for k, v in r["config"].items() if k in {f.name for f in fields(RunConfig)}})
-    bucket = min(cfg.reduce_bucket_size, r["num_params"]) or "auto"
-    return apply_overrides(build_ds_config(exp, cfg.ds_settings(reduce_bucket_size=bucket)), cfg.ds_config)
+    return apply_overrides(build_ds_config(exp, cfg.ds_settings(r["num_params"])), cfg.ds_config)
 
 
 @dataclass(frozen=True)

@@ -174,15 +174,15 @@ class RunConfig:
         "and timed, and OUTPUT_DIR/comms.json gets the totals per collective (ZeRO experiments; it synchronizes "
         "after each collective, so the run's speed is not the real one)"})
 
-    def ds_settings(self, **known) -> Settings:
+    def ds_settings(self, num_params: int | None = None, **known) -> Settings:
         """What this run's DeepSpeed config needs of its settings (`ds_config.Settings`; a resolved config), with
         `known` on top: the values known once the data and the model are loaded (train_micro_batch_size_per_gpu,
-        world_size, the NVMe buffers, a bucket capped at the model's size, load_universal)."""
+        world_size, the NVMe buffers, load_universal); reduce_bucket_size capped at `num_params`, the model's size."""
+        bucket = min(self.reduce_bucket_size, num_params or self.reduce_bucket_size) or "auto"
         return replace(Settings(
             precision=self.precision, gradient_accumulation_steps=self.gradient_accumulation_steps,
-            nvme_path=self.nvme_path, reduce_bucket_size=self.reduce_bucket_size or "auto",
-            check_grad_overflow=self.check_grad_overflow, max_grad_norm=self.max_grad_norm,
-            comms_logger=self.comms_logger), **known)
+            nvme_path=self.nvme_path, reduce_bucket_size=bucket, check_grad_overflow=self.check_grad_overflow,
+            max_grad_norm=self.max_grad_norm, comms_logger=self.comms_logger), **known)
 
 
 RECIPE_FIELDS = list(BASE)

@@ -360,8 +360,7 @@ def build_deepspeed_ops(names: list[str]) -> None:
 
         def say():
             said.append(True)
-            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes on 2 cores: CPU Adam about 1.5, "
-                  "async_io about 5) ...", file=stdout, flush=True)
+            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes) ...", file=stdout, flush=True)
 
         announce = threading.Timer(3.0 if cached else 0.0, say)
         t0 = time.perf_counter()

@@ -408,7 +408,7 @@ def build_trainer(run: Run):
         ds_config = build_ds_config(exp, cfg.ds_settings(
             train_micro_batch_size_per_gpu=micro, world_size=world_size, load_universal=load_universal,
             nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None, **nvme_buffers(net),
-            reduce_bucket_size=min(cfg.reduce_bucket_size, sum(p.numel() for p in net.parameters())) or "auto"))
+            num_params=sum(p.numel() for p in net.parameters())))
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
