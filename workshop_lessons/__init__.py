@@ -194,15 +194,17 @@ def beside_prediction(predicted: dict[str, float | None], measured: dict[str, fl
     return pd.DataFrame(rows)
 
 
-def gpu_results(notebook: str, runs: str | Path, names: list[str]) -> tuple[dict, str]:
-    """results.json of the runs `names` in `runs` where every one measured GPU memory, else of `notebook`'s GPU
-    reference runs of the same names (a CPU's memory is the whole process's: 00_setup); and which of the two it is
-    ("your runs", "the GPU reference")."""
-    mine = {n: json.loads((Path(runs) / n / "results.json").read_text()) for n in names}
-    if all(r.get("gpu_states_allocated_mib") is not None for r in mine.values()):
+def gpu_results(notebook: str, runs: str | Path, names: list[str], key: str = "gpu_states_allocated_mib"
+                ) -> tuple[dict[str, dict], str]:
+    """results.json of the runs `names` in `runs` where every one finished and measured GPU memory (`key`), else of
+    `notebook`'s GPU reference runs of the same names, those it has (a CPU's memory is the whole process's:
+    00_setup); and which of the two it is ("your runs", "the GPU reference")."""
+    files = [Path(runs) / n / "results.json" for n in names]
+    mine = {n: json.loads(f.read_text()) for n, f in zip(names, files) if f.is_file()}
+    if len(mine) == len(names) and all(r.get(key) is not None for r in mine.values()):
         return mine, "your runs"
     ref = reference(notebook)
-    return {n: ref.loc[n] for n in names if n in ref.index}, "the GPU reference"
+    return {n: ref.loc[n].to_dict() for n in names if n in ref.index}, "the GPU reference"
 
 
 def states_per_param(notebook: str, runs: str | Path, names: list[str]) -> tuple[dict[str, float], str]:

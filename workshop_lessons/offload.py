@@ -6,14 +6,13 @@ The solution notebook writes the answers from them. ZenFlow's run against stage2
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.config import recipe_settings
 from workshop_lib.units import MiB
 
-from . import Comparison, compare, reference
+from . import Comparison, compare, gpu_results
 from .baseline import compare_peak, compare_speed, number
 from .zero_stages import compiled
 
@@ -122,16 +121,11 @@ def reference_runs(ref) -> dict[str, dict] | None:
 def compile_runs(runs02: str | Path) -> tuple[dict[str, dict], str] | None:
     """Notebook 02's `COMPILE_RUNS` as results.json dicts by run name, and whose: the learner's in `runs02` (its
     runs folder) where all four finished with GPU memory measured ("your notebook 02 runs"), else notebook 02's
-    GPU reference runs ("notebook 02's GPU reference"); None where neither has all four."""
-    files = [Path(runs02) / n / "results.json" for n in COMPILE_RUNS]
-    mine = {n: json.loads(f.read_text()) for n, f in zip(COMPILE_RUNS, files) if f.is_file()}
-    if len(mine) == len(COMPILE_RUNS) and all(number(m.get("gpu_peak_allocated_mib")) is not None
-                                              for m in mine.values()):
-        return mine, "your notebook 02 runs"
-    ref = reference("02_zero_stages")
-    if all(n in ref.index for n in COMPILE_RUNS):
-        return {n: ref.loc[n].to_dict() for n in COMPILE_RUNS}, "notebook 02's GPU reference"
-    return None
+    GPU reference runs ("notebook 02's GPU reference"; `lessons.gpu_results`); None where neither has all four."""
+    rows, who = gpu_results("02_zero_stages", runs02, COMPILE_RUNS, "gpu_peak_allocated_mib")
+    if len(rows) < len(COMPILE_RUNS):
+        return None
+    return rows, "your notebook 02 runs" if who == "your runs" else "notebook 02's GPU reference"
 
 
 def compilation(runs: dict[str, dict], r02: tuple[dict[str, dict], str] | None) -> Compilation:
