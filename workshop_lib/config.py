@@ -272,37 +272,26 @@ def resolve(cfg: RunConfig) -> RunConfig:
         _check_type(f.name, getattr(cfg, f.name), "RunConfig")
     check_counts(cfg, ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
                        "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"))
-    if cfg.reduce_bucket_size < 0:
-        raise WorkshopError(f"reduce_bucket_size must be 0 (auto) or more, got {cfg.reduce_bucket_size}.",
-                            "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0.")
-    if cfg.logging_steps < 1:
-        raise WorkshopError(f"logging_steps must be 1 or more, got {cfg.logging_steps}.",
-                            "give --logging-steps 1 (a row per optimizer step) or more.")
-    if cfg.max_grad_norm < 0:
-        raise WorkshopError(f"max_grad_norm must be 0 (no clipping) or more, got {cfg.max_grad_norm}.",
-                            "give --max-grad-norm 1.0 (the default) or 0.")
-    if cfg.dataloader_num_workers < 0:
-        raise WorkshopError(f"dataloader_num_workers must be 0 or more, got {cfg.dataloader_num_workers}.",
-                            "pass --dataloader-num-workers 0 (collate in the training loop) or a few processes.")
-    for name in ("save_steps", "save_total_limit"):
-        if getattr(cfg, name) < 1:
-            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
-                                f"pass --{name.replace('_', '-')} N with N >= 1 (or --save-strategy no).")
+    for name, least, fix in (
+            ("reduce_bucket_size", 0, "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0 (auto)."),
+            ("logging_steps", 1, "give --logging-steps 1 (a row per optimizer step) or more."),
+            ("max_grad_norm", 0, "give --max-grad-norm 1.0 (the default) or 0 (no clipping)."),
+            ("dataloader_num_workers", 0, "pass --dataloader-num-workers 0 (collate in the training loop) or a few."),
+            ("save_steps", 1, "pass --save-steps N with N >= 1 (or --save-strategy no)."),
+            ("save_total_limit", 1, "pass --save-total-limit N with N >= 1 (or --save-strategy no)."),
+            ("score_questions", 0, "pass --score-questions 0 (no scoring) or a number of dev questions."),
+            ("max_length", 32, "pass --max-length 32 or more, room for a question and its answer (recipes: 512).")):
+        if getattr(cfg, name) < least:
+            raise WorkshopError(f"{name} must be {least} or more, got {getattr(cfg, name)}.", fix)
     if cfg.score_questions and not cfg.save_model:
         raise WorkshopError("--score-questions answers with the saved model, and --save-model is false.",
                             "pass --save-model true, or --score-questions 0.")
-    if cfg.score_questions < 0:
-        raise WorkshopError(f"score_questions must be 0 or more, got {cfg.score_questions}.",
-                            "pass --score-questions 0 (no scoring) or a number of dev questions.")
     if cfg.resume and cfg.overwrite:
         raise WorkshopError("--resume continues the run in --output-dir and --overwrite discards it; choose one.",
                             "drop --overwrite to continue the run, or --resume to start again.")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise WorkshopError(f"max_steps must be at least 1, got {cfg.max_steps}.",
                             "leave --max-steps out to train for --epochs, or pass a number >= 1.")
-    if cfg.max_length < 32:
-        raise WorkshopError(f"max_length {cfg.max_length} leaves no room for a question and its answer.",
-                            "pass --max-length 32 or more (the recipes use 512).")
     if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0 and math.isfinite(cfg.weight_decay)
             and cfg.weight_decay >= 0):  # NaN or inf would turn every weight into NaN
         raise WorkshopError(f"learning_rate and weight_decay must be finite numbers, the first > 0 and the second "

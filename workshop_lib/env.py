@@ -378,27 +378,38 @@ def build_deepspeed_ops(names: list[str]) -> None:
 
 def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
                        poll_s: float = 1.0) -> None:
-    """Wait while `lock` exists (torch's JIT-build lock for a DeepSpeed op). After `notice_after_s` say what
-    is waited for and how to clear a stale lock; after `timeout_s` stop.
-
-    torch's lock file records no owner, so a build killed midway leaves it behind and every later build of
-    that op waits on it forever, silently. This function is what makes that wait visible and finite.
+    """Wait while `lock` (torch's JIT-build lock for a DeepSpeed op) exists and a process builds in its folder
+    (torch runs ninja and the compilers there), saying so after `notice_after_s` seconds. torch's lock records no
+    owner: a build killed midway leaves it, and every later build of that op would wait on it, silently.
 
     Raises:
-        WorkshopError: the lock is still there after `timeout_s` seconds."""
+        WorkshopError: the lock is stale (no process of this user has built in its folder for `notice_after_s`
+            seconds), or still there after `timeout_s` seconds; the fix removes it."""
     lock = Path(lock)
-    t0, told = time.monotonic(), False
+    t0 = seen = time.monotonic()
+    told = False
     while lock.exists():
-        waited = time.monotonic() - t0
-        if waited > timeout_s:
-            raise WorkshopError(f"{lock} has blocked the build of {what} for {waited:.0f} s: a build that was "
-                                "killed midway leaves this lock behind.",
-                                f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}")
-        if waited > notice_after_s and not told:
-            print(f"Waiting for {lock}: another process is building {what}, or a build killed earlier left this "
-                  f"lock (then: rm {lock}). Giving up after {timeout_s:.0f} s.", flush=True)
+        now, fix = time.monotonic(), f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}"
+        seen = now if building_in(lock.parent) else seen
+        if now - seen > notice_after_s:
+            raise WorkshopError(f"{lock} blocks the build of {what}, and no process is building there: a build "
+                                "killed midway left this lock behind.", fix)
+        if now - t0 > timeout_s:
+            raise WorkshopError(f"{lock} has blocked the build of {what} for {now - t0:.0f} s.", fix)
+        if now - t0 > notice_after_s and not told:
+            print(f"Waiting for {lock}: another process is building {what}. Giving up after {timeout_s:.0f} s.",
+                  flush=True)
             told = True
         time.sleep(poll_s)
+
+
+def building_in(folder: Path) -> bool:
+    """Whether a process of this user works in `folder` (its current directory)."""
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if Path(p.cwd()) == folder:
+                return True
+    return False
 
 
 @lru_cache(maxsize=1)
