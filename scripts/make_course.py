@@ -30,7 +30,7 @@ def learner_text(solution: Path) -> str:
     nb = jupytext.read(solution)
     nb.cells = [c for c in nb.cells if "solution" not in c.metadata.get("tags", [])]
     nb.cells[0].source += "\n\n" + NOTE.format(BESIDE if SHOWS_REFERENCE.search(solution.read_text()) else "")
-    nb.metadata.setdefault("jupytext", {})["notebook_metadata_filter"] = "kernelspec,-all"  # pyproject.toml's
+    nb.metadata.setdefault("jupytext", {})["notebook_metadata_filter"] = "kernelspec,language_info,-all"  # pyproject's
     return jupytext.writes(nb, fmt="py:percent")
 
 

@@ -125,6 +125,14 @@ def test_the_readme_types_no_time_or_count_of_its_own():
     assert typed == [], typed
 
 
+def test_every_notebook_names_the_python_the_readme_names():
+    """The language_info every notebook's header keeps (JupyterLab marks a notebook modified on opening where its
+    kernel reports another) names one Python, the version the README gives."""
+    versions = {re.search(r"^#   language_info:\n(?:#     .*\n|#       .*\n)*?#     version: (\S+)$", p.read_text(),
+                          re.M).group(1) for p in [*ROOT.glob("solutions/[0-9]*.py"), *ROOT.glob("course/[0-9]*.py")]}
+    assert len(versions) == 1 and f"header names ({versions.pop()};" in (ROOT / "README.md").read_text()
+
+
 def test_readme_lists_every_experiment():
     """The README's experiments table against ds_config.EXPERIMENTS: an experiment added in one is in both."""
     from workshop_lib.ds_config import EXPERIMENTS
