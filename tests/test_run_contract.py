@@ -97,6 +97,34 @@ def planted_link(tmp_path) -> Path:
     return out
 
 
+def linked_file(tmp_path) -> Path:
+    """A run's folder whose memory.csv links to a file of the user's (theirs.csv): a resume would append to it."""
+    out = finished_run(tmp_path)
+    (out / "results.json").unlink()
+    (tmp_path / "theirs.csv").write_text("theirs\n")
+    (out / "memory.csv").symlink_to(tmp_path / "theirs.csv")
+    return out
+
+
+def users_model(tmp_path) -> Path:
+    """A folder of the user's holding a model/ of theirs (no run there): a run would replace it."""
+    (tmp_path / "mine" / "model").mkdir(parents=True)
+    (tmp_path / "mine" / "model" / "weights.bin").write_bytes(b"theirs")
+    return tmp_path / "mine"
+
+
+def nested_json(path: Path) -> Path:
+    """A JSON file nested past Python's recursion limit (json.loads raises RecursionError)."""
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    return path
+
+
+def nested_model(tmp_path) -> Path:
+    (tmp_path / "deep_model").mkdir()
+    nested_json(tmp_path / "deep_model" / "config.json")
+    return tmp_path / "deep_model"
+
+
 def readonly_dir(tmp_path) -> Path:
     if os.geteuid() == 0:  # root writes through permission bits: sysfs refuses new files even to root
         return Path("/sys/workshop-run")
@@ -141,9 +169,22 @@ BAD = [
     ("output dir is a file", lambda t, m: ["baseline", T, "--output-dir", data_file(t)], "is a file"),
     ("output dir not writable", lambda t, m: ["baseline", T, "--output-dir", readonly_dir(t)], "cannot be written"),
     ("finished run there", lambda t, m: ["baseline", T, "--output-dir", finished_run(t)], "--overwrite"),
-    ("output dir empty", lambda t, m: ["baseline", T, "--output-dir", ""], "--output-dir is empty"),
+    ("output dir empty", lambda t, m: ["baseline", T, "--output-dir", ""], "--output-dir '' is empty"),
+    ("output dir the current folder", lambda t, m: ["baseline", T, "--output-dir", "."], "--output-dir '.' is /"),
+    ("output dir the home folder", lambda t, m: ["baseline", T, "--output-dir", "~"], f"is {Path.home()},"),
+    ("output dir the root", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", "/"], "--output-dir '/' is /,"),
+    ("a user's model/ there", lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
+     "holds model, which a run writes, but no run"),
+    ("train file nested too deep", lambda t, m: ["baseline", T, "--train-file", nested_json(t / "deep.json")],
+     "is not valid JSON (maximum recursion depth"),
+    ("model config nested too deep", lambda t, m: ["baseline", "--allow-cpu", "--model", nested_model(t)],
+     "is not a valid model config (maximum recursion depth"),
     ("output dir a link", lambda t, m: ["baseline", T, "--output-dir", linked_dir(t)], "never writes through a link"),
     ("a link among the run's files", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", planted_link(t)],
+     "never writes through a link"),
+    ("output dir a link, overwritten", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", linked_dir(t)],
+     "never writes through a link"),
+    ("a link to a user's file, resumed", lambda t, m: ["baseline", T, "--resume", "--output-dir", linked_file(t)],
      "never writes through a link"),
     ("model path missing", lambda t, m: ["baseline", "--model", t / "nonexistent"], "does not exist"),
     ("model path missing, tiny", lambda t, m: ["baseline", T, "--model", t / "nonexistent"], "does not exist"),
@@ -166,13 +207,16 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, 
     argv = [str(a) for a in args(tmp_path, model_dirs)]
     if "--output-dir" not in argv:
         argv += ["--output-dir", str(tmp_path / "out")]
-    out = Path(argv[argv.index("--output-dir") + 1])
+    out = Path(argv[argv.index("--output-dir") + 1]).expanduser().absolute()
+    out = out if out.is_relative_to(tmp_path) else tmp_path  # "/" or "~": what the test made is what it watches
     before = snapshot(out)
     rc = workshop_main(["run", *argv])
     err = capsys.readouterr().err
     assert rc == 2, err
     assert expected in err and "To fix:" in err and "Traceback" not in err, err
     assert snapshot(out) == before and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "outside.csv").exists()  # nothing written through a planted link
+    assert not (tmp_path / "theirs.csv").exists() or (tmp_path / "theirs.csv").read_text() == "theirs\n"
     if "nonexistent" in str(argv):
         assert "download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
 

@@ -43,10 +43,13 @@ def test_get_parses_each_kind_and_refuses_a_bad_value_with_the_fix(monkeypatch):
         assert variables.get(name) == value
     monkeypatch.setenv("WORKSHOP_MAX_STEPS", "")
     assert variables.get("WORKSHOP_MAX_STEPS", 24) == 24  # empty is unset
-    for name, raw, expected in [("WORKSHOP_MAX_STEPS", "ten", "a whole number"),
+    for name, raw, expected in [("WORKSHOP_MAX_STEPS", "ten", "a whole number, 0 or more"),
                                 ("WORKSHOP_TINY", "yes", "auto or 1 or 0"),
                                 ("WORKSHOP_RANDOM_WEIGHTS", "true", "1 or 0"),
-                                ("WORKSHOP_DIST_TIMEOUT_S", "5m", "a whole number")]:
+                                ("WORKSHOP_DIST_TIMEOUT_S", "5m", "a whole number, 0 or more"),
+                                ("WORKSHOP_DIST_TIMEOUT_S", "-5", "a whole number, 0 or more"),  # issue 38
+                                ("WORKSHOP_OP_LOCK_TIMEOUT_S", "nan", "a finite number, 0 or more"),
+                                ("WORKSHOP_GPU_MEMORY_FRACTION", "-inf", "a finite number, 0 or more")]:
         monkeypatch.setenv(name, raw)
         with pytest.raises(WorkshopError, match=rf"(?s){name}='{raw}' is not {expected} \(.*To fix: set {name}"):
             variables.get(name)

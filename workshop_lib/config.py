@@ -332,10 +332,11 @@ def resolve(cfg: RunConfig) -> RunConfig:
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
-    if not cfg.output_dir.strip():
-        raise WorkshopError("--output-dir is empty; nothing was changed.",
+    out = Path(cfg.output_dir).expanduser().absolute()
+    if not cfg.output_dir.strip() or out in (Path.cwd(), Path.home(), Path(out.anchor)):
+        raise WorkshopError(f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
+                            "not a folder of the run's own; nothing was changed.",
                             "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.")
-    out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise WorkshopError(f"output_dir {out} is a file, not a directory; nothing was changed.",
                             "pass --output-dir with a directory path (it is created if missing).")

@@ -102,7 +102,7 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         articles = raw["data"]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # nested past Python's limit
         raise WorkshopError(f"{path} is not valid JSON ({e}).",
                             "check the file is a complete SQuAD JSON file (re-download or re-export it).") from e
     except (KeyError, TypeError) as e:

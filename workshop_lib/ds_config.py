@@ -106,12 +106,10 @@ class Experiment:
         return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
 
 
-# ZenFlow's settings (DeepSpeed's tutorial "ZenFlow"; zenflow/zenflow_config.py's ZenFlowConfig), as measured on an
-# H100 (lab/findings/h100/bench-gap): a tenth of the gradient columns, those with the largest norms, selected anew
-# every 4 steps ("step": counted in optimizer steps) and updated on the GPU every step; the other nine tenths
-# accumulate and go to the CPU's Adam every 4 steps (update_interval <= select_interval, which DeepSpeed requires);
-# no rounds of full updates first. Every value is written out: the HF Trainer fills none of ZenFlow's "auto" ones
-# (a "select_strategy" of "auto" fails). `overlap_step` is added per machine (`zenflow_overlap_step`).
+# ZenFlow's settings (DeepSpeed's ZenFlow tutorial; zenflow_config.py), measured in lab/findings/h100/bench-gap: the
+# tenth of the gradient columns with the largest norms, chosen every 4 optimizer steps, updated on the GPU each step;
+# the rest go to the CPU's Adam every 4 (update_interval <= select_interval, as DeepSpeed requires). All written
+# out: the Trainer fills none of ZenFlow's "auto"s. `overlap_step` is added per machine (`zenflow_overlap_step`).
 ZENFLOW = {"topk_ratio": 0.1, "select_strategy": "step", "select_interval": 4, "update_interval": 4,
            "full_warm_up_rounds": 0}
 
@@ -215,13 +213,11 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
                 {"nvme_path": s.nvme_path} if device == "nvme" else {})
     if exp.offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
         zero["offload_param"] |= {"buffer_count": s.nvme_buffer_count, "buffer_size": s.nvme_buffer_size}
-        # Parameters prefetched or cached for reuse hold their buffers: with the defaults, a Qwen3-1.7B run on an
-        # H100 stopped in its second step with DeepSpeed's "Not enough buffers 0 for swapping 1" (docs/h100/
-        # large-models; DeepSpeed issues #3062, #3506, where its maintainer suggests turning both off)
+        # Prefetched or reused parameters hold their buffers: with the defaults, Qwen3-1.7B on an H100 stopped with
+        # "Not enough buffers 0 for swapping 1" (docs/h100/large-models; DeepSpeed #3062, #3506: turn both off)
         zero |= {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
-    # DeepSpeed's asynchronous I/O to the drive (its defaults, written out to be tuned: `ds_nvme_tune` measures
-    # the best block size and queue depth for a drive)
-    # (DeepSpeed 0.19.8 reads "intra_op_parallelism", swap_tensor/aio_config.py; a "thread_count" key is ignored)
+    # DeepSpeed's asynchronous I/O to the drive: its defaults, written out to be tuned (`ds_nvme_tune`); 0.19.8 reads
+    # "intra_op_parallelism" (swap_tensor/aio_config.py), and ignores a "thread_count" key
     aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
                    "overlap_events": True}} if exp.offloads_to_nvme else {}
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
@@ -236,8 +232,7 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
         "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
         "optimizer": {"type": "AdamW",
                       "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
-        # No "scheduler" section: the Trainer then drives DeepSpeed with its own schedule (linear decay),
-        # exactly the baseline's. DeepSpeed's WarmupDecayLR would start at lr 0 and waste the first step.
+        # no "scheduler": the Trainer's own (the baseline's linear decay); WarmupDecayLR would waste step 1 at lr 0
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
         "wall_clock_breakdown": False,

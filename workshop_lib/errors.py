@@ -23,8 +23,8 @@ def read_json_object(path, problem: str, fix: str) -> dict:
     """The JSON object in the file `path`.
 
     Raises:
-        WorkshopError: "`path` `problem` (what is wrong with it)." and `fix`, when the file is not UTF-8 JSON or
-            holds something other than an object (a file cut short, edited by hand)."""
+        WorkshopError: "`path` `problem` (what is wrong with it)." and `fix`, when the file is not UTF-8 JSON,
+            is nested too deeply to read, or holds something other than an object (cut short, edited by hand)."""
     # here, not at the top: `workshop --help` imports this module and needs neither (json: 3 ms of its 70)
     import json
     from pathlib import Path
@@ -33,6 +33,6 @@ def read_json_object(path, problem: str, fix: str) -> dict:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(value, dict):
             raise ValueError(f"a JSON {type(value).__name__}, not an object")
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested past Python's limit
         raise WorkshopError(f"{path} {problem} ({e}).", fix) from e
     return value

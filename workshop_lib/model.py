@@ -171,7 +171,8 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         cached = try_to_load_from_cache(model_name, "config.json")
         if not isinstance(cached, str):
             raise _not_cached(model_name, tiny)
-        check_no_custom_code(json.loads(Path(cached).read_text()), model_name)
+        check_no_custom_code(read_json_object(cached, "is not a valid model config", "delete that cached file and "
+                                              "download the model again (`workshop download`)."), model_name)
 
 
 def check_no_custom_code(config: dict, model_name: str) -> None:

@@ -237,11 +237,16 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
 
     Raises:
         WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
-            neither `overwrite` nor `resume`; a run there is still alive on this host (whatever the options);
-            `out` or one of the run's files in it is a link (`refuse_links`)."""
+            neither `overwrite` nor `resume`; no run is there, but files a run writes are (a user's `model/`, which
+            the run would replace); a run there is still alive on this host (whatever the options); `out` or one
+            of the run's files in it is a link (`refuse_links`)."""
     out = Path(out)
     refuse_links(out, RUN_OUTPUTS, "--output-dir")
     what, info = state(out)
+    held = [p.name for p in _entries(out, RUN_OUTPUTS) if p.name != "launch.log"]  # the launcher's, written first
+    if what == "empty" and held and not resume:
+        raise WorkshopError(f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
+                            "results.json); nothing was changed.", "move them, or pass another --output-dir.")
     if what == "finished" and not overwrite:
         raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
                             + (" There is nothing to resume." if resume else ""),

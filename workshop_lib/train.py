@@ -50,15 +50,13 @@ from .nvme import nvme_buffers, nvme_swap_dir
 from .record import record
 from .units import MiB
 
-# Liger-Kernel's fused linear + cross-entropy alone (an option; the default recipe computes the labelled
-# logits only): its other kernels (RoPE, RMSNorm, SwiGLU) are what torch.compile fuses in the default recipe.
+# Liger-Kernel's fused linear + cross-entropy alone (an option): torch.compile fuses its other kernels by default
 LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
                    "fused_linear_cross_entropy": True}
 
 
-# Seen on the CPU (DeepSpeed 0.19.8, fp32): a tiny stage2_zenflow run stopped after its step-4 checkpoint and resumed
-# logged step 5's loss as the uninterrupted run did and step 6's 5e-3 nats apart, where the other experiments
-# resume with the same losses (tests/test_cli.py)
+# Seen on the CPU (DeepSpeed 0.19.8): a tiny stage2_zenflow run resumed at step 4 logged step 6's loss 5e-3 nats from
+# the unstopped run's, where the other experiments resume with the same losses (tests/test_cli.py)
 ZENFLOW_RESUME = ("ZenFlow: a resumed run does not repeat a run never stopped exactly; its losses differ slightly "
                   "from a step or two after the checkpoint.")
 
@@ -229,8 +227,7 @@ def _run(run: Run) -> dict:
             run.resume_from = checkpoint.resume_point(run.out, rank, run.change)
             if run.exp.zenflow and run.resume_from and rank == 0:
                 print(ZENFLOW_RESUME, flush=True)
-        # The sampler starts before the Trainer is built (the model still on the CPU) in every experiment, so
-        # that its clock and set-up phase mean the same thing whether the Trainer or DeepSpeed sets the model up.
+        # sampled from before the Trainer is built: the set-up phase is the same whoever (Trainer, DeepSpeed) does it
         with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
             build_trainer(run)
             train(run)

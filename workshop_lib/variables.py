@@ -75,8 +75,9 @@ def get(name: str, default=None):
     bool: "1" true, "0" false), or `default` where it is unset or empty.
 
     Raises:
-        WorkshopError: `name` is not in `VARIABLES` (a typo in the caller), or the value does not parse or is
-            not one of the variable's choices; the message names the variable and its meaning.
+        WorkshopError: `name` is not in `VARIABLES` (a typo in the caller), or the value does not parse, is
+            not one of the variable's choices, or is a number below 0 or not finite (every count, fraction and
+            timeout here); the message names the variable and its meaning.
     """
     if name not in VARIABLES:
         raise WorkshopError(f"{name} is not one of the workshop's environment variables.",
@@ -88,9 +89,9 @@ def get(name: str, default=None):
         value = {bool: lambda r: {"1": True, "0": False}[r], int: int, float: float, str: str}[v.kind](raw)
     except (KeyError, ValueError):
         value = None
-    if value is None or (v.choices and raw not in v.choices):
+    if value is None or (v.choices and raw not in v.choices) or (v.kind in (int, float) and not 0 <= value < 1e308):
         expected = (" or ".join(v.choices) if v.choices else "1 or 0" if v.kind is bool else
-                    "a whole number" if v.kind is int else "a number")
+                    "a whole number, 0 or more" if v.kind is int else "a finite number, 0 or more")
         raise WorkshopError(f"{name}={raw!r} is not {expected} ({v.meaning}).", f"set {name} to {expected}, or unset it.")
     return value
 
