@@ -307,7 +307,8 @@ def test_overwrite_removes_the_runs_files_and_nothing_else(tmp_path, capsys):
     """A run's folder that also holds a user's files: --overwrite removes what a run wrote (`rundir.RUN_OUTPUTS`)
     and keeps the rest, byte for byte."""
     out = finished_run(tmp_path)
-    for rel in ("model/model.safetensors", "checkpoints/checkpoint-4/latest", "predictions.jsonl"):
+    for rel in ("model/model.safetensors", "checkpoints/checkpoint-4/latest", "predictions.jsonl", "comms.json",
+                "world_size_changes.json"):  # the last two once survived and reached the next run's results
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text("the run's")
     (out / "mycode").mkdir()

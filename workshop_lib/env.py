@@ -186,8 +186,7 @@ def init_distributed() -> None:
     finally:
         for v in held:
             os.environ.pop(v, None)
-    # The group outlives each run (a kernel runs several); ended at exit, torch prints no "destroy_process_group()
-    # was not called" warning when the kernel or script ends.
+    # ended at exit, as it outlives each run of a kernel: no "destroy_process_group() was not called" warning
     atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
 
 

@@ -40,8 +40,9 @@ RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of th
 # Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
 # patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
 # checkpoints (damaged-checkpoints/) are never removed.
-RUN_OUTPUTS = RUN_FILES + (STOP_FILE, "memory.*.csv", "micro_batches*.csv", "ds_config.json", "run_config.json", "launch.log", "model",
-                           ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json", ".*.tmp*")
+RUN_OUTPUTS = RUN_FILES + (STOP_FILE, "memory.*.csv", "micro_batches*.csv", "ds_config.json", "run_config.json",
+                           "launch.log", "model", ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json",
+                           "comms.json", "world_size_changes.json", ".*.tmp*")
 
 
 def _entries(folder: Path, patterns) -> list[Path]:
