@@ -59,6 +59,10 @@ def model_dirs(tmp_path_factory):
     shutil.copy(root / "complete" / "model.safetensors", root / "custom")
     shutil.copytree(root / "complete", root / "short_positions")  # 64 positions: --max-length 128 cannot fit
     (root / "short_positions" / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": 64}))
+    shutil.copytree(root / "complete", root / "empty_weights")  # a copy cut short: weights of 0 bytes
+    (root / "empty_weights" / "model.safetensors").write_bytes(b"")
+    shutil.copytree(root / "complete", root / "run" / "model")  # a run's folder whose model/ was cut short so
+    (root / "run" / "model" / "model.safetensors").write_bytes(b"")
     net.resize_token_embeddings(1000)  # fewer embedding rows than its 4,096-token tokenizer has ids
     net.save_pretrained(root / "small_vocab")
     tok.save_pretrained(root / "small_vocab")
@@ -191,6 +195,8 @@ BAD = [
     ("model without weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_weights"], "no weights"),
     ("model without tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_tokenizer"], "no tokenizer"),
     ("model with custom code", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "custom"], "trust_remote_code"),
+    ("model with empty weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "empty_weights"],
+     "weights that are empty or cannot be read: model.safetensors"),
     ("max length past the positions", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "short_positions",
                                                     "--max-length", "128"], "has 64 positions"),
     ("vocabulary below the tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "small_vocab"],
@@ -604,10 +610,13 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     (["eval", "{t}/missing"], "does not exist"),
     (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
     (["ask", "{t}", "--question", " ", "--context", "Paris is in France."], "must both hold text"),
-], ids=["export missing", "export no checkpoint", "eval missing", "eval 0 questions", "ask blank question"])
-def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, capsys):
+    (["eval", "{m}/run", "--output-dir", "{t}/scores"], "weights that are empty or cannot be read"),
+    (["ask", "{m}/run", "--question", "Where?", "--context", "Paris is in France."], "empty or cannot be read"),
+], ids=["export missing", "export no checkpoint", "eval missing", "eval 0 questions", "ask blank question",
+        "eval of a run whose weights are 0 bytes", "ask of it"])
+def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, model_dirs, capsys):
     before = snapshot(tmp_path)
-    assert workshop_main([a.format(t=tmp_path) for a in argv]) == 2
+    assert workshop_main([a.format(t=tmp_path, m=model_dirs) for a in argv]) == 2
     err = capsys.readouterr().err
     assert expected in err and "To fix:" in err and "Traceback" not in err, err
     assert snapshot(tmp_path) == before

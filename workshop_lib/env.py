@@ -37,8 +37,7 @@ from . import gpus, variables
 from .errors import WorkshopError
 from .units import MiB
 
-# DeepSpeed's accelerator, pinned where torch sees no GPU: its auto-detection warns "Setting accelerator to CPU" in
-# every process (DS_ACCELERATOR is its documented override). A value already set wins.
+# DeepSpeed's accelerator (its documented DS_ACCELERATOR) pinned without a GPU: detecting it warns in every process
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
 # DeepSpeed's JIT-built ops, one cache per environment: two environments with the same torch on one machine would
@@ -428,8 +427,7 @@ def quiet_libraries() -> None:
                             module=r"deepspeed\.runtime\.zenflow")
     logging.getLogger("accelerate.accelerator").addFilter(
         lambda r: "Gradient accumulation steps mismatch" not in r.getMessage())
-    # A run without DeepSpeed after one with it in the same process (a notebook kernel): the world of one that
-    # DeepSpeed's run started is still up, and transformers takes it for a launch without torchrun
+    # a kernel's run without DeepSpeed after one with it: transformers takes the world of one still up for a launch
     logging.getLogger("transformers.training_args").addFilter(
         lambda r: not (world()[2] == 1 and r.getMessage().startswith("torch.distributed process group is initialized")))
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one

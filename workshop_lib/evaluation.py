@@ -37,9 +37,7 @@ def model_dir(path: str | os.PathLike) -> Path:
     Raises:
         WorkshopError: `path` is neither a model directory nor a run holding one (`model.check_model_source`).
     """
-    path = Path(path)
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
+    path = Path(path) / "model" if (Path(path) / "model" / "config.json").is_file() else Path(path)
     check_model_source(str(path))
     return path
 

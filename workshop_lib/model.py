@@ -12,6 +12,7 @@ bundled SQuAD text (`local_tokenizer`) and cached under ~/.cache/workshop_lib.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import types
 from pathlib import Path
@@ -130,9 +131,9 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
 
     Raises:
         WorkshopError: each case its own message: a local path that does not exist or is no model directory,
-            a directory without weights, without a tokenizer (with `random_weights`: whose vocabulary is smaller
-            than the local tokenizer's), a model that needs `trust_remote_code`
-            (the workshop never runs a model's own Python code), a hub model neither cached nor reachable."""
+            a directory without weights (or with empty or unreadable ones), without a tokenizer (with `random_weights`:
+            whose vocabulary is smaller than the local tokenizer's), a model that needs `trust_remote_code` (the
+            workshop never runs a model's own Python code), a hub model neither cached nor reachable."""
     builds = "--tiny builds a small model from its config.json" if tiny else ""
     if is_local_path(model_name):
         path = Path(model_name).expanduser()
@@ -156,10 +157,13 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
                                 f"{LOCAL_VOCAB:,} tokens of the local tokenizer a random model then gets.",
                                 f"set vocab_size to {LOCAL_VOCAB} or more in its config.json, or save a tokenizer "
                                 "there (tokenizer.save_pretrained).")
-        if not random_weights and not any(next(path.glob(w), None) for w in WEIGHTS):
-            raise WorkshopError(f"{model_name} has a config.json but no weights (*.safetensors or pytorch_model*.bin).",
-                                "copy the weights there (model.save_pretrained writes them), or pass "
-                                "--random-weights to train its architecture from random weights.")
+        weights = [f for w in WEIGHTS for f in path.glob(w)]
+        bad = [f.name for f in weights if not os.access(f, os.R_OK) or f.stat().st_size == 0]
+        if not random_weights and (bad or not weights):
+            raise WorkshopError(f"{model_name} has a config.json but " + (
+                f"weights that are empty or cannot be read: {', '.join(bad)}." if bad else
+                "no weights (*.safetensors or pytorch_model*.bin)."), "copy the weights there again (model."
+                "save_pretrained writes them), or pass --random-weights to train its architecture from random weights.")
         if not random_weights and not has_tokenizer:
             raise WorkshopError(f"{model_name} has weights but no tokenizer ({', '.join(TOKENIZER_FILES)}).",
                                 f"save the tokenizer there too: AutoTokenizer.from_pretrained(<source>)"
