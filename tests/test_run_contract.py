@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from workshop_lib import checkpoint, cli, env, rundir
@@ -677,13 +678,16 @@ def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys
     config.json or a run_config.json that is no JSON object, and a RUNNING marker whose pid is no number each stop
     with one message and its fix, exit 2, nothing written."""
     ref = next((ROOT / "workshop_lessons" / "reference" / "h100" / "runs").iterdir())
-    good, cut = tmp_path / "good", tmp_path / "cut"
-    for d in (good, cut):
+    good, cut, bare = tmp_path / "good", tmp_path / "cut", tmp_path / "bare"
+    for d in (good, cut, bare):
         shutil.copytree(ref, d, ignore=shutil.ignore_patterns("model", "checkpoints"))
     (cut / "results.json").write_text((cut / "results.json").read_text()[:100])
-    assert workshop_main(["report", str(good), str(cut), "--out", str(tmp_path / "report")]) == 0
+    (bare / "memory.csv").unlink()  # copied without it: the report's memory plot once failed after report.md
+    assert workshop_main(["report", str(good), str(cut), str(bare), "--out", str(tmp_path / "report")]) == 0
     err = capsys.readouterr().err
     assert f"skipped {cut}: its results.json cannot be read" in err and (tmp_path / "report" / "report.csv").exists()
+    assert len(pd.read_csv(tmp_path / "report" / "report.csv")) == 2  # good and bare, the latter's memory panel empty
+    assert (tmp_path / "report" / "memory_over_time.png").stat().st_size > 0
     (tmp_path / "afile").write_text("mine")
     assert workshop_main(["report", str(good), "--out", str(tmp_path / "afile")]) == 2
     assert "is a file" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "mine"

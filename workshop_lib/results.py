@@ -100,8 +100,7 @@ class RunResults:
     train_loss: float  # mean over all optimizer steps
     train_loss_per_epoch: list[float]
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
-    # the HF Trainer's own, whole run; with token-budget batching it counts the rounded mean micro-batch, not the
-    # questions: the tables show steady_train_samples_per_second instead
+    # the HF Trainer's own, whole run, of the rounded mean micro-batch: the tables show the steady figure instead
     train_samples_per_second: float
     eval_samples_per_second: float
     train_tokens_per_second: float  # non-padding tokens, whole run (warm-up included)
@@ -380,7 +379,8 @@ def plot_memory_over_time(df: pd.DataFrame):
         ax.set_visible(False)
     axes = list(grid.flat[:n])
     for ax, label, (_, row) in zip(axes, _labels(df), df.iterrows()):
-        mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")
+        path = Path(row["run_dir"]) / "memory.csv"
+        mem = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["time_s", *dict(cols)])  # copied without
         begin = row.get("train_begin_s")
         begin = float(begin) if pd.notna(begin) else 0.0
         for col, name in cols:
@@ -388,7 +388,7 @@ def plot_memory_over_time(df: pd.DataFrame):
         end = row.get("train_end_s")
         if pd.notna(end):
             ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
-        ax.set(title=label, xlabel="s from the first step")
+        ax.set(title=label if len(mem) else f"{label}: no memory.csv", xlabel="s from the first step")
         ax.set_ylim(bottom=0)  # from zero: a wobble of a few MiB does not fill the panel
         ax.xaxis.set_major_locator(plt.MaxNLocator(4))
         ax.grid(alpha=0.3)
