@@ -85,3 +85,8 @@ def test_a_damaged_tokenizer_cache_is_trained_again(tmp_path, monkeypatch, capsy
     again = model.local_tokenizer(vocab_size=600)
     assert "cannot be read" in capsys.readouterr().out
     assert again("Question: Who?")["input_ids"] == first("Question: Who?")["input_ids"]
+    (tmp_path / "afile").write_text("mine")  # WORKSHOP_CACHE naming a file: one message, the file untouched
+    monkeypatch.setattr(model, "CACHE_DIR", tmp_path / "afile")
+    with pytest.raises(WorkshopError, match=r"(?s)WORKSHOP_CACHE .*afile.*cannot be written.*To fix: pass WORKSHOP_CACHE"):
+        model.local_tokenizer(vocab_size=600)
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -29,7 +29,7 @@ from . import variables
 from .data import BUNDLED_FILES, labelled_positions_of
 from .errors import WorkshopError, read_json_object
 from .hub import hub_reachable
-from .rundir import atomic_path
+from .rundir import atomic_path, check_writable
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
@@ -46,9 +46,9 @@ CACHE_DIR = Path(variables.get("WORKSHOP_CACHE", Path.home() / ".cache" / "works
 def local_tokenizer(vocab_size: int = TINY_VOCAB):
     """A byte-level BPE tokenizer trained on the bundled SQuAD train text (cached after the first call).
 
-    Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries.
-    Training on 11,877 questions and their contexts takes a few seconds on one core. A cached copy that cannot
-    be read is trained again (the cache is the workshop's own: WORKSHOP_CACHE)."""
+    Returns a `PreTrainedTokenizerFast` with eos "<|endoftext|>" and pad "<|pad|>", `vocab_size` entries. A cached
+    copy that cannot be read is trained again (the cache, WORKSHOP_CACHE, is the workshop's own); WorkshopError
+    where that cache cannot be written."""
     path = CACHE_DIR / f"squad-bpe-{vocab_size}"
     if (path / "tokenizer.json").exists():
         try:
@@ -64,9 +64,9 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
         bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
                                 show_progress=False)
         tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|pad|>")
+        check_writable(path, "WORKSHOP_CACHE")  # a file there, or a folder not the user's: one message
         path.parent.mkdir(parents=True, exist_ok=True)
-        # atomic, so parallel ranks never read a half-written tokenizer; a rank that loses the race keeps the
-        # winner's copy, which is identical
+        # atomic: no rank reads a half-written tokenizer; one that loses the race keeps the winner's, identical copy
         with atomic_path(path, raced_ok=True) as tmp:
             tok.save_pretrained(tmp)
     return PreTrainedTokenizerFast.from_pretrained(path)
