@@ -89,6 +89,35 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     with pytest.raises(WorkshopError, match="names code that loading it would run"):
         checkpoint.last_checkpoint(ckpt)
     assert not (tmp_path / "planted-ran").exists()
+    # every pickle a checkpoint holds, at any depth, and the folders its `latest` tags name (issue 38)
+    torch.save({"w": torch.ones(2)}, shard)
+    for planted in ("global_step4/mp_rank_00_model_states.pt", "rng_state_1.pth",
+                    "global_step4_universal/zero/lm_head.weight/fp32.pt"):
+        (ckpt / planted).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"w": Planted()}, ckpt / planted)
+        checkpoint.write_manifest(ckpt)
+        assert f"{planted} names code that loading it would run" in checkpoint.why_incomplete(ckpt), planted
+        (ckpt / planted).unlink()
+    for tag in ("latest", "latest_universal"):
+        (ckpt / tag).write_text("../../elsewhere")
+        checkpoint.write_manifest(ckpt)
+        assert checkpoint.why_incomplete(ckpt) == f"{tag} names '../../elsewhere', a folder outside the checkpoint"
+        (ckpt / tag).write_text("global_step4")
+    checkpoint.write_manifest(ckpt)
+    assert checkpoint.why_incomplete(ckpt) is None and not (tmp_path / "planted-ran").exists()
+
+
+def test_workshop_export_of_a_planted_checkpoint_runs_nothing_and_writes_nothing(tmp_path):
+    """`workshop export` as a user runs it on a run folder handed over with a pickle planted in its model states,
+    the manifest rewritten to match: exit 2, one message naming the file and the callable, the fix, nothing run
+    and nothing written."""
+    ckpt = fake_checkpoint(tmp_path / "run", 4)
+    torch.save({"module": Planted()}, ckpt / "global_step4" / "mp_rank_00_model_states.pt")
+    checkpoint.write_manifest(ckpt)
+    p = workshop("export", tmp_path / "run", tmp_path / "exported", cwd=tmp_path, check=False)
+    assert p.returncode == 2 and "global_step4/mp_rank_00_model_states.pt names code" in p.stderr, p.stderr
+    assert "To fix:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "planted-ran").exists() and not (tmp_path / "exported").exists()
 
 
 class EnumByName:

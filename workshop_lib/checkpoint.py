@@ -54,8 +54,7 @@ MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps"
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
-# What DeepSpeed 0.19.8 and the Trainer pickle into a checkpoint beyond torch's weights_only allowlist: classes and
-# numpy arrays whose unpickling runs no code of the file's choosing (`code_in`)
+# What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code (`code_in`)
 SAFE_GLOBALS = {"deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
                 "deepspeed.utils.tensor_fragment.fragment_address", "numpy.dtype", "numpy.ndarray",
                 "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct"}
@@ -75,9 +74,8 @@ def _name_step(ckpt: Path) -> int | None:
     return int(n) if ckpt.name.startswith("checkpoint-") and n.isdigit() else None
 
 
-# Bytes per parameter of a checkpoint (fixed knowledge): the optimizer's fp32 master weights and Adam's two fp32
-# moments, 4 + 4 + 4 = 12 (the ZeRO paper's K = 12: Rajbhandari et al. 2020, section 3.1), and the model's weights
-# in the training precision (`WEIGHT_BYTES`).
+# Bytes per parameter of a checkpoint: fp32 master weights and Adam's two fp32 moments, 4 + 4 + 4 = 12 (the ZeRO
+# paper's K = 12: Rajbhandari et al. 2020, section 3.1), and the weights in the training precision (`WEIGHT_BYTES`).
 OPTIMIZER_BYTES = 12
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -134,12 +132,16 @@ def why_incomplete(ckpt: str | os.PathLike) -> str | None:
 
 
 def code_in(ckpt: str | os.PathLike) -> str | None:
-    """None when every pickle a resume or an export of `ckpt` loads names only what torch's weights_only loader
-    allows and SAFE_GLOBALS; else the first file that names more, and what. DeepSpeed loads its states
-    (global_stepN/*.pt) with torch.load(weights_only=False), which runs whatever callable a pickle names: a
-    manifest whoever hands over a checkpoint can rewrite does not stop that; this check does, reading only each
-    file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint), not its tensors."""
-    for f in sorted(Path(ckpt).glob("global_step*/*.pt")) + sorted(Path(ckpt).glob("rng_state*.pth")):
+    """None when every pickle in `ckpt` (*.pt, *.pth, at any depth: the states, a universal checkpoint's, the RNG's)
+    names only what torch's weights_only loader allows and SAFE_GLOBALS, and its `latest` tags name folders in it;
+    else the first file that fails, and why. DeepSpeed loads its states with torch.load(weights_only=False), which
+    runs whatever callable a pickle names: a manifest whoever hands over a checkpoint can rewrite does not stop
+    that; this check does, reading only each file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint)."""
+    ckpt = Path(ckpt)
+    for tag in (t for t in (ckpt / "latest", ckpt / "latest_universal") if t.is_file()):
+        if (ckpt / tag.read_text().strip()).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
+            return f"{tag.name} names {tag.read_text().strip()!r}, a folder outside the checkpoint"
+    for f in sorted(ckpt.rglob("*.pt")) + sorted(ckpt.rglob("*.pth")):
         try:
             names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
         except Exception as e:  # not torch's zip format, or a pickle torch cannot walk
@@ -320,13 +322,11 @@ def kept(out: str | os.PathLike, asked) -> str:
 
 # ---- Resume on another world size (DeepSpeed's Universal Checkpointing) ----------------------------------------
 # A ZeRO checkpoint holds one partition of the fp32 master weights and Adam's moments per data-parallel rank
-# (global_stepN/*zero_pp_rank_R_mp_rank_00_optim_states.pt), and DeepSpeed 0.19.8 loads it on that many ranks only
-# ("Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently
-# supported", engine._load_zero_checkpoint). Its answer is the universal checkpoint (Lian et al. 2024, "Universal
-# Checkpointing", arXiv 2406.18820; DeepSpeed tutorial "Universal Checkpointing"): ds_to_universal merges the
-# partitions into one file per parameter and state (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt,
-# exp_avg_sq.pt), written beside global_stepN with a file `latest_universal` naming it, and an engine configured with
-# "checkpoint": {"load_universal": true} reads `latest_universal` instead of `latest` and slices each parameter's
+# (global_stepN/*zero_pp_rank_R_*optim_states.pt), which DeepSpeed 0.19.8 loads on that many ranks only
+# (engine._load_zero_checkpoint). Its answer, the universal checkpoint (Lian et al. 2024, arXiv 2406.18820; the
+# DeepSpeed tutorial): ds_to_universal merges the partitions into one file per parameter and state
+# (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt, exp_avg_sq.pt) beside global_stepN, named by
+# `latest_universal`, which an engine with "checkpoint": {"load_universal": true} reads, slicing each parameter's
 # states for its own rank, whatever the world size.
 UNIVERSAL = "latest_universal"  # in checkpoint-N/, written last by ds_to_universal: the conversion is whole
 
