@@ -228,6 +228,26 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, 
         assert "download" not in err and "add --tiny" not in err, err  # no hub advice for a local path
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["a link among the run's files", "train file nested too deep"])
+def test_refusals_hold_on_2_cpu_ranks(case, tmp_path, model_dirs):
+    """The bad-input table's refusals under torchrun with 2 gloo ranks (an output and an input, each ~10 s): every
+    rank ends with the one message and its fix, no traceback, and nothing is written, behind a link included."""
+    argv = [str(a) for a in next(b for b in BAD if b[0] == case)[1](tmp_path, model_dirs)]
+    argv += [] if "--output-dir" in argv else ["--output-dir", str(tmp_path / "out")]
+    out = Path(argv[argv.index("--output-dir") + 1])
+    before = snapshot(out)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        "--log-dir", str(tmp_path / "logs"), "--redirects", "3", "-m", "workshop_lib.cli", "run", *argv],
+                       capture_output=True, text=True, timeout=300, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""})
+    errs = [f.read_text() for f in sorted((tmp_path / "logs").glob("**/attempt_0/*/stderr.log"))]
+    assert p.returncode != 0 and len(errs) == 2, p.stderr[-2000:]
+    for err in errs:
+        expected = next(b for b in BAD if b[0] == case)[2]
+        assert expected in err and "To fix:" in err and "Traceback" not in err, err[-3000:]
+    assert snapshot(out) == before and not (tmp_path / "outside.csv").exists()
+
+
 @pytest.mark.parametrize("value", ["2", "abc"])
 def test_a_bad_gpu_memory_fraction_is_refused_before_the_run(value, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WORKSHOP_GPU_MEMORY_FRACTION", value)
