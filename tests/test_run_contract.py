@@ -167,6 +167,7 @@ BAD = [
     ("more questions than bundled SQuAD", lambda t, m: ["baseline", T, "--num-train-samples", "100000"], "holds 11,877"),
     ("train file is a directory", lambda t, m: ["baseline", T, "--train-file", t], "is a directory"),
     ("train file missing", lambda t, m: ["baseline", T, "--train-file", t / "missing.json"], "does not exist"),
+    ("train file a device", lambda t, m: ["baseline", T, "--train-file", "/dev/zero"], "is not a regular file"),
     ("answer text null", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=None))],
      "not a non-empty string"),
     ("answer text blank", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=" "))],
