@@ -195,7 +195,8 @@ display(large_models.rung_ratios(mine, ref_rung))
 # must hold the swap files (about 18 bytes per parameter, `memory.estimate_nvme_swap`; `workshop run` refuses
 # a drive with less free space), and the host keeps the buffers.
 # DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
-# (`[OKAY]`). Where it cannot, the workshop stops with the fix.
+# (`[OKAY]`). Where it cannot, the workshop stops with the fix. Every step writes the swapped states to the drive:
+# long runs wear through a consumer SSD's rated write endurance (TBW); offload to datacenter drives.
 
 # %%
 print("\n".join(line for line in env.ds_report() if "async_io" in line))

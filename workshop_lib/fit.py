@@ -32,10 +32,9 @@ PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
 # The one margin of every GPU memory verdict, as the share of the GPU's memory an estimate leaves free: a run fits
 # (`estimate`) when its estimate fills at most 1 - HEADROOM = 85% of the GPU, the notebooks size micro-batches to
 # 85% of the free memory (`micro_batch_budget`), the preflight refuses model states alone past 85% (`states_fit`).
-# The 15% holds what the estimate leaves out: the CUDA context and libraries' workspaces (cuBLAS, NCCL), the
-# caching allocator's fragmentation (blocks cached but too split to serve a request), ZeRO-3's gathered layers
-# and prefetch buckets, transient tensors. In the course's reference runs torch's peak allocated plus the memory
-# outside its allocator reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py checks every run).
+# The 15% holds what the estimate leaves out: the CUDA context, libraries' workspaces (cuBLAS, NCCL), the caching
+# allocator's fragmentation, ZeRO-3's gathered layers and prefetch buckets, transient tensors. In the reference runs
+# torch's peak allocated plus the memory outside it reached 1/0.88 of the estimate (tests/test_gpu_budget.py).
 HEADROOM = 0.15
 
 
