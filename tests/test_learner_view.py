@@ -23,7 +23,7 @@ def test_a_failed_link_probe_says_nothing_and_real_errors_still_show(capfd, monk
 
     builder = get_accelerator().create_op_builder("AsyncIOBuilder")
     monkeypatch.setattr(sys, "stderr", open(os.dup(2), "w"))  # ipykernel's stderr: a copy of descriptor 2
-    with env.quiet_link_probes():
+    with env.quiet_stderr():
         assert builder.has_function("io_submit", ("workshop_no_such_library",)) is False
         subprocess.run(["sh", "-c", "echo 'a real error' >&2"], check=True)
     sys.stderr.flush()
@@ -47,7 +47,7 @@ def test_a_probe_finds_a_library_that_is_there_under_a_stderr_without_a_descript
     builder = get_accelerator().create_op_builder("AsyncIOBuilder")
     monkeypatch.setattr(sys, "stderr", NoDescriptor())
     assert builder.has_function("pthread_create", ("pthread",)) is False  # DeepSpeed alone: the probe breaks
-    with env.quiet_link_probes():
+    with env.quiet_stderr():
         assert builder.has_function("pthread_create", ("pthread",)) is True
     assert isinstance(sys.stderr, NoDescriptor)  # given back
 

@@ -599,7 +599,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     check_no_custom_code(read_json_object(ckpt / "config.json", "is damaged: the checkpoint's architecture cannot be "
                                           "read", f"export another checkpoint of the run, or restore {ckpt}."), str(ckpt))
     net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.float32)
-    net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)
+    with env.quiet_stderr(re.compile(r"^\s*$|(Loading checkpoint shards|Gathering sharded weights): ")):
+        net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)  # without its 2 bars
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
     with rundir.atomic_path(out) as tmp:

@@ -253,14 +253,14 @@ LINK_PROBE_NOISE = re.compile(r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^coll
 
 
 @contextlib.contextmanager
-def quiet_link_probes():
-    """Hold back what DeepSpeed's op-compatibility probes print: with libaio missing, the async_io probe's `/usr/bin/ld:
-    cannot find -laio` and `collect2: error: ld returned 1 exit status`, which a learner reads as a failure while the op
-    is simply reported not compatible (`ds_report`, `check_deepspeed_ops`). DeepSpeed silences its probe by redirecting
-    sys.stderr's file descriptor, which under Jupyter is not the process's descriptor 2 that the linker writes to, or
-    has none (ipykernel without its descriptors captured, as under nbmake: the probe then fails and reports the op not
-    compatible even with libaio installed). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes
-    to it; every other line is written back to stderr afterwards: real errors still show."""
+def quiet_stderr(noise: re.Pattern = LINK_PROBE_NOISE):
+    """Hold back the stderr lines matching `noise`: by default what DeepSpeed's op-compatibility probes print (with
+    libaio missing, the async_io probe's `/usr/bin/ld: cannot find -laio` and `collect2: error: ld returned 1 exit
+    status`, read as a failure while the op is simply reported not compatible). DeepSpeed silences its probe by
+    redirecting sys.stderr's file descriptor, which under Jupyter is not the descriptor 2 the linker writes to, or has
+    none (ipykernel without its descriptors captured, as under nbmake: the probe then fails and reports the op not
+    compatible even with libaio). Here descriptor 2 goes to a file while the block runs, and sys.stderr writes to it;
+    every other line is written back to stderr afterwards: real errors still show."""
     sys.stderr.flush()
     saved, stream = os.dup(2), sys.stderr
     with tempfile.TemporaryFile() as held:
@@ -275,7 +275,7 @@ def quiet_link_probes():
             os.close(saved)
             held.seek(0)
             kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
-                    if not LINK_PROBE_NOISE.search(line)]
+                    if not noise.search(line)]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
@@ -284,12 +284,12 @@ def quiet_link_probes():
 def compatible_deepspeed_ops() -> dict[str, bool]:
     """DeepSpeed's op name -> whether it can be built here (`deepspeed.ops.__compatible_ops__`, probed once per
     process on first use: every op's builder compiles or links a test where it needs a library), probed
-    without the linker's noise (`quiet_link_probes`). {} without DeepSpeed."""
-    try:  # optional; here, inside quiet_link_probes' reach: importing it probes the ops (and picks the accelerator)
+    without the linker's noise (`quiet_stderr`). {} without DeepSpeed."""
+    try:  # optional; here, inside quiet_stderr's reach: importing it probes the ops (and picks the accelerator)
         import deepspeed.ops
     except ImportError:
         return {}
-    with quiet_link_probes():
+    with quiet_stderr():
         compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
     return compatible if isinstance(compatible, dict) else {}
 
@@ -326,7 +326,7 @@ def check_deepspeed_ops(names: list[str]) -> None:
     Raises:
         WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio)."""
     for builder in _builders(names):
-        with quiet_link_probes():
+        with quiet_stderr():
             compatible = builder.is_compatible(verbose=False)
         if not compatible:
             fix = ("install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
@@ -364,8 +364,8 @@ def build_deepspeed_ops(names: list[str]) -> None:
         t0 = time.perf_counter()
         announce.start()
         try:
-            # quiet_link_probes: load() probes again, and DeepSpeed's own later load() finds it loaded
-            with contextlib.redirect_stdout(io.StringIO()), quiet_link_probes():
+            # quiet_stderr: load() probes again, and DeepSpeed's own later load() finds it loaded
+            with contextlib.redirect_stdout(io.StringIO()), quiet_stderr():
                 builder.load(verbose=False)
         finally:
             announce.cancel()

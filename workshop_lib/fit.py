@@ -34,7 +34,7 @@ PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
 # 85% of the free memory (`micro_batch_budget`), the preflight refuses model states alone past 85% (`states_fit`).
 # The 15% holds what the estimate leaves out: the CUDA context, libraries' workspaces (cuBLAS, NCCL), the caching
 # allocator's fragmentation, ZeRO-3's gathered layers and prefetch buckets, transient tensors. In the reference runs
-# torch's peak allocated plus the memory outside it reached 1/0.88 of the estimate (tests/test_gpu_budget.py).
+# torch's peak allocated plus the memory outside it reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py).
 HEADROOM = 0.15
 
 
@@ -208,11 +208,9 @@ def setup(config: dict, where: bool = False) -> str:
 
 # The ladder, in the course's own order, the cheapest in speed first: every rung that keeps the model states on
 # the GPU (smaller micro-batch, activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs, then on more: `WORLDS`)
-# before any offload (CPU Adam and PCIe copies, the slowest in the reference runs: 03c gives the ratios, which
-# tests/test_docs.py computes), CPU before NVMe; each rung keeps what the ones before it added. HF Transformers'
-# DeepSpeed guide ("How to choose which ZeRO stage and offloads to use for best performance") also starts from
-# batch size 1 and gradient checkpointing, but tries ZeRO-2 + CPU offload before ZeRO-3 and adds hardware only at
-# its last step. Shorter sequences (max_length halved) come last: they change the data.
+# before any offload (CPU Adam and PCIe copies, the slowest in the reference runs: 03c's ratios, tests/test_docs.py),
+# CPU before NVMe; each rung keeps what the ones before it added. HF's DeepSpeed guide also starts small but tries
+# ZeRO-2 + CPU offload before ZeRO-3 and adds hardware only at its last step. Shorter sequences come last: new data.
 LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3", "ZeRO-2 + CPU offload",
           "ZeRO-3 + CPU offload", "ZeRO-3 + NVMe offload", "shorter sequences"]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
