@@ -7,8 +7,9 @@ reference included: the learner reads their data and writes the interpretation. 
     python scripts/make_course.py --diverging   # the learner notebooks that run otherwise than their solution
 
 A learner notebook runs as its solution does, cell for cell, unless a later cell reads a name an answer binds or
-changes (02's MY_OVERRIDE: None in course/, a key in solutions/): only those run otherwise, so scripts/test.sh
-executes them beside every solution; the others' cells run, with the same outputs, inside their solution.
+changes, other than through a lesson that takes a blank answer and says so (`BLANK_AWARE`: 02's MY_OVERRIDE, None
+in course/, reaches only `run_own_key`): only such notebooks run otherwise, so scripts/test.sh executes them beside
+every solution (none now); the others' cells run, with the same outputs, inside their solution.
 """
 
 import ast
@@ -60,16 +61,45 @@ def bound(source: str) -> set[str]:
     return names
 
 
+# Lesson functions that take a learner's blank answer and say so, by the argument that takes it (tested blank in
+# tests/test_lessons_zero_stages.py): read there, or as `ANSWER or "(none written)"`, a blank changes nothing else
+BLANK_AWARE = {"beside_prediction": 0, "run_own_key": 2}
+
+
+def reads(source: str) -> set[str]:
+    """Names a cell reads without binding them, leaving out a name it reads only as the argument a `BLANK_AWARE`
+    function takes a blank answer by, or as the left side of an `or`."""
+    loaded, stored = set(), set()
+
+    def visit(node):
+        name = getattr(node, "func", None) and getattr(node.func, "attr", getattr(node.func, "id", None))
+        if isinstance(node, ast.Call) and name in BLANK_AWARE and len(node.args) > BLANK_AWARE[name]:
+            return [visit(n) for i, n in enumerate([node.func, *node.args, *node.keywords]) if i != BLANK_AWARE[name] + 1]
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and isinstance(node.values[0], ast.Name):
+            return [visit(v) for v in node.values[1:]]
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(parse(source))
+    return loaded - stored
+
+
 def diverges(solution: Path) -> bool:
     """Whether the learner version of `solution` runs otherwise than it: a code cell after an answer (a cell tagged
-    "solution") reads a name that answer binds or changes (`bound`)."""
-    answers = set()
+    "solution") reads (`reads`) a name that answer binds or changes (`bound`), other than a module the learner's
+    cells import (calling into it changes nothing)."""
+    answers, imported = set(), set()
     for cell in jupytext.read(solution).cells:
         if cell.cell_type != "code":
             continue
         if "solution" in cell.metadata.get("tags", []):
             answers |= bound(cell.source)
-        elif answers & {n.id for n in ast.walk(parse(cell.source)) if isinstance(n, ast.Name)}:
+            continue
+        imported |= {(a.asname or a.name).split(".")[0] for n in ast.walk(parse(cell.source))
+                     if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        if (answers - imported) & reads(cell.source):
             return True
     return False
 

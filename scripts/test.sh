@@ -24,7 +24,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / wo
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
 # here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
 # every solution notebook, and the learner notebooks that run otherwise than their solution (a learner's blank
-# answer changes what later cells do: `make_course.py --diverging`); the others' cells run inside their solution
+# answer changes what later cells do, beyond the lessons that take a blank: `make_course.py --diverging`, none now)
 pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests \
   $(python scripts/make_course.py --diverging) --ignore tests/test_executed_notebooks.py \
   solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=1200 --overwrite

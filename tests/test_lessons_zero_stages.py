@@ -120,6 +120,18 @@ def test_a_prediction_stands_beside_the_model_states_each_run_kept(tmp_path):
         {"run": "stage3", "your prediction (bytes)": "not written", "measured (bytes)": 2.0, "measured / predicted": "n/a"}]
 
 
+def test_the_learners_blank_answers_reach_only_lessons_that_say_so(tmp_path, capsys):
+    """What a learner notebook does with the answers a learner has not written yet (course/: every prediction None,
+    MY_OVERRIDE None), the paths by which they differ from their solution (`make_course.BLANK_AWARE`; scripts/test.sh
+    therefore executes the solutions only): a table of "not written" predictions, and no run for a missing key."""
+    import workshop_lessons as lessons
+
+    table = lessons.beside_prediction({"stage2": None, "stage3": None}, {"stage2": 1.0, "stage3": 2.0}, "efficiency")
+    assert set(table["your prediction (efficiency)"]) == {"not written"} and set(table["measured / predicted"]) == {"n/a"}
+    assert lessons.run_own_key("02_zero_stages", "stage3", None, tmp_path, tiny=True) is None
+    assert "Write your KEY=VALUE in MY_OVERRIDE" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("where", ["runs", "repeat"])
 def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers(where):
     """Notebook 02's table of model states per parameter (H100 reference, Qwen3-0.6B, bf16): stages 1-2 keep 14
