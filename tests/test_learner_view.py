@@ -151,3 +151,19 @@ def test_a_resume_shows_the_trainers_warning_only_for_a_setting_it_may_not_chang
     assert shown(head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)"
                  "\n\tper_device_train_batch_size: 8 (from args) != 4 (from trainer_state.json)")
     assert shown("Any other warning")
+
+
+def test_the_table_workshop_report_prints_fits_a_100_column_terminal(tmp_path, capsys):
+    """`bash scripts/main.sh` ends with `workshop report` of its one run: the table it prints has one column per
+    run and only the figures the machine has, each line within 100 columns (report.md keeps every column); here
+    for a GPU reference run, whose table holds the most figures, and for it beside a copy."""
+    import shutil
+
+    from workshop_lib import cli
+
+    ref = next((ROOT / "workshop_lessons" / "reference" / "h100" / "runs").iterdir())
+    shutil.copytree(ref, tmp_path / "run", ignore=shutil.ignore_patterns("model", "checkpoints"))
+    for runs in ([tmp_path / "run"], [tmp_path / "run", ref]):
+        assert cli.main(["report", *map(str, runs), "--out", str(tmp_path / "report")]) == 0
+        table = capsys.readouterr().out.split("\n(every column")[0].splitlines()
+        assert len(table) > 10 and max(map(len, table)) <= 100, "\n".join(table)
