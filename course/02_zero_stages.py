@@ -44,7 +44,8 @@ from workshop_lib.train import build_trainer, run_experiment
 display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
-print(f"device: {env.device_name()}, run options: {COMMON}")
+print(f"device: {env.device_name()}, run options: {COMMON}"
+      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
 NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 
 # %% [markdown]
@@ -191,7 +192,8 @@ cols = ["steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_alloca
 ref = lessons.reference(NOTEBOOK)
 display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref,
                                         {m: lessons.band(m) for m in cols}).to_markdown(index=False)))
-print("No GPU reference on file yet for: " + (", ".join(n for n in PAIR if n not in ref.index) or "none"))
+if missing := [n for n in PAIR if n not in ref.index]:
+    print("No GPU reference on file yet for: " + ", ".join(missing))
 
 # %% [markdown] tags=["exercise"]
 # **Exercise.** From the two configs, predict how much memory `overlap_comm=false` saves (the bucket's size is
