@@ -3,6 +3,7 @@ no paragraph over `MAX_PARAGRAPH` words; the measurement mechanics are explained
 README's timetable (scripts/make_timetable.py) is current and fits the day."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,13 @@ def test_a_learner_notebook_says_its_tables_show_the_gpu_reference_only_where_th
     for name in says:
         text = (ROOT / "course" / f"{name}.py").read_text()
         assert any(s in text for s in ("lessons.reference", "lessons.REFERENCE", "REFERENCE_DIR", "reference runs are shown")), name
+
+
+def test_every_exercise_a_notebook_names_is_one_of_its_questions():
+    """Statement 10 of issue 39 (02 promised an exercise on several GPUs it did not have), as a check: every
+    "exercise N" a notebook's text names is a numbered question ("# N. ...") of that notebook."""
+    for nb in sorted((ROOT / "solutions").glob("[0-9]*.py")):
+        text = nb.read_text()
+        named = {int(n) for n in re.findall(r"\b[Ee]xercises? (\d+)\b", text)}
+        asked = {int(n) for n in re.findall(r"^# (\d+)\. ", text, re.M)}
+        assert named <= asked, (nb.name, sorted(named - asked))
