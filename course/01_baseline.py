@@ -44,8 +44,7 @@ from workshop_lib.units import MiB
 display(Markdown(lessons.header("01_baseline")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
-print(f"device: {env.device_name()}, run options: {COMMON}"
-      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
+print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "01_baseline", "runs/01_baseline"
 print(f"The default recipe (config.RECIPES over each setting's base): {recipe_settings('default')}")
 print(f"What this notebook's runs of it change on this machine ({env.device_name()}):")

@@ -59,8 +59,7 @@ display(Markdown(lessons.header("03b_the_fine_tuned_model")))
 # The tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); on a GPU, micro-batches sized for
 # it as in 01-03 (the line printed says why)
 COMMON = lessons.notebook_run_options(size_micro_batches=True)
-print(f"device: {env.device_name()}, run options: {COMMON}"
-      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
+print(f"device: {env.device_name()}, run options: {COMMON}")
 RUNS = Path("runs/03b_the_fine_tuned_model")
 
 # %% [markdown]

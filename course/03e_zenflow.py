@@ -48,8 +48,7 @@ from workshop_lib.train import run_experiment
 display(Markdown(lessons.header("03e_zenflow")))
 # the settings notebook 03 runs with (tiny model without a GPU; micro-batches sized for this GPU)
 COMMON = lessons.notebook_run_options(size_micro_batches=True)
-print(f"device: {env.device_name()}, run options: {COMMON}"
-      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
+print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03e_zenflow", "runs/03e_zenflow"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2_offload, stage2_zenflow
 

@@ -42,8 +42,7 @@ from workshop_lib.train import build_trainer, run_experiment
 display(Markdown(lessons.header("02_zero_stages")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
-print(f"device: {env.device_name()}, run options: {COMMON}"
-      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
+print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "02_zero_stages", "runs/02_zero_stages"
 
 # %% [markdown]

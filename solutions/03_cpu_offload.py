@@ -44,8 +44,7 @@ from workshop_lib.train import run_experiment
 display(Markdown(lessons.header("03_cpu_offload")))
 # Tiny model on the CPU when there is no GPU (WORKSHOP_TINY=1/0 forces it); see lessons.notebook_run_options.
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
-print(f"device: {env.device_name()}, run options: {COMMON}"
-      + ("; the tiny model starts from random weights" if COMMON["tiny"] else ""))
+print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
 ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
 

@@ -267,7 +267,7 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
         return options
     if tiny or not torch.cuda.is_available():
         print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
-              "no GPU to size them for.")
+              "no GPU to size them for." + (" The tiny model starts from random weights." if tiny else ""))
         return options
     budget, fraction = course_budget(env.gpu_free_mib()), env.gpu_memory_fraction()
     line = budget.line("every course run (the experiments of notebooks 01-03)")

@@ -138,9 +138,10 @@ def code_in(ckpt: str | os.PathLike) -> str | None:
     runs whatever callable a pickle names: a manifest whoever hands over a checkpoint can rewrite does not stop
     that; this check does, reading only each file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint)."""
     ckpt = Path(ckpt)
-    for tag in (t for t in (ckpt / "latest", ckpt / "latest_universal") if t.is_file()):
-        if (ckpt / tag.read_text().strip()).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
-            return f"{tag.name} names {tag.read_text().strip()!r}, a folder outside the checkpoint"
+    for tag, named in ((t.name, t.read_text().strip()) for t in (ckpt / "latest", ckpt / "latest_universal")
+                       if t.is_file()):
+        if (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
+            return f"{tag} names {named!r}, a folder outside the checkpoint"
     for f in sorted(ckpt.rglob("*.pt")) + sorted(ckpt.rglob("*.pth")):
         try:
             names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS

@@ -385,9 +385,9 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
             seconds), or still there after `timeout_s` seconds; the fix removes it."""
     lock = Path(lock)
     t0 = seen = time.monotonic()
-    told = False
+    told, fix = False, f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}"
     while lock.exists():
-        now, fix = time.monotonic(), f"if no build is running (`pgrep -af ninja` shows none), remove it: rm {lock}"
+        now = time.monotonic()
         seen = now if building_in(lock.parent) else seen
         if now - seen > notice_after_s:
             raise WorkshopError(f"{lock} blocks the build of {what}, and no process is building there: a build "

@@ -57,6 +57,7 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
             print(f"The cached tokenizer in {path} cannot be read ({type(e).__name__}); training it again.")
             shutil.rmtree(path, ignore_errors=True)
     if not (path / "tokenizer.json").exists():
+        check_writable(path, "WORKSHOP_CACHE")  # before training: a file there, or a folder not the user's
         squad = json.loads(BUNDLED_FILES["train"].read_text())
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
         texts += [q["question"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
@@ -64,7 +65,6 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
         bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
                                 show_progress=False)
         tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|pad|>")
-        check_writable(path, "WORKSHOP_CACHE")  # a file there, or a folder not the user's: one message
         path.parent.mkdir(parents=True, exist_ok=True)
         # atomic: no rank reads a half-written tokenizer; one that loses the race keeps the winner's, identical copy
         with atomic_path(path, raced_ok=True) as tmp:
