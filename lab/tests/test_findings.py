@@ -308,6 +308,42 @@ def test_the_bench_after_the_flash_fix_states_its_runs():
     assert f"of default ZeRO-2 | {tps['default ZeRO-2 + CPU offload'] / z2:.2f}x | no |" in text
 
 
+def test_the_bench_with_the_peers_states_its_runs():
+    """lab/findings/h100/bench-peers: the table against its runs (the peers' figures from their own step logs), every
+    target's ratio as the README states it, and the row-order finding from the call before (ceiling-after-peers/)."""
+    from lab.bench import PEERS, run_dir_name
+    from lab.tests.test_bench import steady_tokens_per_s
+
+    d = FINDINGS / "bench-peers"
+    text = " ".join((d / "README.md").read_text().split())
+    tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
+    assert list(tps.index)[0] == "plain PyTorch (ceiling)"  # the ceiling first: the peers' Liger patches what follows
+    for row in tps.index.drop("plain PyTorch (ceiling)"):
+        run = d / "runs" / run_dir_name(row)
+        if row in PEERS:
+            assert tps[row] == pytest.approx(steady_tokens_per_s(run), rel=0.01), row
+        else:
+            r = json.loads((run / "results.json").read_text())
+            assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 40
+            assert tps[row] == r["steady_train_tokens_per_second"]
+    z2, ceiling = tps["default ZeRO-2"], tps["plain PyTorch (ceiling)"]
+    assert f"ceiling | {z2 / ceiling:.2f}x | no |" in text and z2 / ceiling < 0.9
+    assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
+    assert f"of default ZeRO-2 | {tps['default ZeRO-2 + CPU offload'] / z2:.2f}x | no |" in text
+    hf, trl = (z2 / tps[p] for p in PEERS)
+    assert f"HF Trainer row | {hf:.2f}x | yes |" in text and hf >= 4
+    assert f"the TRL row | {trl:.2f}x | yes |" in text and trl >= 6
+    before = pd.read_csv(d / "ceiling-after-peers" / "bench.csv").set_index("row")["steady tokens/s"]
+    assert list(before.index)[-1] == "plain PyTorch (ceiling)" and list(before.index)[-3:-1] == list(PEERS)
+    log = (d / "ceiling-after-peers" / "log_headers_and_compile_errors.txt").read_text().splitlines()
+    errors = [i for i, line in enumerate(log) if "CompilationError" in line]
+    assert f"({len(errors)} `CompilationError` warnings, all after the ceiling started)" in text
+    assert min(errors) > log.index("=== plain PyTorch (ceiling) ===")
+    assert f"{before['plain PyTorch (ceiling)']:,.0f} tokens/s, against {ceiling:,.0f} here" in text
+    spread = abs(z2 - before["default ZeRO-2"]) / ((z2 + before["default ZeRO-2"]) / 2)
+    assert f"measured {before['default ZeRO-2']:,.0f} and {z2:,.0f} tokens/s (a {spread:.1%} spread)" in text
+
+
 def test_the_h200_prefetch_bench_readme_states_its_runs():
     """lab/findings/h200/bench-prefetch: the table against its runs (the recipe's 5e7-element ZeRO-3 prefetch in
     their ds_config.json), and the targets' ratios as the README states them."""
