@@ -161,8 +161,8 @@ def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):
     assert ckpt.is_dir() and half.is_dir()
     first = checkpoint.set_aside(ckpt)
     ckpt.mkdir()
-    assert first == tmp_path / checkpoint.DAMAGED / "checkpoint-4"
-    assert checkpoint.set_aside(ckpt) == tmp_path / checkpoint.DAMAGED / "checkpoint-4.2" and first.is_dir()
+    assert first == tmp_path / rundir.DAMAGED / "checkpoint-4"
+    assert checkpoint.set_aside(ckpt) == tmp_path / rundir.DAMAGED / "checkpoint-4.2" and first.is_dir()
 
 
 def test_the_suggested_command_repeats_the_settings_given(tmp_path):
@@ -219,7 +219,7 @@ def test_resume_sets_a_damaged_checkpoint_aside_and_continues_from_the_older_one
     p = workshop("run", "stage2", "--tiny", "--output-dir", unfinished, "--resume", check=False)
     assert p.returncode == 0 and "Traceback" not in p.stderr, _tail(p)
     skipped = [ln for ln in p.stdout.splitlines() if ln.startswith("Skipped")]
-    aside = unfinished / checkpoint.DAMAGED / "checkpoint-8"
+    aside = unfinished / rundir.DAMAGED / "checkpoint-8"
     assert len(skipped) == 1 and str(ckpts / "checkpoint-8") in skipped[0] and rel in skipped[0], p.stdout
     assert f"moved to {aside}" in skipped[0] and f"Resuming from {ckpts / 'checkpoint-4'} (step 4)." in p.stdout
     assert checkpoint.why_incomplete(aside).startswith(rel)  # kept as it was found

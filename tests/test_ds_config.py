@@ -67,7 +67,7 @@ def test_an_experiments_overlay_is_set_last_and_checked_by_deepspeed():
 def test_shipped_json_files_are_generated_from_build_ds_config():
     shipped = shipped_configs()
     on_disk = {p.name: p.read_text() for p in (ROOT / "configs").glob("ds_*.json")}
-    assert on_disk == shipped, "configs/ is stale. To fix: python -m workshop_lib.ds_config configs"
+    assert on_disk == shipped, "configs/ is stale. To fix: python scripts/make_configs.py"
     assert json.loads(shipped["ds_zero3_offload.json"])["train_batch_size"] == "auto"
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workshop_lib import checkpoint, cli, env, rundir
+from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
@@ -316,6 +316,37 @@ def test_report_never_writes_through_a_link(tmp_path, capsys):
     assert (tmp_path / "mine.md").read_text() == "mine" and sorted(out.iterdir()) == [out / "report.md"]
 
 
+@pytest.mark.parametrize("name", ["report.md", "memory_over_time.png", "memory.csv", "train_log.csv"])
+def test_a_link_planted_after_the_checks_is_not_followed(tmp_path, monkeypatch, name):
+    """The race `rundir.refuse_links` cannot see, a link planted after it looked (here: it looks at nothing): each
+    file written in place (the report's, memory.csv, train_log.csv) is opened with O_NOFOLLOW (`rundir.no_link`),
+    so the write fails and the file behind the link stays as it was."""
+    from types import SimpleNamespace
+
+    from workshop_lib.callbacks import StepLog
+    from workshop_lib.memory import MemorySampler
+
+    monkeypatch.setattr(rundir, "refuse_links", lambda *a: None)
+    out, mine = tmp_path / "out", tmp_path / "mine"
+    out.mkdir()
+    mine.write_text("mine")
+    (out / name).symlink_to(mine)
+    if name == "memory.csv":
+        with pytest.raises(OSError), MemorySampler(out / name):  # the sampler's error, raised as it ends
+            pass
+    elif name == "train_log.csv":
+        with pytest.raises(OSError):
+            StepLog(out / name, 0.0).on_train_begin(None, SimpleNamespace(num_input_tokens_seen=0, global_step=0,
+                                                                          is_world_process_zero=True), None)
+    else:
+        import workshop_lessons as lessons
+
+        run = shutil.copytree(lessons.REFERENCE / "h100" / "runs" / "Qwen3-0.6B-default-stage2", tmp_path / "run")
+        with pytest.raises(OSError):
+            results.write_report([run], out)
+    assert mine.read_text() == "mine" and (out / name).is_symlink()
+
+
 def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
     out = tmp_path / "killed"
     out.mkdir()
@@ -331,21 +362,26 @@ def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
         rundir.check(out, overwrite=True)
 
 
-def test_overwrite_removes_the_runs_files_and_nothing_else(tmp_path, capsys):
-    """A run's folder that also holds a user's files: --overwrite removes what a run wrote (`rundir.RUN_OUTPUTS`)
-    and keeps the rest, byte for byte."""
+def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_else(tmp_path, capsys):
+    """--overwrite removes what a run wrote (`rundir.RUN_OUTPUTS`) and keeps the set-aside checkpoints; a run's folder
+    that also holds a user's files is refused, naming them, with every file untouched."""
     out = finished_run(tmp_path)
     for rel in ("model/model.safetensors", "checkpoints/checkpoint-4/latest", "predictions.jsonl", "comms.json",
-                "world_size_changes.json"):  # the last two once survived and reached the next run's results
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                "world_size_changes.json", f"{rundir.DAMAGED}/checkpoint-2/latest"):  # comms.json and
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)  # world_size_changes.json once reached the next run
         (out / rel).write_text("the run's")
     (out / "mycode").mkdir()
     (out / "mycode" / "train.py").write_text("print('mine')")
     (out / "thesis.txt").write_text("mine")
-    rundir.claim(out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == [rundir.MARKER, "mycode", "thesis.txt"]
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    with pytest.raises(WorkshopError, match=r"(?s)no run writes \(mycode, thesis.txt\).*To fix: move those files"):
+        rundir.claim(out, overwrite=True)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
     assert (out / "thesis.txt").read_text() == "mine" and (out / "mycode" / "train.py").read_text() == "print('mine')"
-    assert "other files there were kept" in capsys.readouterr().out
+    shutil.rmtree(out / "mycode"), (out / "thesis.txt").unlink()
+    rundir.claim(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [rundir.MARKER, rundir.DAMAGED]
+    assert "Removed the previous run's files" in capsys.readouterr().out
 
 
 def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_path):

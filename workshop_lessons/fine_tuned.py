@@ -215,7 +215,7 @@ def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: 
     out.mkdir(parents=True)
     cmd = launch.torchrun_command(experiment, nproc, out, *args, "--save-strategy", "steps", "--save-steps", "1")
     ckpt = out / checkpoint.CHECKPOINTS / f"checkpoint-{after}"
-    with (out / "launch.log").open("w") as log:
+    with open(out / "launch.log", "w", opener=rundir.no_link) as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ | (env or {}))

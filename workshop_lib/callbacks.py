@@ -47,7 +47,7 @@ class StepLog(TrainerCallback):
             if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step
                 with self.path.open(newline="") as f:
                     kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
-            self.f = self.path.open("w", newline="")
+            self.f = open(self.path, "w", newline="", opener=rundir.no_link)
             self.w = csv.DictWriter(self.f, self.FIELDS, extrasaction="ignore")
             self.w.writeheader()
             self.w.writerows(kept)

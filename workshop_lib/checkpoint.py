@@ -53,7 +53,6 @@ MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps"
               "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu", "logging_steps"}
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
-DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 # What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code (`code_in`)
 SAFE_GLOBALS = {"deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
                 "deepspeed.utils.tensor_fragment.fragment_address", "numpy.dtype", "numpy.ndarray",
@@ -212,7 +211,7 @@ def set_aside(ckpt: str | os.PathLike) -> Path:
     """Move the checkpoint directory `ckpt` to OUTPUT_DIR/damaged-checkpoints/ (checkpoint-N, or
     checkpoint-N.2, .3, ... when that name is taken); never deletes. Returns its new path."""
     ckpt = Path(ckpt)
-    aside = ckpt.parent.parent / DAMAGED
+    aside = ckpt.parent.parent / rundir.DAMAGED
     aside.mkdir(exist_ok=True)
     dest, i = aside / ckpt.name, 1
     while dest.exists():
@@ -323,12 +322,10 @@ def kept(out: str | os.PathLike, asked) -> str:
 
 # ---- Resume on another world size (DeepSpeed's Universal Checkpointing) ----------------------------------------
 # A ZeRO checkpoint holds one partition of the fp32 master weights and Adam's moments per data-parallel rank
-# (global_stepN/*zero_pp_rank_R_*optim_states.pt), which DeepSpeed 0.19.8 loads on that many ranks only
-# (engine._load_zero_checkpoint). Its answer, the universal checkpoint (Lian et al. 2024, arXiv 2406.18820; the
-# DeepSpeed tutorial): ds_to_universal merges the partitions into one file per parameter and state
-# (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt, exp_avg_sq.pt) beside global_stepN, named by
-# `latest_universal`, which an engine with "checkpoint": {"load_universal": true} reads, slicing each parameter's
-# states for its own rank, whatever the world size.
+# (global_stepN/*zero_pp_rank_R_*optim_states.pt), loadable on that many ranks only (0.19.8's
+# engine._load_zero_checkpoint). ds_to_universal (Lian et al. 2024, arXiv 2406.18820) merges them into one file per
+# parameter and state (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt, exp_avg_sq.pt), named by
+# `latest_universal`; an engine with "checkpoint": {"load_universal": true} slices each for its rank, any world size.
 UNIVERSAL = "latest_universal"  # in checkpoint-N/, written last by ds_to_universal: the conversion is whole
 
 

@@ -3,8 +3,8 @@
 `EXPERIMENTS` holds every experiment as one `Experiment` record: its ZeRO stage, offload and any extra keys
 (`overlay`); `check_combination` holds the rules they obey. `build_ds_config(experiment, settings)` is the single
 source of truth for a config: `workshop run` checks `--ds-config` overrides on it and runs with it. The JSON files
-in `configs/` for users of their own Trainer scripts are generated from it (`python -m workshop_lib.ds_config
-configs/`) and CI checks they are up to date. `workshop run` writes the config it used, batch sizes resolved, to
+in `configs/` for users of their own Trainer scripts are generated from it (`python scripts/make_configs.py`)
+and CI checks they are up to date. `workshop run` writes the config it used, batch sizes resolved, to
 ds_config.json. `KEYS` says what each key means (units: bucket sizes count elements) and who sets it, `explain`
 and `diff` make tables of configs, and `apply_overrides` sets `--ds-config KEY=VALUE` overrides after checking
 them against DeepSpeed's own config classes (`check_overrides`).
@@ -19,10 +19,8 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import sys
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from .errors import WorkshopError
@@ -742,11 +740,3 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
             if model is not None:
                 siblings |= {n for f_name, f in model.model_fields.items() for n in (f_name, f.alias) if n}
             raise _unknown(path, siblings, silently=True)
-
-
-if __name__ == "__main__":  # python -m workshop_lib.ds_config configs/
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "configs")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in shipped_configs().items():
-        (out / name).write_text(text)
-        print(out / name)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import WorkshopError
+from .rundir import no_link
 
 ROOT = Path(__file__).resolve().parent.parent  # the workshop folder: slurm/, runs/, logs/
 
@@ -37,7 +38,7 @@ def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args:
                        env=os.environ | (env or {}))
     log = Path(output_dir) / "launch.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:  # appended: an earlier launch's log stays
+    with open(log, "a", opener=no_link) as f:  # appended: an earlier launch's log stays
         f.write(f"$ {' '.join(cmd)}\n{p.stdout}\n")
     if p.returncode != 0:  # the ranks' own error lines first: torchrun's failure summary ends the output
         causes = [ln for ln in p.stdout.splitlines() if "error:" in ln.lower() or ln.startswith("To fix:")

@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from .rundir import no_link
 from .units import MiB
 
 FIELDS = ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib", "gpu_util_pct"]
@@ -95,7 +96,7 @@ class MemorySampler:
 
     def _run(self):
         try:
-            f = self.path.open("w", newline="")
+            f = open(self.path, "w", newline="", opener=no_link)
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
         except OSError as e:

@@ -89,8 +89,7 @@ class RunResults:
     world_size: int
     micro_batch_size_per_gpu: int
     gradient_accumulation_steps: int
-    # questions (sequences) per optimizer step: micro x accumulation x world_size, as ds_config.json's
-    # train_batch_size; with token-budget batching the micro-batch is the mean one, rounded (they vary in size)
+    # questions per optimizer step, micro x accumulation x world_size (train_batch_size); token budget: mean, rounded
     global_batch_size: int
     tokens_per_step: int  # non-padding tokens per optimizer step, the mean over an epoch
     epochs: float  # as configured, or the fraction reached when max_steps ended the run
@@ -130,8 +129,7 @@ class RunResults:
     gpu_min_mib: float | None
     host_peak_rss_mib: float
     per_rank_memory: list[dict]  # every rank's phases and peaks, with rank, local_rank and host
-    # `memory.estimate_model_states`, the Trainer's or DeepSpeed's, per GPU and per node's host memory; without a
-    # GPU the GPU part is None and the host part holds both
+    # `memory.estimate_model_states` (the Trainer's or DeepSpeed's) per GPU and per node's host; no GPU: host holds both
     estimated_model_states_gpu_mib: float | None
     estimated_model_states_cpu_mib: float
     estimator: str  # which estimate: DeepSpeed's function, or the HF Trainer's 16 bytes/param
@@ -143,14 +141,12 @@ class RunResults:
     tokenizer: str
     output_dir: str
     config: dict
-    # SQuAD v1.1 exact match and F1 in percent of answers generated for --score-questions dev questions
-    # (`evaluation`), by the model before training and by OUTPUT_DIR/model after; None when not scored
+    # SQuAD v1.1 EM and F1 (%) on --score-questions dev questions, before and after training (`evaluation`); or None
     em: float | None = None
     f1: float | None = None
     em_before: float | None = None
     f1_before: float | None = None
-    # ZeRO-Infinity (offload to nvme): MiB of swap files on this node's nvme_path when training ended, all ranks,
-    # {"params": ..., "optimizer": ...} (`nvme.nvme_swap_mib`); None without NVMe offload
+    # NVMe offload: MiB of swap files on this node's nvme_path at the end, {"params", "optimizer"} (nvme.nvme_swap_mib)
     nvme_swap_mib: dict | None = None
     # rank 0's GPU: its memory as nvidia-smi prints it, and the share WORKSHOP_GPU_MEMORY_FRACTION let PyTorch use
     # (`env.gpu_memory_fraction`); None without a GPU or a limit, and in older runs
@@ -544,18 +540,22 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     rundir.check_writable(out, "--out")
     df = load_results(paths)
     out.mkdir(parents=True, exist_ok=True)
-    table = exercise_table(df)
-    files = {"table_md": out / "report.md", "table_csv": out / "report.csv",
-             "memory_over_time": out / "memory_over_time.png", "memory_throughput": out / "memory_throughput.png"}
-    files["table_md"].write_text(table.to_markdown(index=False) + "\n")
-    table.to_csv(files["table_csv"], index=False)
-    plot_memory_over_time(df).savefig(files["memory_over_time"], dpi=120, bbox_inches="tight")
-    plot_memory_and_throughput(df).savefig(files["memory_throughput"], dpi=120, bbox_inches="tight")
-    scaling = scaling_table(df)
+    files = {}
+
+    def save(key: str, name: str, write) -> None:  # never through a link, also one planted since refuse_links
+        files[key] = out / name
+        with open(files[key], "wb" if name.endswith(".png") else "w", opener=rundir.no_link) as f:
+            write(f)
+
+    table, scaling = exercise_table(df), scaling_table(df)
+    save("table_md", "report.md", lambda f: f.write(table.to_markdown(index=False) + "\n"))
+    save("table_csv", "report.csv", lambda f: table.to_csv(f, index=False))
+    png = dict(format="png", dpi=120, bbox_inches="tight")
+    save("memory_over_time", "memory_over_time.png", lambda f: plot_memory_over_time(df).savefig(f, **png))
+    save("memory_throughput", "memory_throughput.png", lambda f: plot_memory_and_throughput(df).savefig(f, **png))
     if scaling is not None:  # runs at several world sizes: the scaling table and plot too
-        files |= {"scaling_md": out / "scaling.md", "scaling_csv": out / "scaling.csv", "scaling": out / "scaling.png"}
-        files["scaling_md"].write_text(scaling.to_markdown(index=False) + "\n")
-        scaling.to_csv(files["scaling_csv"], index=False)
-        plot_scaling(df).savefig(files["scaling"], dpi=120, bbox_inches="tight")
+        save("scaling_md", "scaling.md", lambda f: f.write(scaling.to_markdown(index=False) + "\n"))
+        save("scaling_csv", "scaling.csv", lambda f: scaling.to_csv(f, index=False))
+        save("scaling", "scaling.png", lambda f: plot_scaling(df).savefig(f, **png))
     plt.close("all")
     return files

@@ -39,10 +39,11 @@ STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; re
 RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of these: the directory holds a run
 # Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
 # patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
-# checkpoints (damaged-checkpoints/) are never removed.
+# checkpoints (DAMAGED) are never removed; a folder holding anything else is not a run's to overwrite.
 RUN_OUTPUTS = RUN_FILES + (STOP_FILE, "memory.*.csv", "micro_batches*.csv", "ds_config.json", "run_config.json",
                            "launch.log", "model", ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json",
                            "comms.json", "world_size_changes.json", ".*.tmp*")
+DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 
 
 def _entries(folder: Path, patterns) -> list[Path]:
@@ -129,6 +130,11 @@ def atomic_path(path: str | os.PathLike, raced_ok: bool = False):
     except BaseException:
         _remove(tmp)
         raise
+
+
+def no_link(path, flags: int) -> int:
+    """`open()`'s opener for a file written in place: a link at its name (even one planted since) fails, ELOOP."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
 
 
 def readable_as_umask(folder: Path) -> None:
@@ -239,7 +245,8 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     Raises:
         WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
             neither `overwrite` nor `resume`; no run is there, but files a run writes are (a user's `model/`, which
-            the run would replace); a run there is still alive on this host (whatever the options); `out` or one
+            the run would replace); `overwrite` of a run beside files no run writes (named: --overwrite removes
+            only a run's files); a run there is still alive on this host (whatever the options); `out` or one
             of the run's files in it is a link (`refuse_links`)."""
     out = Path(out)
     refuse_links(out, RUN_OUTPUTS, "--output-dir")
@@ -248,6 +255,11 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     if what == "empty" and held and not resume:
         raise WorkshopError(f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
                             "results.json); nothing was changed.", "move them, or pass another --output-dir.")
+    others = [p.name for p in _entries(out, ["*"]) if not any(fnmatch(p.name, n) for n in (*RUN_OUTPUTS, DAMAGED))]
+    if others and what != "empty" and overwrite and not resume:
+        raise WorkshopError(f"{out} holds a run and files no run writes ({', '.join(sorted(others))}); --overwrite "
+                            "removes only a run's files, and nothing was changed.",
+                            "move those files out of the folder, or pass another --output-dir.")
     if what == "finished" and not overwrite:
         raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
                             + (" There is nothing to resume." if resume else ""),
@@ -306,8 +318,7 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
         removed = _entries(out, RUN_OUTPUTS)
         for p in removed:
             _remove(p)
-        print(f"Removed the previous run's files in {out} (--overwrite): {', '.join(p.name for p in removed)}"
-              + ("; other files there were kept." if any(out.iterdir()) else "."))
+        print(f"Removed the previous run's files in {out} (--overwrite): {', '.join(p.name for p in removed)}.")
     out.mkdir(parents=True, exist_ok=True)
     (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
     write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
