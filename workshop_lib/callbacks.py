@@ -22,16 +22,15 @@ from .memory import MemorySampler
 
 
 class StepLog(TrainerCallback):
-    """Appends every Trainer log to a CSV (rank 0): each optimizer step's loss, learning
-    rate, gradient norm, its time in seconds (`step_time_s`: from the previous step's end, or from the end of
-    an evaluation or a checkpoint, to this step's end) and its non-padding tokens, all ranks; each epoch's
-    eval loss. `time_s` counts from `t0`, the memory sampler's start, so the two CSVs share one clock. A run
-    resumed at step N keeps the file's rows up to N and appends. The callback keeps `step_times`,
-    `step_tokens`, `step_ends` and `step_compiles` (`compiles`: graphs torch.compile built in the step) for the
-    steady-state figures (`metrics.steady_state`). With the Trainer's
-    logging_steps N > 1 a row is written every N steps (its loss the mean since the last row), and the clock
-    waits for the GPU at those steps only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and
-    only a window between such steps measures the GPU."""
+    """Appends every Trainer log to a CSV (rank 0): each optimizer step's loss, learning rate, gradient norm, its time
+    in seconds (`step_time_s`: from the previous step's end, or from the end of an evaluation or a checkpoint, to this
+    step's end) and its non-padding tokens, all ranks; each epoch's eval loss. `time_s` counts from `t0`, the memory
+    sampler's start, so the two CSVs share one clock. A run resumed at step N keeps the file's rows up to N and appends.
+    The callback keeps `step_times`, `step_tokens`, `step_ends` and `step_compiles` (`compiles`: graphs torch.compile
+    built in the step) for the steady-state figures (`metrics.steady_state`). With the Trainer's logging_steps N > 1 a
+    row is written every N steps (its loss the mean since the last row), and the clock waits for the GPU at those steps
+    only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and only a window between such steps
+    measures the GPU."""
 
     FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
               "tokens", "num_input_tokens_seen", "compiles"]
@@ -130,10 +129,9 @@ class MicroBatches(TrainerCallback):
 
 
 class StopAtStepBoundary(TrainerCallback):
-    """At every optimizer step's end, asks all ranks whether one received SIGTERM or SIGUSR1
-    (`rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at the same
-    step whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum` keeps the
-    signal."""
+    """At every optimizer step's end, asks all ranks whether one received SIGTERM or SIGUSR1 (`rundir.StopRequest`) or
+    sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at the same step whichever rank was asked. If so
+    the Trainer saves a checkpoint there and stops. `signum` keeps the signal."""
 
     def __init__(self, stop_file: Path):
         self.stop_file, self.signum = stop_file, None

@@ -32,6 +32,7 @@ import pickle
 import re
 import shlex
 import shutil
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,7 +57,7 @@ CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG sta
 # What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code (`code_in`)
 SAFE_GLOBALS = {"deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
                 "deepspeed.utils.tensor_fragment.fragment_address", "numpy.dtype", "numpy.ndarray",
-                "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct"}
+                "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.dtypes.UInt32DType"}
 
 
 def _sha256(path: Path) -> str:
@@ -146,8 +147,13 @@ def code_in(ckpt: str | os.PathLike) -> str | None:
             names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
         except Exception as e:  # not torch's zip format, or a pickle torch cannot walk
             return f"{f.relative_to(ckpt)} cannot be read as a torch checkpoint ({type(e).__name__})"
-        if names == {"builtins.getattr"} and _loads_without_code(f):
-            names = set()  # only enum members by name: how Python 3.11's early releases pickle DeepSpeed's enums
+        if names == {"builtins.getattr"}:  # enum members by name (Python 3.11's early releases pickle them so)?
+            try:
+                with weights_only_loads():
+                    torch.load(f, mmap=True, map_location="cpu")
+                names = set()
+            except Exception:  # noqa: BLE001 - whatever stops torch's restricted unpickler: code, or a damaged file
+                pass
         if names:
             return (f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
                     "the workshop never loads code from a checkpoint")
@@ -166,22 +172,27 @@ def _enum_member(cls, name):
     raise pickle.UnpicklingError(f"getattr({cls!r}, {name!r}) is no member of an allowed enum")
 
 
-def _loads_without_code(f: Path) -> bool:
-    """True when `f` loads through torch's weights_only unpickler with SAFE_GLOBALS allowed and getattr limited
-    to `_enum_member` (the tensors memory-mapped, not read)."""
-    allowed = [(_enum_member, "builtins.getattr")]
+@contextmanager
+def weights_only_loads():
+    """Within the block every torch.load is weights_only=True, SAFE_GLOBALS allowed, getattr only as `_enum_member`:
+    DeepSpeed 0.19.8 loads with weights_only=False (checkpoint engine, ds_to_universal, zero_to_fp32). A load of a
+    file naming other code raises pickle.UnpicklingError (`code_in` names it first)."""
+    load, allowed = torch.load, [(_enum_member, "builtins.getattr")]
     for name in SAFE_GLOBALS:
         module, _, attr = name.rpartition(".")
         try:
             allowed.append(getattr(importlib.import_module(module), attr))
         except (ImportError, AttributeError):  # numpy's other spelling, a DeepSpeed without the class
             continue
-    try:
+
+    def restricted(*args, **kwargs):
         with torch.serialization.safe_globals(allowed):
-            torch.load(f, weights_only=True, mmap=True, map_location="cpu")
-    except Exception:  # noqa: BLE001 - whatever stops torch's restricted unpickler: code, or a damaged file
-        return False
-    return True
+            return load(*args, **kwargs | {"weights_only": True})
+    torch.load = restricted
+    try:
+        yield
+    finally:
+        torch.load = load
 
 
 def _trainer_step(ckpt: Path) -> int | None:
@@ -372,9 +383,10 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
 
     print(f"Converting {ckpt / tag} to a universal checkpoint in {out} (DeepSpeed's ds_to_universal) ...", flush=True)
     try:
-        ds_to_universal.main(argparse.Namespace(
-            input_folder=str(ckpt / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
-            keep_temp_folder=False, strict=True, inject_missing_state=True))
+        with weights_only_loads():
+            ds_to_universal.main(argparse.Namespace(
+                input_folder=str(ckpt / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
+                keep_temp_folder=False, strict=True, inject_missing_state=True))
     except Exception as e:
         shutil.rmtree(out, ignore_errors=True)
         raise WorkshopError(f"DeepSpeed's ds_to_universal could not convert {ckpt / tag} ({type(e).__name__}: "
@@ -597,7 +609,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     check_no_custom_code(read_json_object(ckpt / "config.json", "is damaged: the checkpoint's architecture cannot be "
                                           "read", f"export another checkpoint of the run, or restore {ckpt}."), str(ckpt))
     net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.float32)
-    with env.quiet_stderr(re.compile(r"^\s*$|(Loading checkpoint shards|Gathering sharded weights): ")):
+    with env.quiet_stderr(re.compile(r"^\s*$|(Loading checkpoint shards|Gathering sharded weights): ")), \
+            weights_only_loads():
         net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)  # without its 2 bars
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)

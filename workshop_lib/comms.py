@@ -69,10 +69,9 @@ class Window(TrainerCallback):
 
 
 def summary(raw: dict) -> dict:
-    """DeepSpeed's summary {op: {message bytes: {"count", "total_latency_ms", "tput_avg_gbps",
-    "busbw_avg_gbps", ...}}} (`CommsLogger.log_all(return_dict=True)["summary"]`) -> per op: calls, MiB handed
-    to the op in all, total latency ms, call-weighted mean algorithmic and bus bandwidth (Gbit/s), and the calls
-    per message size (bytes)."""
+    """DeepSpeed's summary {op: {message bytes: {"count", "total_latency_ms", "tput_avg_gbps", "busbw_avg_gbps", ...}}}
+    (`CommsLogger.log_all(return_dict=True)["summary"]`) -> per op: calls, MiB handed to the op in all, total latency
+    ms, call-weighted mean algorithmic and bus bandwidth (Gbit/s), and the calls per message size (bytes)."""
     ops = {}
     for op, sizes in raw.items():
         count = sum(v["count"] for v in sizes.values())

@@ -200,9 +200,8 @@ def recipe_settings(recipe: str = "default", tiny: bool = False) -> dict:
 
 
 def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict:
-    """`settings` ({RunConfig field: value}: a recipe, --tiny's values, a notebook's or the benchmark's
-    settings) checked against RunConfig's fields and their types (a `Literal` field against its choices);
-    returned unchanged.
+    """`settings` ({RunConfig field: value}: a recipe, --tiny's values, a notebook's or the benchmark's settings)
+    checked against RunConfig's fields and their types (a `Literal` field against its choices); returned unchanged.
 
     Raises:
         WorkshopError: a key that is not a field of RunConfig (not a recipe setting, with `recipe_only`), or
@@ -458,10 +457,9 @@ def cli_args(cfg: RunConfig) -> list[str]:
 
 
 def _yes_no_options(parser, cls=RunConfig) -> None:
-    """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options
-    too (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model`
-    that HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's
-    help."""
+    """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options too
+    (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model` that
+    HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's help."""
     import argparse
 
     hints = field_types(cls)

@@ -1,13 +1,12 @@
 """Experiments and their DeepSpeed configs (introduced in `02_zero_stages`).
 
-`EXPERIMENTS` holds every experiment as one `Experiment` record: its ZeRO stage, offload and any extra keys
-(`overlay`); `check_combination` holds the rules they obey. `build_ds_config(experiment, settings)` is the single
-source of truth for a config: `workshop run` checks `--ds-config` overrides on it and runs with it. The JSON files
-in `configs/` for users of their own Trainer scripts are generated from it (`python scripts/make_configs.py`)
-and CI checks they are up to date. `workshop run` writes the config it used, batch sizes resolved, to
-ds_config.json. `KEYS` says what each key means (units: bucket sizes count elements) and who sets it, `explain`
-and `diff` make tables of configs, and `apply_overrides` sets `--ds-config KEY=VALUE` overrides after checking
-them against DeepSpeed's own config classes (`check_overrides`).
+`EXPERIMENTS` holds every experiment as one `Experiment` record: its ZeRO stage, offload and any extra keys (`overlay`);
+`check_combination` holds the rules they obey. `build_ds_config(experiment, settings)` is the single source of truth for
+a config: `workshop run` checks `--ds-config` overrides on it and runs with it. The JSON files in `configs/` for users
+of their own Trainer scripts are generated from it (`python scripts/make_configs.py`) and CI checks they are up to date.
+`workshop run` writes the config it used, batch sizes resolved, to ds_config.json. `KEYS` says what each key means
+(units: bucket sizes count elements) and who sets it, `explain` and `diff` make tables of configs, and `apply_overrides`
+sets `--ds-config KEY=VALUE` overrides after checking them against DeepSpeed's own config classes (`check_overrides`).
 
 What each stage partitions across the N data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO: Memory
 Optimizations Toward Training Trillion Parameter Models", fig. 1): stage 1 the optimizer states, stage 2

@@ -2,10 +2,9 @@
 questions, and their exact match and F1 (introduced in `03b_the_fine_tuned_model`; `workshop eval`,
 `workshop ask` and `run_experiment --score-questions` call it).
 
-EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, evaluate-v1.1.py: normalised answers; EM 1
-when equal, F1 over shared tokens; the max over gold answers, averaged over questions, in percent), as torchmetrics'
-`SQuAD` metric computes them offline (`evaluate.load("squad")` fetches its script from the hub).
-"""
+EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, evaluate-v1.1.py: normalised answers; EM 1 when
+equal, F1 over shared tokens; the max over gold answers, averaged over questions, in percent), as torchmetrics' `SQuAD`
+metric computes them offline (`evaluate.load("squad")` fetches its script from the hub)."""
 
 from __future__ import annotations
 

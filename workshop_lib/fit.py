@@ -6,10 +6,9 @@ estimators), activations (Korthikanti et al. 2022, counted for Qwen3) and logits
     explain(est)        # the verdict, and the smallest change up the ladder that fits
     check_fits(model="Qwen/Qwen3-8B", zero_stage=3)  # raises WorkshopError with the numbers and the fix
 
-All sizes are MiB (2**20 bytes), per GPU unless said per node. Not counted: the CUDA context and libraries'
-workspaces (about 0.5-1 GiB), the caching allocator's fragmentation, transient tensors of the backward pass,
-and ZeRO-3's gathered layers and prefetch buckets beyond DeepSpeed's own estimate: `HEADROOM` keeps room for them.
-"""
+All sizes are MiB (2**20 bytes), per GPU unless said per node. Not counted: the CUDA context and libraries' workspaces
+(about 0.5-1 GiB), the caching allocator's fragmentation, transient tensors of the backward pass, and ZeRO-3's gathered
+layers and prefetch buckets beyond DeepSpeed's own estimate: `HEADROOM` keeps room for them."""
 
 from __future__ import annotations
 
@@ -104,11 +103,10 @@ def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
 
 def model_states(counts: dict, zero_stage: int | None, offload_optimizer: bool, offload_param: bool,
                  gpus_per_node: int = 1, nodes: int = 1) -> dict:
-    """The model states (parameters, gradients, Adam states) of a model with `counts` (`model.count_params`'s
-    num_params and largest_layer_params) per GPU and per node's host, MiB: DeepSpeed's estimate
-    (`memory.estimate_model_states`). `estimate` and the run's preflight (`preflight.check_states_fit`) both
-    take their figure from here. Returns {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib",
-    "estimator"}."""
+    """The model states (parameters, gradients, Adam states) of a model with `counts` (`model.count_params`'s num_params
+    and largest_layer_params) per GPU and per node's host, MiB: DeepSpeed's estimate (`memory.estimate_model_states`).
+    `estimate` and the run's preflight (`preflight.check_states_fit`) both take their figure from here. Returns
+    {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}."""
     return estimate_model_states(counts["num_params"], counts["largest_layer_params"], zero_stage,
                                  offload_optimizer=offload_optimizer, offload_param=offload_param,
                                  num_gpus_per_node=gpus_per_node, num_nodes=nodes)

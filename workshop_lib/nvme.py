@@ -1,7 +1,6 @@
-"""ZeRO-Infinity's NVMe offload, around DeepSpeed (introduced in `03c_models_that_do_not_fit`; `train`,
-`preflight` and `record` call these for the stage3_nvme experiment): the swap buffers sized for the model, the
-run's swap folder on the drive, what the run swapped there, and the check that the drive can hold it before
-minutes of set-up."""
+"""ZeRO-Infinity's NVMe offload, around DeepSpeed (introduced in `03c_models_that_do_not_fit`; `train`, `preflight` and
+`record` call these for the stage3_nvme experiment): the swap buffers sized for the model, the run's swap folder on the
+drive, what the run swapped there, and the check that the drive can hold it before minutes of set-up."""
 
 from __future__ import annotations
 

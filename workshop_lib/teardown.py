@@ -58,13 +58,12 @@ def free_memory() -> None:
 
 
 def release_zero3_globals() -> None:
-    """Drop the two module-level references through which DeepSpeed's ZeRO-3 keeps a finished run's
-    model, and with it the optimizer's fp32 partitions, alive after `engine.destroy()`: the top module that
-    `DeepSpeedZeRoOffload` pushes on `parameter_offload.FWD_MODULE_STACK` and never pops, and the
-    `functools.lru_cache` on `PartitionedParameterCoordinator.__params_to_release`, whose keys are the
-    coordinator and its submodules. Without this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and
-    Adam moments allocated on the GPU for every later run in the same process (workshop_lessons/reference/h100/course/README.md).
-    Does nothing without DeepSpeed."""
+    """Drop the two module-level references through which DeepSpeed's ZeRO-3 keeps a finished run's model, and with it
+    the optimizer's fp32 partitions, alive after `engine.destroy()`: the top module that `DeepSpeedZeRoOffload` pushes
+    on `parameter_offload.FWD_MODULE_STACK` and never pops, and the `functools.lru_cache` on
+    `PartitionedParameterCoordinator.__params_to_release`, whose keys are the coordinator and its submodules. Without
+    this, a ZeRO-3 run of Qwen3-0.6B left its fp32 master weights and Adam moments allocated on the GPU for every later
+    run in the same process (workshop_lessons/reference/h100/course/README.md). Does nothing without DeepSpeed."""
     try:  # optional: DeepSpeed may be missing
         from deepspeed.runtime.zero import parameter_offload
         from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator

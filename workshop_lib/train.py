@@ -514,7 +514,7 @@ def train(run: Run) -> None:
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
-            with zenflow.own_update_boundaries():
+            with zenflow.own_update_boundaries(), checkpoint.weights_only_loads():  # a resume's DeepSpeed loads
                 train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
             rundir.StopRequest.training = False

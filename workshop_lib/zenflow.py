@@ -7,10 +7,9 @@ boundary was set by hand, which accelerate's `DeepSpeedEngineWrapper.backward` (
 every step then becomes a full CPU update, and nothing overlaps (`lab/findings/h100/zenflow`). `own_update_boundaries`
 lets ZenFlow's engines decide, as DeepSpeed's own examples do, and leaves every other engine to accelerate.
 
-With `overlap_step` (on a GPU), DeepSpeed 0.19.8's `start_optimizer_process` narrows this process's CPU affinity
-and OMP_NUM_THREADS to half the cores and undoes neither; `own_update_boundaries` stops its process and restores
-both when training ends, so a later run in the same process (a notebook kernel) gets the cores a fresh process would.
-"""
+With `overlap_step` (on a GPU), DeepSpeed 0.19.8's `start_optimizer_process` narrows this process's CPU affinity and
+OMP_NUM_THREADS to half the cores and undoes neither; `own_update_boundaries` stops its process and restores both when
+training ends, so a later run in the same process (a notebook kernel) gets the cores a fresh process would."""
 
 from __future__ import annotations
 
