@@ -255,10 +255,10 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     if what == "empty" and held and not resume:
         raise WorkshopError(f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
                             "results.json); nothing was changed.", "move them, or pass another --output-dir.")
-    others = [p.name for p in _entries(out, ["*"]) if not any(fnmatch(p.name, n) for n in (*RUN_OUTPUTS, DAMAGED))]
+    others = sorted(set(_entries(out, ["*"])) - set(_entries(out, (*RUN_OUTPUTS, DAMAGED))))  # what no run writes
     if others and what != "empty" and overwrite and not resume:
-        raise WorkshopError(f"{out} holds a run and files no run writes ({', '.join(sorted(others))}); --overwrite "
-                            "removes only a run's files, and nothing was changed.",
+        raise WorkshopError(f"{out} holds a run and files no run writes ({', '.join(p.name for p in others)}); "
+                            "--overwrite removes only a run's files, and nothing was changed.",
                             "move those files out of the folder, or pass another --output-dir.")
     if what == "finished" and not overwrite:
         raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
