@@ -31,7 +31,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from transformers import set_seed
+from transformers import TrainerCallback, set_seed
 
 from workshop_lib import env, memory, metrics, teardown
 from workshop_lib.callbacks import Phases, StepLog
@@ -55,6 +55,7 @@ BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, grad
 NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
 CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
+CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
     ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
@@ -72,7 +73,12 @@ VARIANTS = [
     ("A/B: ZeRO-2, 48k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=49152)),
     ("A/B: ZeRO-2, 2 x 32k tokens (accumulation 2)", dict(experiment="stage2", gradient_accumulation_steps=2)),
     ("A/B: ZeRO-2, bf16 overflow check (DeepSpeed's default)", dict(experiment="stage2", check_grad_overflow=True)),
-    ("A/B: ZeRO-2, 2 data loader workers", dict(experiment="stage2", dataloader_num_workers=2)),
+    # the default collates in 2 data loader workers (since 2026-11-27, lab/findings/h100/bench-collation-gc-loss);
+    # each experiment's A/B collates in the training loop, as the default did before
+    ("A/B: ZeRO-2, collation in the training loop", dict(experiment="stage2", dataloader_num_workers=0)),
+    ("A/B: ZeRO-2 + CPU offload, collation in the training loop", dict(experiment="stage2_offload",
+                                                                      dataloader_num_workers=0)),
+    ("A/B: ZeRO-3, collation in the training loop", dict(experiment="stage3", dataloader_num_workers=0)),
     ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
     ("A/B: ZeRO-3, every parameter persistent (one GPU)", dict(experiment="stage3", ds_config=[
         "zero_optimization.stage3_param_persistence_threshold=1000000000"])),
@@ -88,6 +94,12 @@ VARIANTS = [
     ("A/B: ZeRO-2, no per-step host syncs (logging every 8 steps)", dict(experiment="stage2", logging_steps=8)),
     ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
     ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
+    # issue 42's levers not in the rows above: Python's cyclic garbage collector off for the run (DeepSpeed's own
+    # setting); DeepSpeed's chunked cross-entropy (every position's logits, never in fp32) against the workshop's
+    # logits at the labelled positions only ("A/B: ZeRO-2, 16k tokens") and the stock loss ("..., all logits")
+    ("A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)", dict(experiment="stage2", ds_config=[
+        "disable_python_gc=true"])),
+    (CHUNKED, dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all")),
     (CORES_BOUND, dict(experiment="stage2_offload")),
     # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
     (HF_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
@@ -180,6 +192,18 @@ def steady_figures(cfg: RunConfig, info: dict, stats, times: list[float], tokens
     steady = metrics.steady_state(times, tokens, global_batch, compiles)
     mfu, _ = run_mfu(cfg, info, stats, steady["steady_train_tokens_per_second"], 1)
     return steady | {"mfu": round(mfu, 4) if mfu is not None else None}
+
+
+class ChunkedLoss(TrainerCallback):
+    """`CHUNKED`'s loss: DeepSpeed's `install_chunked_causal_lm_loss` (deepspeed/runtime/chunked_cross_entropy.py,
+    a Triton kernel on a GPU) makes the model's loss function a chunked cross-entropy that keeps one fp32
+    log-sum-exp per token instead of fp32 [tokens, vocab] logits; installed as training begins, on the model the
+    Trainer holds (its blocks compiled, its loss not)."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        from deepspeed.runtime.chunked_cross_entropy import install_chunked_causal_lm_loss
+
+        install_chunked_causal_lm_loss(model)
 
 
 def row_error(e: Exception) -> str:
@@ -350,7 +374,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         print(f"\n=== {label} ===", flush=True)
         try:
             with cores_bound(label == CORES_BOUND):
-                r = peer(label, cfg) if label in PEERS else run_experiment(cfg)
+                r = peer(label, cfg) if label in PEERS else run_experiment(
+                    cfg, callbacks=[ChunkedLoss()] if label == CHUNKED else ())
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": row_error(e)})

@@ -38,19 +38,20 @@ RECIPES: dict[str, dict] = {
     # questions (no fixed padding, no attention mask), one per optimizer step; the LM head only where the
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
     # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
-    # (bf16 has fp32's range: no loss scale to adjust); all the questions.
-    # Every lever is an A/B row of the lab's benchmark (lab/bench.py) (lab/findings/h100/bench).
+    # (bf16 has fp32's range: no loss scale to adjust); two data loader workers collating the next micro-batches
+    # while the GPU trains; all the questions. Each lever is an A/B row of lab/bench.py (lab/findings/h100).
     "default": dict(model="Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
                     padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
                     torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
                     gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, check_grad_overflow=False,
-                    num_train_samples=None),
+                    dataloader_num_workers=2, num_train_samples=None),
 }
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
 # 6,144 tokens (~20 of the tiny tokenizer's ~280-token questions, some 4 steps an epoch); a larger learning
-# rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps.
+# rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps; collation in the training loop
+# (data loader workers take the cores a CPU trains on: 0.56x on 2 cores).
 TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3,
-        "max_tokens_per_micro_batch": 6144}
+        "max_tokens_per_micro_batch": 6144, "dataloader_num_workers": 0}
 REQUIRED = object()  # the `base` of a recipe setting every recipe must give
 BASE: dict = {}  # recipe setting -> its value where a recipe leaves it out (REQUIRED: none); `_recipe_opt` fills it
 
@@ -116,8 +117,7 @@ class RunConfig:
         "torch_compile", False, "true: torch.compile each transformer block (fuses its small kernels; GPU only, the "
         "first steps compile)")
     dataloader_num_workers: int | None = _recipe_opt(
-        "dataloader_num_workers", 0, "processes that collate micro-batches while the GPU trains (0: in the "
-        "training loop)")
+        "dataloader_num_workers", 0, "processes collating micro-batches while the GPU trains (0: in the loop)")
     reduce_bucket_size: int | None = _recipe_opt(
         "reduce_bucket_size", 0, "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
         "parameters; 0: transformers' auto, hidden_size²")

@@ -64,3 +64,30 @@ def test_bench_without_a_gpu_refuses_before_writing(tmp_path):
     p = bench("--max-steps", "3", "--out", tmp_path / "out")
     assert p.returncode == 2 and "No CUDA GPU is visible" in p.stderr and "To fix:" in p.stderr, p.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_chunked_loss_row_trains_with_deepspeeds_loss_and_the_same_objective():
+    """`CHUNKED`'s callback makes the model's loss DeepSpeed's chunked cross-entropy (its torch backend on the CPU),
+    which gives the stock loss and gradients on a batch with ignored positions."""
+    import torch
+    from deepspeed.runtime.chunked_cross_entropy import ChunkedCausalLMLoss
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from lab.bench import ChunkedLoss
+
+    torch.manual_seed(0)
+    net = Qwen3ForCausalLM(Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+    ids = torch.randint(0, 96, (2, 12))
+    labels = ids.clone()
+    labels[:, :7] = -100  # the prompt: no target
+    stock = net(input_ids=ids, labels=labels).loss
+    stock.backward()
+    grad = net.lm_head.weight.grad.clone()
+    net.zero_grad()
+    ChunkedLoss().on_train_begin(None, None, None, model=net)
+    assert isinstance(net.loss_function, ChunkedCausalLMLoss)
+    chunked = net(input_ids=ids, labels=labels).loss
+    chunked.backward()
+    assert chunked.item() == pytest.approx(stock.item(), rel=1e-5)
+    torch.testing.assert_close(net.lm_head.weight.grad, grad, rtol=1e-4, atol=1e-6)

@@ -388,3 +388,60 @@ def test_zero3_prefetch_figures_come_from_the_logs():
     grew = statistics.mean(v for k, v in peaks.items() if "prefetch" in k) - \
         statistics.mean(v for k, v in peaks.items() if "recipe" in k)
     assert f"{grew:,.0f} MiB" in readme
+
+
+def test_the_collation_gc_and_chunked_loss_levers_state_their_runs():
+    """lab/findings/h100/bench-collation-gc-loss: the two-worker gain in each of three processes beyond its repeats'
+    spread, the garbage collector and chunked-loss rows, the new default's targets, and the CPU runs' figures."""
+    from lab.bench import CHUNKED, run_dir_name
+
+    d = FINDINGS / "bench-collation-gc-loss"
+    text = " ".join((d / "README.md").read_text().split())
+    t = {k: pd.read_csv(d / k / "bench.csv").set_index("row") for k in ("levers", "repeat2", "repeat3", "default")}
+    for k, table in t.items():
+        assert list(table.index)[0] == "plain PyTorch (ceiling)"
+        for row in table.index.drop("plain PyTorch (ceiling)"):
+            r = json.loads((d / k / "runs" / run_dir_name(row) / "results.json").read_text())
+            assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 40
+            assert table.loc[row, "steady tokens/s"] == r["steady_train_tokens_per_second"]
+            two = "workers" in row or k == "default" and "loop" not in row  # the new default collates in 2
+            assert r["config"]["dataloader_num_workers"] == (2 if two else 0), (k, row)
+    workers, z2 = "A/B: ZeRO-2, 2 data loader workers", "default ZeRO-2"
+    gains = []
+    for k in ("levers", "repeat2", "repeat3"):
+        tps = t[k]["steady tokens/s"]
+        ceiling = tps["plain PyTorch (ceiling)"]
+        gains.append(tps[workers] / tps[z2])
+        assert f"| {k} | {tps[z2] / ceiling:.2f}x | {gains[-1]:.2f}x | {tps[workers] / ceiling:.2f}x |" in text
+    assert f"1.08-1.10x, in each of three processes" in text and f"{min(gains):.2f}-{max(gains):.2f}x" in text
+    runs = {row: [t[k].loc[row, "steady tokens/s"] for k in ("levers", "repeat2", "repeat3")] for row in (workers, z2)}
+    spread = {row: (max(v) - min(v)) / statistics.mean(v) for row, v in runs.items()}
+    assert f"spread by {spread[workers]:.1%}, the default's by {spread[z2]:.1%}" in text
+    assert min(gains) - 1 > max(spread.values())  # beyond the noise of its own repeats
+    lv, mib = t["levers"]["steady tokens/s"], t["levers"]["torch peak alloc MiB"]
+    gc = lv["A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)"] / lv[z2]
+    assert f"collector off:** {gc:.2f}x, within the noise" in text and abs(gc - 1) <= max(spread.values())
+    own, stock = "A/B: ZeRO-2, 16k tokens", "A/B: ZeRO-2, 16k tokens, all logits"
+    assert f"{lv[CHUNKED] / lv[stock]:.2f}x the stock loss" in text
+    assert f"{lv[CHUNKED] / lv[own]:.2f}x the workshop" in text
+    assert f"{mib[CHUNKED]:,.0f} MiB against {mib[stock]:,.0f} MiB" in text and f"keep {mib[own]:,.0f} MiB" in text
+    assert f"it keeps {mib[CHUNKED] - mib[own]:,.0f} MiB more" in text
+    nd, steps = t["default"]["steady tokens/s"], t["default"]["steady s/step"]
+    z = nd[z2]
+    assert f"ceiling | {z / nd['plain PyTorch (ceiling)']:.2f}x | no |" in text
+    assert f"of default ZeRO-2 | {nd['default ZeRO-3'] / z:.2f}x | no |" in text
+    offload = nd[[r for r in nd.index if "offload" in r]].max()
+    assert f"of default ZeRO-2 | {offload / z:.2f}x | no |" in text
+    assert f"{z / nd['A/B: ZeRO-2, collation in the training loop']:.2f}x the same row collating" in text
+    off = nd["default ZeRO-2 + CPU offload"] / nd["A/B: ZeRO-2 + CPU offload, collation in the training loop"]
+    assert f"({off:.2f}x and {nd['default ZeRO-3'] / nd['A/B: ZeRO-3, collation in the training loop']:.2f}x" in text
+    ratio = [steps[r] / steps[z2] for r in ("default ZeRO-2 + CPU offload", "default ZeRO-3")]
+    assert f"{min(ratio):.1f} to {max(ratio):.1f} times ZeRO-2's" in text
+    assert f"(a {steps[z2]:.3f} s step against the ceiling's {steps['plain PyTorch (ceiling)']:.3f} s)" in text
+    cpu = {k: json.loads((d / "cpu" / k / "results.json").read_text()) for k in ("w0", "w2", "r2")}
+    assert [cpu[k]["config"]["dataloader_num_workers"] for k in ("w0", "w2", "r2")] == [0, 2, 2]
+    assert all(r["device"].startswith("cpu") for r in cpu.values())
+    tw = [cpu[k]["steady_train_tokens_per_second"] for k in ("w2", "w0")]
+    assert f"{tw[0]:,.0f} tokens/s with 2 workers against {tw[1]:,.0f} without" in text and tw[0] < tw[1]
+    logs = [pd.read_csv(d / "cpu" / k / "train_log.csv")[["step", "loss", "eval_loss"]] for k in ("w0", "w2", "r2")]
+    assert logs[0].equals(logs[1]) and logs[0].equals(logs[2])
