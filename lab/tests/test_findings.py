@@ -445,3 +445,9 @@ def test_the_collation_gc_and_chunked_loss_levers_state_their_runs():
     assert f"{tw[0]:,.0f} tokens/s with 2 workers against {tw[1]:,.0f} without" in text and tw[0] < tw[1]
     logs = [pd.read_csv(d / "cpu" / k / "train_log.csv")[["step", "loss", "eval_loss"]] for k in ("w0", "w2", "r2")]
     assert logs[0].equals(logs[1]) and logs[0].equals(logs[2])
+    x2 = {w: json.loads((d / "x2-h200" / f"w{w}" / "results.json").read_text()) for w in (2, 0)}
+    assert all(r["world_size"] == 2 and r["device"] == "NVIDIA H200" for r in x2.values())
+    assert [x2[w]["config"]["dataloader_num_workers"] for w in (2, 0)] == [2, 0]
+    a, b = (x2[w]["steady_train_tokens_per_second"] for w in (2, 0))
+    assert f"2 workers a rank: {a:,.0f} tokens/s; collating in the loop: {b:,.0f} ({a / b:.2f}x)" in text
+    assert x2[2]["train_loss"] == x2[0]["train_loss"] and f"train loss ({x2[2]['train_loss']})" in text
