@@ -49,7 +49,7 @@ RECIPES: dict[str, dict] = {
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
 # 6,144 tokens (~20 of the tiny tokenizer's ~280-token questions, some 4 steps an epoch); a larger learning
 # rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps; collation in the training loop
-# (data loader workers take the cores a CPU trains on: 0.56x on 2 cores).
+# (data loader workers take the cores a CPU trains on: lab/findings/h100/bench-collation-gc-loss).
 TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3,
         "max_tokens_per_micro_batch": 6144, "dataloader_num_workers": 0}
 REQUIRED = object()  # the `base` of a recipe setting every recipe must give
