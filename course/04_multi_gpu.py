@@ -331,6 +331,9 @@ print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waite
 # 3. `NCCL_SOCKET_IFNAME` and `NCCL_IB_HCA` choose the interface; a wrong one hangs at start.
 # 4. A hang at start: can every node reach `MASTER_ADDR:MASTER_PORT`?
 # 5. A slow step: which rank waited (`lesson.stragglers`)?
+# 6. Ending a hung job by hand: end its workers, not only `torchrun`. torchrun starts each worker in a session of
+#    its own, so `kill -9` of torchrun leaves them running and holding their GPUs (`nvidia-smi` lists them);
+#    under SLURM, `scancel` ends the whole job step.
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises

@@ -274,3 +274,38 @@ def test_links_read_the_two_nodes_on_one_host_reference():
     assert t.at["sockets", "reduce_scatter bus GB/s"] < t.at["nvlink", "reduce_scatter bus GB/s"] / 10
     assert t.at["sockets", "stage2 s/step"] > t.at["nvlink", "stage2 s/step"]
     assert t.at["sockets", "stage3 s/step"] > t.at["nvlink", "stage3 s/step"]
+
+
+def test_a_killed_torchrun_leaves_its_worker_running(tmp_path):
+    """Notebook 04's checklist, item 6: torchrun starts each worker in a session of its own (torch's elastic
+    `SubprocessHandler`: start_new_session), so SIGKILL to torchrun's whole process group leaves the worker
+    running, to be ended by its own pid."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    pid_file = tmp_path / "worker.pid"
+    worker_py = tmp_path / "worker.py"
+    worker_py.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                              str(worker_py), str(pid_file)], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        worker = psutil.Process(int(pid_file.read_text()))
+        assert worker.ppid() == agent.pid and os.getsid(worker.pid) != os.getsid(agent.pid)
+        os.killpg(agent.pid, signal.SIGKILL)  # torchrun's process group, as `kill -9 -- -PGID` sends it
+        agent.wait(timeout=30)
+        time.sleep(1)
+        assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        if pid_file.exists() and pid_file.read_text() and psutil.pid_exists(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
