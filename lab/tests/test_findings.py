@@ -39,6 +39,20 @@ def _band_then() -> float:
     return max(spreads)
 
 
+def _bench_runs(d: Path, tps: pd.Series, device: str, max_steps: int, rows=None) -> dict:
+    """{row: results.json} of a bench folder's workshop rows (`rows`, else every row but the ceiling), each checked
+    against the table: made on a GPU whose name starts with `device`, in `max_steps` steps, its table figure its own
+    steady tokens/s."""
+    from lab.bench import run_dir_name
+
+    runs = {}
+    for row in tps.index.drop("plain PyTorch (ceiling)") if rows is None else rows:
+        runs[row] = r = json.loads((d / "runs" / run_dir_name(row) / "results.json").read_text())
+        assert r["device"].startswith(device) and r["max_steps"] == max_steps, row
+        assert tps[row] == r["steady_train_tokens_per_second"], row
+    return runs
+
+
 @pytest.mark.parametrize("name, rows_expected", [("bench", 17), ("bench-levers", 12), ("bench-gap", 7)])
 def test_h100_bench_table_matches_its_runs(name, rows_expected):
     """lab/findings/h100/bench*/bench.csv, row by row, against the results.json of the run behind it."""
@@ -292,16 +306,10 @@ def test_the_new_shapes_readme_states_its_runs():
 
 def test_the_bench_after_the_flash_fix_states_its_runs():
     """lab/findings/h100/bench-flash: the table against its runs, and the targets' ratios as the README states them."""
-    from lab.bench import run_dir_name
-
     d = FINDINGS / "bench-flash"
     text = " ".join((d / "README.md").read_text().split())
-    table = pd.read_csv(d / "bench.csv").set_index("row")
-    tps = table["steady tokens/s"]
-    for row in tps.index.drop("plain PyTorch (ceiling)"):
-        r = json.loads((d / "runs" / run_dir_name(row) / "results.json").read_text())
-        assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24
-        assert tps[row] == r["steady_train_tokens_per_second"]
+    tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
+    _bench_runs(d, tps, "NVIDIA H100", 24)
     z2 = tps["default ZeRO-2"]
     assert f"ceiling | {z2 / tps['plain PyTorch (ceiling)']:.2f}x | no |" in text
     assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
@@ -318,14 +326,9 @@ def test_the_bench_with_the_peers_states_its_runs():
     text = " ".join((d / "README.md").read_text().split())
     tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
     assert list(tps.index)[0] == "plain PyTorch (ceiling)"  # the ceiling first: the peers' Liger patches what follows
-    for row in tps.index.drop("plain PyTorch (ceiling)"):
-        run = d / "runs" / run_dir_name(row)
-        if row in PEERS:
-            assert tps[row] == pytest.approx(steady_tokens_per_s(run), rel=0.01), row
-        else:
-            r = json.loads((run / "results.json").read_text())
-            assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 40
-            assert tps[row] == r["steady_train_tokens_per_second"]
+    for row in PEERS:
+        assert tps[row] == pytest.approx(steady_tokens_per_s(d / "runs" / run_dir_name(row)), rel=0.01), row
+    _bench_runs(d, tps, "NVIDIA H100", 40, [r for r in tps.index[1:] if r not in PEERS])
     z2, ceiling = tps["default ZeRO-2"], tps["plain PyTorch (ceiling)"]
     assert f"ceiling | {z2 / ceiling:.2f}x | no |" in text and z2 / ceiling < 0.9
     assert f"of default ZeRO-2 | {tps['default ZeRO-3'] / z2:.2f}x | no |" in text
@@ -352,10 +355,8 @@ def test_the_h200_prefetch_bench_readme_states_its_runs():
     d = ROOT / "lab" / "findings" / "h200" / "bench-prefetch"
     text = " ".join((d / "README.md").read_text().split())
     tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
-    for row in ("default ZeRO-2", "default ZeRO-3"):
-        r = json.loads((d / "runs" / run_dir_name(row) / "results.json").read_text())
-        assert r["device"] == "NVIDIA H200" and r["max_steps"] == 24
-        assert tps[row] == r["steady_train_tokens_per_second"]
+    runs = _bench_runs(d, tps, "NVIDIA H200", 24, ["default ZeRO-2", "default ZeRO-3"])
+    assert all(r["device"] == "NVIDIA H200" for r in runs.values())
     zero3 = json.loads((d / "runs" / run_dir_name("default ZeRO-3") / "ds_config.json").read_text())["zero_optimization"]
     assert zero3["stage3_prefetch_bucket_size"] == 50_000_000
     z2 = tps["default ZeRO-2"]
@@ -393,17 +394,14 @@ def test_zero3_prefetch_figures_come_from_the_logs():
 def test_the_collation_gc_and_chunked_loss_levers_state_their_runs():
     """lab/findings/h100/bench-collation-gc-loss: the two-worker gain in each of three processes beyond its repeats'
     spread, the garbage collector and chunked-loss rows, the new default's targets, and the CPU runs' figures."""
-    from lab.bench import CHUNKED, run_dir_name
+    from lab.bench import CHUNKED
 
     d = FINDINGS / "bench-collation-gc-loss"
     text = " ".join((d / "README.md").read_text().split())
     t = {k: pd.read_csv(d / k / "bench.csv").set_index("row") for k in ("levers", "repeat2", "repeat3", "default")}
     for k, table in t.items():
         assert list(table.index)[0] == "plain PyTorch (ceiling)"
-        for row in table.index.drop("plain PyTorch (ceiling)"):
-            r = json.loads((d / k / "runs" / run_dir_name(row) / "results.json").read_text())
-            assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 40
-            assert table.loc[row, "steady tokens/s"] == r["steady_train_tokens_per_second"]
+        for row, r in _bench_runs(d / k, table["steady tokens/s"], "NVIDIA H100", 40).items():
             two = "workers" in row or k == "default" and "loop" not in row  # the new default collates in 2
             assert r["config"]["dataloader_num_workers"] == (2 if two else 0), (k, row)
     workers, z2 = "A/B: ZeRO-2, 2 data loader workers", "default ZeRO-2"
