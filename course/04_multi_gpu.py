@@ -313,12 +313,11 @@ if ref is not None:
 # %% [markdown]
 # ## 5. Links and stragglers
 #
-# The reference on 2 x H200: two nodes on one host (`scripts/two_nodes_one_host.sh`: NCCL over sockets) against
+# The reference on 2 x H100: two nodes on one host (`scripts/two_nodes_one_host.sh`: NCCL over sockets) against
 # NVLink; then how long your ranks waited for each other (each rank's `micro_batches.csv`):
 
 # %%
-LINKS = lessons.REFERENCE / "h200" / "links-2026-11-27"
-display(Markdown(lesson.links(LINKS).to_markdown(index=False)))
+display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
 s = lesson.stragglers(RUNS / "stage2-2")
 print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
       f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens.")

@@ -244,12 +244,10 @@ def test_two_gpu_readme_states_its_runs():
     assert "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
 
 
-def test_links_readme_states_its_runs():
-    """workshop_lessons/reference/h200/links-2026-11-27 (notebook 04's links): each figure of its README from the
-    comm benchmarks, NCCL lines and runs beside it."""
+def _links_table_is_stated(d: Path, text: str) -> dict:
+    """The links table, the sockets/NVLink step ratios and the runs' tokens/s of a two-nodes-on-one-host folder
+    (`multi_gpu.links`) as its README states them; returns the runs' steady tokens/s by folder name."""
     from workshop_lessons.multi_gpu import links
-    d = REF / "h200" / "links-2026-11-27"
-    text = (d / "README.md").read_text()
     t = links(d).set_index("link")
     tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("*/results.json")}
     for link, name in (("nvlink", "NVLink"), ("sockets", "sockets over loopback")):
@@ -261,10 +259,35 @@ def test_links_readme_states_its_runs():
         assert f"**{t.at['sockets', f'{stage} s/step'] / t.at['nvlink', f'{stage} s/step']:.2f}x**" in text
     assert (f"ZeRO-2 {tps['stage2-nvlink']:,.0f} over NVLink and {tps['stage2-sockets']:,.0f} over sockets, ZeRO-3 "
             f"{tps['stage3-nvlink']:,.0f} and {tps['stage3-sockets']:,.0f}") in text
+    assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text() and "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
+    return tps
+
+
+def test_links_readme_states_its_runs():
+    """workshop_lessons/reference/h100/links-2026-11-28 (notebook 04's links, `multi_gpu.LINKS`): each figure of
+    its README from the comm benchmarks, NCCL lines and runs beside it, and the reference's bucket arithmetic."""
+    from workshop_lessons import multi_gpu
+    d = multi_gpu.LINKS
+    text = (d / "README.md").read_text()
+    _links_table_is_stated(d, text)
+    t = multi_gpu.links(d).set_index("link")
+    grew = {s: 1000 * (t.at["sockets", f"{s} s/step"] - t.at["nvlink", f"{s} s/step"]) for s in ("stage2", "stage3")}
+    assert f"ZeRO-2's step grew by {grew['stage2']:.0f} ms, ZeRO-3's by {grew['stage3']:.0f} ms" in text
+    cfg = json.loads((d / "stage2-nvlink" / "ds_config.json").read_text())
+    params = json.loads((d / "stage2-nvlink" / "results.json").read_text())["num_params"]
+    assert f"fills at {multi_gpu.buckets(cfg, params).first_sent_at:.0%} of it" in text
+    assert {json.loads(p.read_text())["device"] for p in d.glob("*/results.json")} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_h200_links_readme_states_its_runs():
+    """workshop_lessons/reference/h200/links-2026-11-27 (history): each figure of its README from the comm
+    benchmarks, NCCL lines and runs beside it."""
+    d = REF / "h200" / "links-2026-11-27"
+    text = (d / "README.md").read_text()
+    tps = _links_table_is_stated(d, text)
     one, two = tps["stage2-1gpu"], tps["stage2-2gpu"]
     assert f"1 GPU: {one:,.0f} tokens/s; alone on 2 GPUs: {two:,.0f} tokens/s, **{two / 2 / one:.0%}**" in text
     assert f"same call, {tps['stage2-nvlink'] / 2 / one:.0%})" in text
-    assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text() and "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
 
 
 def test_run_order_readme_states_its_runs():
@@ -293,14 +316,65 @@ def test_run_order_readme_states_its_runs():
 
 
 def test_two_h100_reference_readme_states_its_runs():
-    """workshop_lessons/reference/h100/x2-2026-11-27b (notebook 04's reference, ZeRO-3 prefetching 5e7 elements):
-    each figure of its README from its runs, and notebook 04's time on that machine from notebook_times.json."""
+    """workshop_lessons/reference/h100/x2-2026-11-28 (notebook 04's reference, `multi_gpu.REFERENCE`): each figure of
+    its README from its runs, its A/B (`multi_gpu.bucket_ab`) and links, and notebook 04's time on that machine from
+    notebook_times.json."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
     d = multi_gpu.REFERENCE
-    text = (d / "README.md").read_text()
+    text = " ".join((d / "README.md").read_text().split())  # a phrase reads the same across a line break
     times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
     assert f"**{times['2 x NVIDIA H100 80GB HBM3']['04_multi_gpu']['seconds']:.0f} s**" in text
+    assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
+    tables = {part: scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"]) for part in ("runs", "repeat")}
+    for part, st in tables.items():
+        for e in ("stage2", "stage3"):
+            tps = st["steady tokens/s"]
+            assert f"| {part} | {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+    for e, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
+        one, two = (statistics.mean(st.at[(e, n), "steady tokens/s"] for st in tables.values()) for n in (1, 2))
+        assert f"**{two / 2 / one:.0%}** ({name})" in text
+
+    def median(part, run, col="forward_ms"):
+        warm = json.loads((d / part / run / "results.json").read_text())["warmup_steps"]
+        if col == "forward_ms":
+            mb = pd.read_csv(d / part / run / "micro_batches.csv")
+            return mb[mb["step"] > warm][col].median()
+        return pd.read_csv(d / part / run / "train_log.csv").dropna(subset=[col])[col].iloc[warm:].median()
+    assert (f"{median('runs', 'stage3-1'):.1f} ms on 1 GPU and {median('runs', 'stage3-2'):.1f} ms on 2 in `runs/`, and "
+            f"{median('repeat', 'stage3-1'):.1f} ms and {median('repeat', 'stage3-2'):.1f} ms") in text
+    zero2 = [median(part, f"stage2-{n}") for part in ("runs", "repeat") for n in (1, 2)]
+    assert f"within {min(zero2):.1f} to {max(zero2):.1f} ms in all four runs" in text
+    waits = {part: {r: multi_gpu.stragglers(d / part / r).mean_waited_ms for r in ("stage2-2", "stage3-2")}
+             for part in ("runs", "repeat")}
+    step3 = median("runs", "stage3-2", "step_time_s")
+    assert (f"waited {waits['runs']['stage2-2']:.1f} ms a step on average for the slower's "
+            f"({waits['repeat']['stage2-2']:.1f} ms in the repeat)") in text
+    assert (f"{waits['runs']['stage3-2']:.1f} ms and {waits['repeat']['stage3-2']:.1f} ms, about "
+            f"{waits['runs']['stage3-2'] / 1000 / step3:.0%} of its {step3:.3f} s step") in text
+    ab = multi_gpu.bucket_ab()
+    assert len(ab) == 2 and f"**{ab[0].band_text}**" in text
+    for part, c in zip(("runs", "repeat"), ab):
+        assert f"| {part} | {c.value:,.0f} | {c.other:,.0f} | {c.ratio:.2f}x | {c.verdict} |" in text
+    assert all(c.verdict == "within the band" for c in ab) and "Both pairs are within the noise" in text
+    steps = [median(f"ab/{part}", "stage2-recipe-buckets", "step_time_s") * 1000 for part in ("runs", "repeat")]
+    assert f"a step of {min(steps):.0f}-{max(steps):.0f} ms" in text
+    rs = multi_gpu.links(multi_gpu.LINKS).set_index("link").at["nvlink", "reduce_scatter ms (954 MiB)"]
+    assert f"reduced in about {rs:.0f} ms" in text
+    sizes = {p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
+             for p in d.glob("ab/*/*/ds_config.json")}
+    assert sizes == {"stage2-small-buckets": 50_000_000, "stage2-recipe-buckets": 500_000_000}
+    assert {json.loads(p.read_text())["device"] for p in d.glob("**/results.json")} == {"NVIDIA H100 80GB HBM3"}
+    assert {json.loads(p.read_text())["dataloader_num_workers"] for p in d.glob("**/run_config.json")} == {2}
+
+
+def test_earlier_two_h100_reference_with_prefetch_readme_states_its_runs():
+    """workshop_lessons/reference/h100/x2-2026-11-27b (history: collation in the training loop, ZeRO-3 prefetching
+    5e7 elements): each figure of its README from its runs."""
+    import workshop_lessons as lessons
+    from workshop_lessons import multi_gpu
+    d = REF / "h100" / "x2-2026-11-27b"
+    text = (d / "README.md").read_text()
     for part in ("runs", "repeat"):
         st = scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"])
         tps = st["steady tokens/s"]
@@ -335,7 +409,7 @@ def test_earlier_two_h100_reference_readme_states_its_runs():
     README from its runs."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
-    d = multi_gpu.REFERENCE.parent / "x2-2026-11-27"
+    d = REF / "h100" / "x2-2026-11-27"
     text = (d / "README.md").read_text()
     st = scaling_table(load_results(d / "runs")).set_index(["experiment", "GPUs"])
     tps = st["steady tokens/s"]
@@ -361,7 +435,7 @@ def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
     README from its runs and notebook_times.json."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
-    d = multi_gpu.BUCKET_AB.parent
+    d = REF / "h200" / "x2-2026-11-27"
     text = (d / "README.md").read_text()
     times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
     assert f"**{times['2 x NVIDIA H200']['04_multi_gpu']['seconds']:.0f} s**" in text
@@ -372,7 +446,7 @@ def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
         assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
     assert f"{multi_gpu.stragglers(nb / 'stage2-2').mean_waited_ms:.1f} ms a step under ZeRO-2" in text
     assert f"{multi_gpu.stragglers(nb / 'stage3-2').mean_waited_ms:.1f} ms under ZeRO-3" in text
-    ab = multi_gpu.bucket_ab()
+    ab = multi_gpu.bucket_ab(d / "ab")
     assert len(ab) == 2 and f"**{ab[0].band_text}**" in text
     for part, c in zip(("runs", "repeat"), ab):
         assert f"| {part} | {c.value:,.0f} | {c.other:,.0f} | {c.ratio:.2f}x | {c.verdict} |" in text

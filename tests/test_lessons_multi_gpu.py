@@ -266,9 +266,9 @@ def test_zero2_reduces_gradients_in_every_micro_batch(comm_runs):
 
 
 def test_links_read_the_two_nodes_on_one_host_reference():
-    """multi_gpu.links on the committed 2 x H200 folder notebook 04 reads: NCCL's transport per link, the
-    collectives' times."""
-    t = multi_gpu.links(REF.parents[1] / "links-2026-11-27").set_index("link")
+    """multi_gpu.links on the committed 2 x H100 folder notebook 04 reads (`LINKS`): NCCL's transport per link,
+    the collectives' times."""
+    t = multi_gpu.links(multi_gpu.LINKS).set_index("link")
     assert list(t.index) == ["nvlink", "sockets"]
     assert t.at["nvlink", "NCCL transport"].startswith("P2P") and t.at["sockets", "NCCL transport"].startswith("NET/Socket")
     assert t.at["sockets", "reduce_scatter bus GB/s"] < t.at["nvlink", "reduce_scatter bus GB/s"] / 10

@@ -51,12 +51,12 @@ def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[s
     return args
 
 
-# Notebook 04's reference: its scaling runs on 2 H100s of one host, runs/ and repeat/ (README.md there)
-REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-27b"
-
-# Exercise 7's A/B (`scripts/two_gpu_reference.py --ab-only`): ZeRO-2 on 2 GPUs with 10x smaller gradient buckets
-# and with the recipe's, one pair per call on two machines, runs/ and repeat/ (README.md there)
-BUCKET_AB = REFERENCE.parents[1] / "h200" / "x2-2026-11-27" / "ab"
+# Notebook 04's reference on 2 H100s of one host (README.md there): its scaling runs, runs/ and repeat/; exercise 7's
+# A/B in ab/ (`scripts/two_gpu_reference.py`: ZeRO-2 with 10x smaller gradient buckets and with the recipe's, a pair
+# in ab/runs and one in ab/repeat); two nodes on one host, NVLink against sockets (`scripts/two_nodes_one_host.sh`)
+REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-28"
+BUCKET_AB = REFERENCE / "ab"
+LINKS = REFERENCE.parent / "links-2026-11-28"
 
 
 def bucket_ab(folder: Path = BUCKET_AB) -> list[Comparison]:
