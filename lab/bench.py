@@ -56,6 +56,7 @@ NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
 CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
+BUCKETED = "A/B: ZeRO-2, one gradient hook per bucket"  # its hooks by `BucketHooks`
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
     ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
@@ -100,6 +101,8 @@ VARIANTS = [
     ("A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)", dict(experiment="stage2", ds_config=[
         "disable_python_gc=true"])),
     (CHUNKED, dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all")),
+    # if ZeRO-2's per-parameter gradient hooks are the floor (lab/findings/h100/bench): one hook per bucket
+    (BUCKETED, dict(experiment="stage2")),
     (CORES_BOUND, dict(experiment="stage2_offload")),
     # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
     (HF_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
@@ -204,6 +207,64 @@ class ChunkedLoss(TrainerCallback):
         from deepspeed.runtime.chunked_cross_entropy import install_chunked_causal_lm_loss
 
         install_chunked_causal_lm_loss(model)
+
+
+def bucket_hooks(zero, elements: int = 50_000_000) -> int:
+    """Replace ZeRO-1/2's gradient hook per parameter with one per bucket of parameters. DeepSpeed 0.19.8's hook
+    (stage_1_and_2.py, `create_gradient_handling_hooks`) runs, for every parameter, the backward's bookkeeping
+    (`should_refresh_expected_hook_count`, `update_hook_state_and_maybe_run_epilogue`) and then `process_gradients`,
+    which copies the gradient into DeepSpeed's reduction bucket. Here the parameters are grouped in reverse order of
+    registration (the backward's order) into buckets of up to `elements` elements; each parameter keeps only a
+    counter, and when a bucket's last gradient is accumulated, DeepSpeed's own `process_gradients` runs for each of
+    its parameters, so the reduction is DeepSpeed's. A bucket a backward left part-way (a parameter without a
+    gradient) is processed at the backward's end, before the engine's epilogue, which the engine queues itself
+    (`DeepSpeedEngine._backward_prologue`). The cost: a bucket's gradients stay allocated until it is complete, up
+    to `elements` x 2 bytes in bf16. `zero`: the engine's ZeRO-1/2 optimizer (`DeepSpeedZeroOptimizer`).
+    Returns the number of buckets."""
+    for handle in zero._grad_acc_hooks:
+        handle.remove()
+    zero._grad_acc_hooks.clear()
+    params = [(i, p) for i, group in enumerate(zero.bit16_groups) for p in group if p.requires_grad]
+    buckets, size = [[]], 0
+    for i, p in reversed(params):
+        if buckets[-1] and size + p.numel() > elements:
+            buckets.append([])
+            size = 0
+        buckets[-1].append((i, p))
+        size += p.numel()
+    left = [len(b) for b in buckets]
+
+    def process(k: int) -> None:
+        for i, p in buckets[k]:
+            if p.grad is not None:
+                zero.process_gradients(p, i)
+        left[k] = len(buckets[k])
+
+    def counter(k: int):
+        def hook(_param) -> None:
+            left[k] -= 1
+            if left[k] == 0:
+                process(k)
+        return hook
+
+    def flush() -> None:
+        for k, n in enumerate(left):
+            if n != len(buckets[k]):
+                process(k)
+
+    for k, bucket in enumerate(buckets):
+        zero._grad_acc_hooks += [p.register_post_accumulate_grad_hook(counter(k)) for _, p in bucket]
+    zero._backward_hook_state._grad_acc_post_hooks.insert(0, flush)
+    return len(buckets)
+
+
+class BucketHooks(TrainerCallback):
+    """`BUCKETED`'s hooks: `bucket_hooks` on the ZeRO optimizer the Trainer holds, as training begins."""
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        while not hasattr(optimizer, "_grad_acc_hooks"):  # accelerate's wrapper, then DeepSpeed's optimizer
+            optimizer = optimizer.optimizer
+        print(f"{bucket_hooks(optimizer)} gradient hooks per bucket replace the per-parameter hooks", flush=True)
 
 
 def row_error(e: Exception) -> str:
@@ -374,8 +435,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         print(f"\n=== {label} ===", flush=True)
         try:
             with cores_bound(label == CORES_BOUND):
-                r = peer(label, cfg) if label in PEERS else run_experiment(
-                    cfg, callbacks=[ChunkedLoss()] if label == CHUNKED else ())
+                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, ())
+                r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": row_error(e)})
