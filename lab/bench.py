@@ -209,6 +209,19 @@ class ChunkedLoss(TrainerCallback):
         install_chunked_causal_lm_loss(model)
 
 
+def hook_buckets(params: list, elements: int) -> list[list]:
+    """`params` ((group index, parameter) pairs, in the order their gradients come) in consecutive buckets of up to
+    `elements` elements; a parameter larger than that is a bucket of its own."""
+    buckets, size = [[]], 0
+    for i, p in params:
+        if buckets[-1] and size + p.numel() > elements:
+            buckets.append([])
+            size = 0
+        buckets[-1].append((i, p))
+        size += p.numel()
+    return buckets
+
+
 def bucket_hooks(zero, elements: int = 50_000_000) -> int:
     """Replace ZeRO-1/2's gradient hook per parameter with one per bucket of parameters. DeepSpeed 0.19.8's hook
     (stage_1_and_2.py, `create_gradient_handling_hooks`) runs, for every parameter, the backward's bookkeeping
@@ -225,13 +238,7 @@ def bucket_hooks(zero, elements: int = 50_000_000) -> int:
         handle.remove()
     zero._grad_acc_hooks.clear()
     params = [(i, p) for i, group in enumerate(zero.bit16_groups) for p in group if p.requires_grad]
-    buckets, size = [[]], 0
-    for i, p in reversed(params):
-        if buckets[-1] and size + p.numel() > elements:
-            buckets.append([])
-            size = 0
-        buckets[-1].append((i, p))
-        size += p.numel()
+    buckets = hook_buckets(params[::-1], elements)
     left = [len(b) for b in buckets]
 
     def process(k: int) -> None:

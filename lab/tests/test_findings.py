@@ -449,3 +449,52 @@ def test_the_collation_gc_and_chunked_loss_levers_state_their_runs():
     a, b = (x2[w]["steady_train_tokens_per_second"] for w in (2, 0))
     assert f"2 workers a rank: {a:,.0f} tokens/s; collating in the loop: {b:,.0f} ({a / b:.2f}x)" in text
     assert x2[2]["train_loss"] == x2[0]["train_loss"] and f"train loss ({x2[2]['train_loss']})" in text
+
+
+def test_the_bucket_hooks_finding_states_its_runs():
+    """lab/findings/h100/bench-bucket-hooks: each process's row of the table, the step times, utilisation and peak
+    allocation, the spread of the default row, and the losses of the runs against each other."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lab.bench import BUCKETED, hook_buckets, run_dir_name
+    from workshop_lib.model import architecture_config
+
+    d = FINDINGS / "bench-bucket-hooks"
+    text = " ".join((d / "README.md").read_text().split())
+    with torch.device("meta"):  # the bench's model, in the order its gradients come
+        params = [(0, p) for p in AutoModelForCausalLM.from_config(architecture_config("Qwen/Qwen3-0.6B")).parameters()]
+    assert f"of Qwen3-0.6B's {len(params)} parameters" in text
+    assert f"50,000,000 elements, in the backward's order: {len(hook_buckets(params[::-1], 50_000_000))} buckets" in text
+    z2, ceiling = "default ZeRO-2", "plain PyTorch (ceiling)"
+    t = {k: pd.read_csv(d / k / "bench.csv").set_index("row") for k in ("process1", "process2")}
+    ratios, shorter = [], []
+    for k, table in t.items():
+        tps, step = table["steady tokens/s"], table["steady s/step"]
+        assert list(table.index) == [ceiling, z2, BUCKETED]
+        _bench_runs(d / k, tps, "NVIDIA H100", 40)
+        ratios.append(tps[BUCKETED] / tps[z2])
+        shorter.append(1000 * (step[z2] - step[BUCKETED]))
+        assert (f"| {k} | {tps[ceiling]:,.0f} | {tps[z2]:,.0f} | {tps[BUCKETED]:,.0f} | {ratios[-1]:.3f}x | "
+                f"{tps[z2] / tps[ceiling]:.2f}x | {tps[BUCKETED] / tps[ceiling]:.2f}x |") in text
+        util, mib = table["GPU util %"], table["torch peak alloc MiB"]
+        assert f"{util[z2]:.1f}% to {util[BUCKETED]:.1f}%" in text
+        assert f"{mib[BUCKETED]:,.0f} MiB against {mib[z2]:,.0f} MiB" in text
+    assert f"{shorter[0]:.1f} ms and {shorter[1]:.1f} ms shorter" in text and min(ratios) > 1
+    default = [table.loc[z2, "steady tokens/s"] for table in t.values()]
+    spread = (max(default) - min(default)) / statistics.mean(default)
+    assert f"default rows spread by {spread:.1%}" in text
+    assert max(ratios) - 1 < 0.014  # below the row's spread over three processes (bench-collation-gc-loss)
+    step = t["process1"]["steady s/step"]
+    assert f"about {min(shorter):.0f} ms of ZeRO-2's {step[z2]:.3f} s step (process1), against a {step[ceiling]:.3f}" in text
+
+    def log(k, row):
+        return pd.read_csv(d / k / "runs" / run_dir_name(row) / "train_log.csv").dropna(subset=["loss"]).reset_index()
+    pairs = {"per bucket vs default": (log("process1", BUCKETED), log("process1", z2)),
+             "default vs default": (log("process1", z2), log("process2", z2)),
+             "per bucket vs per bucket": (log("process1", BUCKETED), log("process2", BUCKETED))}
+    gap = {name: (a["loss"] - b["loss"]).abs().max() for name, (a, b) in pairs.items()}
+    assert f"at most {gap['per bucket vs default']:.5f} in a step's loss" in text
+    assert f"differ by as much ({gap['default vs default']:.5f})" in text
+    first = {name: a["step"][a["loss"] != b["loss"]].min() for name, (a, b) in pairs.items()}
+    assert len(set(first.values())) == 1 and f"the same first {first['default vs default'] - 1} steps" in text
