@@ -290,6 +290,16 @@ def test_h200_links_readme_states_its_runs():
     assert f"same call, {tps['stage2-nvlink'] / 2 / one:.0%})" in text
 
 
+def _steady_median(run: Path, col: str = "forward_ms") -> float:
+    """The median of `col` over a run's steady steps (after its `warmup_steps`): `forward_ms` over the steady
+    micro-batches of micro_batches.csv, any other column over the logged steps of train_log.csv."""
+    warm = json.loads((run / "results.json").read_text())["warmup_steps"]
+    if col == "forward_ms":
+        mb = pd.read_csv(run / "micro_batches.csv")
+        return mb[mb["step"] > warm][col].median()
+    return pd.read_csv(run / "train_log.csv").dropna(subset=[col])[col].iloc[warm:].median()
+
+
 def test_run_order_readme_states_its_runs():
     """docs/h100/run-order: each figure of its README from the runs beside it (scripts/run_order.py)."""
     import workshop_lessons as lessons
@@ -302,11 +312,8 @@ def test_run_order_readme_states_its_runs():
     assert f"(±{lessons.band('steady_train_tokens_per_second'):.1%})" in text
     assert f"stage2 first: {first:,.0f} tokens/s, {first / fourth:.2f}x of the fourth" in text
 
-    def forward(run):  # median forward ms over the steady steps
-        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
-        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
-        return mb[mb["step"] > warm]["forward_ms"].median()
-    assert f"a median of {forward('1-stage2'):.1f} ms over its steady steps against {forward('4-stage2'):.1f} ms" in text
+    first_fw, fourth_fw = (_steady_median(d / "runs" / r) for r in ("1-stage2", "4-stage2"))
+    assert f"a median of {first_fw:.1f} ms over its steady steps against {fourth_fw:.1f} ms" in text
     logs = {r: pd.read_csv(d / "runs" / r / "train_log.csv").dropna(subset=["step_time_s"]) for r in ("1-stage2", "4-stage2")}
     assert all(log["compiles"].iloc[2:].eq(0).all() for log in logs.values())
     shapes = [pd.read_csv(d / "runs" / r / "micro_batches.csv")[["sequences", "length"]] for r in logs]
@@ -339,11 +346,7 @@ def test_two_h100_reference_readme_states_its_runs():
         assert f"**{two / 2 / one:.0%}** ({name})" in text
 
     def median(part, run, col="forward_ms"):
-        warm = json.loads((d / part / run / "results.json").read_text())["warmup_steps"]
-        if col == "forward_ms":
-            mb = pd.read_csv(d / part / run / "micro_batches.csv")
-            return mb[mb["step"] > warm][col].median()
-        return pd.read_csv(d / part / run / "train_log.csv").dropna(subset=[col])[col].iloc[warm:].median()
+        return _steady_median(d / part / run, col)
     assert (f"{median('runs', 'stage3-1'):.1f} ms on 1 GPU and {median('runs', 'stage3-2'):.1f} ms on 2 in `runs/`, and "
             f"{median('repeat', 'stage3-1'):.1f} ms and {median('repeat', 'stage3-2'):.1f} ms") in text
     zero2 = [median(part, f"stage2-{n}") for part in ("runs", "repeat") for n in (1, 2)]
@@ -396,10 +399,7 @@ def test_earlier_two_h100_reference_with_prefetch_readme_states_its_runs():
             f"{multi_gpu.stragglers(d / 'repeat' / 'stage3-2').mean_waited_ms:.1f} ms in the repeat") in text
 
     def medians(run):
-        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
-        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
-        log = pd.read_csv(d / "runs" / run / "train_log.csv").dropna(subset=["step_time_s"])
-        return mb[mb["step"] > warm]["forward_ms"].median(), log["step_time_s"].iloc[warm:].median()
+        return _steady_median(d / "runs" / run), _steady_median(d / "runs" / run, "step_time_s")
     (f1, s1), (f2, s2) = medians("stage3-1"), medians("stage3-2")
     assert f"from {f1:.1f} ms to {f2:.1f} ms" in text and f"from {s1:.3f} s to {s2:.3f} s" in text
     assert {json.loads(p.read_text())["device"] for p in d.glob("*/*/results.json")} == {"NVIDIA H100 80GB HBM3"}
@@ -423,10 +423,7 @@ def test_earlier_two_h100_reference_readme_states_its_runs():
     assert f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms a step" in text
 
     def medians(run):
-        warm = json.loads((d / "runs" / run / "results.json").read_text())["warmup_steps"]
-        mb = pd.read_csv(d / "runs" / run / "micro_batches.csv")
-        log = pd.read_csv(d / "runs" / run / "train_log.csv").dropna(subset=["step_time_s"])
-        return mb[mb["step"] > warm]["forward_ms"].median(), log["step_time_s"].iloc[warm:].median()
+        return _steady_median(d / "runs" / run), _steady_median(d / "runs" / run, "step_time_s")
     (f1, s1), (f2, s2), (g1, _) = medians("stage3-1"), medians("stage3-2"), medians("stage2-1")
     assert f"from {s1:.3f} s to {s2:.3f} s" in text and f"from {f1:.1f} ms to {f2:.1f} ms" in text
     assert f"{f1 / g1:.1f}x ZeRO-2's ({g1:.1f} ms)" in text
