@@ -24,8 +24,8 @@ import os
 import re
 import sys
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -47,6 +47,8 @@ from workshop_lib.results import title
 from workshop_lib.train import LIGER_FLCE_ONLY, apply_speed_levers, run_experiment
 from workshop_lib.units import MiB
 
+from . import packing
+
 # (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
 # sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
 # changing one lever of "default ZeRO-2"
@@ -57,6 +59,9 @@ CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
 BUCKETED = "A/B: ZeRO-2, one gradient hook per bucket"  # its hooks by `BucketHooks`
+PACKED = "A/B: ZeRO-2, packed sequences (FlexAttention)"  # these two run within `packing.packed`
+PACKED_NO_GC = "A/B: ZeRO-2, packed sequences, Python's garbage collector off"
+CEILING, CEILING_PACKED = "plain PyTorch (ceiling)", "plain PyTorch (ceiling), packed sequences"  # run by `ceiling`
 VARIANTS = [
     ("classic", dict(experiment="baseline", recipe="classic")),
     ("default before (4 x 4 sequences)", dict(experiment="baseline", **BEFORE)),
@@ -103,6 +108,9 @@ VARIANTS = [
     (CHUNKED, dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all")),
     # if ZeRO-2's per-parameter gradient hooks are the floor (lab/findings/h100/bench): one hook per bucket
     (BUCKETED, dict(experiment="stage2")),
+    # fixed shapes: every micro-batch one row of 32k tokens, questions end to end, FlexAttention (lab/packing.py)
+    (PACKED, dict(experiment="stage2")),
+    (PACKED_NO_GC, dict(experiment="stage2", ds_config=["disable_python_gc=true"])),
     (CORES_BOUND, dict(experiment="stage2_offload")),
     # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
     (HF_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
@@ -143,27 +151,36 @@ def cores_bound(on: bool = True):
         torch.set_num_threads(threads)
 
 
-def ceiling(cfg: RunConfig, steps: int) -> dict:
+def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
     """A plain PyTorch training loop on the model and data of `cfg` (resolved): the weights in the run's
-    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused AdamW, the same token-budget batches,
-    no Trainer, no DeepSpeed, `steps` optimizer steps timed with a CUDA sync. The fastest this model and
-    data train here without the workshop's machinery. Returns the same figures as a run's results.json."""
+    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused
+    AdamW, the same token-budget batches (with `packed`, `packing`'s rows, FlexAttention and blocks compiled for
+    the one shape), no KV cache (as under the Trainer), no Trainer, no DeepSpeed, `steps` optimizer steps timed
+    with a CUDA sync. The fastest this model and data train here without the workshop's machinery. Returns the
+    same figures as a run's results.json."""
     cuda = torch.cuda.is_available()
     net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
-                                              attn_implementation=None)
+                                              attn_implementation=packing.ATTENTION if packed else None)
+    net.config.use_cache = False
     ds, stats = tokenize_squad(load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok,
                                cfg.max_length, cfg.loss_on)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
     net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
-    apply_speed_levers(net, cfg)
+    apply_speed_levers(net, replace(cfg, torch_compile=cfg.torch_compile and not packed))
+    if packed and cfg.torch_compile:
+        packing.compile_layers_static(net)
     if cfg.liger_kernel:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance  # optional, GPU only (Triton)
 
         _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
-    collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
-                            labelled_positions=cfg.logits_on == "labelled")
-    batches = list(TokenBudgetBatchSampler.for_dataset(ds, cfg.max_tokens_per_micro_batch, cfg.seed))
+    if packed:
+        collate = packing.pack_collator(tok.pad_token_id, cfg.max_tokens_per_micro_batch, cfg.logits_on == "labelled")
+    else:
+        collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
+                                labelled_positions=cfg.logits_on == "labelled")
+    sampler = packing.PackedBatchSampler if packed else TokenBudgetBatchSampler
+    batches = list(sampler.for_dataset(ds, cfg.max_tokens_per_micro_batch, cfg.seed))
     times, tokens = [], []
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -409,7 +426,8 @@ def run_dir_figures(out: Path, cfg: RunConfig, info: dict, stats, global_batch: 
 
 def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
               only: list[str] | None = None, num_train_samples: int | None = None) -> dict[str, Path]:
-    """Run `VARIANTS` (or those whose labels are in `only`, plus "plain PyTorch"; the peers' by `peer`) for
+    """Run `VARIANTS` (or those whose labels are in `only`, plus `CEILING`; `CEILING_PACKED` too unless `only`
+    leaves it out; the peers' by `peer`) for
     `max_steps` optimizer steps each on this machine's GPU, random weights, on the first `num_train_samples`
     questions (None: each recipe's), and write the table
     (bench.md, bench.csv) and a plot (bench.png: steady tokens/s and MFU per row) into `out_dir`, each run's
@@ -426,12 +444,13 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     # the ceiling first: a peer's Liger-Kernel patches transformers' model classes for the rest of the process,
     # and torch.compile fails on those kernels (a ceiling made after the peers ran uncompiled, at 0.80x of a
     # workshop row, lab/findings/h100/bench-peers)
-    print("\n=== plain PyTorch (ceiling) ===", flush=True)
-    try:
-        rows.append({"row": "plain PyTorch (ceiling)", **{k: v for k, v in ceiling(base, max_steps).items()
-                                                         if k in COLUMNS}})
-    except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
-        rows.append({"row": "plain PyTorch (ceiling)", "error": row_error(e)})
+    for label in [CEILING] + ([CEILING_PACKED] if not only or CEILING_PACKED in only else []):
+        print(f"\n=== {label} ===", flush=True)
+        try:
+            figures = ceiling(base, max_steps, packed=label == CEILING_PACKED)
+            rows.append({"row": label, **{k: v for k, v in figures.items() if k in COLUMNS}})
+        except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
+            rows.append({"row": label, "error": row_error(e)})
     for label, fields in VARIANTS:
         if only and label not in only:
             continue
@@ -441,7 +460,7 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
                         save_strategy="no", save_model=False)  # no checkpoint (8-10 GB a row), no model
         print(f"\n=== {label} ===", flush=True)
         try:
-            with cores_bound(label == CORES_BOUND):
+            with cores_bound(label == CORES_BOUND), packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext():
                 callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, ())
                 r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
@@ -453,15 +472,20 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     # ratios of steady tokens/s (all steady tokens over their time, so also for a row whose steps are not alike)
     tps = df.set_index("row")["steady_train_tokens_per_second"]
     nan = float("nan")
-    ours = tps.drop(["classic", "plain PyTorch (ceiling)", *PEERS], errors="ignore").dropna()
+    ours = tps.drop(["classic", CEILING, CEILING_PACKED, *PEERS], errors="ignore").dropna()
     best = ours.idxmax() if len(ours) else "default ZeRO-2"  # none: the peers alone (--only)
     target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
     ratios = {f"{target} / classic": tps.get(target, nan) / tps.get("classic", nan),
-              f"{target} / plain PyTorch (ceiling)": tps.get(target, nan) / tps.get("plain PyTorch (ceiling)", nan),
+              f"{target} / {CEILING}": tps.get(target, nan) / tps.get(CEILING, nan),
               "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
                   "default before (4 x 4 sequences)", nan),
               f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
-              "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan)}
+              "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan),
+              # fixed shapes: what packing buys the plain loop, and the packed row against both ceilings
+              f"{CEILING_PACKED} / {CEILING}": tps.get(CEILING_PACKED, nan) / tps.get(CEILING, nan),
+              f"{PACKED} / {CEILING}": tps.get(PACKED, nan) / tps.get(CEILING, nan),
+              f"{PACKED} / {CEILING_PACKED}": tps.get(PACKED, nan) / tps.get(CEILING_PACKED, nan),
+              f"{PACKED} / default ZeRO-2": tps.get(PACKED, nan) / tps.get("default ZeRO-2", nan)}
     for name in PEERS:  # the lead over what a practitioner writes (issue 42: at least 4x HF's, 6x TRL's)
         ratios[f"default ZeRO-2 / {name}"] = tps.get("default ZeRO-2", nan) / tps.get(name, nan)
     offload = tps[[r for r in tps.index if "offload" in r.lower()]].dropna()

@@ -32,18 +32,21 @@ def steady_tokens_per_s(run_dir):
 
 @pytest.mark.slow
 def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
-    """A workshop row, the peers (TRL's skipped with its reason where TRL is not installed) and the ceiling in one
-    call, real DeepSpeed on the CPU; each figure is its own train_log.csv's steady state."""
-    from lab.bench import run_dir_name
+    """A workshop row, the same on packed rows, the peers (TRL's skipped with its reason where TRL is not installed)
+    and both ceilings in one call, real DeepSpeed on the CPU; each figure is its own train_log.csv's steady state."""
+    from lab.bench import CEILING, CEILING_PACKED, PACKED, run_dir_name
 
-    p = bench("--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", *PEERS)
+    p = bench("--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", PACKED, CEILING_PACKED,
+              *PEERS)
     assert p.returncode == 0, p.stderr[-3000:]
     table = pd.read_csv(tmp_path / "bench.csv").set_index("row")
-    # the ceiling first: the peers' Liger-Kernel patches the model classes of every later row
-    assert list(table.index) == ["plain PyTorch (ceiling)", "default ZeRO-2", *PEERS]
+    # the ceilings first: the peers' Liger-Kernel patches the model classes of every later row
+    assert list(table.index) == [CEILING, CEILING_PACKED, "default ZeRO-2", PACKED, *PEERS]
     trl = importlib.util.find_spec("trl") is not None  # the bench runs in this environment
-    ran = ["default ZeRO-2", PEERS[0]] + ([PEERS[1]] if trl else [])
-    assert (table.loc[[*ran, "plain PyTorch (ceiling)"], "steady tokens/s"] > 0).all(), table.to_string()
+    ran = ["default ZeRO-2", PACKED, PEERS[0]] + ([PEERS[1]] if trl else [])
+    assert (table.loc[[*ran, CEILING, CEILING_PACKED], "steady tokens/s"] > 0).all(), table.to_string()
+    packed = pd.read_csv(tmp_path / "runs" / run_dir_name(PACKED) / "micro_batches.csv")
+    assert set(zip(packed["sequences"], packed["length"])) == {(1, 6144)}  # one row of --tiny's budget, every step
     for row in ran:  # the workshop's row (results.json) and the peers' (their logs) read the same columns
         got = steady_tokens_per_s(tmp_path / "runs" / run_dir_name(row))
         assert table.loc[row, "steady tokens/s"] == pytest.approx(got, rel=0.01), row

@@ -498,3 +498,59 @@ def test_the_bucket_hooks_finding_states_its_runs():
     assert f"differ by as much ({gap['default vs default']:.5f})" in text
     first = {name: a["step"][a["loss"] != b["loss"]].min() for name, (a, b) in pairs.items()}
     assert len(set(first.values())) == 1 and f"the same first {first['default vs default'] - 1} steps" in text
+
+
+def test_the_packed_finding_states_its_runs():
+    """lab/findings/h100/bench-packed: each process's row of the table, the stalled step (which row, how long, with
+    the collector off, after the fix) and the profile's FlexAttention kernels in the stalled step and the one before."""
+    from lab.bench import CEILING, CEILING_PACKED, PACKED, PACKED_NO_GC, run_dir_name
+
+    d = FINDINGS / "bench-packed"
+    text = " ".join((d / "README.md").read_text().split())
+    z2, folders = "default ZeRO-2", ["before-fix/process1", "before-fix/process2", "before-fix/process3",
+                                     "before-fix/process4", "before-fix/long", "after-fix"]
+    lift, default_vs_ceiling, stalls = [], [], {}
+    for k in folders:
+        tps = pd.read_csv(d / k / "bench.csv").set_index("row")["steady tokens/s"]
+        _bench_runs(d / k, tps, "NVIDIA H100", 100 if k.endswith("long") else 40, rows=[z2, PACKED])
+        lift.append(f"{tps[CEILING_PACKED] / tps[CEILING]:.2f}x")
+        default_vs_ceiling.append(tps[z2] / tps[CEILING])
+        assert (f"| {k} | {tps[CEILING]:,.0f} | {tps[CEILING_PACKED]:,.0f} | {lift[-1]} | {tps[z2]:,.0f} | "
+                f"{tps[PACKED]:,.0f} | {tps[PACKED] / tps[z2]:.2f}x | {default_vs_ceiling[-1]:.2f}x | "
+                f"{tps[PACKED] / tps[CEILING]:.2f}x | {tps[PACKED] / tps[CEILING_PACKED]:.2f}x |") in text
+        for row in (PACKED, PACKED_NO_GC):
+            if row in tps.index:
+                log = pd.read_csv(d / k / "runs" / run_dir_name(row) / "train_log.csv").dropna(subset=["step_time_s"])
+                slow = log[(log["step"] > 1) & (log["step_time_s"] > 0.5)]
+                stalls[k, row] = (slow["step"].tolist(), set(slow["tokens"]), slow["step_time_s"].tolist(),
+                                  log.set_index("step").loc[18])
+    assert sorted(set(lift)) == ["1.09x", "1.10x"] and "by 1.09x or 1.10x" in text
+    assert f"{min(default_vs_ceiling):.2f}x-{max(default_vs_ceiling):.2f}x of the ceiling in these six" in text
+    before = {key: v for key, v in stalls.items() if key[0].startswith("before")}
+    assert {tuple(steps) for steps, *_ in before.values()} == {(18,), (18, 83)}  # 83: the 100-step run's
+    assert all(tokens == {8479} for _, tokens, *_ in before.values())  # the epoch's last row, every time
+    times = [t for *_, ts, _ in before.values() for t in ts]
+    assert f"took {min(times):.2f}-{max(times):.2f} s" in text
+    assert "8,479 tokens of questions and 24,289 of padding" in text and 8479 + 24289 == 32768
+    off = [stalls[k, PACKED_NO_GC][2][0] for k in ("before-fix/process3", "before-fix/process4")]
+    assert {f"{t:.2f}" for t in off} == {"0.80"} and "0.80 s in both processes" in text
+    after = stalls["after-fix", PACKED]
+    assert after[0] == [] and after[3]["tokens"] == 8479 and f"step 18 took {after[3]['step_time_s']:.3f} s" in text
+    packed_ceiling = [pd.read_csv(d / k / "bench.csv").set_index("row").loc[CEILING_PACKED, "steady tokens/s"]
+                      for k in folders]
+    assert f"({packed_ceiling[-1]:,.0f} after, {min(packed_ceiling[:-1]):,.0f} to {max(packed_ceiling[:-1]):,.0f}" in text
+
+    def flex_ms(step: int) -> dict:
+        """Self CUDA ms of FlexAttention's forward and backward kernels in the profile's table for `step`."""
+        section = (d / "profile" / "profile.txt").read_text().split(f"== step {step}")[1].split("by CPU time")[0]
+        ms = {}
+        for line in section.splitlines():
+            if line.startswith("triton_tem_fused") and "flex_attention" in line:
+                kind = "backward" if "flex_attention_backward" in line else "forward"
+                ms[kind] = float(line.split()[6].removesuffix("ms"))  # Name, 5 CPU columns, Self CUDA
+        return ms
+    s17, s18 = flex_ms(17), flex_ms(18)
+    assert (f"backward kernels took {s18['backward']:.1f} ms of GPU time and its forward kernels {s18['forward']:.1f} ms, "
+            f"against {s17['backward']:.1f} ms and {s17['forward']:.1f} ms in step 17") in text
+    micro = pd.read_csv(d / "profile" / "train_log.csv").set_index("step")
+    assert micro.loc[18, "tokens"] == 8479
