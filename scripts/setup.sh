@@ -39,6 +39,11 @@ if ! python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.
   PYTHONWARNINGS="ignore:Editable installation" quiet pip install -q -e ".$_extras"
   echo "  done in ${SECONDS} s"
 fi
+if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (workshop_lessons/jupyter.py):
+  # pyproject's data-files reach an environment through a wheel's install, not an editable one
+  _cfg=$(python -c 'import sys; print(sys.prefix)')/etc/jupyter/jupyter_server_config.d
+  mkdir -p "$_cfg" && cp workshop_lessons/jupyter_config/workshop_course.json "$_cfg/"
+fi
 _has_libaio() {  # DeepSpeed's async_io op compiles against libaio's header (Debian/Ubuntu: libaio-dev)
   local c; for c in ${CC:-} cc gcc g++; do
     if command -v "$c" >/dev/null; then echo '#include <libaio.h>' | "$c" -E -x c - >/dev/null 2>&1; return; fi
