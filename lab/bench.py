@@ -460,7 +460,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
                         save_strategy="no", save_model=False)  # no checkpoint (8-10 GB a row), no model
         print(f"\n=== {label} ===", flush=True)
         try:
-            with cores_bound(label == CORES_BOUND), packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext():
+            packed = packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext()
+            with cores_bound(label == CORES_BOUND), packed:
                 callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, ())
                 r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})

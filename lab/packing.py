@@ -66,8 +66,9 @@ def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool =
     "labels", "position_ids"}: [1, T] int64; the labels are the sequences' own with each sequence's first one set to
     -100 (the token before it is another question's: the loss, which shifts by one, never predicts across a
     boundary; a question's first token carries no label in the padded batches either), -100 on the padding; the
-    position ids restart at 0 at each sequence and are 0 on every padding token (a document of one token each). With `labelled_positions` and `count_tokens`, the
-    keys `data.make_collator` adds (the non-padding tokens: the sequences' lengths)."""
+    position ids restart at 0 at each sequence and are 0 on every padding token (a document of one token each).
+    With `labelled_positions` and `count_tokens`, the keys `data.make_collator` adds (the non-padding tokens: the
+    sequences' lengths)."""
     def collate(features):
         ids, labels, positions = [], [], []
         for f in features:
