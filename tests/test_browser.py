@@ -70,7 +70,7 @@ def lab(tmp_path):
 def test_a_course_notebook_opens_and_runs_in_jupyterlab_without_a_dialog_or_a_warning(lab):
     """A double click's URL opens the .py as a notebook (not as text), with its kernel started, no "Select
     Kernel" dialog and not marked modified, though its header names another Python than the kernel's (the course's
-    contents manager, workshop_lessons/jupyter.py, gives it the kernel's); its first cells run in the browser and
+    server extension, workshop_lessons/jupyter.py, gives it the kernel's); its first cells run in the browser and
     show their outputs, none of them an error or a stderr (warning) box."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is installed with the test extra")
     url, token = lab
