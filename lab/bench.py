@@ -59,6 +59,7 @@ CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
 BUCKETED = "A/B: ZeRO-2, one gradient hook per bucket"  # its hooks by `BucketHooks`
+LIGER_LAYERS = "A/B: ZeRO-3, Liger-Kernel's RMSNorm, SwiGLU and RoPE"  # its layers by `LigerLayers`
 PACKED = "A/B: ZeRO-2, packed sequences (FlexAttention)"  # these two run within `packing.packed`
 PACKED_NO_GC = "A/B: ZeRO-2, packed sequences, Python's garbage collector off"
 CEILING, CEILING_PACKED = "plain PyTorch (ceiling)", "plain PyTorch (ceiling), packed sequences"  # run by `ceiling`
@@ -108,6 +109,9 @@ VARIANTS = [
     (CHUNKED, dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all")),
     # if ZeRO-2's per-parameter gradient hooks are the floor (lab/findings/h100/bench): one hook per bucket
     (BUCKETED, dict(experiment="stage2")),
+    # ZeRO-3 runs eager (torch.compile is slower under it): its profile's GPU time goes to unfused elementwise
+    # kernels (lab/findings/h100/bench); Liger-Kernel's Triton kernels fuse them without torch.compile
+    (LIGER_LAYERS, dict(experiment="stage3")),
     # fixed shapes: every micro-batch one row of 32k tokens, questions end to end, FlexAttention (lab/packing.py)
     (PACKED, dict(experiment="stage2")),
     (PACKED_NO_GC, dict(experiment="stage2", ds_config=["disable_python_gc=true"])),
@@ -224,6 +228,33 @@ class ChunkedLoss(TrainerCallback):
         from deepspeed.runtime.chunked_cross_entropy import install_chunked_causal_lm_loss
 
         install_chunked_causal_lm_loss(model)
+
+
+class LigerLayers(TrainerCallback):
+    """`LIGER_LAYERS`'s layers: Liger-Kernel's fused RMSNorm, SwiGLU MLP and rotary embedding (Triton kernels, no
+    torch.compile needed; `liger_kernel.transformers.apply_liger_kernel_to_qwen3` and its kin) on the model the
+    Trainer holds, as training begins, its loss left as the row's; on a CPU (no Triton) nothing is patched. Liger
+    also replaces the model classes' module globals: they are restored as training ends, for the rows after.
+
+    Raises:
+        WorkshopError: Liger-Kernel missing on a GPU."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if not torch.cuda.is_available():
+            return
+        try:
+            from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        except ImportError as e:
+            raise WorkshopError(f"Liger-Kernel is not installed ({e}): its row is skipped.",
+                                "pip install liger-kernel (0.8.5 measured) to run it.") from e
+        self.module = sys.modules[type(model).__module__]
+        self.saved = {k: getattr(self.module, k) for k in dir(self.module) if not k.startswith("_")}
+        _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                        fused_linear_cross_entropy=False)
+
+    def on_train_end(self, *args, **kwargs):
+        for k, v in getattr(self, "saved", {}).items():
+            setattr(self.module, k, v)
 
 
 def hook_buckets(params: list, elements: int) -> list[list]:
@@ -462,7 +493,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
         try:
             packed = packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext()
             with cores_bound(label == CORES_BOUND), packed:
-                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, ())
+                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()],
+                             LIGER_LAYERS: [LigerLayers()]}.get(label, ())
                 r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
@@ -482,6 +514,8 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
                   "default before (4 x 4 sequences)", nan),
               f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
               "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan),
+              f"{LIGER_LAYERS} / default ZeRO-3": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-3", nan),
+              f"{LIGER_LAYERS} / default ZeRO-2": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-2", nan),
               # fixed shapes: what packing buys the plain loop, and the packed row against both ceilings
               f"{CEILING_PACKED} / {CEILING}": tps.get(CEILING_PACKED, nan) / tps.get(CEILING, nan),
               f"{PACKED} / {CEILING}": tps.get(PACKED, nan) / tps.get(CEILING, nan),

@@ -553,3 +553,86 @@ def test_the_packed_finding_states_its_runs():
             f"against {s17['backward']:.1f} ms and {s17['forward']:.1f} ms in step 17") in text
     micro = pd.read_csv(d / "profile" / "train_log.csv").set_index("step")
     assert micro.loc[18, "tokens"] == 8479
+
+
+def _profile(path: Path) -> tuple[list[list[float]], dict, dict]:
+    """profile_steps.py's profile.txt: its per-step lines ([wall, GPU busy, copies, forward, backward, step] ms each)
+    and its two operator tables ({name: {column: cell}}, by GPU time and by CPU time, first row of a name kept)."""
+    text = path.read_text()
+    steps = [[float(v) for v in re.findall(r"([\d.]+) ms", line)] for line in text.splitlines()
+             if re.match(r"step \d+: wall", line)]
+
+    def table(section: str) -> dict:
+        lines = [line for line in text.split(section)[1].split("\n\n")[0].splitlines()
+                 if line.strip() and not line.startswith("-")]
+        head, rows = re.split(r"\s{2,}", lines[0].strip()), {}
+        for line in lines[1:]:
+            cells = re.split(r"\s{2,}", line.strip())
+            if len(cells) == len(head):
+                rows.setdefault(cells[0], dict(zip(head, cells)))
+        return rows
+    return steps, table("by GPU time\n"), table("by CPU time\n")
+
+
+def _ms(cell: str) -> float:
+    """A profiler table's time cell in ms: "1.2s", "3.4ms", "5.6us"."""
+    number, unit = re.fullmatch(r"([\d.]+)(s|ms|us)", cell).groups()
+    return float(number) * {"s": 1e3, "ms": 1.0, "us": 1e-3}[unit]
+
+
+def test_the_zero3_and_offload_profiles_state_their_runs():
+    """lab/findings/h100/bench-zero3-offload: the per-step table of the four profiles, the operators each section
+    names (per step, 3 steps profiled), the Liger row's bench figures and offload's bound, as the README states them."""
+    from lab.bench import LIGER_LAYERS
+
+    d = FINDINGS / "bench-zero3-offload"
+    text = " ".join((d / "README.md").read_text().split())
+    names = {"stage2": "default ZeRO-2", "stage3": "default ZeRO-3", "stage3-liger": "ZeRO-3, Liger-Kernel's layers",
+             "stage2_offload": "ZeRO-2 + CPU offload"}
+    prof = {k: _profile(d / "profile" / k / "profile.txt") for k in names}
+    for k, (steps, _, _) in prof.items():
+        assert len(steps) == 3 and all(len(s) == 6 for s in steps), k
+        cols = [f"{min(c):.1f}-{max(c):.1f}" for i, c in enumerate(zip(*steps)) if i != 2]  # copies not tabled
+        assert f"| {names[k]} | " + " | ".join(cols) + " |" in text, k
+    gpu = lambda k, op: _ms(prof[k][1][op]["Self CUDA"]) / 3  # noqa: E731 - per step
+    cpu = lambda k, op, col="Self CPU": _ms(prof[k][2][op][col]) / 3  # noqa: E731
+    calls = lambda k, table, op: int(prof[k][table][op]["# of Calls"]) // 3  # noqa: E731
+    assert f"`aten::mm` takes {gpu('stage3', 'aten::mm'):.1f} ms a step under ZeRO-3 and " \
+           f"{gpu('stage2', 'aten::mm'):.1f} ms under ZeRO-2" in text
+    assert (f"`aten::mul` {gpu('stage3', 'aten::mul'):.1f} ms, `aten::copy_` {gpu('stage3', 'aten::copy_'):.1f} ms, "
+            f"`aten::add_` {gpu('stage3', 'aten::add_'):.1f} ms, `aten::sum` {gpu('stage3', 'aten::sum'):.1f} ms and "
+            f"`aten::pow` {gpu('stage3', 'aten::pow'):.1f} ms") in text
+    assert f"`aten::copy_` falls to {gpu('stage3-liger', 'aten::copy_'):.1f} ms and `aten::add_` to " \
+           f"{gpu('stage3-liger', 'aten::add_'):.1f} ms" in text
+    assert f"took {cpu('stage3-liger', 'PreBackwardFunctionForModuleBackward'):.1f} ms " \
+           f"(`PreBackwardFunctionForModuleBackward`) and {cpu('stage3-liger', 'PostBackwardFunctionModuleBackward'):.1f}" in text
+    assert f"(`AccumulateGrad`) took {cpu('stage3-liger', 'torch::autograd::AccumulateGrad', 'CPU total'):.1f} ms" in text
+    assert f"{cpu('stage3-liger', 'LigerRopeFunction'):.1f} ms a step forward and " \
+           f"{cpu('stage3-liger', 'LigerRopeFunctionBackward'):.1f} ms backward, for " \
+           f"{calls('stage3-liger', 2, 'LigerRopeFunction')} calls each" in text
+    o = "stage2_offload"
+    assert f"`DeepSpeedCPUAdam` takes {cpu(o, 'Optimizer.step#DeepSpeedCPUAdam.step'):.1f} ms" in text
+    assert f"(`aten::mul_`, {calls(o, 2, 'aten::mul_')} calls) takes {cpu(o, 'aten::mul_'):.1f} ms" in text
+    up = "Memcpy HtoD (Pinned -> Device)"
+    assert f"{gpu(o, up):.1f} ms of host-to-device copies ({calls(o, 1, up)} copies)" in text
+    down = "Memcpy DtoH (Device -> Pinned)"
+    assert f"{calls(o, 1, down)} device-to-host copies a step, {gpu(o, down):.1f} ms of copying" in text
+    assert f"take {cpu(o, 'torch::autograd::AccumulateGrad', 'CPU total'):.1f} ms of host time" in text
+    mean = lambda k, i: statistics.mean(s[i] for s in prof[k][0])  # noqa: E731
+    bound = mean("stage2", 0) - mean("stage2", 5) + mean(o, 5)
+    assert (f"ZeRO-2's profiled step, {mean('stage2', 0):.1f} ms on average. Replace its GPU optimizer step "
+            f"({mean('stage2', 5):.1f} ms) with offload's CPU step ({mean(o, 5):.1f} ms)") in text
+    assert f"That gives {bound:.1f} ms, so offload could reach at most {mean('stage2', 0) / bound:.2f}x" in text
+    tps = pd.read_csv(d / "bench.csv").set_index("row")
+    runs = _bench_runs(d, tps["steady tokens/s"], "NVIDIA H100", 40)
+    z2, z3, lg = (runs[r] for r in ("default ZeRO-2", "default ZeRO-3", LIGER_LAYERS))
+    rate = lambda r: r["steady_train_tokens_per_second"]  # noqa: E731
+    assert f"made {rate(lg):,.0f} tokens/s against default ZeRO-3's {rate(z3):,.0f}: {rate(lg) / rate(z3):.2f}x, " \
+           "within the noise" in text and abs(rate(lg) / rate(z3) - 1) < 0.15
+    assert f"from {z3['gpu_util_pct']:.1f}% to {lg['gpu_util_pct']:.1f}%" in text
+    assert f"from {z3['gpu_peak_allocated_mib']:,.0f} to {lg['gpu_peak_allocated_mib']:,.0f} MiB" in text
+    assert f"{lg['train_loss']:.4f} against {z3['train_loss']:.4f}" in text
+    assert f"made {rate(z3) / rate(z2):.2f}x of default ZeRO-2 in the bench, and with Liger's layers " \
+           f"{rate(lg) / rate(z2):.2f}x" in text
+    hang = pd.read_csv(d / "hang" / "bench.csv").set_index("row")
+    assert hang.loc["default ZeRO-2", "error"].startswith("InductorError: RuntimeError: DataLoader worker (pid 959)")
