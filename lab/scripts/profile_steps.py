@@ -78,8 +78,9 @@ def timeline(trace: str) -> str:
             if e["name"].startswith("engine.") and lo <= e["ts"] < hi and e.get("cat") == "user_annotation":
                 phases[e["name"]] = phases.get(e["name"], 0.0) + e["dur"] / 1e3
         step = int(s["name"].removeprefix("ProfilerStep#")) + 1  # the profiler counts from 0, `action` from 1
+        host = ", ".join(f"{k} {v:.1f} ms" for k, v in phases.items())
         lines.append(f"step {step}: wall {s['dur'] / 1e3:.1f} ms, GPU busy {busy_ms(gpu, lo, hi):.1f} ms, copies "
-                     f"{busy_ms(copies, lo, hi):.1f} ms; host " + ", ".join(f"{k} {v:.1f} ms" for k, v in phases.items()))
+                     f"{busy_ms(copies, lo, hi):.1f} ms; host {host}")
     return "\n".join(lines)
 
 
@@ -113,6 +114,6 @@ with packing.packed() if os.environ.get("PACKED") == "1" else nullcontext():
     r = run_experiment(replace(parse_run_args(run_args), random_weights=True, max_steps=max(STEPS) + 2,
                                output_dir=f"{out}/run", overwrite=True),
                        callbacks=[Profile()] + ([LigerLayers()] if os.environ.get("LIGER") == "1" else []))
-Path(out, "profile.txt").write_text(f"steady step time {r['steady_step_time_s']} s, {r['steady_train_tokens_per_second']} "
-                                    "tokens/s\n\n" + "\n\n".join(text))
+Path(out, "profile.txt").write_text(f"steady step time {r['steady_step_time_s']} s, "
+                                    f"{r['steady_train_tokens_per_second']} tokens/s\n\n" + "\n\n".join(text))
 print(Path(out, "profile.txt").read_text())

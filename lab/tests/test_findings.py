@@ -604,9 +604,11 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
             f"`aten::pow` {gpu('stage3', 'aten::pow'):.1f} ms") in text
     assert f"`aten::copy_` falls to {gpu('stage3-liger', 'aten::copy_'):.1f} ms and `aten::add_` to " \
            f"{gpu('stage3-liger', 'aten::add_'):.1f} ms" in text
-    assert f"took {cpu('stage3-liger', 'PreBackwardFunctionForModuleBackward'):.1f} ms " \
-           f"(`PreBackwardFunctionForModuleBackward`) and {cpu('stage3-liger', 'PostBackwardFunctionModuleBackward'):.1f}" in text
-    assert f"(`AccumulateGrad`) took {cpu('stage3-liger', 'torch::autograd::AccumulateGrad', 'CPU total'):.1f} ms" in text
+    pre, post = (cpu("stage3-liger", op) for op in ("PreBackwardFunctionForModuleBackward",
+                                                    "PostBackwardFunctionModuleBackward"))
+    assert f"took {pre:.1f} ms (`PreBackwardFunctionForModuleBackward`) and {post:.1f}" in text
+    hooks = cpu("stage3-liger", "torch::autograd::AccumulateGrad", "CPU total")
+    assert f"(`AccumulateGrad`) took {hooks:.1f} ms" in text
     assert f"{cpu('stage3-liger', 'LigerRopeFunction'):.1f} ms a step forward and " \
            f"{cpu('stage3-liger', 'LigerRopeFunctionBackward'):.1f} ms backward, for " \
            f"{calls('stage3-liger', 2, 'LigerRopeFunction')} calls each" in text
@@ -634,5 +636,12 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
     assert f"{lg['train_loss']:.4f} against {z3['train_loss']:.4f}" in text
     assert f"made {rate(z3) / rate(z2):.2f}x of default ZeRO-2 in the bench, and with Liger's layers " \
            f"{rate(lg) / rate(z2):.2f}x" in text
+    # the summaries in the bench's and the peers' READMEs
+    work = f"{mean('stage3', 1) / mean('stage2', 1):.1f} times ZeRO-2's work"
+    for other in ("bench", "bench-peers"):
+        summary = " ".join((FINDINGS / other / "README.md").read_text().split())
+        assert work in summary and f"{mean('stage2', 0) / bound:.2f}x of ZeRO-2" in summary, other
+    bench = " ".join((FINDINGS / "bench" / "README.md").read_text().split())
+    assert f"({rate(lg) / rate(z3):.2f}x, within the noise)" in bench
     hang = pd.read_csv(d / "hang" / "bench.csv").set_index("row")
     assert hang.loc["default ZeRO-2", "error"].startswith("InductorError: RuntimeError: DataLoader worker (pid 959)")
