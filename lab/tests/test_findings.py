@@ -53,6 +53,31 @@ def _bench_runs(d: Path, tps: pd.Series, device: str, max_steps: int, rows=None)
     return runs
 
 
+def _profile(path: Path) -> tuple[list[list[float]], dict, dict]:
+    """profile_steps.py's profile.txt: its per-step lines ([wall, GPU busy, copies, forward, backward, step] ms each)
+    and its two operator tables ({name: {column: cell}}, by GPU time and by CPU time, first row of a name kept)."""
+    text = path.read_text()
+    steps = [[float(v) for v in re.findall(r"([\d.]+) ms", line)] for line in text.splitlines()
+             if re.match(r"step \d+: wall", line)]
+
+    def table(section: str) -> dict:
+        lines = [line for line in text.split(section)[1].split("\n\n")[0].splitlines()
+                 if line.strip() and not line.startswith("-")]
+        head, rows = re.split(r"\s{2,}", lines[0].strip()), {}
+        for line in lines[1:]:
+            cells = re.split(r"\s{2,}", line.strip())
+            if len(cells) == len(head):
+                rows.setdefault(cells[0], dict(zip(head, cells)))
+        return rows
+    return steps, table("by GPU time\n"), table("by CPU time\n")
+
+
+def _ms(cell: str) -> float:
+    """A profiler table's time cell in ms: "1.2s", "3.4ms", "5.6us"."""
+    number, unit = re.fullmatch(r"([\d.]+)(s|ms|us)", cell).groups()
+    return float(number) * {"s": 1e3, "ms": 1.0, "us": 1e-3}[unit]
+
+
 @pytest.mark.parametrize("name, rows_expected", [("bench", 17), ("bench-levers", 12), ("bench-gap", 7)])
 def test_h100_bench_table_matches_its_runs(name, rows_expected):
     """lab/findings/h100/bench*/bench.csv, row by row, against the results.json of the run behind it."""
@@ -124,17 +149,16 @@ def test_the_bench_profiles_state_where_zero2s_step_goes():
     text = " ".join((bench / "README.md").read_text().split())
     got = {}
     for name in ("default", "levers"):
-        prof = (bench / "profile" / name / "profile.txt").read_text()
-        row = {}
-        for line in prof.splitlines():  # the first table (by GPU time) first; CPU totals agree in both
-            if line.strip():
-                row.setdefault(line.split()[0], re.split(r"\s{2,}", line.strip()))
-        cpu = lambda op: float(row[op][4].removesuffix("ms")) / 3  # noqa: E731, B023 - CPU total per step
-        got[name] = {"gpu": float(re.search(r"Self CUDA time total: ([\d.]+)ms", prof).group(1)) / 3,
+        path = bench / "profile" / name / "profile.txt"
+        _, by_gpu, by_cpu = _profile(path)
+        row = by_cpu | by_gpu  # an operator in both tables: its row by GPU time; CPU totals agree in both
+        cpu = lambda op: _ms(row[op]["CPU total"]) / 3  # noqa: E731, B023 - CPU total per step
+        norms = row.get("aten::linalg_vector_norm")
+        got[name] = {"gpu": float(re.search(r"Self CUDA time total: ([\d.]+)ms", path.read_text()).group(1)) / 3,
                      "acc": cpu("torch::autograd::AccumulateGrad"),
-                     "calls": int(row["torch::autograd::AccumulateGrad"][-1]) // 3,
+                     "calls": int(row["torch::autograd::AccumulateGrad"]["# of Calls"]) // 3,
                      "collate": cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter._..."),
-                     "norms": int(row["aten::linalg_vector_norm"][-1]) // 3 if "aten::linalg_vector_norm" in row else 0,
+                     "norms": int(norms["# of Calls"]) // 3 if norms else 0,
                      "syncs": "cudaStreamSynchronize" in row}
     d, lv = got["default"], got["levers"]
     ceiling = pd.read_csv(bench / "bench.csv").set_index("row").loc["plain PyTorch (ceiling)", "steady s/step"]
@@ -180,15 +204,16 @@ def test_the_gap_readme_states_its_runs():
     assert f"{cb['plain']:,.0f}, {cb['bound']:,.0f} and {cb['plain2']:,.0f}" in text
     assert f"differed by {max(cb['plain'], cb['plain2']) / min(cb['plain'], cb['plain2']):.2f}x" in text
     assert "'numactl', '-m', '0', '-C', '0-15'" in (gap / "core-binding" / "bound.log").read_text()
-    prof = (gap / "profile" / "profile.txt").read_text()
-    row = {line.split()[0]: re.split(r"\s{2,}", line.strip()) for line in prof.splitlines() if line.strip()}
-    per_step = lambda name, col: float(row[name][col].removesuffix("ms")) / 3  # noqa: E731 - 3 steps profiled
-    gpu = float(re.search(r"Self CUDA time total: ([\d.]+)ms", prof).group(1)) / 3
+    path = gap / "profile" / "profile.txt"
+    _, by_gpu, by_cpu = _profile(path)
+    row = by_gpu | by_cpu  # an operator in both tables: its row by CPU time, the table the old parse ended on
+    per_step = lambda name: _ms(row[name]["CPU total"]) / 3  # noqa: E731 - 3 steps profiled
+    gpu = float(re.search(r"Self CUDA time total: ([\d.]+)ms", path.read_text()).group(1)) / 3
     assert f"{gpu:.0f} ms of GPU kernels" in text and f"({1000 * table.loc['plain PyTorch (ceiling)', 'steady s/step']:.0f} ms" in text
-    assert f"collation {per_step('enumerate(DataLoader)#_SingleProcessDataLoaderIter._...', 4):.1f} ms" in text
+    assert f"collation {per_step('enumerate(DataLoader)#_SingleProcessDataLoaderIter._...'):.1f} ms" in text
     acc = row["torch::autograd::AccumulateGrad"]
-    assert f"{int(acc[-1]) // 3} `AccumulateGrad` calls (ZeRO-2's per-parameter gradient hooks) {per_step('torch::autograd::AccumulateGrad', 4):.1f} ms" in text
-    assert f"{int(row['aten::linalg_vector_norm'][-1]) // 3} per-tensor gradient norms" in text
+    assert f"{int(acc['# of Calls']) // 3} `AccumulateGrad` calls (ZeRO-2's per-parameter gradient hooks) {per_step('torch::autograd::AccumulateGrad'):.1f} ms" in text
+    assert f"{int(row['aten::linalg_vector_norm']['# of Calls']) // 3} per-tensor gradient norms" in text
 
 
 def test_the_first_run_penalty_the_readme_states_is_the_logs():
@@ -555,31 +580,6 @@ def test_the_packed_finding_states_its_runs():
     assert micro.loc[18, "tokens"] == 8479
 
 
-def _profile(path: Path) -> tuple[list[list[float]], dict, dict]:
-    """profile_steps.py's profile.txt: its per-step lines ([wall, GPU busy, copies, forward, backward, step] ms each)
-    and its two operator tables ({name: {column: cell}}, by GPU time and by CPU time, first row of a name kept)."""
-    text = path.read_text()
-    steps = [[float(v) for v in re.findall(r"([\d.]+) ms", line)] for line in text.splitlines()
-             if re.match(r"step \d+: wall", line)]
-
-    def table(section: str) -> dict:
-        lines = [line for line in text.split(section)[1].split("\n\n")[0].splitlines()
-                 if line.strip() and not line.startswith("-")]
-        head, rows = re.split(r"\s{2,}", lines[0].strip()), {}
-        for line in lines[1:]:
-            cells = re.split(r"\s{2,}", line.strip())
-            if len(cells) == len(head):
-                rows.setdefault(cells[0], dict(zip(head, cells)))
-        return rows
-    return steps, table("by GPU time\n"), table("by CPU time\n")
-
-
-def _ms(cell: str) -> float:
-    """A profiler table's time cell in ms: "1.2s", "3.4ms", "5.6us"."""
-    number, unit = re.fullmatch(r"([\d.]+)(s|ms|us)", cell).groups()
-    return float(number) * {"s": 1e3, "ms": 1.0, "us": 1e-3}[unit]
-
-
 def test_the_zero3_and_offload_profiles_state_their_runs():
     """lab/findings/h100/bench-zero3-offload: the per-step table of the four profiles, the operators each section
     names (per step, 3 steps profiled), the Liger row's bench figures and offload's bound, as the README states them."""
@@ -638,10 +638,10 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
            f"{rate(lg) / rate(z2):.2f}x" in text
     # the summaries in the bench's and the peers' READMEs
     work = f"{mean('stage3', 1) / mean('stage2', 1):.1f} times ZeRO-2's work"
-    for other in ("bench", "bench-peers"):
-        summary = " ".join((FINDINGS / other / "README.md").read_text().split())
+    summaries = {other: " ".join((FINDINGS / other / "README.md").read_text().split())
+                 for other in ("bench", "bench-peers")}
+    for other, summary in summaries.items():
         assert work in summary and f"{mean('stage2', 0) / bound:.2f}x of ZeRO-2" in summary, other
-    bench = " ".join((FINDINGS / "bench" / "README.md").read_text().split())
-    assert f"({rate(lg) / rate(z3):.2f}x, within the noise)" in bench
+    assert f"({rate(lg) / rate(z3):.2f}x, within the noise)" in summaries["bench"]
     hang = pd.read_csv(d / "hang" / "bench.csv").set_index("row")
     assert hang.loc["default ZeRO-2", "error"].startswith("InductorError: RuntimeError: DataLoader worker (pid 959)")
