@@ -52,14 +52,19 @@ print(env.versions())
 # means "not pre-built, but it can be compiled here". `scripts/setup.sh` compiled those the course uses.
 
 # %%
-print("\n".join(line for line in env.ds_report() if "adam" in line or "torch version" in line
-                or "accelerator" in line.lower()))
+print(
+    "\n".join(
+        line for line in env.ds_report() if "adam" in line or "torch version" in line or "accelerator" in line.lower()
+    )
+)
 
 # %%
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
-    print(f"{p.name}: {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
-          f"bf16 supported: {torch.cuda.is_bf16_supported()}, peak 16-bit FLOP/s: {env.peak_flops()}")
+    print(
+        f"{p.name}: {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
+        f"bf16 supported: {torch.cuda.is_bf16_supported()}, peak 16-bit FLOP/s: {env.peak_flops()}"
+    )
 else:
     print("No GPU: the experiments will run the tiny model on the CPU, in fp32.")
 
@@ -90,8 +95,10 @@ print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + 
 _, tokenizer, _ = model.load_model_and_tokenizer(model.DEFAULT_MODEL, tiny=True)
 enc = data.encode_example(ex, tokenizer, max_length=512, loss_on="answer")
 graded = [t for t, label in zip(enc["input_ids"], enc["labels"]) if label != -100]
-print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) / len(enc['input_ids']):.0%}): "
-      f"{tokenizer.decode(graded)!r}")
+print(
+    f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) / len(enc['input_ids']):.0%}): "
+    f"{tokenizer.decode(graded)!r}"
+)
 
 # %% [markdown]
 # ### Long examples
@@ -118,17 +125,30 @@ pd.Series(stats.as_dict())
 rows = []
 for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
     n = model.count_params(name)
-    for stage, off_opt, off_par in [(None, False, False), (0, False, False), (2, False, False), (3, False, False),
-                                    (2, True, False), (3, True, True)]:
+    for stage, off_opt, off_par in [
+        (None, False, False),
+        (0, False, False),
+        (2, False, False),
+        (3, False, False),
+        (2, True, False),
+        (3, True, True),
+    ]:
         for gpus in (1, 4):
-            est = memory.estimate_model_states(n["num_params"], n["largest_layer_params"], stage, off_opt,
-                                               off_par, num_gpus_per_node=gpus)
-            rows.append({"model": name, "params (M)": n["num_params"] / 1e6,
-                         "zero_stage": "Trainer" if stage is None else stage,
-                         "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
-                         "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
-                         "GPU bytes/param": est["estimated_model_states_gpu_mib"] * units.MiB / n["num_params"],
-                         "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
+            est = memory.estimate_model_states(
+                n["num_params"], n["largest_layer_params"], stage, off_opt, off_par, num_gpus_per_node=gpus
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "params (M)": n["num_params"] / 1e6,
+                    "zero_stage": "Trainer" if stage is None else stage,
+                    "offload": "opt+param" if off_par else ("opt" if off_opt else "-"),
+                    "GPUs": gpus,
+                    "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
+                    "GPU bytes/param": est["estimated_model_states_gpu_mib"] * units.MiB / n["num_params"],
+                    "CPU MiB per node": est["estimated_model_states_cpu_mib"],
+                }
+            )
 estimates = pd.DataFrame(rows)
 estimates
 

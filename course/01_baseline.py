@@ -64,18 +64,19 @@ display(Markdown(lesson.recipe_here(lessons.run_config(NOTEBOOK, "baseline", RUN
 # On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
-print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
-      f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "
-      f"step: {base['global_batch_size']} questions per step on average, {base['steps_per_epoch']} steps per epoch; "
-      f"this run made {base['global_steps']} steps.")
+print(
+    f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
+    f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "
+    f"step: {base['global_batch_size']} questions per step on average, {base['steps_per_epoch']} steps per epoch; "
+    f"this run made {base['global_steps']} steps."
+)
 print(f"results: {RUNS}/baseline/results.json ({len(base)} keys)")
 
 # %% [markdown]
 # The loss per step from `train_log.csv`, the eval loss as a marker:
 
 # %%
-results.plot_loss(results.load_results(f"{RUNS}/baseline"));
-
+results.plot_loss(results.load_results(f"{RUNS}/baseline"))
 # %% [markdown]
 # ## 2. The classic recipe
 #
@@ -85,8 +86,7 @@ results.plot_loss(results.load_results(f"{RUNS}/baseline"));
 # %%
 classic = run_experiment(lessons.run_config(NOTEBOOK, "baseline_classic", RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
-results.plot_memory_over_time(df);
-
+results.plot_memory_over_time(df)
 # %% [markdown]
 # The memory figures (their phases: 00_setup, "How the numbers are measured"):
 # - **GPU peak MiB** (NVML, as `nvidia-smi` shows): everything on the GPU, PyTorch's cache and the CUDA context
@@ -102,8 +102,10 @@ results.plot_memory_over_time(df);
 # %%
 c = recipe_settings("classic")
 mb, length, vocab = c["train_micro_batch_size_per_gpu"], c["max_length"], model.count_params(c["model"])["vocab_size"]
-print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * vocab / 1024 / MiB:.2f} GiB in "
-      f"{c['precision']}, {4 * mb * length * vocab / 1024 / MiB:.2f} GiB more when the loss upcasts them to fp32")
+print(
+    f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * vocab / 1024 / MiB:.2f} GiB in "
+    f"{c['precision']}, {4 * mb * length * vocab / 1024 / MiB:.2f} GiB more when the loss upcasts them to fp32"
+)
 
 # %% [markdown]
 # ## 3. Tokens per micro-batch against gradient accumulation
@@ -115,8 +117,7 @@ print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * v
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
 df = results.load_results(RUNS)
-results.plot_memory_and_throughput(df);
-
+results.plot_memory_and_throughput(df)
 # %% [markdown]
 # ## 4. Your figures, beside the reference
 #

@@ -82,8 +82,8 @@ ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
-results.plot_memory_and_throughput(df);
-results.plot_memory_over_time(df);
+results.plot_memory_and_throughput(df)
+results.plot_memory_over_time(df)
 measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
@@ -96,7 +96,7 @@ print(lesson.explain_states(rows))
 # %%
 if results.cpu_memory_note(df):
     ref_runs = lessons.reference(NOTEBOOK)
-    results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]]);
+    results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]])
 
 # %% [markdown]
 # **Stage 3 runs without torch.compile** (DeepSpeed's parameter hooks split every compiled block, which measured
@@ -124,10 +124,12 @@ MY_AC = {"peak": None, "tokens/s": None}  # fractions of the baseline's
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
-results.plot_memory_over_time(ac);
+results.plot_memory_over_time(ac)
 rows, where = lessons.gpu_results(NOTEBOOK, RUNS, ["baseline", "baseline_ac"])
-ratio = {k: rows["baseline_ac"][c] / rows["baseline"][c] for k, c in [("peak", "gpu_peak_allocated_mib"),
-                                                                      ("tokens/s", "steady_train_tokens_per_second")]}
+ratio = {
+    k: rows["baseline_ac"][c] / rows["baseline"][c]
+    for k, c in [("peak", "gpu_peak_allocated_mib"), ("tokens/s", "steady_train_tokens_per_second")]
+}
 print(f"baseline_ac as a fraction of the baseline, in {where}:")
 display(Markdown(lessons.beside_prediction(MY_AC, ratio, "fraction").to_markdown(index=False)))
 
@@ -163,10 +165,13 @@ print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines) if "ds_co
 
 # %%
 lines, first = inspect.getsourcelines(launch.run_local)
-print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines)
-              if "cmd = " in line or '"workshop_lib.cli"' in line))
+print(
+    "".join(
+        f"{first + i:4d} {line}" for i, line in enumerate(lines) if "cmd = " in line or '"workshop_lib.cli"' in line
+    )
+)
 common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside this notebook's folder
-print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}") + 7])
+print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]
 # **One key changed.** `--ds-config KEY=VALUE` (here `RunConfig(ds_config=[...])`) sets one key, checked against
@@ -181,16 +186,30 @@ print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}"
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
 ds["stage2_no_overlap"] = json.loads(Path(f"{RUNS}/stage2_no_overlap/ds_config.json").read_text())
-display(Markdown(ds_config.diff(ds["stage2"], ds["stage2_no_overlap"], ("stage2", "stage2_no_overlap"))
-                 .to_markdown(index=False)))
+display(
+    Markdown(
+        ds_config.diff(ds["stage2"], ds["stage2_no_overlap"], ("stage2", "stage2_no_overlap")).to_markdown(index=False)
+    )
+)
 buckets = {n: ds_config.gradient_bucket_mib(ds[n]) for n in ("stage2", "stage2_no_overlap")}
 print("gradient buckets, MiB (reduce_bucket_size elements x bytes per element x buffers):", buckets)
 PAIR = ["stage2", "stage2_no_overlap"]
-cols = ["steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib",
-        "gpu_peak_mib", "host_peak_rss_mib"]
+cols = [
+    "steady_train_tokens_per_second",
+    "steady_step_time_s",
+    "gpu_peak_allocated_mib",
+    "gpu_peak_reserved_mib",
+    "gpu_peak_mib",
+    "host_peak_rss_mib",
+]
 ref = lessons.reference(NOTEBOOK)
-display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref,
-                                        {m: lessons.band(m) for m in cols}).to_markdown(index=False)))
+display(
+    Markdown(
+        results.exercise_table(
+            results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref, {m: lessons.band(m) for m in cols}
+        ).to_markdown(index=False)
+    )
+)
 if missing := [n for n in PAIR if n not in ref.index]:
     print("No GPU reference on file yet for: " + ", ".join(missing))
 
@@ -226,8 +245,11 @@ if MINE:
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 names = ["baseline", "stage1", "stage2", "stage3", "baseline_ac", "baseline_no_compile"]
-runs = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in names
-        if Path(f"{RUNS}/{n}/results.json").is_file()}  # baseline_no_compile: on a GPU only
+runs = {
+    n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text())
+    for n in names
+    if Path(f"{RUNS}/{n}/results.json").is_file()
+}  # baseline_no_compile: on a GPU only
 f = lesson.figures(runs)
 ref = lessons.reference(NOTEBOOK)
 ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(names[:5]) <= set(ref.index) else None

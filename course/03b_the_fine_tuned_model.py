@@ -71,12 +71,18 @@ RUNS = Path("runs/03b_the_fine_tuned_model")
 # %%
 planned = config.resolve(RunConfig("stage3_offload", **COMMON))
 SAVE = fine_tuned.save_settings(planned.max_steps)  # save_strategy and save_steps of every run below
-plan = fine_tuned.checkpoint_plan(model.count_params(planned.model, tiny=planned.tiny)["num_params"],
-                                  env.pick_precision(planned.precision), planned.max_steps, planned.epochs)
-print(f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
-      f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
-      f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
-      f"Checkpoints: {SAVE}.")
+plan = fine_tuned.checkpoint_plan(
+    model.count_params(planned.model, tiny=planned.tiny)["num_params"],
+    env.pick_precision(planned.precision),
+    planned.max_steps,
+    planned.epochs,
+)
+print(
+    f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
+    f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
+    f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
+    f"Checkpoints: {SAVE}."
+)
 
 # %% [markdown]
 # ## 1. The saved model
@@ -121,9 +127,11 @@ last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
 files = fine_tuned.checkpoint_files(last, zero3["num_params"])  # every file: MiB, bytes per parameter
 size = fine_tuned.checkpoint_size(files, zero3["num_params"], zero3["precision"])
-print(f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
-      f"{size.bytes_per_param:.1f} bytes/param; expected for a {size.precision} run: "
-      f"{size.expected_bytes_per_param} (12 of optimizer states + the weights in {size.precision})")
+print(
+    f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
+    f"{size.bytes_per_param:.1f} bytes/param; expected for a {size.precision} run: "
+    f"{size.expected_bytes_per_param} (12 of optimizer states + the weights in {size.precision})"
+)
 files
 
 # %% [markdown]
@@ -151,14 +159,20 @@ err = proc.communicate()[1]
 assert proc.returncode == -9, f"the run ended by itself before it was killed: {err[-2000:]}"
 kept = checkpoint.find_checkpoints(killed)[0]
 resume_step = checkpoint.step_of(kept[-1])
-print(f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in kept]}; results.json: "
-      f"{(killed / 'results.json').exists()}")
+print(
+    f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in kept]}; results.json: "
+    f"{(killed / 'results.json').exists()}"
+)
 
 # %%
 resumed = run_experiment(replace(kill_cfg, resume=True, overwrite=False, **SAVE))
-both = pd.DataFrame({"uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
-                     "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]]},
-                    index=["train loss", "last eval loss"])
+both = pd.DataFrame(
+    {
+        "uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
+        "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]],
+    },
+    index=["train loss", "last eval loss"],
+)
 both
 
 # %% [markdown]
@@ -192,8 +206,10 @@ exported = checkpoint.export(last, RUNS / "exported")
 net2, _ = evaluation.load_model(exported)
 a, b = net.state_dict(), net2.state_dict()
 print(f"{exported}: {sorted(p.name for p in exported.iterdir())}")
-print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for k in a):.2e} "
-      f"(model/ holds the training precision's copy, the export the fp32 master weights)")
+print(
+    f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for k in a):.2e} "
+    f"(model/ holds the training precision's copy, the export the fp32 master weights)"
+)
 
 # %% [markdown]
 # ## 5. Does it answer? Exact match and F1
@@ -211,20 +227,56 @@ print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for 
 # %%
 real = not COMMON["tiny"] and not COMMON["random_weights"]  # Qwen3-0.6B's own weights
 if real:
-    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, save_strategy="no",
-                    **COMMON)
+    cfg = RunConfig(
+        "stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, save_strategy="no", **COMMON
+    )
 else:
     rows = load_squad("train", 8, verbose=False)
     handful = RUNS / "handful.json"  # the 8 questions as a SQuAD v1.1 file, for training and for the questions
-    handful.write_text(json.dumps({"data": [{"title": "handful", "paragraphs": [
-        {"context": r["context"], "qas": [{"id": r["id"], "question": r["question"], "answers": [
-            {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}
-        for r in rows]}]}))
-    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), train_file=str(handful), eval_file=str(handful),
-                    num_train_samples=8, num_eval_samples=8, epochs=60, learning_rate=1e-2, save_strategy="no",
-                    score_questions=8, **(COMMON | {"max_steps": None}))  # all 60 epochs: until it memorised them
+    handful.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "title": "handful",
+                        "paragraphs": [
+                            {
+                                "context": r["context"],
+                                "qas": [
+                                    {
+                                        "id": r["id"],
+                                        "question": r["question"],
+                                        "answers": [
+                                            {"text": t, "answer_start": s}
+                                            for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+                                        ],
+                                    }
+                                ],
+                            }
+                            for r in rows
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    cfg = RunConfig(
+        "stage2",
+        output_dir=str(RUNS / "scored"),
+        train_file=str(handful),
+        eval_file=str(handful),
+        num_train_samples=8,
+        num_eval_samples=8,
+        epochs=60,
+        learning_rate=1e-2,
+        save_strategy="no",
+        score_questions=8,
+        **(COMMON | {"max_steps": None}),
+    )  # all 60 epochs: until it memorised them
 scored = run_experiment(cfg)
-print(f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}")
+print(
+    f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}"
+)
 pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)
 
 # %% [markdown]

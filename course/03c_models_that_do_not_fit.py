@@ -63,9 +63,18 @@ RUNS = "runs/03c_models_that_do_not_fit"
 # Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
 # not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails), at most
 # 6 steps (seconds each at this size; the last 4 steady); else the tiny model.
-LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_tokens_per_micro_batch=CHOICE.max_tokens,
-              torch_compile=False, max_steps=min(COMMON["max_steps"] or 6, 6)) if HERE
-         else {"tiny": True, "save_model": False})
+LARGE = (
+    dict(
+        large_models.LARGE,
+        model=BIG,
+        random_weights=True,
+        max_tokens_per_micro_batch=CHOICE.max_tokens,
+        torch_compile=False,
+        max_steps=min(COMMON["max_steps"] or 6, 6),
+    )
+    if HERE
+    else {"tiny": True, "save_model": False}
+)
 print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB free on the NVMe offload drive.")
 
 # %% [markdown]
@@ -92,8 +101,9 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 
 # %%
 display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens, DRIVE_MIB))
-baseline_est = fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB,
-                            nvme_free_mib=DRIVE_MIB)
+baseline_est = fit.estimate(
+    BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB, nvme_free_mib=DRIVE_MIB
+)
 print(fit.explain(baseline_est))
 
 # %% [markdown]
@@ -140,15 +150,29 @@ else:
 # %%
 reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
-display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
-                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB"]])
+display(
+    reference[
+        [
+            "model",
+            "experiment",
+            "activation checkpointing",
+            "outcome",
+            "est. total GPU MiB",
+            "torch peak alloc MiB",
+            "torch peak reserved MiB",
+            "GPU peak MiB",
+        ]
+    ]
+)
 cache = large_models.allocator_cache()  # None without the reference runs (workshop_lessons/reference)
 if cache:
-    print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
-          f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
-          f"NVML at {cache.nvml_mib:,.0f} MiB ({cache.nvml_vs_estimate.ratio:.2f}x the estimate, "
-          f"{cache.nvml_mib / cache.gpu_mib:.0%} of the GPU's {cache.gpu_mib:,.0f} MiB). At least "
-          f"{cache.cached_mib:,.0f} MiB of it was reserved but unallocated: cache, not tensors.")
+    print(
+        f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
+        f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
+        f"NVML at {cache.nvml_mib:,.0f} MiB ({cache.nvml_vs_estimate.ratio:.2f}x the estimate, "
+        f"{cache.nvml_mib / cache.gpu_mib:.0%} of the GPU's {cache.gpu_mib:,.0f} MiB). At least "
+        f"{cache.cached_mib:,.0f} MiB of it was reserved but unallocated: cache, not tensors."
+    )
 
 # %% [markdown]
 # ## The first rung that fits, and ZeRO-3 + CPU offload
@@ -161,11 +185,21 @@ if cache:
 fix = fit.fix_on_these_gpus(baseline_est)
 print(f"smallest change that fits {BIG} on one {GPU_KEY}: {fix['change'] if fix else 'none'}")
 rung = large_models.checkpointing_rung(baseline_est)  # that change as a run; None where it offloads
-lessons.warm_up("03c_models_that_do_not_fit", RUNS, experiments=[rung.experiment, "stage3_offload"] if rung
-                else ["stage3_offload"], **LARGE)  # only without a GPU
+lessons.warm_up(
+    "03c_models_that_do_not_fit",
+    RUNS,
+    experiments=[rung.experiment, "stage3_offload"] if rung else ["stage3_offload"],
+    **LARGE,
+)  # only without a GPU
 if rung:
-    run_experiment(RunConfig(rung.experiment, output_dir=f"{RUNS}/{rung.name}", overwrite=True,
-                             **dict(LARGE, activation_checkpointing=True)))
+    run_experiment(
+        RunConfig(
+            rung.experiment,
+            output_dir=f"{RUNS}/{rung.name}",
+            overwrite=True,
+            **dict(LARGE, activation_checkpointing=True),
+        )
+    )
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
@@ -176,8 +210,19 @@ if rung:
 # %%
 offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/stage3_offload", overwrite=True, **LARGE))
 df = results.load_results([f"{RUNS}/stage3_offload"])
-display(df[["model", "num_params", "steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib",
-            "estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib"]])
+display(
+    df[
+        [
+            "model",
+            "num_params",
+            "steady_train_tokens_per_second",
+            "gpu_peak_mib",
+            "host_states_rss_mib",
+            "estimated_model_states_gpu_mib",
+            "estimated_model_states_cpu_mib",
+        ]
+    ]
+)
 
 # %% [markdown]
 # Your two rungs, and the reference machine's (its model on one H100): steady tokens/s of each, their ratio, and
@@ -225,9 +270,11 @@ if nvme_run:
     df = results.load_results([f"{RUNS}/stage3_offload", f"{RUNS}/stage3_nvme"])
     display(df[["experiment", "steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib"]])
     swap = nvme_run["nvme_swap_mib"]
-    print(f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
-          f"{swap['optimizer']:,.1f} MiB of optimizer states"
-          + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else ""))
+    print(
+        f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
+        f"{swap['optimizer']:,.1f} MiB of optimizer states"
+        + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else "")
+    )
 
 # %% [markdown]
 # On the reference machine (workshop_lessons/reference/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
@@ -239,11 +286,15 @@ if nvme_run:
 display(large_models.offload_comparison())
 n = large_models.nvme_summary()
 display(n.comparisons())
-print(f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-      + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else ""))
-print(f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
-      "not a local NVMe drive's")
+print(
+    f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+    f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+    + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else "")
+)
+print(
+    f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
+    "not a local NVMe drive's"
+)
 n.swap_table()
 
 # %% [markdown]

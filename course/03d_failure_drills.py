@@ -52,8 +52,10 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
-      f"exit {fixed['returncode']}")
+print(
+    f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
+    f"exit {fixed['returncode']}"
+)
 
 # %% [markdown]
 # ## fp16 on a model pretrained in bf16
@@ -70,15 +72,24 @@ print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fix
 # %%
 fp16 = drills.fp16_overflow()
 planted = fp16.attrs["massive_activation"]
-print(f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
-      f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
-      f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
-      f"|weight| {planted['max_abs_weight']:.1f}")
+print(
+    f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
+    f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
+    f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
+    f"|weight| {planted['max_abs_weight']:.1f}"
+)
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(fp16.groupby("precision", sort=False).agg(
-    steps=("step", "count"), skipped=("skipped", "sum"), first_loss=("loss", "first"), last_loss=("loss", "last"),
-    first_loss_scale=("loss_scale", "first"), last_loss_scale=("loss_scale", "last")))
+display(
+    fp16.groupby("precision", sort=False).agg(
+        steps=("step", "count"),
+        skipped=("skipped", "sum"),
+        first_loss=("loss", "first"),
+        last_loss=("loss", "last"),
+        first_loss_scale=("loss_scale", "first"),
+        last_loss_scale=("loss_scale", "last"),
+    )
+)
 
 # %% [markdown] tags=["exercise"]
 # 1. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?

@@ -57,14 +57,17 @@ lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 with lesson.without_state_clears():  # DeepSpeed prints a line at each clear of ZenFlow's states
     for name in ORDER:
         run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
-print("ZenFlow's settings (ds_config.json):",
-      json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
+print(
+    "ZenFlow's settings (ds_config.json):",
+    json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"],
+)
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
-lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
-                  "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
-
+lesson.plot_loss(
+    {"stage2_offload (plain offload)": f"{RUNS}/stage2_offload", "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"},
+    z,
+)
 # %% [markdown]
 # ## First: did both runs train the same model?
 #
@@ -82,14 +85,18 @@ from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 source, first_line = inspect.getsourcelines(DeepSpeedZeroOptimizer._update_model_bit16_weights)
 print(f"deepspeed/runtime/zero/stage_1_and_2.py, line {first_line}:\n{''.join(source)}")
 mine = z.start
-print(f"Your runs (DeepSpeed {mine.deepspeed}): step 1's loss, before any update: ZenFlow {mine.zenflow:.4f}, plain "
-      f"offload {mine.offload:.4f}: {'the same model' if mine.same_start else 'not the same model'} "
-      f"(tolerance {lesson.START_TOLERANCE} nats)")
+print(
+    f"Your runs (DeepSpeed {mine.deepspeed}): step 1's loss, before any update: ZenFlow {mine.zenflow:.4f}, plain "
+    f"offload {mine.offload:.4f}: {'the same model' if mine.same_start else 'not the same model'} "
+    f"(tolerance {lesson.START_TOLERANCE} nats)"
+)
 ref_dir = lessons.REFERENCE_DIR / "runs"
 if (ref_dir / "stage2_zenflow").is_dir():
     ref = lesson.first_loss_check(ref_dir / "stage2_offload", ref_dir / "stage2_zenflow")
-    print(f"The reference runs (DeepSpeed {ref.deepspeed}): ZenFlow {ref.zenflow:.4f}, plain offload "
-          f"{ref.offload:.4f}: {'the same model' if ref.same_start else 'not the same model'}")
+    print(
+        f"The reference runs (DeepSpeed {ref.deepspeed}): ZenFlow {ref.zenflow:.4f}, plain offload "
+        f"{ref.offload:.4f}: {'the same model' if ref.same_start else 'not the same model'}"
+    )
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises

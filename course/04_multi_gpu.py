@@ -72,11 +72,18 @@ for n in (1, 2, 4, 8):
     for stage in (0, 1, 2, 3):  # memory.zero_bytes_per_param: the table above, per parameter
         est = memory.estimate_model_states(P, psi["largest_layer_params"], stage, num_gpus_per_node=n)
         arithmetic = memory.zero_bytes_per_param(stage, n) * P
-        rows.append({"GPUs": n, "zero_stage": stage, "16Ψ arithmetic MiB": round(arithmetic / MiB),
-                     "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"]})
+        rows.append(
+            {
+                "GPUs": n,
+                "zero_stage": stage,
+                "16Ψ arithmetic MiB": round(arithmetic / MiB),
+                "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"],
+            }
+        )
 arith = pd.DataFrame(rows)
 ax = arith.pivot(index="GPUs", columns="zero_stage", values="16Ψ arithmetic MiB").plot(
-    marker="o", figsize=(6, 3.5), title=f"Model states per GPU, {model.DEFAULT_MODEL} ({P / 1e6:.0f}M params)")
+    marker="o", figsize=(6, 3.5), title=f"Model states per GPU, {model.DEFAULT_MODEL} ({P / 1e6:.0f}M params)"
+)
 ax.set(ylabel="MiB per GPU")
 arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "DeepSpeed estimate MiB"])
 
@@ -87,8 +94,10 @@ arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "
 floor = {s: memory.zero_bytes_per_param(s, float("inf")) * P for s in range(4)}  # what is never partitioned
 for stage, g in arith.groupby("zero_stage"):
     a1, a8 = g.set_index("GPUs")["16Ψ arithmetic MiB"][[1, 8]]
-    print(f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
-          + (f", towards {floor[stage] / MiB:,.0f} MiB with many GPUs" if a8 < a1 else ": nothing is partitioned"))
+    print(
+        f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
+        + (f", towards {floor[stage] / MiB:,.0f} MiB with many GPUs" if a8 < a1 else ": nothing is partitioned")
+    )
 
 # %% [markdown]
 # ## 2. Three ways to start the ranks
@@ -104,7 +113,7 @@ for stage, g in arith.groupby("zero_stage"):
 
 # %%
 common = (launch.ROOT / "slurm" / "common.sh").read_text()
-print(common[common.index("# workshop_launch"):])
+print(common[common.index("# workshop_launch") :])
 
 # %% [markdown]
 # A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` here.
@@ -140,8 +149,14 @@ def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | N
     """`sbatch --nodes=2 slurm/multi_node.slurm EXPERIMENT ...` into `out`; waits for it (at most a minute in
     the queue) and returns its results."""
     shutil.rmtree(out, ignore_errors=True)  # the job resumes a run in its output directory: start afresh
-    job = launch.submit("multi_node", experiment, *extra, *args, sbatch_options=("--nodes=2", *sbatch_options),
-                        env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())} | (env or {}))
+    job = launch.submit(
+        "multi_node",
+        experiment,
+        *extra,
+        *args,
+        sbatch_options=("--nodes=2", *sbatch_options),
+        env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())} | (env or {}),
+    )
     r = launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=60)
     print(f"{experiment} on 2 nodes: SLURM job {job}, ranks on {sorted({m['host'] for m in r['per_rank_memory']})}")
     return r
@@ -169,21 +184,35 @@ def at_once(jobs: list[dict]) -> None:
 
 
 if side_by_side:
-    at_once([dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
-             for i, e in enumerate(["stage2", "stage3"])])
+    at_once(
+        [
+            dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
+            for i, e in enumerate(["stage2", "stage3"])
+        ]
+    )
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
         logged = comms if n == 2 else []
         if use_slurm:
-            job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
-                                env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
+            job = launch.submit(
+                "multi_gpu",
+                experiment,
+                *extra,
+                sbatch_options=(f"--gpus-per-node={n}",),
+                env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())},
+            )
             launch.wait(job, "multi_gpu", output_dir=out)
             print(f"{experiment} x{n}: finished, {out}/results.json")
         elif two_node_cpu and experiment == "stage2" and n == 2:
             try:  # one CPU process per node, the tiny model
-                two_node_job(experiment, out, "--gpus-per-node=0",
-                             env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix}, args=logged)
+                two_node_job(
+                    experiment,
+                    out,
+                    "--gpus-per-node=0",
+                    env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix},
+                    args=logged,
+                )
             except WorkshopError as e:
                 print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
                 run_here(experiment, n, out, logged)
@@ -198,8 +227,18 @@ if on_gpus:  # 2 steps each on 2 GPUs with the comms logger, apart from the time
     small = ["--max-steps", "2", "--comms-logger", "--max-tokens-per-micro-batch", "4096", "--torch-compile", "false"]
     if use_slurm:
         for e, out in COMMS_RUNS.items():
-            launch.wait(launch.submit("multi_gpu", e, *extra, *small, sbatch_options=("--gpus-per-node=2",),
-                                      env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())}), "multi_gpu", output_dir=out)
+            launch.wait(
+                launch.submit(
+                    "multi_gpu",
+                    e,
+                    *extra,
+                    *small,
+                    sbatch_options=("--gpus-per-node=2",),
+                    env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())},
+                ),
+                "multi_gpu",
+                output_dir=out,
+            )
     else:
         at_once([dict(experiment=e, n=2, out=out, args=small) for e, out in COMMS_RUNS.items()])
 
@@ -217,19 +256,21 @@ info = lesson.reference_info(ref)
 if info is None:
     print(f"No reference runs on file ({reference} is missing): only your own figures are shown.")
 else:
-    print(f"Reference: {info['device']} GPUs of one host, {info['model']} "
-          f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
-          f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
-          + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
-          + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}.")
-    results.plot_scaling(ref);
+    print(
+        f"Reference: {info['device']} GPUs of one host, {info['model']} "
+        f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
+        f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
+        + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
+        + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}."
+    )
+    results.plot_scaling(ref)
 
 # %% [markdown]
 # Your runs beside the reference's ("n/a" where none), the run with the most hosts beside one rank, and your
 # prediction:
 
 # %%
-results.plot_scaling(df);
+results.plot_scaling(df)
 print(f"Your runs: {df['device'].iloc[0]}, {df['model'].iloc[0]}.")
 display(Markdown(lesson.beside(scaling, ref).to_markdown(index=False)))
 display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=False)))
@@ -257,8 +298,13 @@ for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (mod
     paper = lesson.comm_volume(psi, n, b)
     ds = lesson.comm_volume(psi, n, b, collectives=lesson.DEEPSPEED)
     print(f"{name}: Ψ = {psi:,} parameters, {b} bytes an element, {n} ranks (ring factor {(n - 1) / n:.2f})")
-    both = paper.assign(**{"DeepSpeed's collectives": ds["collectives"], "DeepSpeed (Ψ)": ds["volume (Ψ)"],
-                           "DeepSpeed MiB per step": ds["MiB per step"]})
+    both = paper.assign(
+        **{
+            "DeepSpeed's collectives": ds["collectives"],
+            "DeepSpeed (Ψ)": ds["volume (Ψ)"],
+            "DeepSpeed MiB per step": ds["MiB per step"],
+        }
+    )
     display(Markdown(both.to_markdown(index=False, floatfmt=",.2f")))
 
 # %% [markdown]
@@ -275,10 +321,17 @@ for e, d in COMMS_RUNS.items():
         print(f"{d}: no {COMMS_FILE} (the run had no --comms-logger)")
         continue
     r = results.load_results(d).iloc[0]
-    print(f"{e}: {c['world_size']} ranks over {c['backend']}, {c['optimizer_steps']} optimizer steps of {r['model']}; "
-          f"rank 0's collectives per optimizer step (volume: the data the collective moves, in MiB and in Ψ):")
-    display(Markdown(lesson.comm_measured(c, int(r["num_params"]), lesson.BYTES_PER_ELEMENT[r["precision"]])
-                     .to_markdown(index=False, floatfmt=",.3f")))
+    print(
+        f"{e}: {c['world_size']} ranks over {c['backend']}, {c['optimizer_steps']} optimizer steps of {r['model']}; "
+        f"rank 0's collectives per optimizer step (volume: the data the collective moves, in MiB and in Ψ):"
+    )
+    display(
+        Markdown(
+            lesson.comm_measured(c, int(r["num_params"]), lesson.BYTES_PER_ELEMENT[r["precision"]]).to_markdown(
+                index=False, floatfmt=",.3f"
+            )
+        )
+    )
 
 # %% [markdown]
 # ### Buckets and overlap
@@ -298,17 +351,21 @@ if ref is not None:
     ref_cfg = json.loads((reference / "stage2-2" / "ds_config.json").read_text())
     ref_params = int(ref.loc[ref.experiment == "stage2", "num_params"].iloc[0])
     bk = lesson.buckets(ref_cfg, ref_params)
-    print(f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
-          f"{bk.bytes_per_element} bytes: {bk.count} bucket(s) of {bk.bucket_mib:,.0f} MiB, the last "
-          f"{bk.last_mib:,.0f} MiB. The first is full when {bk.first_sent_at:.0%} of the backward pass is done: "
-          f"{bk.reduced_during_backward:.0%} of the gradients can be reduced beside the backward pass, in its last "
-          f"{1 - bk.first_sent_at:.0%}, and the last {bk.last_mib:,.0f} MiB wait for its end.")
+    print(
+        f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
+        f"{bk.bytes_per_element} bytes: {bk.count} bucket(s) of {bk.bucket_mib:,.0f} MiB, the last "
+        f"{bk.last_mib:,.0f} MiB. The first is full when {bk.first_sent_at:.0%} of the backward pass is done: "
+        f"{bk.reduced_during_backward:.0%} of the gradients can be reduced beside the backward pass, in its last "
+        f"{1 - bk.first_sent_at:.0%}, and the last {bk.last_mib:,.0f} MiB wait for its end."
+    )
     ga = ref_cfg["gradient_accumulation_steps"]
     for steps in sorted({ga, 4}):
         v = lesson.comm_volume(ref_params, 4, bk.bytes_per_element, steps, lesson.DEEPSPEED).set_index("zero_stage")
-        print(f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
-              f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
-              f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}.")
+        print(
+            f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
+            f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
+            f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}."
+        )
 
 # %% [markdown]
 # ## 5. Links and stragglers
@@ -319,8 +376,10 @@ if ref is not None:
 # %%
 display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
 s = lesson.stragglers(RUNS / "stage2-2")
-print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
-      f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens.")
+print(
+    f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
+    f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens."
+)
 
 # %% [markdown]
 # A job that hangs or crawls:

@@ -36,9 +36,15 @@ from transformers import TrainerCallback, set_seed
 from workshop_lib import env, memory, metrics, teardown
 from workshop_lib.callbacks import Phases, StepLog
 from workshop_lib.config import RunConfig, resolve
+from workshop_lib.data import (
+    PROMPT_HEAD,
+    PROMPT_TAIL,
+    TokenBudgetBatchSampler,
+    load_squad,
+    make_collator,
+    tokenize_squad,
+)
 from workshop_lib.ds_config import EXPERIMENTS
-from workshop_lib.data import (PROMPT_HEAD, PROMPT_TAIL, TokenBudgetBatchSampler, load_squad, make_collator,
-                               tokenize_squad)
 from workshop_lib.errors import WorkshopError
 from workshop_lib.model import load_model_and_tokenizer
 from workshop_lib.preflight import check_machine
@@ -52,8 +58,15 @@ from . import packing
 # (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
 # sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
 # changing one lever of "default ZeRO-2"
-BEFORE = dict(batching="group_by_length", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4,
-              drop_attention_mask=False, logits_on="all", torch_compile=False, reduce_bucket_size=0)
+BEFORE = dict(
+    batching="group_by_length",
+    train_micro_batch_size_per_gpu=4,
+    gradient_accumulation_steps=4,
+    drop_attention_mask=False,
+    logits_on="all",
+    torch_compile=False,
+    reduce_bucket_size=0,
+)
 NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
 CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
@@ -71,28 +84,40 @@ VARIANTS = [
     ("default ZeRO-2 + CPU offload", dict(experiment="stage2_offload")),
     ("default ZeRO-3", dict(experiment="stage3")),
     ("A/B: ZeRO-2, 16k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=16384)),
-    ("A/B: ZeRO-2, 16k tokens, without torch.compile", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
-                                                            torch_compile=False)),
-    ("A/B: ZeRO-2, 16k tokens, all logits", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
-                                                 logits_on="all")),
-    ("A/B: ZeRO-2, 16k tokens, Liger instead", dict(experiment="stage2", max_tokens_per_micro_batch=16384,
-                                                    logits_on="all", liger_kernel=True)),
+    (
+        "A/B: ZeRO-2, 16k tokens, without torch.compile",
+        dict(experiment="stage2", max_tokens_per_micro_batch=16384, torch_compile=False),
+    ),
+    (
+        "A/B: ZeRO-2, 16k tokens, all logits",
+        dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all"),
+    ),
+    (
+        "A/B: ZeRO-2, 16k tokens, Liger instead",
+        dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all", liger_kernel=True),
+    ),
     ("A/B: ZeRO-2, 48k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=49152)),
     ("A/B: ZeRO-2, 2 x 32k tokens (accumulation 2)", dict(experiment="stage2", gradient_accumulation_steps=2)),
     ("A/B: ZeRO-2, bf16 overflow check (DeepSpeed's default)", dict(experiment="stage2", check_grad_overflow=True)),
     # the default collates in 2 data loader workers (since 2026-11-27, lab/findings/h100/bench-collation-gc-loss);
     # each experiment's A/B collates in the training loop, as the default did before
     ("A/B: ZeRO-2, collation in the training loop", dict(experiment="stage2", dataloader_num_workers=0)),
-    ("A/B: ZeRO-2 + CPU offload, collation in the training loop", dict(experiment="stage2_offload",
-                                                                      dataloader_num_workers=0)),
+    (
+        "A/B: ZeRO-2 + CPU offload, collation in the training loop",
+        dict(experiment="stage2_offload", dataloader_num_workers=0),
+    ),
     ("A/B: ZeRO-3, collation in the training loop", dict(experiment="stage3", dataloader_num_workers=0)),
     ("A/B: ZeRO-2, gradient buckets hidden² (auto)", dict(experiment="stage2", reduce_bucket_size=0)),
-    ("A/B: ZeRO-3, every parameter persistent (one GPU)", dict(experiment="stage3", ds_config=[
-        "zero_optimization.stage3_param_persistence_threshold=1000000000"])),
+    (
+        "A/B: ZeRO-3, every parameter persistent (one GPU)",
+        dict(experiment="stage3", ds_config=["zero_optimization.stage3_param_persistence_threshold=1000000000"]),
+    ),
     # ZenFlow on ZeRO-2 + CPU offload: the stage2_zenflow experiment (`ds_config.ZENFLOW`, overlap_step on a GPU)
     ("A/B: ZeRO-2 + CPU offload, ZenFlow", dict(experiment="stage2_zenflow")),
-    ("A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)", dict(experiment="stage2_offload",
-                                                                        gradient_accumulation_steps=4)),
+    (
+        "A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)",
+        dict(experiment="stage2_offload", gradient_accumulation_steps=4),
+    ),
     # The levers of the profile (lab/findings/h100/bench-gap): ZeRO-2's per-tensor gradient norms and the clipping's
     # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU), the Trainer's
     # per-step reads from the GPU; then all three
@@ -104,8 +129,10 @@ VARIANTS = [
     # issue 42's levers not in the rows above: Python's cyclic garbage collector off for the run (DeepSpeed's own
     # setting); DeepSpeed's chunked cross-entropy (every position's logits, never in fp32) against the workshop's
     # logits at the labelled positions only ("A/B: ZeRO-2, 16k tokens") and the stock loss ("..., all logits")
-    ("A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)", dict(experiment="stage2", ds_config=[
-        "disable_python_gc=true"])),
+    (
+        "A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)",
+        dict(experiment="stage2", ds_config=["disable_python_gc=true"]),
+    ),
     (CHUNKED, dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all")),
     # if ZeRO-2's per-parameter gradient hooks are the floor (lab/findings/h100/bench): one hook per bucket
     (BUCKETED, dict(experiment="stage2")),
@@ -121,8 +148,17 @@ VARIANTS = [
     (TRL_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
 ]
 # The table's figures: results.json keys, shown under their `results.title`
-COLUMNS = ["steady_train_tokens_per_second", "steady_train_samples_per_second", "steady_step_time_s", "mfu",
-           "gpu_util_pct", "gpu_peak_allocated_mib", "gpu_peak_mib", "host_peak_rss_mib", "train_loss"]
+COLUMNS = [
+    "steady_train_tokens_per_second",
+    "steady_train_samples_per_second",
+    "steady_step_time_s",
+    "mfu",
+    "gpu_util_pct",
+    "gpu_peak_allocated_mib",
+    "gpu_peak_mib",
+    "host_peak_rss_mib",
+    "train_loss",
+]
 
 
 def run_dir_name(label: str) -> str:
@@ -163,11 +199,16 @@ def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
     with a CUDA sync. The fastest this model and data train here without the workshop's machinery. Returns the
     same figures as a run's results.json."""
     cuda = torch.cuda.is_available()
-    net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
-                                              attn_implementation=packing.ATTENTION if packed else None)
+    net, tok, info = load_model_and_tokenizer(
+        cfg.model,
+        tiny=cfg.tiny,
+        random_weights=cfg.random_weights,
+        attn_implementation=packing.ATTENTION if packed else None,
+    )
     net.config.use_cache = False
-    ds, stats = tokenize_squad(load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok,
-                               cfg.max_length, cfg.loss_on)
+    ds, stats = tokenize_squad(
+        load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False), tok, cfg.max_length, cfg.loss_on
+    )
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
     net = net.to("cuda" if cuda else "cpu", dtype).train()  # as the Trainer does (eval mode builds a KV cache)
     apply_speed_levers(net, replace(cfg, torch_compile=cfg.torch_compile and not packed))
@@ -181,8 +222,13 @@ def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
     if packed:
         collate = packing.pack_collator(tok.pad_token_id, cfg.max_tokens_per_micro_batch, cfg.logits_on == "labelled")
     else:
-        collate = make_collator(tok, cfg.padding, cfg.max_length, attention_mask=not cfg.drop_attention_mask,
-                                labelled_positions=cfg.logits_on == "labelled")
+        collate = make_collator(
+            tok,
+            cfg.padding,
+            cfg.max_length,
+            attention_mask=not cfg.drop_attention_mask,
+            labelled_positions=cfg.logits_on == "labelled",
+        )
     sampler = packing.PackedBatchSampler if packed else TokenBudgetBatchSampler
     batches = list(sampler.for_dataset(ds, cfg.max_tokens_per_micro_batch, cfg.seed))
     times, tokens = [], []
@@ -208,8 +254,15 @@ def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
     return figures | {"gpu_peak_allocated_mib": peak}
 
 
-def steady_figures(cfg: RunConfig, info: dict, stats, times: list[float], tokens: list[int], global_batch: float,
-                   compiles: list[int] | None = None) -> dict:
+def steady_figures(
+    cfg: RunConfig,
+    info: dict,
+    stats,
+    times: list[float],
+    tokens: list[int],
+    global_batch: float,
+    compiles: list[int] | None = None,
+) -> dict:
     """The steady-state figures of a row that is no workshop run (the ceiling, a peer) from its step log, as
     `record.record` computes a run's: `metrics.steady_state` over each optimizer step's seconds and non-padding
     tokens (`global_batch`: sequences per step), MFU at its steady tokens/s (`run_mfu`, one GPU)."""
@@ -245,12 +298,15 @@ class LigerLayers(TrainerCallback):
         try:
             from liger_kernel.transformers import _apply_liger_kernel_to_instance
         except ImportError as e:
-            raise WorkshopError(f"Liger-Kernel is not installed ({e}): its row is skipped.",
-                                "pip install liger-kernel (0.8.5 measured) to run it.") from e
+            raise WorkshopError(
+                f"Liger-Kernel is not installed ({e}): its row is skipped.",
+                "pip install liger-kernel (0.8.5 measured) to run it.",
+            ) from e
         self.module = sys.modules[type(model).__module__]
         self.saved = {k: getattr(self.module, k) for k in dir(self.module) if not k.startswith("_")}
-        _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                        fused_linear_cross_entropy=False)
+        _apply_liger_kernel_to_instance(
+            model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False
+        )
 
     def on_train_end(self, *args, **kwargs):
         for k, v in getattr(self, "saved", {}).items():
@@ -300,6 +356,7 @@ def bucket_hooks(zero, elements: int = 50_000_000) -> int:
             left[k] -= 1
             if left[k] == 0:
                 process(k)
+
         return hook
 
     def flush() -> None:
@@ -332,13 +389,15 @@ def row_error(e: Exception) -> str:
 # The peers' DeepSpeed config: ZeRO-2 as transformers' DeepSpeed guide gives it, every "auto" filled by the Trainer
 # (bf16 from its bf16, the batch sizes, AdamW's settings, buckets of hidden_size² elements), DeepSpeed's defaults for
 # the rest (bf16's per-tensor overflow check among them): what a practitioner writes, not `ds_config.build_ds_config`
-PEER_ZERO2 = {"bf16": {"enabled": "auto"},
-              "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
-                                                        "weight_decay": "auto"}},
-              "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
-                                    "reduce_bucket_size": "auto"},
-              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
-              "train_micro_batch_size_per_gpu": "auto"}
+PEER_ZERO2 = {
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto"},
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+}
 # Sequences per micro-batch, one micro-batch per optimizer step (the issue's probes); --tiny: 8 of its 64 questions
 PEER_MICRO_BATCH, PEER_MICRO_BATCH_TINY = 64, 8
 
@@ -374,9 +433,13 @@ def hf_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
     causal-LM loss."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    return Trainer(model=net, args=TrainingArguments(**args, train_sampling_strategy="group_by_length"),
-                   train_dataset=ds.remove_columns("labels"), processing_class=tok,
-                   data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    return Trainer(
+        model=net,
+        args=TrainingArguments(**args, train_sampling_strategy="group_by_length"),
+        train_dataset=ds.remove_columns("labels"),
+        processing_class=tok,
+        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+    )
 
 
 def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
@@ -390,14 +453,22 @@ def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
     try:
         from trl import SFTConfig, SFTTrainer
     except ImportError as e:
-        raise WorkshopError(f"TRL is not installed ({e}): its row is skipped.",
-                            "pip install trl (1.16.0 measured) to run it.") from e
+        raise WorkshopError(
+            f"TRL is not installed ({e}): its row is skipped.", "pip install trl (1.16.0 measured) to run it."
+        ) from e
 
     def pair(ex):
-        return {"prompt": PROMPT_HEAD.format(question=ex["question"]) + f" {ex['context']}" + PROMPT_TAIL,
-                "completion": f" {ex['answers']['text'][0]}"}
-    return SFTTrainer(model=net, args=SFTConfig(**args, max_length=cfg.max_length), processing_class=tok,
-                      train_dataset=raw.map(pair, remove_columns=raw.column_names))
+        return {
+            "prompt": PROMPT_HEAD.format(question=ex["question"]) + f" {ex['context']}" + PROMPT_TAIL,
+            "completion": f" {ex['answers']['text'][0]}",
+        }
+
+    return SFTTrainer(
+        model=net,
+        args=SFTConfig(**args, max_length=cfg.max_length),
+        processing_class=tok,
+        train_dataset=raw.map(pair, remove_columns=raw.column_names),
+    )
 
 
 PEERS = {HF_PEER: hf_trainer, TRL_PEER: trl_trainer}  # label -> the builder of its Trainer
@@ -418,19 +489,34 @@ def peer(label: str, cfg: RunConfig) -> dict:
     with teardown.restored_world():  # the rank variables of a world of one go when the row ends, as a run's
         cfg = check_machine(resolve(cfg), EXPERIMENTS[cfg.experiment])  # liger_kernel: on a GPU, where installed
         if torch.cuda.is_available() and not cfg.liger_kernel:
-            raise WorkshopError("Liger-Kernel is not installed: the peers' rows use it on a GPU.",
-                                "pip install liger-kernel (0.8.5 measured).")
+            raise WorkshopError(
+                "Liger-Kernel is not installed: the peers' rows use it on a GPU.",
+                "pip install liger-kernel (0.8.5 measured).",
+            )
         set_seed(cfg.seed)  # the workshop rows' random init
-        net, tok, info = load_model_and_tokenizer(cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights,
-                                                  attn_implementation=None)
+        net, tok, info = load_model_and_tokenizer(
+            cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights, attn_implementation=None
+        )
         raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False)
         ds, stats = tokenize_squad(raw, tok, cfg.max_length, "all")  # HF's row trains on it; MFU: the mean length
         micro = PEER_MICRO_BATCH_TINY if cfg.tiny else PEER_MICRO_BATCH
-        args = dict(output_dir=str(out / "checkpoints"), per_device_train_batch_size=micro,
-                    gradient_accumulation_steps=1, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                    max_steps=cfg.max_steps, logging_steps=1, save_strategy="no", report_to="none", seed=cfg.seed,
-                    bf16=cfg.precision == "bf16", use_cpu=not torch.cuda.is_available(), deepspeed=PEER_ZERO2,
-                    use_liger_kernel=cfg.liger_kernel, include_num_input_tokens_seen="non_padding")
+        args = dict(
+            output_dir=str(out / "checkpoints"),
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=1,
+            learning_rate=cfg.learning_rate,
+            weight_decay=cfg.weight_decay,
+            max_steps=cfg.max_steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=cfg.seed,
+            bf16=cfg.precision == "bf16",
+            use_cpu=not torch.cuda.is_available(),
+            deepspeed=PEER_ZERO2,
+            use_liger_kernel=cfg.liger_kernel,
+            include_num_input_tokens_seen="non_padding",
+        )
         with torch_sdpa_defaults(), memory.MemorySampler(out / "memory.csv") as mem:
             trainer = PEERS[label](net, tok, raw, ds, cfg, args)
             try:
@@ -448,15 +534,34 @@ def run_dir_figures(out: Path, cfg: RunConfig, info: dict, stats, global_batch: 
     utilisation over the steady steps (time_s: the memory sampler's clock); the memory peaks
     (`MemorySampler.summary`); the mean logged loss."""
     log = pd.read_csv(out / "train_log.csv").dropna(subset=["step_time_s"])
-    figures = steady_figures(cfg, info, stats, log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(),
-                             global_batch, log["compiles"].astype(int).tolist())
+    figures = steady_figures(
+        cfg,
+        info,
+        stats,
+        log["step_time_s"].tolist(),
+        log["tokens"].astype(int).tolist(),
+        global_batch,
+        log["compiles"].astype(int).tolist(),
+    )
     warm_end = log["time_s"].iloc[figures["warmup_steps"] - 1] if figures["warmup_steps"] else 0.0
-    return figures | mem.summary() | {"gpu_util_pct": memory.mean_gpu_util(mem.rows, warm_end, log["time_s"].iloc[-1]),
-                                      "train_loss": round(log["loss"].mean(), 4)}
+    return (
+        figures
+        | mem.summary()
+        | {
+            "gpu_util_pct": memory.mean_gpu_util(mem.rows, warm_end, log["time_s"].iloc[-1]),
+            "train_loss": round(log["loss"].mean(), 4),
+        }
+    )
 
 
-def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps: int = 30, tiny: bool = False,
-              only: list[str] | None = None, num_train_samples: int | None = None) -> dict[str, Path]:
+def run_bench(
+    out_dir: str | Path = "bench",
+    model: str | None = None,
+    max_steps: int = 30,
+    tiny: bool = False,
+    only: list[str] | None = None,
+    num_train_samples: int | None = None,
+) -> dict[str, Path]:
     """Run `VARIANTS` (or those whose labels are in `only`, plus `CEILING`; `CEILING_PACKED` too unless `only`
     leaves it out; the peers' by `peer`) for
     `max_steps` optimizer steps each on this machine's GPU, random weights, on the first `num_train_samples`
@@ -468,9 +573,19 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     titles = {k: title(k) for k in COLUMNS}
     out = Path(out_dir)
     # the machine checked before the first row: nothing is written where the benchmark cannot run (no GPU)
-    base = check_machine(resolve(RunConfig("baseline", model=model, tiny=tiny, random_weights=not tiny,
-                                           num_train_samples=num_train_samples,
-                                           output_dir=str(out / "runs" / "ceiling"))), EXPERIMENTS["baseline"])
+    base = check_machine(
+        resolve(
+            RunConfig(
+                "baseline",
+                model=model,
+                tiny=tiny,
+                random_weights=not tiny,
+                num_train_samples=num_train_samples,
+                output_dir=str(out / "runs" / "ceiling"),
+            )
+        ),
+        EXPERIMENTS["baseline"],
+    )
     rows = []
     # the ceiling first: a peer's Liger-Kernel patches transformers' model classes for the rest of the process,
     # and torch.compile fails on those kernels (a ceiling made after the peers ran uncompiled, at 0.80x of a
@@ -485,16 +600,25 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     for label, fields in VARIANTS:
         if only and label not in only:
             continue
-        cfg = RunConfig(**fields, model=model, tiny=tiny, random_weights=not tiny, max_steps=max_steps,
-                        num_train_samples=num_train_samples,
-                        output_dir=str(out / "runs" / run_dir_name(label)), overwrite=True,
-                        save_strategy="no", save_model=False)  # no checkpoint (8-10 GB a row), no model
+        cfg = RunConfig(
+            **fields,
+            model=model,
+            tiny=tiny,
+            random_weights=not tiny,
+            max_steps=max_steps,
+            num_train_samples=num_train_samples,
+            output_dir=str(out / "runs" / run_dir_name(label)),
+            overwrite=True,
+            save_strategy="no",
+            save_model=False,
+        )  # no checkpoint (8-10 GB a row), no model
         print(f"\n=== {label} ===", flush=True)
         try:
             packed = packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext()
             with cores_bound(label == CORES_BOUND), packed:
-                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()],
-                             LIGER_LAYERS: [LigerLayers()]}.get(label, ())
+                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()], LIGER_LAYERS: [LigerLayers()]}.get(
+                    label, ()
+                )
                 r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
@@ -508,35 +632,43 @@ def run_bench(out_dir: str | Path = "bench", model: str | None = None, max_steps
     ours = tps.drop(["classic", CEILING, CEILING_PACKED, *PEERS], errors="ignore").dropna()
     best = ours.idxmax() if len(ours) else "default ZeRO-2"  # none: the peers alone (--only)
     target = "default ZeRO-2" if pd.notna(tps.get("default ZeRO-2", nan)) else best
-    ratios = {f"{target} / classic": tps.get(target, nan) / tps.get("classic", nan),
-              f"{target} / {CEILING}": tps.get(target, nan) / tps.get(CEILING, nan),
-              "default / default before (4 x 4 sequences)": tps.get("default", nan) / tps.get(
-                  "default before (4 x 4 sequences)", nan),
-              f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
-              "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan),
-              f"{LIGER_LAYERS} / default ZeRO-3": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-3", nan),
-              f"{LIGER_LAYERS} / default ZeRO-2": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-2", nan),
-              # fixed shapes: what packing buys the plain loop, and the packed row against both ceilings
-              f"{CEILING_PACKED} / {CEILING}": tps.get(CEILING_PACKED, nan) / tps.get(CEILING, nan),
-              f"{PACKED} / {CEILING}": tps.get(PACKED, nan) / tps.get(CEILING, nan),
-              f"{PACKED} / {CEILING_PACKED}": tps.get(PACKED, nan) / tps.get(CEILING_PACKED, nan),
-              f"{PACKED} / default ZeRO-2": tps.get(PACKED, nan) / tps.get("default ZeRO-2", nan)}
+    ratios = {
+        f"{target} / classic": tps.get(target, nan) / tps.get("classic", nan),
+        f"{target} / {CEILING}": tps.get(target, nan) / tps.get(CEILING, nan),
+        "default / default before (4 x 4 sequences)": tps.get("default", nan)
+        / tps.get("default before (4 x 4 sequences)", nan),
+        f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
+        "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan),
+        f"{LIGER_LAYERS} / default ZeRO-3": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-3", nan),
+        f"{LIGER_LAYERS} / default ZeRO-2": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-2", nan),
+        # fixed shapes: what packing buys the plain loop, and the packed row against both ceilings
+        f"{CEILING_PACKED} / {CEILING}": tps.get(CEILING_PACKED, nan) / tps.get(CEILING, nan),
+        f"{PACKED} / {CEILING}": tps.get(PACKED, nan) / tps.get(CEILING, nan),
+        f"{PACKED} / {CEILING_PACKED}": tps.get(PACKED, nan) / tps.get(CEILING_PACKED, nan),
+        f"{PACKED} / default ZeRO-2": tps.get(PACKED, nan) / tps.get("default ZeRO-2", nan),
+    }
     for name in PEERS:  # the lead over what a practitioner writes (issue 42: at least 4x HF's, 6x TRL's)
         ratios[f"default ZeRO-2 / {name}"] = tps.get("default ZeRO-2", nan) / tps.get(name, nan)
     offload = tps[[r for r in tps.index if "offload" in r.lower()]].dropna()
     if len(offload):
         ratios[f"fastest offload row ({offload.idxmax()}) / default ZeRO-2"] = offload.max() / tps.get(
-            "default ZeRO-2", nan)
+            "default ZeRO-2", nan
+        )
     table = df.rename(columns=titles)
     files = {"md": out / "bench.md", "csv": out / "bench.csv", "png": out / "bench.png"}
     out.mkdir(parents=True, exist_ok=True)
-    files["md"].write_text(table.to_markdown(index=False) + "\n\n" + "\n".join(
-        f"- {k} ({titles['steady_train_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)) + "\n")
+    files["md"].write_text(
+        table.to_markdown(index=False)
+        + "\n\n"
+        + "\n".join(
+            f"- {k} ({titles['steady_train_tokens_per_second']}): {v:.2f}x" for k, v in ratios.items() if pd.notna(v)
+        )
+        + "\n"
+    )
     table.to_csv(files["csv"], index=False)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     a.barh(df["row"], df["steady_train_tokens_per_second"].fillna(0), color="tab:green")
-    a.set(xlabel="steady-state training tokens/s (non-padding: all steady tokens / their time)",
-          title="Throughput")
+    a.set(xlabel="steady-state training tokens/s (non-padding: all steady tokens / their time)", title="Throughput")
     b.barh(df["row"], 100 * df["mfu"].fillna(0))
     b.set(xlabel="MFU, % of the GPU's dense bf16 peak", title="Model FLOPs utilisation")
     b.set_yticklabels([])
@@ -558,8 +690,9 @@ class BenchConfig:
     model: str | None = field(default=None, metadata={"help": "hub name or local directory (default: each recipe's)"})
     max_steps: int = field(default=30, metadata={"help": "optimizer steps per row", "metavar": "N"})
     tiny: bool = field(default=False, metadata={"help": "the tiny model (a CPU check of the benchmark itself)"})
-    only: list[str] | None = field(default=None, metadata={"help": "only these rows (labels of VARIANTS)",
-                                                           "metavar": "ROW", "nargs": "+"})
+    only: list[str] | None = field(
+        default=None, metadata={"help": "only these rows (labels of VARIANTS)", "metavar": "ROW", "nargs": "+"}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

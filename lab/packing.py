@@ -42,8 +42,10 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
 
     def __init__(self, lengths: list[int], max_tokens: int, seed: int = 42, per_step: int = 1):
         if max(lengths, default=0) > max_tokens:
-            raise ValueError(f"A sequence of {max(lengths)} tokens does not fit a packed row of {max_tokens}. "
-                             "To fix: raise --max-tokens-per-micro-batch to at least --max-length.")
+            raise ValueError(
+                f"A sequence of {max(lengths)} tokens does not fit a packed row of {max_tokens}. "
+                "To fix: raise --max-tokens-per-micro-batch to at least --max-length."
+            )
         self.seed, self.epoch, self.per_step = seed, 0, per_step
         order = list(range(len(lengths)))
         random.Random(seed).shuffle(order)
@@ -56,7 +58,7 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
             used += lengths[i]
 
     @classmethod
-    def for_dataset(cls, ds, max_tokens: int, seed: int, per_step: int = 1) -> "PackedBatchSampler":
+    def for_dataset(cls, ds, max_tokens: int, seed: int, per_step: int = 1) -> PackedBatchSampler:
         return cls([len(x) for x in ds["input_ids"]], max_tokens, seed, per_step)
 
 
@@ -69,6 +71,7 @@ def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool =
     position ids restart at 0 at each sequence and are 0 on every padding token (a document of one token each).
     With `labelled_positions` and `count_tokens`, the keys `data.make_collator` adds (the non-padding tokens: the
     sequences' lengths)."""
+
     def collate(features):
         ids, labels, positions = [], [], []
         for f in features:
@@ -77,9 +80,11 @@ def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool =
             labels += [-100, *f["labels"][1:]]
             positions += range(n)
         tokens, pad = len(ids), max(row_tokens, -(-len(ids) // 8) * 8) - len(ids)
-        batch = {"input_ids": torch.tensor([ids + [pad_token_id] * pad]),
-                 "labels": torch.tensor([labels + [-100] * pad]),
-                 "position_ids": torch.tensor([positions + [0] * pad])}
+        batch = {
+            "input_ids": torch.tensor([ids + [pad_token_id] * pad]),
+            "labels": torch.tensor([labels + [-100] * pad]),
+            "position_ids": torch.tensor([positions + [0] * pad]),
+        }
         if labelled_positions:
             batch["labelled_positions"] = labelled_positions_of(batch["labels"])
         if count_tokens:
@@ -108,11 +113,13 @@ def packed():
 
     def batches(cfg, train_ds, world_size=1):
         row["tokens"] = cfg.max_tokens_per_micro_batch
-        return PackedBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed,
-                                              world_size * cfg.gradient_accumulation_steps)
+        return PackedBatchSampler.for_dataset(
+            train_ds, cfg.max_tokens_per_micro_batch, cfg.seed, world_size * cfg.gradient_accumulation_steps
+        )
 
-    def collator(tokenizer, padding="longest", max_length=512, attention_mask=True, labelled_positions=False,
-                 count_tokens=False):
+    def collator(
+        tokenizer, padding="longest", max_length=512, attention_mask=True, labelled_positions=False, count_tokens=False
+    ):
         return pack_collator(tokenizer.pad_token_id, row["tokens"], labelled_positions, count_tokens)
 
     def load(*args, **kwargs):

@@ -61,8 +61,12 @@ def time_op(op: str, numel: int, device, iters: int, warmup: int) -> float | Non
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="Qwen/Qwen3-0.6B", help="its parameter count sets the per-step sizes")
-    p.add_argument("--reduce-bucket-size", type=int, default=500_000_000,
-                   help="gradient elements per reduce-scatter (the default recipe's)")
+    p.add_argument(
+        "--reduce-bucket-size",
+        type=int,
+        default=500_000_000,
+        help="gradient elements per reduce-scatter (the default recipe's)",
+    )
     p.add_argument("--sizes-mib", type=float, nargs="*", default=[16, 64, 256], help="further sizes to sweep")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -76,8 +80,8 @@ def main():
     device = torch.device("cuda") if cuda else torch.device("cpu")
     rank, n = dist.get_rank(), dist.get_world_size()
 
-    from workshop_lib.units import MiB
     from workshop_lib.model import count_params
+    from workshop_lib.units import MiB
 
     params = count_params(args.model)["num_params"]
     bucket = min(args.reduce_bucket_size, params)
@@ -87,10 +91,15 @@ def main():
     for op, numel, what in cases:
         sec = time_op(op, numel, device, args.iters, args.warmup)
         size = numel * 2
-        row = {"world_size": n, "op": op, "what": what, "mib": round(size / MiB, 1),
-               "ms": None if sec is None else round(sec * 1e3, 3),
-               "algbw_gbps": None if sec is None else round(size / sec / 1e9, 1),
-               "busbw_gbps": None if sec is None else round(size / sec / 1e9 * OPS[op][1](n), 1)}
+        row = {
+            "world_size": n,
+            "op": op,
+            "what": what,
+            "mib": round(size / MiB, 1),
+            "ms": None if sec is None else round(sec * 1e3, 3),
+            "algbw_gbps": None if sec is None else round(size / sec / 1e9, 1),
+            "busbw_gbps": None if sec is None else round(size / sec / 1e9 * OPS[op][1](n), 1),
+        }
         if what != "sweep" and sec is not None:  # the step moves params/bucket buckets of gradients
             row["ms_per_step"] = round(sec * 1e3 * (params / bucket if what == "gradient bucket" else 1), 1)
         rows.append(row)
@@ -99,8 +108,10 @@ def main():
 
         df = pd.DataFrame(rows)
         df.to_csv(args.out, index=False)
-        print(f"{args.model}: {params:,} parameters, {n} ranks ({'NCCL' if cuda else 'gloo'}); "
-              f"ZeRO-2 moves {params * 2 / MiB:,.0f} MiB of gradients and of parameters per optimizer step")
+        print(
+            f"{args.model}: {params:,} parameters, {n} ranks ({'NCCL' if cuda else 'gloo'}); "
+            f"ZeRO-2 moves {params * 2 / MiB:,.0f} MiB of gradients and of parameters per optimizer step"
+        )
         print(df.to_string(index=False))
         step = df["ms_per_step"].sum() if "ms_per_step" in df else float("nan")
         print(f"ZeRO-2's collectives, unoverlapped: {step:,.1f} ms per optimizer step; wrote {args.out}")

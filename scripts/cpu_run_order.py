@@ -32,8 +32,10 @@ def one(order: list[str], warm: bool, runs: str) -> dict[str, float]:
     common = lessons.notebook_run_options()
     if warm:
         lessons.warm_up(NOTEBOOK, runs, **common)
-    return {n: run_experiment(lessons.run_config(NOTEBOOK, n, runs, **common))["steady_train_tokens_per_second"]
-            for n in order}
+    return {
+        n: run_experiment(lessons.run_config(NOTEBOOK, n, runs, **common))["steady_train_tokens_per_second"]
+        for n in order
+    }
 
 
 def main(rounds: int) -> int:
@@ -46,16 +48,28 @@ def main(rounds: int) -> int:
         for warm in (False, True):
             for label, order in (("forwards", ORDER), ("reversed", ORDER[::-1])):
                 with tempfile.TemporaryDirectory() as runs:
-                    p = subprocess.run([sys.executable, __file__, "--one", json.dumps([order, warm, runs])],
-                                       capture_output=True, text=True)
+                    p = subprocess.run(
+                        [sys.executable, __file__, "--one", json.dumps([order, warm, runs])],
+                        capture_output=True,
+                        text=True,
+                    )
                 if p.returncode:
                     print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
                     return p.returncode
                 speeds = json.loads(p.stdout.strip().splitlines()[-1])
                 ranked = sorted(speeds, key=speeds.get, reverse=True)
                 for position, name in enumerate(order, 1):
-                    rows.append({"round": r, "warm-up": warm, "order": label, "position": position, "run": name,
-                                 title(TPS): speeds[name], "rank (1 = fastest)": ranked.index(name) + 1})
+                    rows.append(
+                        {
+                            "round": r,
+                            "warm-up": warm,
+                            "order": label,
+                            "position": position,
+                            "run": name,
+                            title(TPS): speeds[name],
+                            "rank (1 = fastest)": ranked.index(name) + 1,
+                        }
+                    )
                 print(f"round {r}, warm-up {warm}, {label}: {speeds}", flush=True)
     df = pd.DataFrame(rows)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -87,32 +101,48 @@ def report(df, device: str, date: str) -> str:
         verdicts = {}  # (round, order) -> each stage against the baseline of its process, in the CPU's band
         for (r, o), c in g.groupby(["round", "order"]):
             speed = c.set_index("run")[title(TPS)]
-            verdicts[(r, o)] = tuple(lessons.Comparison(TPS, unit(TPS), speed[n],
-                                                        speed["baseline"], band).verdict for n in ORDER[1:])
-        lines.append(f"- {'With' if warm else 'Without'} the warm-up, each stage against its process's baseline "
-                     f"(band ±{band:.0%}): "
-                     + "; ".join(f"{o} #{r}: " + ", ".join(f"{n} {v}" for n, v in zip(ORDER[1:], vs))
-                                 for (r, o), vs in verdicts.items())
-                     + ". " + _contradictions(verdicts))
+            verdicts[(r, o)] = tuple(
+                lessons.Comparison(TPS, unit(TPS), speed[n], speed["baseline"], band).verdict for n in ORDER[1:]
+            )
+        lines.append(
+            f"- {'With' if warm else 'Without'} the warm-up, each stage against its process's baseline "
+            f"(band ±{band:.0%}): "
+            + "; ".join(
+                f"{o} #{r}: " + ", ".join(f"{n} {v}" for n, v in zip(ORDER[1:], vs)) for (r, o), vs in verdicts.items()
+            )
+            + ". "
+            + _contradictions(verdicts)
+        )
     both = df.pivot_table(index=["round", "order", "run"], columns="warm-up", values=title(TPS))
     slow = (both[False] / both[True]).unstack("run")[ORDER]  # without the warm-up / with it, same round and order
-    lines.append("- Speed without the warm-up over speed with it, the same run in the same round and order: "
-                 + "; ".join(f"#{r} {o}: " + ", ".join(f"{n} {v:.2f}" for n, v in row.items())
-                             for (r, o), row in slow.iterrows())
-                 + f". The slowest, {slow.min().min():.2f}, is a run {1 / slow.min().min():.0f}x slower than itself after the warm-up.")
-    lines.append(f"- With the warm-up, a run's tokens/s over its process's baseline's varied by up to "
-                 f"{band:.0%} between processes (|a - b| / mean): `lessons.cpu_band`, the band of "
-                 "the speed verdicts on a CPU.")
-    return (f"# Notebook 02's runs on a CPU: does the run order decide the ranking?\n\n"
-            f"`python scripts/cpu_run_order.py` on {device}, {date} (the machine shared with other work): steady "
-            "tokens/s of the tiny model, each column one fresh process running the four runs in the order named, "
-            "as notebook 02 makes them.\n\n"
-            + wide.round(0).astype(int).map("{:,}".format).T.to_markdown() + "\n\n"
-            + "\n".join(lines) + "\n")
+    lines.append(
+        "- Speed without the warm-up over speed with it, the same run in the same round and order: "
+        + "; ".join(
+            f"#{r} {o}: " + ", ".join(f"{n} {v:.2f}" for n, v in row.items()) for (r, o), row in slow.iterrows()
+        )
+        + f". The slowest, {slow.min().min():.2f}, is a run {1 / slow.min().min():.0f}x slower than itself after the warm-up."
+    )
+    lines.append(
+        f"- With the warm-up, a run's tokens/s over its process's baseline's varied by up to "
+        f"{band:.0%} between processes (|a - b| / mean): `lessons.cpu_band`, the band of "
+        "the speed verdicts on a CPU."
+    )
+    return (
+        f"# Notebook 02's runs on a CPU: does the run order decide the ranking?\n\n"
+        f"`python scripts/cpu_run_order.py` on {device}, {date} (the machine shared with other work): steady "
+        "tokens/s of the tiny model, each column one fresh process running the four runs in the order named, "
+        "as notebook 02 makes them.\n\n"
+        + wide.round(0).astype(int).map("{:,}".format).T.to_markdown()
+        + "\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--report"]:  # workshop_lessons/reference/cpu/run_order.md again from workshop_lessons/reference/cpu/run_order.csv
+    if sys.argv[1:2] == [
+        "--report"
+    ]:  # workshop_lessons/reference/cpu/run_order.md again from workshop_lessons/reference/cpu/run_order.csv
         import pandas as pd
 
         first = (OUT / "run_order.md").read_text().split("`python scripts/cpu_run_order.py` on ")[1]

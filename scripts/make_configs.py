@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # run as a script or loaded by a test
 from generated import write_or_check  # noqa: E402
+
 from workshop_lib.ds_config import shipped_configs  # noqa: E402
 
 if __name__ == "__main__":

@@ -51,8 +51,11 @@ def bound(source: str) -> set[str]:
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store) or (
-                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        elif (
+            isinstance(node, (ast.Subscript, ast.Attribute))
+            and isinstance(node.ctx, ast.Store)
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute))
+        ):
             base = node.func if isinstance(node, ast.Call) else node
             while isinstance(base, (ast.Subscript, ast.Attribute)):
                 base = base.value
@@ -74,7 +77,9 @@ def reads(source: str) -> set[str]:
     def visit(node):
         name = getattr(node, "func", None) and getattr(node.func, "attr", getattr(node.func, "id", None))
         if isinstance(node, ast.Call) and name in BLANK_AWARE and len(node.args) > BLANK_AWARE[name]:
-            return [visit(n) for i, n in enumerate([node.func, *node.args, *node.keywords]) if i != BLANK_AWARE[name] + 1]
+            return [
+                visit(n) for i, n in enumerate([node.func, *node.args, *node.keywords]) if i != BLANK_AWARE[name] + 1
+            ]
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and isinstance(node.values[0], ast.Name):
             return [visit(v) for v in node.values[1:]]
         if isinstance(node, ast.Name):
@@ -97,8 +102,12 @@ def diverges(solution: Path) -> bool:
         if "solution" in cell.metadata.get("tags", []):
             answers |= bound(cell.source)
             continue
-        imported |= {(a.asname or a.name).split(".")[0] for n in ast.walk(parse(cell.source))
-                     if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        imported |= {
+            (a.asname or a.name).split(".")[0]
+            for n in ast.walk(parse(cell.source))
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
         if (answers - imported) & reads(cell.source):
             return True
     return False
@@ -111,6 +120,10 @@ def main(check: bool) -> int:
 
 if __name__ == "__main__":
     if "--diverging" in sys.argv:
-        print(" ".join(f"course/{sol.stem}.ipynb" for sol in sorted((ROOT / "solutions").glob("[0-9]*.py")) if diverges(sol)))
+        print(
+            " ".join(
+                f"course/{sol.stem}.ipynb" for sol in sorted((ROOT / "solutions").glob("[0-9]*.py")) if diverges(sol)
+            )
+        )
         sys.exit(0)
     sys.exit(main("--check" in sys.argv))

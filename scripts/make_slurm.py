@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # run as a script or loaded by a test
 from generated import write_or_check  # noqa: E402
+
 from workshop_lib.ds_config import EXPERIMENTS, Experiment  # noqa: E402
 
 # sbatch reads #SBATCH lines only above the first command: the header stays before {body}.
@@ -65,25 +66,39 @@ def script(exp: Experiment) -> str:
     about = f"# {exp.name} on one GPU: {exp.summary}."
     if exp.offloads_to_nvme:
         about += "\n" + NVME
-    about += (f"\n#   sbatch slurm/{exp.name}.slurm {ARGS}"
-              f"\n#   (the same job as: sbatch slurm/one_gpu.slurm {exp.name} ...)")
-    return TEMPLATE.format(about=about, usage=f"{exp.name}.slurm", run=exp.name, job=exp.name,
-                           body=f'source slurm/common.sh\nworkshop_launch {exp.name} "$@"')
+    about += (
+        f"\n#   sbatch slurm/{exp.name}.slurm {ARGS}\n#   (the same job as: sbatch slurm/one_gpu.slurm {exp.name} ...)"
+    )
+    return TEMPLATE.format(
+        about=about,
+        usage=f"{exp.name}.slurm",
+        run=exp.name,
+        job=exp.name,
+        body=f'source slurm/common.sh\nworkshop_launch {exp.name} "$@"',
+    )
 
 
 def one_gpu() -> str:
     """slurm/one_gpu.slurm: any experiment of ds_config.EXPERIMENTS, the first argument."""
-    about = ("# Any experiment on one GPU, named first (one of $experiments below).\n"
-             f"#   sbatch slurm/one_gpu.slurm EXPERIMENT {ARGS}\n"
-             "#   sbatch slurm/one_gpu.slurm stage2_offload --epochs 1      # the job of slurm/stage2_offload.slurm")
-    return TEMPLATE.format(about=about, usage="one_gpu.slurm stage2", run="<experiment>", job="one_gpu",
-                           body=ONE_GPU_BODY.format(names=" ".join(EXPERIMENTS)).rstrip())
+    about = (
+        "# Any experiment on one GPU, named first (one of $experiments below).\n"
+        f"#   sbatch slurm/one_gpu.slurm EXPERIMENT {ARGS}\n"
+        "#   sbatch slurm/one_gpu.slurm stage2_offload --epochs 1      # the job of slurm/stage2_offload.slurm"
+    )
+    return TEMPLATE.format(
+        about=about,
+        usage="one_gpu.slurm stage2",
+        run="<experiment>",
+        job="one_gpu",
+        body=ONE_GPU_BODY.format(names=" ".join(EXPERIMENTS)).rstrip(),
+    )
 
 
 def scripts() -> dict[Path, str]:
     """Every file this writes, path -> text."""
     return {ROOT / "slurm" / "one_gpu.slurm": one_gpu()} | {
-        ROOT / "slurm" / f"{e.name}.slurm": script(e) for e in EXPERIMENTS.values()}
+        ROOT / "slurm" / f"{e.name}.slurm": script(e) for e in EXPERIMENTS.values()
+    }
 
 
 def main(check: bool) -> int:

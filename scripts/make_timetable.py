@@ -20,7 +20,6 @@ from generated import write_or_check  # noqa: E402
 
 from workshop_lessons import WORDS_PER_MINUTE, markdown_cells, prose_paragraphs, reading_minutes  # noqa: E402
 
-WORDS_PER_MINUTE = 200  # workshop_lessons.WORDS_PER_MINUTE, the notebooks' headers' rule of thumb (a test checks)
 MINUTES_PER_EXERCISE = 5  # an assumption, stated in the table's caption
 CORE = ["00_setup", "01_baseline", "02_zero_stages", "03_cpu_offload", "04_multi_gpu"]
 OPTIONAL = ["03b_the_fine_tuned_model", "03c_models_that_do_not_fit", "03d_failure_drills", "03e_zenflow"]
@@ -30,8 +29,11 @@ BEGIN, END = "<!-- timetable -->", "<!-- /timetable -->"
 
 def exercises(path: Path) -> int:
     """Exercise questions: the numbered items of each markdown cell tagged "exercise", or 1 for a cell without."""
-    return sum(max(1, len(re.findall(r"^\d+\.\s", "\n".join(lines), re.M)))
-               for head, lines in markdown_cells(path) if '"exercise"' in head)
+    return sum(
+        max(1, len(re.findall(r"^\d+\.\s", "\n".join(lines), re.M)))
+        for head, lines in markdown_cells(path)
+        if '"exercise"' in head
+    )
 
 
 def run_seconds(times: dict, kind: str) -> tuple[str, dict]:
@@ -53,10 +55,17 @@ def rows(root: Path = ROOT) -> list[dict]:
     for nb in CORE + OPTIONAL:
         path = root / "course" / f"{nb}.py"
         words = sum(map(len, prose_paragraphs(path)))
-        r = {"notebook": nb, "core": nb in CORE, "words": words, "reading": reading_minutes(words),
-             "gpu": math.ceil(on_gpu[nb] / 60) if nb in on_gpu else None,
-             "cpu": math.ceil(on_cpu[nb] / 60) if nb in on_cpu else None, "exercises": exercises(path),
-             "gpu_device": gpu, "cpu_device": cpu}
+        r = {
+            "notebook": nb,
+            "core": nb in CORE,
+            "words": words,
+            "reading": reading_minutes(words),
+            "gpu": math.ceil(on_gpu[nb] / 60) if nb in on_gpu else None,
+            "cpu": math.ceil(on_cpu[nb] / 60) if nb in on_cpu else None,
+            "exercises": exercises(path),
+            "gpu_device": gpu,
+            "cpu_device": cpu,
+        }
         r["total"] = r["reading"] + (r["gpu"] or 0) + r["exercises"] * MINUTES_PER_EXERCISE
         out.append(r)
     return out
@@ -83,19 +92,52 @@ def table(root: Path = ROOT) -> str:
     ]
     row = "| {} | {:,} | {} | {} | {} | {} ({} min) | {} |"
     for r in core:
-        lines.append(row.format(f"`{r['notebook']}`", r["words"], r["reading"], minutes(r["gpu"]), minutes(r["cpu"]),
-                                r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE, r["total"]))
-    lines.append(row.format("**core track**", total["words"], total["reading"], total["gpu"], total["cpu"],
-                            total["exercises"], total["exercises"] * MINUTES_PER_EXERCISE,
-                            f"**{total['total']}** ({total['total'] / 60:.1f} h)"))
+        lines.append(
+            row.format(
+                f"`{r['notebook']}`",
+                r["words"],
+                r["reading"],
+                minutes(r["gpu"]),
+                minutes(r["cpu"]),
+                r["exercises"],
+                r["exercises"] * MINUTES_PER_EXERCISE,
+                r["total"],
+            )
+        )
+    lines.append(
+        row.format(
+            "**core track**",
+            total["words"],
+            total["reading"],
+            total["gpu"],
+            total["cpu"],
+            total["exercises"],
+            total["exercises"] * MINUTES_PER_EXERCISE,
+            f"**{total['total']}** ({total['total'] / 60:.1f} h)",
+        )
+    )
     for r in rs:
         if not r["core"]:
-            lines.append(row.format(f"`{r['notebook']}` (optional)", r["words"], r["reading"], minutes(r["gpu"]),
-                                    minutes(r["cpu"]), r["exercises"], r["exercises"] * MINUTES_PER_EXERCISE,
-                                    r["total"]))
+            lines.append(
+                row.format(
+                    f"`{r['notebook']}` (optional)",
+                    r["words"],
+                    r["reading"],
+                    minutes(r["gpu"]),
+                    minutes(r["cpu"]),
+                    r["exercises"],
+                    r["exercises"] * MINUTES_PER_EXERCISE,
+                    r["total"],
+                )
+            )
     times = notebook_times(root)
-    several = [f"`{nb}` {math.ceil(t['seconds'] / 60)} min on {device}" for device, nbs in sorted(times.items())
-               if re.match(r"\d+ x ", device) for nb, t in sorted(nbs.items()) if t["returncode"] == 0]
+    several = [
+        f"`{nb}` {math.ceil(t['seconds'] / 60)} min on {device}"
+        for device, nbs in sorted(times.items())
+        if re.match(r"\d+ x ", device)
+        for nb, t in sorted(nbs.items())
+        if t["returncode"] == 0
+    ]
     if several:  # a machine of several GPUs, where notebook 04 starts its ranks on them
         lines += ["", f"With several GPUs (run, ranks on each): {'; '.join(several)}."]
     return "\n".join(lines)

@@ -30,8 +30,16 @@ def main(out: Path) -> None:
         cfg = lessons.run_config(NOTEBOOK, name, out / "runs", **common)
         cfg.output_dir, cfg.save_model = str(out / "runs" / f"{position}-{name}"), False
         r = run_experiment(cfg)
-        rows.append({"position": position, "run": name, TPS: r[TPS], "warmup_steps": r["warmup_steps"],
-                     "steady_steps": r["steady_steps"], "device": env.device_name()})
+        rows.append(
+            {
+                "position": position,
+                "run": name,
+                TPS: r[TPS],
+                "warmup_steps": r["warmup_steps"],
+                "steady_steps": r["steady_steps"],
+                "device": env.device_name(),
+            }
+        )
         print(f"{position}. {name}: {r[TPS]:,.0f} tokens/s", flush=True)
     df = pd.DataFrame(rows)
     df["of the experiment's mean"] = (df[TPS] / df.groupby("run")[TPS].transform("mean")).round(3)
@@ -39,9 +47,12 @@ def main(out: Path) -> None:
     band = lessons.band(TPS)
     worst = (df.groupby("run")[TPS].agg(lambda s: (s.max() - s.min()) / s.mean())).round(3)
     (out / "run_order.md").write_text(
-        f"# Run order in one process, {df['device'].iloc[0]}\n\n" + df.drop(columns="device").to_markdown(index=False)
+        f"# Run order in one process, {df['device'].iloc[0]}\n\n"
+        + df.drop(columns="device").to_markdown(index=False)
         + "\n\nLargest spread between one experiment's runs, of their mean: "
-        + ", ".join(f"{k} {v:.1%}" for k, v in worst.items()) + f"; the reference band: ±{band:.1%}.\n")
+        + ", ".join(f"{k} {v:.1%}" for k, v in worst.items())
+        + f"; the reference band: ±{band:.1%}.\n"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
+ruff format --check .  # the tree as the formatter writes it (pyproject.toml's [tool.ruff])
+ruff check .
 python scripts/make_course.py --check
 python scripts/make_timetable.py --check
 # nbmake runs .ipynb files: made here and removed at the end, so JupyterLab keeps listing each notebook once

@@ -43,15 +43,17 @@ def trained_models(name: str, since: float) -> list[str]:
 
 
 def main(names: list[str]) -> int:
+    import torch
+
     import workshop_lessons as lessons
     from workshop_lib import env
     from workshop_lib.config import recipe_settings
 
-    import torch
-
     gpus = torch.cuda.device_count()  # a machine of several GPUs is timed apart from one of its kind with one
     device = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
-    model = "tiny model" if lessons.notebook_run_options()["tiny"] else recipe_settings("default")["model"]  # when no run says
+    model = (
+        "tiny model" if lessons.notebook_run_options()["tiny"] else recipe_settings("default")["model"]
+    )  # when no run says
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     failed = 0
     for name in names:
@@ -59,15 +61,19 @@ def main(names: list[str]) -> int:
         cell_times.unlink(missing_ok=True)
         ops, started = built_ops(), time.time()
         t0 = time.perf_counter()
-        rc = subprocess.run([sys.executable, __file__, "--cells", f"{name}.py", str(cell_times)],
-                            cwd=ROOT / "solutions").returncode
+        rc = subprocess.run(
+            [sys.executable, __file__, "--cells", f"{name}.py", str(cell_times)], cwd=ROOT / "solutions"
+        ).returncode
         seconds = round(time.perf_counter() - t0, 1)
         cells = json.loads(cell_times.read_text()) if cell_times.exists() else []
-        times.setdefault(device, {})[name] = {"seconds": seconds, "returncode": rc,
-                                              "date": time.strftime("%Y-%m-%d"),
-                                              "model": ", ".join(trained_models(name, started)) or model,
-                                              "cells": sorted(cells, key=lambda c: -c[1])[:8],
-                                              "ops_built": sorted(built_ops() - ops)}
+        times.setdefault(device, {})[name] = {
+            "seconds": seconds,
+            "returncode": rc,
+            "date": time.strftime("%Y-%m-%d"),
+            "model": ", ".join(trained_models(name, started)) or model,
+            "cells": sorted(cells, key=lambda c: -c[1])[:8],
+            "ops_built": sorted(built_ops() - ops),
+        }
         print(f"{name}: {seconds:.0f} s on {device}, exit code {rc}", flush=True)
         failed += rc != 0
         TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")

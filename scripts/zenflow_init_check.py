@@ -29,15 +29,19 @@ def main():
         torch.manual_seed(0)
         net, _, _ = load_model_and_tokenizer("Qwen/Qwen3-0.6B", tiny=True, random_weights=True)
         before = copy.deepcopy(net.state_dict())
-        cfg = build_ds_config("stage2_zenflow" if zenflow else "stage2_offload", Settings(
-            precision="fp32", train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, world_size=1))
+        cfg = build_ds_config(
+            "stage2_zenflow" if zenflow else "stage2_offload",
+            Settings(precision="fp32", train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, world_size=1),
+        )
         cfg["optimizer"]["params"] = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
         cfg["gradient_clipping"], cfg["zero_optimization"]["reduce_bucket_size"] = 1.0, 10**6
         engine, *_ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=cfg)
         after = engine.module.state_dict()
         changed = [k for k in before if not torch.equal(before[k].float(), after[k].float())]
-        print(f"ZenFlow {zenflow}: {len(changed)} of {len(before)} tensors changed by deepspeed.initialize; "
-              f"loss of one batch before any step {engine(input_ids=x, labels=x).loss.item():.4f}")
+        print(
+            f"ZenFlow {zenflow}: {len(changed)} of {len(before)} tensors changed by deepspeed.initialize; "
+            f"loss of one batch before any step {engine(input_ids=x, labels=x).loss.item():.4f}"
+        )
         for k in changed:
             a, b = before[k].float(), after[k].float()
             permuted = torch.equal(a.flatten().sort().values, b.flatten().sort().values)

@@ -50,14 +50,19 @@ print(env.versions())
 # means "not pre-built, but it can be compiled here". `scripts/setup.sh` compiled those the course uses.
 
 # %%
-print("\n".join(line for line in env.ds_report() if "adam" in line or "torch version" in line
-                or "accelerator" in line.lower()))
+print(
+    "\n".join(
+        line for line in env.ds_report() if "adam" in line or "torch version" in line or "accelerator" in line.lower()
+    )
+)
 
 # %%
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
-    print(f"{p.name}: {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
-          f"bf16 supported: {torch.cuda.is_bf16_supported()}, peak 16-bit FLOP/s: {env.peak_flops()}")
+    print(
+        f"{p.name}: {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
+        f"bf16 supported: {torch.cuda.is_bf16_supported()}, peak 16-bit FLOP/s: {env.peak_flops()}"
+    )
 else:
     print("No GPU: the experiments will run the tiny model on the CPU, in fp32.")
 
@@ -88,8 +93,10 @@ print(data.PROMPT.format(question=ex["question"], context=ex["context"][:200] + 
 _, tokenizer, _ = model.load_model_and_tokenizer(model.DEFAULT_MODEL, tiny=True)
 enc = data.encode_example(ex, tokenizer, max_length=512, loss_on="answer")
 graded = [t for t, label in zip(enc["input_ids"], enc["labels"]) if label != -100]
-print(f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) / len(enc['input_ids']):.0%}): "
-      f"{tokenizer.decode(graded)!r}")
+print(
+    f"{len(enc['input_ids'])} tokens, {len(graded)} with a loss ({len(graded) / len(enc['input_ids']):.0%}): "
+    f"{tokenizer.decode(graded)!r}"
+)
 
 # %% [markdown]
 # ### Long examples
@@ -116,17 +123,30 @@ pd.Series(stats.as_dict())
 rows = []
 for name in (model.DEFAULT_MODEL, model.CLASSIC_MODEL):
     n = model.count_params(name)
-    for stage, off_opt, off_par in [(None, False, False), (0, False, False), (2, False, False), (3, False, False),
-                                    (2, True, False), (3, True, True)]:
+    for stage, off_opt, off_par in [
+        (None, False, False),
+        (0, False, False),
+        (2, False, False),
+        (3, False, False),
+        (2, True, False),
+        (3, True, True),
+    ]:
         for gpus in (1, 4):
-            est = memory.estimate_model_states(n["num_params"], n["largest_layer_params"], stage, off_opt,
-                                               off_par, num_gpus_per_node=gpus)
-            rows.append({"model": name, "params (M)": n["num_params"] / 1e6,
-                         "zero_stage": "Trainer" if stage is None else stage,
-                         "offload": "opt+param" if off_par else ("opt" if off_opt else "-"), "GPUs": gpus,
-                         "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
-                         "GPU bytes/param": est["estimated_model_states_gpu_mib"] * units.MiB / n["num_params"],
-                         "CPU MiB per node": est["estimated_model_states_cpu_mib"]})
+            est = memory.estimate_model_states(
+                n["num_params"], n["largest_layer_params"], stage, off_opt, off_par, num_gpus_per_node=gpus
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "params (M)": n["num_params"] / 1e6,
+                    "zero_stage": "Trainer" if stage is None else stage,
+                    "offload": "opt+param" if off_par else ("opt" if off_opt else "-"),
+                    "GPUs": gpus,
+                    "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
+                    "GPU bytes/param": est["estimated_model_states_gpu_mib"] * units.MiB / n["num_params"],
+                    "CPU MiB per node": est["estimated_model_states_cpu_mib"],
+                }
+            )
 estimates = pd.DataFrame(rows)
 estimates
 
@@ -152,12 +172,19 @@ setup.params_table([model.DEFAULT_MODEL, model.CLASSIC_MODEL])
 # %% tags=["solution"]
 qwen, bloom = setup.param_counts(model.DEFAULT_MODEL), setup.param_counts(model.CLASSIC_MODEL)
 for p in (qwen, bloom):
-    what = (f"the {p.vocab_size:,} x {p.hidden_size} token embedding" if p.largest_is_embedding
-            else "not the token embedding")
-    print(f"{p.model}: {p.num_params:,} parameters; largest tensor {p.largest_layer_params:,} parameters, {what}, "
-          f"{p.largest_share:.0%} of the model.")
-print(f"BLOOM's multilingual vocabulary of {bloom.vocab_size:,} tokens ({bloom.vocab_size / qwen.vocab_size:.1f}x "
-      "Qwen3's) makes its embedding that large.")
+    what = (
+        f"the {p.vocab_size:,} x {p.hidden_size} token embedding"
+        if p.largest_is_embedding
+        else "not the token embedding"
+    )
+    print(
+        f"{p.model}: {p.num_params:,} parameters; largest tensor {p.largest_layer_params:,} parameters, {what}, "
+        f"{p.largest_share:.0%} of the model."
+    )
+print(
+    f"BLOOM's multilingual vocabulary of {bloom.vocab_size:,} tokens ({bloom.vocab_size / qwen.vocab_size:.1f}x "
+    "Qwen3's) makes its embedding that large."
+)
 
 # %% [markdown] tags=["exercise"]
 # 2. From the table: how many MiB of model states does ZeRO stage 0 need on one GPU for Qwen3-0.6B, and
@@ -165,8 +192,10 @@ print(f"BLOOM's multilingual vocabulary of {bloom.vocab_size:,} tokens ({bloom.v
 
 # %% tags=["solution"]
 z = setup.zero_split(estimates, model.DEFAULT_MODEL)
-print(f"stage 0, 1 GPU: {z.stage0_1gpu_mib:,.0f} MiB; stage 3 on 4 GPUs: {z.stage3_4gpu_mib:,.0f} MiB per GPU "
-      f"({z.stage3_fraction:.0%}).")
+print(
+    f"stage 0, 1 GPU: {z.stage0_1gpu_mib:,.0f} MiB; stage 3 on 4 GPUs: {z.stage3_4gpu_mib:,.0f} MiB per GPU "
+    f"({z.stage3_fraction:.0%})."
+)
 
 # %% [markdown] tags=["exercise"]
 # 3. Why is the estimate for stages 0 and 2 the same on one GPU? Is that evidence that stage 2 saves nothing
@@ -175,11 +204,13 @@ print(f"stage 0, 1 GPU: {z.stage0_1gpu_mib:,.0f} MiB; stage 3 on 4 GPUs: {z.stag
 # %% tags=["solution"]
 c = z.stage2_vs_stage0
 print(f"stage 0: {c.other:,.0f} MiB, stage 2: {c.value:,.0f} MiB on one GPU ({c.verdict}).")
-print("Equal by construction, so no evidence: DeepSpeed has no stage-0 estimator, and the table's stage-0 row is "
-      "stage 2's formula with one GPU (memory.estimate_model_states). The formula says why they would agree: "
-      "stage 2 divides 18 of its 20 bytes per parameter by the number of data-parallel GPUs, and one GPU divides "
-      "nothing (only offload moves memory off a single GPU). The evidence is a measurement: notebook 02 runs "
-      "the baseline and stages 1-3 on one GPU and compares their memory.")
+print(
+    "Equal by construction, so no evidence: DeepSpeed has no stage-0 estimator, and the table's stage-0 row is "
+    "stage 2's formula with one GPU (memory.estimate_model_states). The formula says why they would agree: "
+    "stage 2 divides 18 of its 20 bytes per parameter by the number of data-parallel GPUs, and one GPU divides "
+    "nothing (only offload moves memory off a single GPU). The evidence is a measurement: notebook 02 runs "
+    "the baseline and stages 1-3 on one GPU and compares their memory."
+)
 
 # %% [markdown]
 # ## How the numbers are measured

@@ -62,18 +62,19 @@ display(Markdown(lesson.recipe_here(lessons.run_config(NOTEBOOK, "baseline", RUN
 # On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 base = run_experiment(lessons.run_config(NOTEBOOK, "baseline", RUNS, **COMMON))
-print(f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
-      f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "
-      f"step: {base['global_batch_size']} questions per step on average, {base['steps_per_epoch']} steps per epoch; "
-      f"this run made {base['global_steps']} steps.")
+print(
+    f"{base['data_stats']['train']['used']} questions in micro-batches of up to "
+    f"{base['config']['max_tokens_per_micro_batch']:,} tokens, {base['gradient_accumulation_steps']} per optimizer "
+    f"step: {base['global_batch_size']} questions per step on average, {base['steps_per_epoch']} steps per epoch; "
+    f"this run made {base['global_steps']} steps."
+)
 print(f"results: {RUNS}/baseline/results.json ({len(base)} keys)")
 
 # %% [markdown]
 # The loss per step from `train_log.csv`, the eval loss as a marker:
 
 # %%
-results.plot_loss(results.load_results(f"{RUNS}/baseline"));
-
+results.plot_loss(results.load_results(f"{RUNS}/baseline"))
 # %% [markdown]
 # ## 2. The classic recipe
 #
@@ -83,8 +84,7 @@ results.plot_loss(results.load_results(f"{RUNS}/baseline"));
 # %%
 classic = run_experiment(lessons.run_config(NOTEBOOK, "baseline_classic", RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
-results.plot_memory_over_time(df);
-
+results.plot_memory_over_time(df)
 # %% [markdown]
 # The memory figures (their phases: 00_setup, "How the numbers are measured"):
 # - **GPU peak MiB** (NVML, as `nvidia-smi` shows): everything on the GPU, PyTorch's cache and the CUDA context
@@ -100,8 +100,10 @@ results.plot_memory_over_time(df);
 # %%
 c = recipe_settings("classic")
 mb, length, vocab = c["train_micro_batch_size_per_gpu"], c["max_length"], model.count_params(c["model"])["vocab_size"]
-print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * vocab / 1024 / MiB:.2f} GiB in "
-      f"{c['precision']}, {4 * mb * length * vocab / 1024 / MiB:.2f} GiB more when the loss upcasts them to fp32")
+print(
+    f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * vocab / 1024 / MiB:.2f} GiB in "
+    f"{c['precision']}, {4 * mb * length * vocab / 1024 / MiB:.2f} GiB more when the loss upcasts them to fp32"
+)
 
 # %% [markdown]
 # ## 3. Tokens per micro-batch against gradient accumulation
@@ -113,8 +115,7 @@ print(f"{mb} x {length} x {vocab:,} logits of {c['model']}: {2 * mb * length * v
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
 df = results.load_results(RUNS)
-results.plot_memory_and_throughput(df);
-
+results.plot_memory_and_throughput(df)
 # %% [markdown]
 # ## 4. Your figures, beside the reference
 #
@@ -152,56 +153,85 @@ f = lesson.figures(runs["baseline"], runs["baseline_classic"], runs["baseline_ac
 # 6. What is in NVML's peak that is not in torch's peak reserved?
 
 # %% tags=["solution"]
-print(f"1. classic takes the loss on '{f.loss_on['classic']}' tokens, default on '{f.loss_on['default']}' tokens: "
-      f"different targets, so different scales (and different models and tokenizers: {f.models['classic']} against "
-      f"{f.models['default']}).")
-print(f"2. a classic prompt has {f.classic_mean_tokens:.0f} real tokens on average and is padded to "
-      f"{f.classic_max_length}: {f.padding_fraction:.0%} of the tokens it processes are padding, so removing the "
-      f"padding alone could make it at most {f.padding_speedup_bound:.1f}x faster.")
+print(
+    f"1. classic takes the loss on '{f.loss_on['classic']}' tokens, default on '{f.loss_on['default']}' tokens: "
+    f"different targets, so different scales (and different models and tokenizers: {f.models['classic']} against "
+    f"{f.models['default']})."
+)
+print(
+    f"2. a classic prompt has {f.classic_mean_tokens:.0f} real tokens on average and is padded to "
+    f"{f.classic_max_length}: {f.padding_fraction:.0%} of the tokens it processes are padding, so removing the "
+    f"padding alone could make it at most {f.padding_speedup_bound:.1f}x faster."
+)
 rest, d0, c0 = f.speed.ratio / f.padding_speedup_bound, f.micro_batches[0], f.classic_micro_batch
-others = ([f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
-           f"classic computes them at every position, {f.head_width['classic']:,} wide"]
-          if f.logits_on == {"default": "labelled", "classic": "all"} else [])
+others = (
+    [
+        f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
+        f"classic computes them at every position, {f.head_width['classic']:,} wide"
+    ]
+    if f.logits_on == {"default": "labelled", "classic": "all"}
+    else []
+)
 others += [f"micro-batches per step: {d0.count} of {d0.tokens:,.0f} real tokens against {c0.count} of {c0.tokens:,.0f}"]
 others += [f"{k} {a} against {b}" for k, (a, b) in f.differences.items()]
-print(f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic: {f.speed.other:,.0f}: "
-      f"{f.speed.ratio_text}. "
-      + (f"Padding explains at most {f.padding_speedup_bound:.1f}x of the {f.speed.ratio:.1f}x; the other "
-         f"{rest:.1f}x comes from the other differences between the runs: "
-         if f.speed.verdict == "higher" and rest > 1 else
-         f"Padding alone could explain up to {f.padding_speedup_bound:.1f}x; the runs also differ in ")
-      + "; ".join(others) + ".")
+print(
+    f"3. default: {f.speed.value:,.0f} real tokens/s ({f.speed_kind}), classic: {f.speed.other:,.0f}: "
+    f"{f.speed.ratio_text}. "
+    + (
+        f"Padding explains at most {f.padding_speedup_bound:.1f}x of the {f.speed.ratio:.1f}x; the other "
+        f"{rest:.1f}x comes from the other differences between the runs: "
+        if f.speed.verdict == "higher" and rest > 1
+        else f"Padding alone could explain up to {f.padding_speedup_bound:.1f}x; the runs also differ in "
+    )
+    + "; ".join(others)
+    + "."
+)
 a, p, (b4, m4), o = f.accum_speed, f.accum_peak, f.micro_batches, f.other_ms
-print(f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
-      f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "
-      f"(the micro-batches group different questions, so not identical); tokens/s {a.ratio_text}; {f.peak_what} "
-      f"{p.ratio_text}. Per micro-batch (steady step time / micro-batches per step), {m4.tokens:,.0f} tokens took "
-      f"{m4.ms:,.0f} ms against {b4.ms:,.0f} ms for the baseline's {b4.tokens:,.0f}. "
-      + ("Without a GPU there is no peak to set their arithmetic apart, so what the time is spent on is not "
-         "measured here; the reference rows show a GPU."
-         if o is None else
-         f"Their arithmetic at the GPU's peak (MFU x time) is {m4.arithmetic_ms:,.0f} and {b4.arithmetic_ms:,.0f} ms; "
-         f"the rest, {m4.other_ms:,.0f} and {b4.other_ms:,.0f} ms, "
-         + (f"is the same within the band ({o.band_text}) at both sizes: an overhead every micro-batch pays, "
+print(
+    f"4. {f.tokens_per_micro_batch[0]:,} tokens x 1 against {f.tokens_per_micro_batch[1]:,} x "
+    f"{f.accumulation_steps} per optimizer step: loss {f.accum_loss.value:.4f} against {f.accum_loss.other:.4f} "
+    f"(the micro-batches group different questions, so not identical); tokens/s {a.ratio_text}; {f.peak_what} "
+    f"{p.ratio_text}. Per micro-batch (steady step time / micro-batches per step), {m4.tokens:,.0f} tokens took "
+    f"{m4.ms:,.0f} ms against {b4.ms:,.0f} ms for the baseline's {b4.tokens:,.0f}. "
+    + (
+        "Without a GPU there is no peak to set their arithmetic apart, so what the time is spent on is not "
+        "measured here; the reference rows show a GPU."
+        if o is None
+        else f"Their arithmetic at the GPU's peak (MFU x time) is {m4.arithmetic_ms:,.0f} and {b4.arithmetic_ms:,.0f} ms; "
+        f"the rest, {m4.other_ms:,.0f} and {b4.other_ms:,.0f} ms, "
+        + (
+            f"is the same within the band ({o.band_text}) at both sizes: an overhead every micro-batch pays, "
             f"{f.accumulation_steps} times a step here (what it is spent on is not measured)."
-            if o.verdict == "within the band" else f"differs ({o.ratio_text}): not one cost per micro-batch; why "
-            "is not measured.")
-         + (" Fewer tokens per forward pass hold fewer activations at once." if p.verdict == "lower" else "")))
+            if o.verdict == "within the band"
+            else f"differs ({o.ratio_text}): not one cost per micro-batch; why is not measured."
+        )
+        + (" Fewer tokens per forward pass hold fewer activations at once." if p.verdict == "lower" else "")
+    )
+)
 if f.states_bytes_per_param is None:
-    print(f"5. no GPU: the model states cannot be read apart from the rest of the process here; the estimate is "
-          f"{f.estimated_states_mib:,.1f} MiB ({f.estimator}).")
+    print(
+        f"5. no GPU: the model states cannot be read apart from the rest of the process here; the estimate is "
+        f"{f.estimated_states_mib:,.1f} MiB ({f.estimator})."
+    )
 else:
-    print(f"5. model states measured after the first step: {f.states_mib:,.0f} MiB, {f.states_bytes_per_param:.1f} "
-          f"bytes/param, against the estimate of {f.estimated_states_mib:,.0f} MiB ({f.estimator}): "
-          + ("the Trainer frees the gradients after each step (zero_grad sets them to None), so what stays is fp32 "
-             "weights and Adam's two moments, 12 bytes/param" if f.gradients_freed else
-             "the gradients stay allocated between steps too")
-          + f". The training peak is {f.peak_over_states:.1f}x that: activations and logits.")
+    print(
+        f"5. model states measured after the first step: {f.states_mib:,.0f} MiB, {f.states_bytes_per_param:.1f} "
+        f"bytes/param, against the estimate of {f.estimated_states_mib:,.0f} MiB ({f.estimator}): "
+        + (
+            "the Trainer frees the gradients after each step (zero_grad sets them to None), so what stays is fp32 "
+            "weights and Adam's two moments, 12 bytes/param"
+            if f.gradients_freed
+            else "the gradients stay allocated between steps too"
+        )
+        + f". The training peak is {f.peak_over_states:.1f}x that: activations and logits."
+    )
 if f.nvml:
     n = f.nvml
-    print(f"6. NVML's peak {n.nvml_mib:,.0f} MiB = torch's peak allocated {n.allocated_mib:,.0f} + the caching "
-          f"allocator's free blocks {n.cached_mib:,.0f} + {n.outside_mib:,.0f} MiB outside PyTorch's allocator: the "
-          "CUDA context, cuBLAS/NCCL workspaces.")
+    print(
+        f"6. NVML's peak {n.nvml_mib:,.0f} MiB = torch's peak allocated {n.allocated_mib:,.0f} + the caching "
+        f"allocator's free blocks {n.cached_mib:,.0f} + {n.outside_mib:,.0f} MiB outside PyTorch's allocator: the "
+        "CUDA context, cuBLAS/NCCL workspaces."
+    )
 else:
     print("6. No GPU here: NVML has nothing to report; the reference rows show the split on an H100.")
 

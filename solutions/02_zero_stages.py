@@ -86,8 +86,8 @@ ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
-results.plot_memory_and_throughput(df);
-results.plot_memory_over_time(df);
+results.plot_memory_and_throughput(df)
+results.plot_memory_over_time(df)
 measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
@@ -100,7 +100,7 @@ print(lesson.explain_states(rows))
 # %%
 if results.cpu_memory_note(df):
     ref_runs = lessons.reference(NOTEBOOK)
-    results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]]);
+    results.plot_memory_and_throughput(ref_runs.loc[[n for n in ORDER if n in ref_runs.index]])
 
 # %% [markdown]
 # **Stage 3 runs without torch.compile** (DeepSpeed's parameter hooks split every compiled block, which measured
@@ -133,10 +133,12 @@ MY_AC = {"peak": 0.6, "tokens/s": 0.75}
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
-results.plot_memory_over_time(ac);
+results.plot_memory_over_time(ac)
 rows, where = lessons.gpu_results(NOTEBOOK, RUNS, ["baseline", "baseline_ac"])
-ratio = {k: rows["baseline_ac"][c] / rows["baseline"][c] for k, c in [("peak", "gpu_peak_allocated_mib"),
-                                                                      ("tokens/s", "steady_train_tokens_per_second")]}
+ratio = {
+    k: rows["baseline_ac"][c] / rows["baseline"][c]
+    for k, c in [("peak", "gpu_peak_allocated_mib"), ("tokens/s", "steady_train_tokens_per_second")]
+}
 print(f"baseline_ac as a fraction of the baseline, in {where}:")
 display(Markdown(lessons.beside_prediction(MY_AC, ratio, "fraction").to_markdown(index=False)))
 
@@ -172,10 +174,13 @@ print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines) if "ds_co
 
 # %%
 lines, first = inspect.getsourcelines(launch.run_local)
-print("".join(f"{first + i:4d} {line}" for i, line in enumerate(lines)
-              if "cmd = " in line or '"workshop_lib.cli"' in line))
+print(
+    "".join(
+        f"{first + i:4d} {line}" for i, line in enumerate(lines) if "cmd = " in line or '"workshop_lib.cli"' in line
+    )
+)
 common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside this notebook's folder
-print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}") + 7])
+print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]
 # **One key changed.** `--ds-config KEY=VALUE` (here `RunConfig(ds_config=[...])`) sets one key, checked against
@@ -190,16 +195,30 @@ print(common_sh[common_sh.index("\n_launch() {") + 1:common_sh.index("  esac\n}"
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
 ds["stage2_no_overlap"] = json.loads(Path(f"{RUNS}/stage2_no_overlap/ds_config.json").read_text())
-display(Markdown(ds_config.diff(ds["stage2"], ds["stage2_no_overlap"], ("stage2", "stage2_no_overlap"))
-                 .to_markdown(index=False)))
+display(
+    Markdown(
+        ds_config.diff(ds["stage2"], ds["stage2_no_overlap"], ("stage2", "stage2_no_overlap")).to_markdown(index=False)
+    )
+)
 buckets = {n: ds_config.gradient_bucket_mib(ds[n]) for n in ("stage2", "stage2_no_overlap")}
 print("gradient buckets, MiB (reduce_bucket_size elements x bytes per element x buffers):", buckets)
 PAIR = ["stage2", "stage2_no_overlap"]
-cols = ["steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib",
-        "gpu_peak_mib", "host_peak_rss_mib"]
+cols = [
+    "steady_train_tokens_per_second",
+    "steady_step_time_s",
+    "gpu_peak_allocated_mib",
+    "gpu_peak_reserved_mib",
+    "gpu_peak_mib",
+    "host_peak_rss_mib",
+]
 ref = lessons.reference(NOTEBOOK)
-display(Markdown(results.exercise_table(results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref,
-                                        {m: lessons.band(m) for m in cols}).to_markdown(index=False)))
+display(
+    Markdown(
+        results.exercise_table(
+            results.load_results([f"{RUNS}/{n}" for n in PAIR]), cols, ref, {m: lessons.band(m) for m in cols}
+        ).to_markdown(index=False)
+    )
+)
 if missing := [n for n in PAIR if n not in ref.index]:
     print("No GPU reference on file yet for: " + ", ".join(missing))
 
@@ -212,26 +231,39 @@ if missing := [n for n in PAIR if n not in ref.index]:
 pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in PAIR}
 metric = "gpu_peak_allocated_mib" if pair["stage2"]["gpu_peak_allocated_mib"] is not None else "host_peak_rss_mib"
 mem = lessons.compare(metric, pair["stage2_no_overlap"][metric], pair["stage2"][metric])
-fast = lessons.compare("steady_train_tokens_per_second", pair["stage2_no_overlap"]["steady_train_tokens_per_second"],
-                       pair["stage2"]["steady_train_tokens_per_second"])
+fast = lessons.compare(
+    "steady_train_tokens_per_second",
+    pair["stage2_no_overlap"]["steady_train_tokens_per_second"],
+    pair["stage2"]["steady_train_tokens_per_second"],
+)
 saved = buckets["stage2"] - buckets["stage2_no_overlap"]
 elements = ds["stage2"]["zero_optimization"]["reduce_bucket_size"]
-print(f"Predicted from the two configs: one gradient bucket of {elements:,} elements instead of two, {saved:,.1f} "
-      f"MiB less ({saved * 2**20 / elements:.0f} bytes per element).")
-print(f"Measured {metric}: {mem.value:,.1f} MiB against stage2's {mem.other:,.1f} ({mem.difference:+,.1f} MiB): "
-      f"{mem.verdict} ({mem.band_text}).")
+print(
+    f"Predicted from the two configs: one gradient bucket of {elements:,} elements instead of two, {saved:,.1f} "
+    f"MiB less ({saved * 2**20 / elements:.0f} bytes per element)."
+)
+print(
+    f"Measured {metric}: {mem.value:,.1f} MiB against stage2's {mem.other:,.1f} ({mem.difference:+,.1f} MiB): "
+    f"{mem.verdict} ({mem.band_text})."
+)
 if metric == "host_peak_rss_mib":
-    print("Without a GPU the peak is the whole process's host memory, where a bucket this small is lost among the "
-          "allocations of Python, the data and the allocator: the GPU reference is where the prediction is checked.")
+    print(
+        "Without a GPU the peak is the whole process's host memory, where a bucket this small is lost among the "
+        "allocations of Python, the data and the allocator: the GPU reference is where the prediction is checked."
+    )
 elif saved:
     print(f"The measured saving is {-mem.difference / saved:.2f}x the predicted one.")
-print(f"Speed: {fast.value:,.0f} against stage2's {fast.other:,.0f} tokens/s, {fast.ratio:.2f}x: {fast.verdict} "
-      f"({fast.band_text}).")
+print(
+    f"Speed: {fast.value:,.0f} against stage2's {fast.other:,.0f} tokens/s, {fast.ratio:.2f}x: {fast.verdict} "
+    f"({fast.band_text})."
+)
 if metric == "host_peak_rss_mib":
     print("Without a GPU the tiny runs' speeds follow the machine's load (its cores are shared) more than this key.")
-print("With one GPU the reduction has no partner to exchange gradients with, so there is little communication for "
-      "the overlap to hide; with N GPUs the reduction crosses the links, and overlapping it with the backward pass "
-      "hides that time, at the price of the second bucket.")
+print(
+    "With one GPU the reduction has no partner to exchange gradients with, so there is little communication for "
+    "the overlap to hide; with N GPUs the reduction crosses the links, and overlapping it with the backward pass "
+    "hides that time, at the price of the second bucket."
+)
 
 # %% [markdown] tags=["exercise"]
 # **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
@@ -246,8 +278,10 @@ MY_PREDICTION = ""
 
 # %% tags=["solution"]
 MY_OVERRIDE = "zero_optimization.stage3_param_persistence_threshold=1e9"  # more elements than any parameter has
-MY_PREDICTION = ("no parameter is partitioned or gathered any more: the model states grow towards stage 2's, and "
-                 "the steps get faster without the gathers")
+MY_PREDICTION = (
+    "no parameter is partitioned or gathered any more: the model states grow towards stage 2's, and "
+    "the steps get faster without the gathers"
+)
 
 # %%
 MINE = lessons.run_own_key(NOTEBOOK, "stage3", MY_OVERRIDE, RUNS, **COMMON)  # runs/stage3_mine
@@ -260,13 +294,20 @@ if MINE:
 pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in MINE}
 states = "gpu_states_allocated_mib" if pair["stage3"]["gpu_states_allocated_mib"] is not None else "host_peak_rss_mib"
 grew = lessons.compare(states, pair["stage3_mine"][states], pair["stage3"][states])
-fast = lessons.compare("steady_train_tokens_per_second", pair["stage3_mine"]["steady_train_tokens_per_second"],
-                       pair["stage3"]["steady_train_tokens_per_second"])
-print(f"{states}: {grew.value:,.1f} MiB against stage 3's {grew.other:,.1f} ({grew.difference:+,.1f}): {grew.verdict} "
-      f"({grew.band_text}). Speed: {fast.ratio:.2f}x stage 3's tokens/s: {fast.verdict} ({fast.band_text}).")
+fast = lessons.compare(
+    "steady_train_tokens_per_second",
+    pair["stage3_mine"]["steady_train_tokens_per_second"],
+    pair["stage3"]["steady_train_tokens_per_second"],
+)
+print(
+    f"{states}: {grew.value:,.1f} MiB against stage 3's {grew.other:,.1f} ({grew.difference:+,.1f}): {grew.verdict} "
+    f"({grew.band_text}). Speed: {fast.ratio:.2f}x stage 3's tokens/s: {fast.verdict} ({fast.band_text})."
+)
 if states == "host_peak_rss_mib":
-    print("Without a GPU the memory is the whole process's host memory: the GPU reference's stage 2 and stage 3 rows "
-          "show the two ends this key moves between.")
+    print(
+        "Without a GPU the memory is the whole process's host memory: the GPU reference's stage 2 and stage 3 rows "
+        "show the two ends this key moves between."
+    )
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference
@@ -277,8 +318,11 @@ if states == "host_peak_rss_mib":
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 names = ["baseline", "stage1", "stage2", "stage3", "baseline_ac", "baseline_no_compile"]
-runs = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in names
-        if Path(f"{RUNS}/{n}/results.json").is_file()}  # baseline_no_compile: on a GPU only
+runs = {
+    n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text())
+    for n in names
+    if Path(f"{RUNS}/{n}/results.json").is_file()
+}  # baseline_no_compile: on a GPU only
 f = lesson.figures(runs)
 ref = lessons.reference(NOTEBOOK)
 ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(names[:5]) <= set(ref.index) else None
@@ -301,87 +345,140 @@ ref_f = lesson.figures({n: row.to_dict() for n, row in ref.iterrows()}) if set(n
 # %% tags=["solution"]
 for s in lesson.STAGES:
     st = f.stages[s]
-    measured = (f", model states measured {st.states_mib:,.0f} MiB against the baseline's {f.baseline_states_mib:,.0f}"
-                if st.states_mib is not None else "")
-    print(f"1. {s}: {f.peak_what} {st.peak.value:,.0f} MiB against the baseline's {st.peak.other:,.0f} "
-          f"({st.peak.difference:+,.0f} MiB, {st.peak.verdict}){measured}; estimated model states "
-          f"{st.estimated_states_mib:,.0f} MiB ({st.estimator}).")
+    measured = (
+        f", model states measured {st.states_mib:,.0f} MiB against the baseline's {f.baseline_states_mib:,.0f}"
+        if st.states_mib is not None
+        else ""
+    )
+    print(
+        f"1. {s}: {f.peak_what} {st.peak.value:,.0f} MiB against the baseline's {st.peak.other:,.0f} "
+        f"({st.peak.difference:+,.0f} MiB, {st.peak.verdict}){measured}; estimated model states "
+        f"{st.estimated_states_mib:,.0f} MiB ({st.estimator})."
+    )
 if f.stage3_uncompiled:  # the baseline compiled its blocks, stage 3 did not: its activations are uncompiled ones
     p3 = f.stage3_like_peak
-    print("1. stage3 did not compile its blocks and the baseline did: " + (
-        f"against {f.stage3_like}, which did not either, {p3.value:,.0f} MiB against {p3.other:,.0f} "
-        f"({p3.difference:+,.0f} MiB, {p3.verdict}); the rest of the difference above is compilation's."
-        if p3 else "part of the difference above is compilation's, not ZeRO's (the baseline without compilation "
-        "did not run)."))
+    print(
+        "1. stage3 did not compile its blocks and the baseline did: "
+        + (
+            f"against {f.stage3_like}, which did not either, {p3.value:,.0f} MiB against {p3.other:,.0f} "
+            f"({p3.difference:+,.0f} MiB, {p3.verdict}); the rest of the difference above is compilation's."
+            if p3
+            else "part of the difference above is compilation's, not ZeRO's (the baseline without compilation "
+            "did not run)."
+        )
+    )
 if f.on_gpu:
-    print("1. On one GPU no stage has a partner to share its states with: the differences are in what each keeps "
-          "(the baseline's fp32 weights and Adam moments; DeepSpeed's 16-bit weights beside fp32 master weights, "
-          "gradient buckets), not partitions.")
-    parts = [f"{s} {n.nvml_mib:,.0f} = {n.allocated_mib:,.0f} + {n.cached_mib:,.0f} + {n.outside_mib:,.0f}"
-             for s, n in [("baseline", f.baseline_nvml), *((s, f.stages[s].nvml) for s in lesson.STAGES)]]
-    print("1. NVML peak = torch peak allocated + the allocator's free cached blocks + memory outside PyTorch: "
-          + "; ".join(parts) + " MiB.")
+    print(
+        "1. On one GPU no stage has a partner to share its states with: the differences are in what each keeps "
+        "(the baseline's fp32 weights and Adam moments; DeepSpeed's 16-bit weights beside fp32 master weights, "
+        "gradient buckets), not partitions."
+    )
+    parts = [
+        f"{s} {n.nvml_mib:,.0f} = {n.allocated_mib:,.0f} + {n.cached_mib:,.0f} + {n.outside_mib:,.0f}"
+        for s, n in [("baseline", f.baseline_nvml), *((s, f.stages[s].nvml) for s in lesson.STAGES)]
+    ]
+    print(
+        "1. NVML peak = torch peak allocated + the allocator's free cached blocks + memory outside PyTorch: "
+        + "; ".join(parts)
+        + " MiB."
+    )
     for who, g in (("yours", f), ("the reference", ref_f)):
         if g is not None and g.stage3_gpu_share is not None:
             n3 = g.stages["stage3"].nvml
-            print(f"1. stage3 ({who}): NVML peak {n3.nvml_mib:,.0f} MiB, {g.stage3_gpu_share:.1%} of the "
-                  f"{g.stage3_gpu_total_mib:,.0f} MiB it could use"
-                  + (": at the GPU's limit; a GPU with a little less memory, or anything else on it, and this run "
-                     "runs out of memory." if g.stage3_gpu_share > lesson.NEAR_LIMIT else "."))
+            print(
+                f"1. stage3 ({who}): NVML peak {n3.nvml_mib:,.0f} MiB, {g.stage3_gpu_share:.1%} of the "
+                f"{g.stage3_gpu_total_mib:,.0f} MiB it could use"
+                + (
+                    ": at the GPU's limit; a GPU with a little less memory, or anything else on it, and this run "
+                    "runs out of memory."
+                    if g.stage3_gpu_share > lesson.NEAR_LIMIT
+                    else "."
+                )
+            )
     odd = [s for s in lesson.STAGES if f.stages[s].cache_inflated]
     if odd:
-        print(f"1. {', '.join(odd)}: lower peak allocated but higher NVML peak than the baseline: the extra is cache "
-              "the allocator reserved, not tensors the stage needs.")
+        print(
+            f"1. {', '.join(odd)}: lower peak allocated but higher NVML peak than the baseline: the extra is cache "
+            "the allocator reserved, not tensors the stage needs."
+        )
 else:
-    print("1. No GPU: the peaks above are the whole process's host memory (weights, optimizer, activations and "
-          "Python together), so the stages' model states cannot be read apart here; the reference rows show them.")
+    print(
+        "1. No GPU: the peaks above are the whole process's host memory (weights, optimizer, activations and "
+        "Python together), so the stages' model states cannot be read apart here; the reference rows show them."
+    )
 ratios = ", ".join(f"{s} {f.stages[s].speed.ratio_text}" for s in lesson.STAGES)
 line = f"2. slowest: {f.slowest} ({f.speed_kind}); against the baseline: {ratios}."
 if f.slowest == "stage3" and f.slowest_apart:
-    line += (" Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
-             "frees them after: extra copies and synchronisation that buy nothing on one GPU.")
+    line += (
+        " Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
+        "frees them after: extra copies and synchronisation that buy nothing on one GPU."
+    )
 
 elif not f.slowest_apart:
     line += " The slowest is not slower than every other run by more than the band: no stage is clearly slowest here."
 else:
-    line += (" Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
-             "memory copies, while fixed per-step costs decide.")
+    line += (
+        " Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
+        "memory copies, while fixed per-step costs decide."
+    )
 if not f.on_gpu:
-    line += (f" On a CPU the band ({f.stages['stage1'].speed.band_text}) is how much a run's speed over its kernel's "
-             "baseline varied between processes of a shared 2-core machine after the warm-up (workshop_lessons/reference/cpu/run_order.md); "
-             "the GPU reference shows the sizes of these costs.")
+    line += (
+        f" On a CPU the band ({f.stages['stage1'].speed.band_text}) is how much a run's speed over its kernel's "
+        "baseline varied between processes of a shared 2-core machine after the warm-up (workshop_lessons/reference/cpu/run_order.md); "
+        "the GPU reference shows the sizes of these costs."
+    )
 print(line)
 if f.stage3_like and f.stage3_uncompiled:  # stage 3 against the baseline that did not compile either
-    print(f"2. stage3 against {f.stage3_like} (neither compiled): tokens/s {f.stage3_like_speed.ratio_text}: ZeRO-3's "
-          "own cost on one GPU.")
+    print(
+        f"2. stage3 against {f.stage3_like} (neither compiled): tokens/s {f.stage3_like_speed.ratio_text}: ZeRO-3's "
+        "own cost on one GPU."
+    )
 if f.compile_speed:
     c, m = f.compile_speed, f.compile_peak
-    print(f"2. torch.compile alone (baseline against baseline_no_compile): tokens/s {c.ratio_text}; {f.peak_what} "
-          f"{m.difference:+,.0f} MiB ({m.verdict}): the part of stage 3's gap against the compiled baseline that "
-          "is compilation, not ZeRO.")
+    print(
+        f"2. torch.compile alone (baseline against baseline_no_compile): tokens/s {c.ratio_text}; {f.peak_what} "
+        f"{m.difference:+,.0f} MiB ({m.verdict}): the part of stage 3's gap against the compiled baseline that "
+        "is compilation, not ZeRO."
+    )
 elif f.stage3_uncompiled:
-    print("2. stage 3 ran without compilation and the baseline with it, and the baseline without compilation is "
-          "missing: the gap mixes ZeRO-3's cost with compilation's.")
+    print(
+        "2. stage 3 ran without compilation and the baseline with it, and the baseline without compilation is "
+        "missing: the gap mixes ZeRO-3's cost with compilation's."
+    )
 head = f"3. ZeRO stages' train losses span {f.loss_spread:.4f} nats (baseline {f.losses['baseline']:.4f})"
-print(head + (": the same data, order and Adam maths, so the stages agree up to rounding; the baseline's torch "
-              "AdamW and DeepSpeed's Adam round differently." if f.losses_agree else
-              f", more than {lesson.LOSS_AGREE:.0%}: the stages should agree up to rounding; over a few steps of a tiny "
-              "model, rounding differences in the first updates can grow. Compare their train_log.csv step by step."))
+print(
+    head
+    + (
+        ": the same data, order and Adam maths, so the stages agree up to rounding; the baseline's torch "
+        "AdamW and DeepSpeed's Adam round differently."
+        if f.losses_agree
+        else f", more than {lesson.LOSS_AGREE:.0%}: the stages should agree up to rounding; over a few steps of a tiny "
+        "model, rounding differences in the first updates can grow. Compare their train_log.csv step by step."
+    )
+)
 p, v = f.ac_peak, f.ac_speed
-print(f"4. activation checkpointing: {f.peak_what} {p.value:,.0f} MiB against {p.other:,.0f} ({p.difference:+,.0f} MiB, "
-      f"{p.verdict}); tokens/s {v.ratio_text}. "
-      + ("It saved memory; the recomputed forward pass adds work ("
-         + (f"{f.ac_hfu_over_mfu - 1:.0%} more FLOPs" if f.ac_hfu_over_mfu else "one more forward pass")
-         + "), yet the speed moved within the noise: the steps are not bound by arithmetic alone."
-         if p.verdict == "lower" and
-         v.verdict == "within the band" else
-         "It saved memory and paid for it in speed." if p.verdict == "lower" and v.verdict == "lower" else
-         "It saved no memory here: with a tiny model the activations are a small part of the memory, and the "
-         "measure (host RSS on a CPU) also counts what earlier runs in this process left." if p.verdict != "lower"
-         else "It saved memory and ran faster: compare the GPU utilisation column.")
-      + (f" MFU {f.ac_mfu.ratio_text}: the useful work per second; HFU is {f.ac_hfu_over_mfu:.2f}x its MFU, the "
-         "recomputed forward pass counted as work the hardware did." if f.ac_mfu else
-         " MFU and HFU need a GPU's peak FLOP/s: see the reference rows."))
+print(
+    f"4. activation checkpointing: {f.peak_what} {p.value:,.0f} MiB against {p.other:,.0f} ({p.difference:+,.0f} MiB, "
+    f"{p.verdict}); tokens/s {v.ratio_text}. "
+    + (
+        "It saved memory; the recomputed forward pass adds work ("
+        + (f"{f.ac_hfu_over_mfu - 1:.0%} more FLOPs" if f.ac_hfu_over_mfu else "one more forward pass")
+        + "), yet the speed moved within the noise: the steps are not bound by arithmetic alone."
+        if p.verdict == "lower" and v.verdict == "within the band"
+        else "It saved memory and paid for it in speed."
+        if p.verdict == "lower" and v.verdict == "lower"
+        else "It saved no memory here: with a tiny model the activations are a small part of the memory, and the "
+        "measure (host RSS on a CPU) also counts what earlier runs in this process left."
+        if p.verdict != "lower"
+        else "It saved memory and ran faster: compare the GPU utilisation column."
+    )
+    + (
+        f" MFU {f.ac_mfu.ratio_text}: the useful work per second; HFU is {f.ac_hfu_over_mfu:.2f}x its MFU, the "
+        "recomputed forward pass counted as work the hardware did."
+        if f.ac_mfu
+        else " MFU and HFU need a GPU's peak FLOP/s: see the reference rows."
+    )
+)
 
 # %% [markdown]
 # ## Summary

@@ -60,8 +60,12 @@ from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.memory import zero_bytes_per_param
 
 # The 16Ψ arithmetic on one GPU, without what each run offloads
-MY_BYTES_PER_PARAM = {n: zero_bytes_per_param(EXPERIMENTS[n].zero_stage, 1, EXPERIMENTS[n].offload_optimizer != "none",
-                                              EXPERIMENTS[n].offload_param != "none") for n in ORDER}
+MY_BYTES_PER_PARAM = {
+    n: zero_bytes_per_param(
+        EXPERIMENTS[n].zero_stage, 1, EXPERIMENTS[n].offload_optimizer != "none", EXPERIMENTS[n].offload_param != "none"
+    )
+    for n in ORDER
+}
 
 # %%
 # On a CPU a warm-up first, thrown away (`lessons.warm_up`; why: 00_setup, "How the numbers are measured")
@@ -69,8 +73,8 @@ lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
-results.plot_memory_and_throughput(df);
-results.plot_memory_over_time(df);
+results.plot_memory_and_throughput(df)
+results.plot_memory_over_time(df)
 measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states on the GPU per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
@@ -110,61 +114,92 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), les
 # %% tags=["solution"]
 for o in (f.stage2, f.stage3):
     speed = f"at {o.speed.ratio_text} the tokens/s" + (
-        "" if o.speed.verdict == "lower" else
-        ": offload was expected to be slower (the CPU Adam step and the PCIe copies every step); over a few steps, "
-        "or on a CPU where both sides are the same memory, that cost can hide")
+        ""
+        if o.speed.verdict == "lower"
+        else ": offload was expected to be slower (the CPU Adam step and the PCIe copies every step); over a few steps, "
+        "or on a CPU where both sides are the same memory, that cost can hide"
+    )
     if o.gpu_states:
-        print(f"1. {o.stage}: offload changes the model states kept on the GPU by {o.gpu_states.difference:+,.0f} MiB "
-              f"and the peak allocated by {o.gpu_peak.difference:+,.0f} MiB ({o.gpu_peak.other:,.0f} -> "
-              f"{o.gpu_peak.value:,.0f}), {speed}."
-              + ("" if o.gpu_states.verdict == "lower" else
-                 " The model states did not fall: what DeepSpeed keeps on the GPU for offload (gradient buckets, "
-                 "staging buffers) outweighed what left" + (f", after subtracting the {o.held_at_start_mib:,.0f} MiB "
-                 "the process held before the run began" if o.held_at_start_mib is not None else "") + "."))
+        print(
+            f"1. {o.stage}: offload changes the model states kept on the GPU by {o.gpu_states.difference:+,.0f} MiB "
+            f"and the peak allocated by {o.gpu_peak.difference:+,.0f} MiB ({o.gpu_peak.other:,.0f} -> "
+            f"{o.gpu_peak.value:,.0f}), {speed}."
+            + (
+                ""
+                if o.gpu_states.verdict == "lower"
+                else " The model states did not fall: what DeepSpeed keeps on the GPU for offload (gradient buckets, "
+                "staging buffers) outweighed what left"
+                + (
+                    f", after subtracting the {o.held_at_start_mib:,.0f} MiB the process held before the run began"
+                    if o.held_at_start_mib is not None
+                    else ""
+                )
+                + "."
+            )
+        )
     else:
         print(f"1. {o.stage}: no GPU here, so no GPU memory to save; offload runs {speed}.")
-    print(f"2. {o.stage}: the host's RSS after the first step grew by {o.host_states_bytes_per_param:.1f} bytes per "
-          f"parameter (its peak over the steps by {o.host_peak_bytes_per_param:.1f}), against DeepSpeed's budget of "
-          f"{o.estimated_host_bytes_per_param:.1f} for the offload run's host side. "
-          + (f"On a CPU with the tiny model that budget is {o.estimated_host_mib:,.1f} MiB and the RSS changed by "
-             f"{o.host_states_mib:+,.1f} MiB: RSS is the whole process's, and what else changed between the two runs "
-             "is not measured apart; the reference rows show a real model." if not f.on_gpu else
-             f"{o.host_states_mib - o.estimated_host_mib:,.0f} MiB more than DeepSpeed budgets: RSS is the whole "
-             "process's, and what holds that memory (pinned or pageable, which buffers) is not measured here."
-             if o.host_states_mib > o.estimated_host_mib else "Within DeepSpeed's budget."))
+    print(
+        f"2. {o.stage}: the host's RSS after the first step grew by {o.host_states_bytes_per_param:.1f} bytes per "
+        f"parameter (its peak over the steps by {o.host_peak_bytes_per_param:.1f}), against DeepSpeed's budget of "
+        f"{o.estimated_host_bytes_per_param:.1f} for the offload run's host side. "
+        + (
+            f"On a CPU with the tiny model that budget is {o.estimated_host_mib:,.1f} MiB and the RSS changed by "
+            f"{o.host_states_mib:+,.1f} MiB: RSS is the whole process's, and what else changed between the two runs "
+            "is not measured apart; the reference rows show a real model."
+            if not f.on_gpu
+            else f"{o.host_states_mib - o.estimated_host_mib:,.0f} MiB more than DeepSpeed budgets: RSS is the whole "
+            "process's, and what holds that memory (pinned or pageable, which buffers) is not measured here."
+            if o.host_states_mib > o.estimated_host_mib
+            else "Within DeepSpeed's budget."
+        )
+    )
 if f.peaks:
     where = "" if f.peaks_from == "yours" else "No GPU here; on the GPU of the reference runs: "
     s2, s3 = f.peaks["stage2"], f.peaks["stage3"]
-    print(f"3. {where}ZeRO-2's offload (optimizer) changed the peak allocated by {s2.gpu_peak.difference:+,.0f} MiB, "
-          f"ZeRO-3's (parameters and optimizer) by {s3.gpu_peak.difference:+,.0f} MiB; the model states left by "
-          f"{-s2.gpu_states.difference:,.0f} and {-s3.gpu_states.difference:,.0f} MiB. What the offload runs' peaks "
-          f"hold beyond their model states: {s2.peak_beyond_states_mib:,.0f} MiB (ZeRO-2) and "
-          f"{s3.peak_beyond_states_mib:,.0f} MiB (ZeRO-3): activations and logits, and under ZeRO-3 the layers "
-          f"gathered for forward and backward and the prefetch and reduce buckets. ZeRO-3 without offload peaked "
-          f"{f.stage3_over_stage2_peak.difference:+,.0f} MiB from ZeRO-2's, with offload "
-          f"{f.offload_peaks.difference:+,.0f} MiB: offload frees the model states, not what the steps add.")
+    print(
+        f"3. {where}ZeRO-2's offload (optimizer) changed the peak allocated by {s2.gpu_peak.difference:+,.0f} MiB, "
+        f"ZeRO-3's (parameters and optimizer) by {s3.gpu_peak.difference:+,.0f} MiB; the model states left by "
+        f"{-s2.gpu_states.difference:,.0f} and {-s3.gpu_states.difference:,.0f} MiB. What the offload runs' peaks "
+        f"hold beyond their model states: {s2.peak_beyond_states_mib:,.0f} MiB (ZeRO-2) and "
+        f"{s3.peak_beyond_states_mib:,.0f} MiB (ZeRO-3): activations and logits, and under ZeRO-3 the layers "
+        f"gathered for forward and backward and the prefetch and reduce buckets. ZeRO-3 without offload peaked "
+        f"{f.stage3_over_stage2_peak.difference:+,.0f} MiB from ZeRO-2's, with offload "
+        f"{f.offload_peaks.difference:+,.0f} MiB: offload frees the model states, not what the steps add."
+    )
     c = f.compilation
     yes, no = ([n for n in lesson.RUNS if c.compiled[n] == v] for v in (True, False))
-    print(f"3. {'Not ZeRO alone: ' if c.differs else ''}{' and '.join(yes) or 'no run'} compiled their transformer "
-          f"blocks, {' and '.join(no) or 'no run'} did not (torch_compile in each run's config; under ZeRO-3 the "
-          f"recipe compiles only with torch_compile_zero3, default {c.zero3_default}). " + (
-              "The ZeRO-2 and ZeRO-3 runs compiled alike: compilation is not in the gap." if not c.differs else
-              f"In {c.runs_from}, stage 3 peaked {c.gap.difference:+,.0f} MiB over stage 2 = "
-              f"{c.without.difference:+,.0f} MiB of compilation (the baseline without it against with it, "
-              f"{c.without.value:,.1f} against {c.without.other:,.1f} MiB; model states {c.states.value:,.1f} against "
-              f"{c.states.other:,.1f} MiB" + (": the steps of uncompiled blocks add the difference"
-                                              if c.states.verdict in ("equal", "within the band") else "")
-              + f") and {c.zero_mib:+,.0f} MiB of ZeRO (stage 3 against the uncompiled baseline, "
-              f"{c.stage3.difference:+,.0f}, less stage 2 against the compiled one, {c.stage2.difference:+,.0f})."
-              if c.runs_from else
-              "The ZeRO-2 and ZeRO-3 runs differ in compilation too, and notebook 02's runs that part the two "
-              "are not on file: the gap mixes them."))
+    print(
+        f"3. {'Not ZeRO alone: ' if c.differs else ''}{' and '.join(yes) or 'no run'} compiled their transformer "
+        f"blocks, {' and '.join(no) or 'no run'} did not (torch_compile in each run's config; under ZeRO-3 the "
+        f"recipe compiles only with torch_compile_zero3, default {c.zero3_default}). "
+        + (
+            "The ZeRO-2 and ZeRO-3 runs compiled alike: compilation is not in the gap."
+            if not c.differs
+            else f"In {c.runs_from}, stage 3 peaked {c.gap.difference:+,.0f} MiB over stage 2 = "
+            f"{c.without.difference:+,.0f} MiB of compilation (the baseline without it against with it, "
+            f"{c.without.value:,.1f} against {c.without.other:,.1f} MiB; model states {c.states.value:,.1f} against "
+            f"{c.states.other:,.1f} MiB"
+            + (
+                ": the steps of uncompiled blocks add the difference"
+                if c.states.verdict in ("equal", "within the band")
+                else ""
+            )
+            + f") and {c.zero_mib:+,.0f} MiB of ZeRO (stage 3 against the uncompiled baseline, "
+            f"{c.stage3.difference:+,.0f}, less stage 2 against the compiled one, {c.stage2.difference:+,.0f})."
+            if c.runs_from
+            else "The ZeRO-2 and ZeRO-3 runs differ in compilation too, and notebook 02's runs that part the two "
+            "are not on file: the gap mixes them."
+        )
+    )
 else:
     print("3. No GPU here, so no GPU memory was freed, and no GPU reference runs are on file to compare.")
-print(f"4. When the model states do not fit on the GPUs you have (a model several times larger than GPU memory "
-      f"allows, on few GPUs), or to free GPU memory for a larger micro-batch or longer sequences; not when it fits: "
-      f"here offload ran at {f.stage2.speed.ratio:.2f}x (ZeRO-2) and {f.stage3.speed.ratio:.2f}x (ZeRO-3) the "
-      f"tokens/s of the same stage without it.")
+print(
+    f"4. When the model states do not fit on the GPUs you have (a model several times larger than GPU memory "
+    f"allows, on few GPUs), or to free GPU memory for a larger micro-batch or longer sequences; not when it fits: "
+    f"here offload ran at {f.stage2.speed.ratio:.2f}x (ZeRO-2) and {f.stage3.speed.ratio:.2f}x (ZeRO-3) the "
+    f"tokens/s of the same stage without it."
+)
 
 # %% [markdown] tags=["exercise"]
 # **Exercise: a key of your own.** As in 02, on `stage2_offload`: pick a key of its `offload_optimizer` section
@@ -187,18 +222,28 @@ if MINE:
 
 # %% tags=["solution"]
 pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in MINE}
-fast = lessons.compare("steady_train_tokens_per_second", pair["stage2_offload_mine"]["steady_train_tokens_per_second"],
-                       pair["stage2_offload"]["steady_train_tokens_per_second"])
-host = lessons.compare("host_peak_rss_mib", pair["stage2_offload_mine"]["host_peak_rss_mib"],
-                       pair["stage2_offload"]["host_peak_rss_mib"])
+fast = lessons.compare(
+    "steady_train_tokens_per_second",
+    pair["stage2_offload_mine"]["steady_train_tokens_per_second"],
+    pair["stage2_offload"]["steady_train_tokens_per_second"],
+)
+host = lessons.compare(
+    "host_peak_rss_mib", pair["stage2_offload_mine"]["host_peak_rss_mib"], pair["stage2_offload"]["host_peak_rss_mib"]
+)
 print(f"Tokens/s against stage2_offload's: {fast.ratio_text}. Host peak: {host.difference_text}.")
 if torch.cuda.is_available() and ds_config.parse_override(MY_OVERRIDE) == lesson.PIN_MEMORY:
     p = lesson.pinning(runs["stage2"], pair["stage2_offload"], pair["stage2_offload_mine"])
-    print(f"Host RSS after the first step, over stage2's: {p.pinned_mib:,.0f} MiB pinned, {p.pageable_mib:,.0f} MiB "
-          f"pageable, DeepSpeed's budget {p.budget_mib:,.0f} MiB. Pinning itself changed it by "
-          f"{p.pinning.difference_text}" + (
-              f"; the {p.pageable_mib - p.budget_mib:,.0f} MiB above the budget with pageable buffers is not measured "
-              "apart." if p.pageable_mib > p.budget_mib else "."))
+    print(
+        f"Host RSS after the first step, over stage2's: {p.pinned_mib:,.0f} MiB pinned, {p.pageable_mib:,.0f} MiB "
+        f"pageable, DeepSpeed's budget {p.budget_mib:,.0f} MiB. Pinning itself changed it by "
+        f"{p.pinning.difference_text}"
+        + (
+            f"; the {p.pageable_mib - p.budget_mib:,.0f} MiB above the budget with pageable buffers is not measured "
+            "apart."
+            if p.pageable_mib > p.budget_mib
+            else "."
+        )
+    )
 if not torch.cuda.is_available():
     print("Without a GPU nothing crosses PCIe: pinning has nothing to speed up, and the CPU's figures show the noise.")
 

@@ -69,12 +69,18 @@ RUNS = Path("runs/03b_the_fine_tuned_model")
 # %%
 planned = config.resolve(RunConfig("stage3_offload", **COMMON))
 SAVE = fine_tuned.save_settings(planned.max_steps)  # save_strategy and save_steps of every run below
-plan = fine_tuned.checkpoint_plan(model.count_params(planned.model, tiny=planned.tiny)["num_params"],
-                                  env.pick_precision(planned.precision), planned.max_steps, planned.epochs)
-print(f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
-      f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
-      f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
-      f"Checkpoints: {SAVE}.")
+plan = fine_tuned.checkpoint_plan(
+    model.count_params(planned.model, tiny=planned.tiny)["num_params"],
+    env.pick_precision(planned.precision),
+    planned.max_steps,
+    planned.epochs,
+)
+print(
+    f"{planned.model}{' (tiny)' * planned.tiny}: {plan.num_params:,} parameters x {plan.bytes_per_param} bytes = {plan.checkpoint_mib:,.1f} "
+    f"MiB per checkpoint; up to {plan.written} checkpoints written ({plan.written_mib / 1024:,.2f} GiB), "
+    f"{plan.kept_mib / 1024:,.2f} GiB on disk at the end with the model directories, under {RUNS}/. "
+    f"Checkpoints: {SAVE}."
+)
 
 # %% [markdown]
 # ## 1. The saved model
@@ -119,9 +125,11 @@ last = complete[-1]
 print("kept:", [p.name for p in complete], "incomplete:", [p.name for p in incomplete])
 files = fine_tuned.checkpoint_files(last, zero3["num_params"])  # every file: MiB, bytes per parameter
 size = fine_tuned.checkpoint_size(files, zero3["num_params"], zero3["precision"])
-print(f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
-      f"{size.bytes_per_param:.1f} bytes/param; expected for a {size.precision} run: "
-      f"{size.expected_bytes_per_param} (12 of optimizer states + the weights in {size.precision})")
+print(
+    f"all {len(files)} files: {size.total_mib:,.1f} MiB for {size.num_params:,} parameters, "
+    f"{size.bytes_per_param:.1f} bytes/param; expected for a {size.precision} run: "
+    f"{size.expected_bytes_per_param} (12 of optimizer states + the weights in {size.precision})"
+)
 files
 
 # %% [markdown]
@@ -149,14 +157,20 @@ err = proc.communicate()[1]
 assert proc.returncode == -9, f"the run ended by itself before it was killed: {err[-2000:]}"
 kept = checkpoint.find_checkpoints(killed)[0]
 resume_step = checkpoint.step_of(kept[-1])
-print(f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in kept]}; results.json: "
-      f"{(killed / 'results.json').exists()}")
+print(
+    f"killed (exit {proc.returncode}); complete checkpoints: {[p.name for p in kept]}; results.json: "
+    f"{(killed / 'results.json').exists()}"
+)
 
 # %%
 resumed = run_experiment(replace(kill_cfg, resume=True, overwrite=False, **SAVE))
-both = pd.DataFrame({"uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
-                     "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]]},
-                    index=["train loss", "last eval loss"])
+both = pd.DataFrame(
+    {
+        "uninterrupted": [zero3["train_loss"], zero3["eval_loss"][-1]],
+        "killed + resumed": [resumed["train_loss"], resumed["eval_loss"][-1]],
+    },
+    index=["train loss", "last eval loss"],
+)
 both
 
 # %% [markdown]
@@ -190,8 +204,10 @@ exported = checkpoint.export(last, RUNS / "exported")
 net2, _ = evaluation.load_model(exported)
 a, b = net.state_dict(), net2.state_dict()
 print(f"{exported}: {sorted(p.name for p in exported.iterdir())}")
-print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for k in a):.2e} "
-      f"(model/ holds the training precision's copy, the export the fp32 master weights)")
+print(
+    f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for k in a):.2e} "
+    f"(model/ holds the training precision's copy, the export the fp32 master weights)"
+)
 
 # %% [markdown]
 # ## 5. Does it answer? Exact match and F1
@@ -209,20 +225,56 @@ print(f"largest difference to model/: {max((a[k] - b[k]).abs().max().item() for 
 # %%
 real = not COMMON["tiny"] and not COMMON["random_weights"]  # Qwen3-0.6B's own weights
 if real:
-    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, save_strategy="no",
-                    **COMMON)
+    cfg = RunConfig(
+        "stage2", output_dir=str(RUNS / "scored"), epochs=1, score_questions=200, save_strategy="no", **COMMON
+    )
 else:
     rows = load_squad("train", 8, verbose=False)
     handful = RUNS / "handful.json"  # the 8 questions as a SQuAD v1.1 file, for training and for the questions
-    handful.write_text(json.dumps({"data": [{"title": "handful", "paragraphs": [
-        {"context": r["context"], "qas": [{"id": r["id"], "question": r["question"], "answers": [
-            {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}
-        for r in rows]}]}))
-    cfg = RunConfig("stage2", output_dir=str(RUNS / "scored"), train_file=str(handful), eval_file=str(handful),
-                    num_train_samples=8, num_eval_samples=8, epochs=60, learning_rate=1e-2, save_strategy="no",
-                    score_questions=8, **(COMMON | {"max_steps": None}))  # all 60 epochs: until it memorised them
+    handful.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "title": "handful",
+                        "paragraphs": [
+                            {
+                                "context": r["context"],
+                                "qas": [
+                                    {
+                                        "id": r["id"],
+                                        "question": r["question"],
+                                        "answers": [
+                                            {"text": t, "answer_start": s}
+                                            for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+                                        ],
+                                    }
+                                ],
+                            }
+                            for r in rows
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    cfg = RunConfig(
+        "stage2",
+        output_dir=str(RUNS / "scored"),
+        train_file=str(handful),
+        eval_file=str(handful),
+        num_train_samples=8,
+        num_eval_samples=8,
+        epochs=60,
+        learning_rate=1e-2,
+        save_strategy="no",
+        score_questions=8,
+        **(COMMON | {"max_steps": None}),
+    )  # all 60 epochs: until it memorised them
 scored = run_experiment(cfg)
-print(f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}")
+print(
+    f"exact match {scored['em_before']:.1f} -> {scored['em']:.1f}, F1 {scored['f1_before']:.1f} -> {scored['f1']:.1f}"
+)
 pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)
 
 # %% [markdown]
@@ -248,13 +300,18 @@ fine_tuned.runs_table(zero3, resumed, reloaded, scored)
 #    most of it, and why?
 
 # %% tags=["solution"]
-print(f"{size.total_mib:,.1f} MiB for {size.num_params:,} parameters: {size.bytes_per_param:.1f} bytes per "
-      f"parameter. The largest file is {size.largest_file} ({size.largest_bytes_per_param:.1f} bytes per "
-      f"parameter): {size.largest_holds}.")
+print(
+    f"{size.total_mib:,.1f} MiB for {size.num_params:,} parameters: {size.bytes_per_param:.1f} bytes per "
+    f"parameter. The largest file is {size.largest_file} ({size.largest_bytes_per_param:.1f} bytes per "
+    f"parameter): {size.largest_holds}."
+)
 per_param = files.groupby(files["file"].map(fine_tuned.holds))["bytes/param"].sum().sort_values(ascending=False)
-print(f"Expected for this {size.precision} run: {size.expected_bytes_per_param} bytes per parameter (12 of optimizer "
-      f"states + the weights in {size.precision}). Measured, by what the files hold: "
-      + "; ".join(f"{b:.2f} in {what}" for what, b in per_param.items()) + ".")
+print(
+    f"Expected for this {size.precision} run: {size.expected_bytes_per_param} bytes per parameter (12 of optimizer "
+    f"states + the weights in {size.precision}). Measured, by what the files hold: "
+    + "; ".join(f"{b:.2f} in {what}" for what, b in per_param.items())
+    + "."
+)
 display(files.assign(holds=files["file"].map(fine_tuned.holds)))
 
 # %% [markdown] tags=["exercise"]
@@ -262,18 +319,24 @@ display(files.assign(holds=files["file"].map(fine_tuned.holds)))
 
 # %% tags=["solution"]
 r = fine_tuned.resume(resume_step, resumed, zero3)
-print(f"From step {r.resume_step} of {r.global_steps}: the resumed run trained the {r.steps_redone} step(s) "
-      "after that checkpoint, not the whole run; with a checkpoint every step, the kill cost at most the step "
-      "in progress.")
+print(
+    f"From step {r.resume_step} of {r.global_steps}: the resumed run trained the {r.steps_redone} step(s) "
+    "after that checkpoint, not the whole run; with a checkpoint every step, the kill cost at most the step "
+    "in progress."
+)
 c = r.eval_loss
 if r.verdict == "restored":
-    print(f"Its last eval loss, {c.value:.4f}, is the uninterrupted run's ({c.other:.4f}; the difference "
-          f"{c.difference:+.1e} nats is within the tolerance {c.band_text}): resuming restored the weights, the "
-          "optimizer, the schedule and the data order.")
+    print(
+        f"Its last eval loss, {c.value:.4f}, is the uninterrupted run's ({c.other:.4f}; the difference "
+        f"{c.difference:+.1e} nats is within the tolerance {c.band_text}): resuming restored the weights, the "
+        "optimizer, the schedule and the data order."
+    )
 else:
-    print(f"Its last eval loss, {c.value:.4f}, differs from the uninterrupted run's {c.other:.4f} by "
-          f"{c.spread:.2%}, beyond the tolerance {c.band_text}: something was not restored as saved (the data "
-          "order, the RNG states or the optimizer's partitions); compare train_log.csv step by step.")
+    print(
+        f"Its last eval loss, {c.value:.4f}, differs from the uninterrupted run's {c.other:.4f} by "
+        f"{c.spread:.2%}, beyond the tolerance {c.band_text}: something was not restored as saved (the data "
+        "order, the RNG states or the optimizer's partitions); compare train_log.csv step by step."
+    )
 
 # %% [markdown] tags=["exercise"]
 # 3. The 2-rank run resumed on 1 rank: what did `--resume` change so that its losses follow the uninterrupted
@@ -283,38 +346,51 @@ else:
 change = moved.change
 (n0, n1), (a0, a1), k = change["world_size"], change["gradient_accumulation_steps"], change["micro_batches_per_step"]
 fits = fine_tuned.resumable_on(ranks / "killed", 2 * k)  # {ranks: gradient_accumulation_steps}, 1 to 2K ranks
-print(f"From step {change['step']}, written by {n0} ranks and resumed on {n1}: gradient_accumulation_steps {a0} -> "
-      f"{a1}, so every optimizer step still takes {k} micro-batches (global batch {moved.global_batch_size[0]} "
-      f"questions, the uninterrupted run's {moved.global_batch_size[1]})"
-      + (", and the ZeRO partitions were re-sliced through a universal checkpoint." if change["universal"] else "."))
+print(
+    f"From step {change['step']}, written by {n0} ranks and resumed on {n1}: gradient_accumulation_steps {a0} -> "
+    f"{a1}, so every optimizer step still takes {k} micro-batches (global batch {moved.global_batch_size[0]} "
+    f"questions, the uninterrupted run's {moved.global_batch_size[1]})"
+    + (", and the ZeRO partitions were re-sliced through a universal checkpoint." if change["universal"] else ".")
+)
 if moved.verdict == "the same losses":
-    print(f"Every training loss after the resume is within {moved.max_difference:.1e} nats of the uninterrupted "
-          f"run's (tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}): the same micro-batches make each step, only "
-          "the order in which their gradients are summed changed.")
+    print(
+        f"Every training loss after the resume is within {moved.max_difference:.1e} nats of the uninterrupted "
+        f"run's (tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}): the same micro-batches make each step, only "
+        "the order in which their gradients are summed changed."
+    )
 else:
-    print(f"A training loss after the resume differs from the uninterrupted run's by {moved.max_difference:.1e} "
-          f"nats, beyond the tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}: compare the two train_log.csv "
-          "step by step, and read the data order that --resume printed.")
-print("It could resume on " + ", ".join(f"{n} rank(s) (accumulation {a})" for n, a in fits.items())
-      + f": the {k} micro-batches of a step must divide among the ranks; on any other number `--resume` refuses "
-      "and names these.")
+    print(
+        f"A training loss after the resume differs from the uninterrupted run's by {moved.max_difference:.1e} "
+        f"nats, beyond the tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}: compare the two train_log.csv "
+        "step by step, and read the data order that --resume printed."
+    )
+print(
+    "It could resume on "
+    + ", ".join(f"{n} rank(s) (accumulation {a})" for n, a in fits.items())
+    + f": the {k} micro-batches of a step must divide among the ranks; on any other number `--resume` refuses "
+    "and names these."
+)
 
 # %% [markdown] tags=["exercise"]
 # 4. Why is a checkpoint without its manifest never loaded, and what would go wrong if it were?
 
 # %% tags=["solution"]
-print("The manifest is written last, after the Trainer's save (DeepSpeed's shards, whose save ends with a "
-      "barrier of all ranks, the schedule, the RNG states, trainer_state.json) and a barrier of every rank. "
-      "Without it, or with a file of another size, some shard may be missing or half written: loading it would "
-      "fail, or worse, silently mix the weights of two steps.")
+print(
+    "The manifest is written last, after the Trainer's save (DeepSpeed's shards, whose save ends with a "
+    "barrier of all ranks, the schedule, the RNG states, trainer_state.json) and a barrier of every rank. "
+    "Without it, or with a file of another size, some shard may be missing or half written: loading it would "
+    "fail, or worse, silently mix the weights of two steps."
+)
 
 # %% [markdown] tags=["exercise"]
 # 5. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
 
 # %% tags=["solution"]
-print("model/ to use or share the model (from_pretrained, 16-bit on a GPU); the last checkpoint to train on "
-      "(resume, or a later fine-tuning with the optimizer's state); the export for fp32 master weights from "
-      "a ZeRO run whose model/ is missing (a run killed before its end) or for the full precision.")
+print(
+    "model/ to use or share the model (from_pretrained, 16-bit on a GPU); the last checkpoint to train on "
+    "(resume, or a later fine-tuning with the optimizer's state); the export for fp32 master weights from "
+    "a ZeRO run whose model/ is missing (a run killed before its end) or for the full precision."
+)
 
 # %% [markdown]
 # ## Summary

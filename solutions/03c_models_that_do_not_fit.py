@@ -61,9 +61,18 @@ RUNS = "runs/03c_models_that_do_not_fit"
 # Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
 # not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails), at most
 # 6 steps (seconds each at this size; the last 4 steady); else the tiny model.
-LARGE = (dict(large_models.LARGE, model=BIG, random_weights=True, max_tokens_per_micro_batch=CHOICE.max_tokens,
-              torch_compile=False, max_steps=min(COMMON["max_steps"] or 6, 6)) if HERE
-         else {"tiny": True, "save_model": False})
+LARGE = (
+    dict(
+        large_models.LARGE,
+        model=BIG,
+        random_weights=True,
+        max_tokens_per_micro_batch=CHOICE.max_tokens,
+        torch_compile=False,
+        max_steps=min(COMMON["max_steps"] or 6, 6),
+    )
+    if HERE
+    else {"tiny": True, "save_model": False}
+)
 print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB free on the NVMe offload drive.")
 
 # %% [markdown]
@@ -90,8 +99,9 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 
 # %%
 display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens, DRIVE_MIB))
-baseline_est = fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB,
-                            nvme_free_mib=DRIVE_MIB)
+baseline_est = fit.estimate(
+    BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB, nvme_free_mib=DRIVE_MIB
+)
 print(fit.explain(baseline_est))
 
 # %% [markdown]
@@ -138,15 +148,29 @@ else:
 # %%
 reference = large_models.reference_runs(large_models.REFERENCES["one H100 80GB, 128 GiB host"])
 pd.set_option("display.max_colwidth", 400)
-display(reference[["model", "experiment", "activation checkpointing", "outcome", "est. total GPU MiB",
-                   "torch peak alloc MiB", "torch peak reserved MiB", "GPU peak MiB"]])
+display(
+    reference[
+        [
+            "model",
+            "experiment",
+            "activation checkpointing",
+            "outcome",
+            "est. total GPU MiB",
+            "torch peak alloc MiB",
+            "torch peak reserved MiB",
+            "GPU peak MiB",
+        ]
+    ]
+)
 cache = large_models.allocator_cache()  # None without the reference runs (workshop_lessons/reference)
 if cache:
-    print(f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
-          f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
-          f"NVML at {cache.nvml_mib:,.0f} MiB ({cache.nvml_vs_estimate.ratio:.2f}x the estimate, "
-          f"{cache.nvml_mib / cache.gpu_mib:.0%} of the GPU's {cache.gpu_mib:,.0f} MiB). At least "
-          f"{cache.cached_mib:,.0f} MiB of it was reserved but unallocated: cache, not tensors.")
+    print(
+        f"{cache.model} {cache.experiment} trained, estimated at {cache.estimate_mib:,.0f} MiB: PyTorch's live "
+        f"tensors peaked at {cache.allocated_mib:,.0f} MiB, its reserved memory at {cache.reserved_mib:,.0f} MiB, "
+        f"NVML at {cache.nvml_mib:,.0f} MiB ({cache.nvml_vs_estimate.ratio:.2f}x the estimate, "
+        f"{cache.nvml_mib / cache.gpu_mib:.0%} of the GPU's {cache.gpu_mib:,.0f} MiB). At least "
+        f"{cache.cached_mib:,.0f} MiB of it was reserved but unallocated: cache, not tensors."
+    )
 
 # %% [markdown]
 # ## The first rung that fits, and ZeRO-3 + CPU offload
@@ -159,11 +183,21 @@ if cache:
 fix = fit.fix_on_these_gpus(baseline_est)
 print(f"smallest change that fits {BIG} on one {GPU_KEY}: {fix['change'] if fix else 'none'}")
 rung = large_models.checkpointing_rung(baseline_est)  # that change as a run; None where it offloads
-lessons.warm_up("03c_models_that_do_not_fit", RUNS, experiments=[rung.experiment, "stage3_offload"] if rung
-                else ["stage3_offload"], **LARGE)  # only without a GPU
+lessons.warm_up(
+    "03c_models_that_do_not_fit",
+    RUNS,
+    experiments=[rung.experiment, "stage3_offload"] if rung else ["stage3_offload"],
+    **LARGE,
+)  # only without a GPU
 if rung:
-    run_experiment(RunConfig(rung.experiment, output_dir=f"{RUNS}/{rung.name}", overwrite=True,
-                             **dict(LARGE, activation_checkpointing=True)))
+    run_experiment(
+        RunConfig(
+            rung.experiment,
+            output_dir=f"{RUNS}/{rung.name}",
+            overwrite=True,
+            **dict(LARGE, activation_checkpointing=True),
+        )
+    )
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
@@ -174,8 +208,19 @@ if rung:
 # %%
 offload_run = run_experiment(RunConfig("stage3_offload", output_dir=f"{RUNS}/stage3_offload", overwrite=True, **LARGE))
 df = results.load_results([f"{RUNS}/stage3_offload"])
-display(df[["model", "num_params", "steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib",
-            "estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib"]])
+display(
+    df[
+        [
+            "model",
+            "num_params",
+            "steady_train_tokens_per_second",
+            "gpu_peak_mib",
+            "host_states_rss_mib",
+            "estimated_model_states_gpu_mib",
+            "estimated_model_states_cpu_mib",
+        ]
+    ]
+)
 
 # %% [markdown]
 # Your two rungs, and the reference machine's (its model on one H100): steady tokens/s of each, their ratio, and
@@ -223,9 +268,11 @@ if nvme_run:
     df = results.load_results([f"{RUNS}/stage3_offload", f"{RUNS}/stage3_nvme"])
     display(df[["experiment", "steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib"]])
     swap = nvme_run["nvme_swap_mib"]
-    print(f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
-          f"{swap['optimizer']:,.1f} MiB of optimizer states"
-          + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else ""))
+    print(
+        f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
+        f"{swap['optimizer']:,.1f} MiB of optimizer states"
+        + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else "")
+    )
 
 # %% [markdown]
 # On the reference machine (workshop_lessons/reference/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
@@ -237,11 +284,15 @@ if nvme_run:
 display(large_models.offload_comparison())
 n = large_models.nvme_summary()
 display(n.comparisons())
-print(f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-      f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-      + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else ""))
-print(f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
-      "not a local NVMe drive's")
+print(
+    f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+    f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+    + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else "")
+)
+print(
+    f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
+    "not a local NVMe drive's"
+)
 n.swap_table()
 
 # %% [markdown]
@@ -266,13 +317,15 @@ for r, who in ((offload_run, "yours"), (ref, "the H100 reference")):
         continue
     h = large_models.host_states(r)
     c = h.vs_estimate
-    print(f"{who}: ZeRO-3 + CPU offload trained {'the tiny model' if h.tiny else h.model} "
-          f"({h.num_params / 1e6:,.1f}M parameters) with "
-          + (f"{h.gpu_peak_mib:,.0f} MiB GPU peak (NVML) and " if h.gpu_peak_mib else "")
-          + f"host RSS {h.host_states_rss_mib:,.0f} MiB after step 1: {h.bytes_per_param:,.1f} bytes/param of host "
-          f"memory against DeepSpeed's estimate of {h.estimate_bytes_per_param:,.1f}, {c.ratio:.2f}x it ({c.verdict}; "
-          f"{c.band_text}: one run)"
-          + ("; on a tiny model the process's own libraries dominate the RSS." if h.libraries_dominate else "."))
+    print(
+        f"{who}: ZeRO-3 + CPU offload trained {'the tiny model' if h.tiny else h.model} "
+        f"({h.num_params / 1e6:,.1f}M parameters) with "
+        + (f"{h.gpu_peak_mib:,.0f} MiB GPU peak (NVML) and " if h.gpu_peak_mib else "")
+        + f"host RSS {h.host_states_rss_mib:,.0f} MiB after step 1: {h.bytes_per_param:,.1f} bytes/param of host "
+        f"memory against DeepSpeed's estimate of {h.estimate_bytes_per_param:,.1f}, {c.ratio:.2f}x it ({c.verdict}; "
+        f"{c.band_text}: one run)"
+        + ("; on a tiny model the process's own libraries dominate the RSS." if h.libraries_dominate else ".")
+    )
 
 # %% [markdown] tags=["exercise"]
 # 2. How many times faster than ZeRO-3 + CPU offload did the rung with activation checkpointing train on your
@@ -283,24 +336,36 @@ if mine is None:
     print(f"No rung with activation checkpointing fits {BIG} here without offload: only ZeRO-3 + CPU offload trained.")
 else:
     t = mine.tokens_per_second
-    print(f"Yours, {'the tiny model' if mine.tiny else mine.model} on {mine.device}: {mine.rung} at {t.value:,.0f} "
-          f"tokens/s, ZeRO-3 + CPU offload at {t.other:,.0f}: {t.ratio_text} (steady tokens/s, one run "
-          "each).")
+    print(
+        f"Yours, {'the tiny model' if mine.tiny else mine.model} on {mine.device}: {mine.rung} at {t.value:,.0f} "
+        f"tokens/s, ZeRO-3 + CPU offload at {t.other:,.0f}: {t.ratio_text} (steady tokens/s, one run "
+        "each)."
+    )
 if ref_rung:
     r = ref_rung.tokens_per_second
-    print(f"Reference, {ref_rung.model} on {ref_rung.device}: {r.value:,.0f} against {r.other:,.0f} tokens/s, "
-          f"{r.ratio_text}.")
+    print(
+        f"Reference, {ref_rung.model} on {ref_rung.device}: {r.value:,.0f} against {r.other:,.0f} tokens/s, "
+        f"{r.ratio_text}."
+    )
 if mine and ref_rung:
     v = large_models.ratio_against_reference(mine, ref_rung)
     if v.band is not None:
         print(f"The same model on the same GPU, compiled alike: your ratio against the reference's, {v.ratio_text}.")
     else:
         yes_no = lambda c: ", ".join("yes" if x else "no" for x in c)  # noqa: E731
-        differ = [f"{what} {a} here, {b} there" for what, a, b in (
-            ("model", mine.model, ref_rung.model), ("device", mine.device, ref_rung.device),
-            ("blocks compiled (rung, offload)", yes_no(mine.torch_compile), yes_no(ref_rung.torch_compile))) if a != b]
-        print(f"Your ratio is {v.ratio:.2f}x the reference's ({v.verdict}), but the two do not measure the same "
-              f"setup ({'; '.join(differ)}): the difference is the setup's, not noise.")
+        differ = [
+            f"{what} {a} here, {b} there"
+            for what, a, b in (
+                ("model", mine.model, ref_rung.model),
+                ("device", mine.device, ref_rung.device),
+                ("blocks compiled (rung, offload)", yes_no(mine.torch_compile), yes_no(ref_rung.torch_compile)),
+            )
+            if a != b
+        ]
+        print(
+            f"Your ratio is {v.ratio:.2f}x the reference's ({v.verdict}), but the two do not measure the same "
+            f"setup ({'; '.join(differ)}): the difference is the setup's, not noise."
+        )
 
 # %% [markdown] tags=["exercise"]
 # 3. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
@@ -308,29 +373,42 @@ if mine and ref_rung:
 # %% tags=["solution"]
 v = large_models.nvme_against_cpu(offload_run, nvme_run)
 if v.ran:
-    print(f"NVMe offload: host RSS after step 1 {v.host_states.value:,.0f} MiB against {v.host_states.other:,.0f} "
-          f"MiB with CPU offload ({v.host_states.difference:+,.0f} MiB, {v.host_states.verdict}), at "
-          f"{v.tokens_per_second.ratio:.2f}x its steady tokens/s ({v.tokens_per_second.verdict}); "
-          f"{v.tokens_per_second.band_text}, one run each, so a small difference is no finding. On the drive: "
-          f"{v.swap_params_mib:,.1f} MiB of parameters and {v.swap_optimizer_mib:,.1f} MiB of optimizer states.")
+    print(
+        f"NVMe offload: host RSS after step 1 {v.host_states.value:,.0f} MiB against {v.host_states.other:,.0f} "
+        f"MiB with CPU offload ({v.host_states.difference:+,.0f} MiB, {v.host_states.verdict}), at "
+        f"{v.tokens_per_second.ratio:.2f}x its steady tokens/s ({v.tokens_per_second.verdict}); "
+        f"{v.tokens_per_second.band_text}, one run each, so a small difference is no finding. On the drive: "
+        f"{v.swap_params_mib:,.1f} MiB of parameters and {v.swap_optimizer_mib:,.1f} MiB of optimizer states."
+    )
 else:
-    print("NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above")
-          + ").")
-print(f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ratio:.1f}x CPU offload's steady step "
-      f"time ({n.step_time.value:.2f} s against {n.step_time.other:.2f} s; {n.tokens_per_second.value:,.0f} against "
-      f"{n.tokens_per_second.other:,.0f} tokens/s; {n.step_time.band_text}, one run each), with a host peak RSS of "
-      f"{n.host_peak_rss.value:,.0f} MiB against {n.host_peak_rss.other:,.0f} MiB ({n.host_peak_rss.verdict}) and a "
-      f"GPU peak of {n.gpu_peak.value:,.0f} MiB against {n.gpu_peak.other:,.0f} MiB ({n.gpu_peak.verdict}).")
-print(f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the parameters through ({n.buffer_count} x "
-      f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each "
-      + ("as large as the token embedding, the largest tensor" if n.buffers_sized_to_embedding else
-         "as large as the largest tensor")
-      + f": with NVMe offload the host's peak was {n.host_peak_rss.difference:+,.0f} MiB against CPU offload's "
-      f"({n.host_peak_rss.verdict}). The drive was {n.drive_device}, {n.drive_kind}, so the step time is that "
-      "disk's, not a local NVMe drive's.")
+    print(
+        "NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above") + ")."
+    )
+print(
+    f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ratio:.1f}x CPU offload's steady step "
+    f"time ({n.step_time.value:.2f} s against {n.step_time.other:.2f} s; {n.tokens_per_second.value:,.0f} against "
+    f"{n.tokens_per_second.other:,.0f} tokens/s; {n.step_time.band_text}, one run each), with a host peak RSS of "
+    f"{n.host_peak_rss.value:,.0f} MiB against {n.host_peak_rss.other:,.0f} MiB ({n.host_peak_rss.verdict}) and a "
+    f"GPU peak of {n.gpu_peak.value:,.0f} MiB against {n.gpu_peak.other:,.0f} MiB ({n.gpu_peak.verdict})."
+)
+print(
+    f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the parameters through ({n.buffer_count} x "
+    f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each "
+    + (
+        "as large as the token embedding, the largest tensor"
+        if n.buffers_sized_to_embedding
+        else "as large as the largest tensor"
+    )
+    + f": with NVMe offload the host's peak was {n.host_peak_rss.difference:+,.0f} MiB against CPU offload's "
+    f"({n.host_peak_rss.verdict}). The drive was {n.drive_device}, {n.drive_kind}, so the step time is that "
+    "disk's, not a local NVMe drive's."
+)
 swap_bytes = memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES  # per parameter, memory.estimate_nvme_swap
-print(f"Swap files ({swap_bytes} bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
-      + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap) + ".")
+print(
+    f"Swap files ({swap_bytes} bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
+    + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap)
+    + "."
+)
 
 # %% [markdown] tags=["exercise"]
 # 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
@@ -339,10 +417,22 @@ print(f"Swap files ({swap_bytes} bytes/param) against the {n.drive_free_gib:,.0f
 
 # %% tags=["solution"]
 ref_drive = large_models.drive_free_gib(large_models.NVME_VS_CPU / "machine.txt") * 1024
-print(fit.explain(fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB,
-                               nvme_free_mib=DRIVE_MIB)))
-h100 = fit.estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu="H100 80GB",
-                    host_memory_mib=large_models.REFERENCE_HOST_MIB, nvme_free_mib=ref_drive)
+print(
+    fit.explain(
+        fit.estimate(
+            "Qwen/Qwen3-8B", 3, "cpu", max_length=8192, gpu=GPU_KEY, host_memory_mib=HOST_MIB, nvme_free_mib=DRIVE_MIB
+        )
+    )
+)
+h100 = fit.estimate(
+    "Qwen/Qwen3-8B",
+    3,
+    "cpu",
+    max_length=8192,
+    gpu="H100 80GB",
+    host_memory_mib=large_models.REFERENCE_HOST_MIB,
+    nvme_free_mib=ref_drive,
+)
 print(fit.explain(h100))
 for machine, root in large_models.REFERENCES.items():
     largest = large_models.largest_trained(large_models.reference_runs(root))
@@ -350,16 +440,21 @@ for machine, root in large_models.REFERENCES.items():
 fix8, r = fit.smallest_fix(h100), large_models.on_h100s("stage3")  # r: None without the reference runs
 if fix8 and r:
     where = {True: "within", False: "past"}
-    print(f"The reference nearest the H100 answer ({fix8['change']}, ~{fix8['estimate']['total_gpu_mib']:,.0f} MiB per "
-          f"GPU): {r.model} with ZeRO-3 and activation checkpointing on {r.gpus} H200s, {r.tokens_per_second:,.0f} "
-          f"tokens/s. Its live tensors (PyTorch's peak allocated, which the card's size does not change) peaked at "
-          f"{r.allocated_mib:,.0f} MiB per GPU, {r.allocated_mib / r.gpu_mib:.0%} of an H100's {r.gpu_mib:,} MiB: "
-          f"{where[r.fits]} the {r.usable_mib:,.0f} MiB a run may fill on an H100 (less the {fit.HEADROOM:.0%} "
-          f"headroom); the estimate for {r.gpus} H100s, {r.estimate_mib:,.0f} MiB, is {where[r.estimate_fits]} it"
-          + ((f", so {r.gpus} H100s would do." if r.fits else f", so {r.gpus} H100s are too few.")
-             if r.fits == r.estimate_fits else ": the run and the estimate disagree.")
-          + f" (NVML's peak on the H200, {r.nvml_mib:,.0f} MiB, counts the cache PyTorch kept on a 141 GB card: not "
-          "a figure to hold against an H100.)")
+    print(
+        f"The reference nearest the H100 answer ({fix8['change']}, ~{fix8['estimate']['total_gpu_mib']:,.0f} MiB per "
+        f"GPU): {r.model} with ZeRO-3 and activation checkpointing on {r.gpus} H200s, {r.tokens_per_second:,.0f} "
+        f"tokens/s. Its live tensors (PyTorch's peak allocated, which the card's size does not change) peaked at "
+        f"{r.allocated_mib:,.0f} MiB per GPU, {r.allocated_mib / r.gpu_mib:.0%} of an H100's {r.gpu_mib:,} MiB: "
+        f"{where[r.fits]} the {r.usable_mib:,.0f} MiB a run may fill on an H100 (less the {fit.HEADROOM:.0%} "
+        f"headroom); the estimate for {r.gpus} H100s, {r.estimate_mib:,.0f} MiB, is {where[r.estimate_fits]} it"
+        + (
+            (f", so {r.gpus} H100s would do." if r.fits else f", so {r.gpus} H100s are too few.")
+            if r.fits == r.estimate_fits
+            else ": the run and the estimate disagree."
+        )
+        + f" (NVML's peak on the H200, {r.nvml_mib:,.0f} MiB, counts the cache PyTorch kept on a 141 GB card: not "
+        "a figure to hold against an H100.)"
+    )
 
 # %% [markdown]
 # ## Summary

@@ -50,8 +50,10 @@ mismatch = drills.batch_size_mismatch()
 print("\n".join(mismatch["error_lines"]))
 print("arithmetic:", mismatch["arithmetic"])
 fixed = drills.batch_size_mismatch(fixed=True)
-print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
-      f"exit {fixed['returncode']}")
+print(
+    f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fixed['config']['train_batch_size']}, "
+    f"exit {fixed['returncode']}"
+)
 
 # %% [markdown]
 # ## fp16 on a model pretrained in bf16
@@ -68,38 +70,51 @@ print(f"with build_ds_config(..., Settings(world_size=2)): train_batch_size {fix
 # %%
 fp16 = drills.fp16_overflow()
 planted = fp16.attrs["massive_activation"]
-print(f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
-      f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
-      f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
-      f"|weight| {planted['max_abs_weight']:.1f}")
+print(
+    f"planted: {planted['max_abs_hidden']:,.0f} in feature {planted['dim']} after block {planted['layer']}, "
+    f"{planted['times_median']:,.0f}x the median |activation| ({planted['median_abs_hidden']:.3g}), at "
+    f"{planted['positions_over_fp16_max']} first tokens above fp16's {planted['fp16_max']:,.0f}; the largest "
+    f"|weight| {planted['max_abs_weight']:.1f}"
+)
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(fp16.groupby("precision", sort=False).agg(
-    steps=("step", "count"), skipped=("skipped", "sum"), first_loss=("loss", "first"), last_loss=("loss", "last"),
-    first_loss_scale=("loss_scale", "first"), last_loss_scale=("loss_scale", "last")))
+display(
+    fp16.groupby("precision", sort=False).agg(
+        steps=("step", "count"),
+        skipped=("skipped", "sum"),
+        first_loss=("loss", "first"),
+        last_loss=("loss", "last"),
+        first_loss_scale=("loss_scale", "first"),
+        last_loss_scale=("loss_scale", "last"),
+    )
+)
 
 # %% [markdown] tags=["exercise"]
 # 1. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?
 
 # %% tags=["solution"]
 f = mismatch["fixed_config"]
-print(f"DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x accumulation x "
-      f"world_size). The fix: build the config for the world that runs it, build_ds_config(..., Settings("
-      f"train_micro_batch_size_per_gpu={f['train_micro_batch_size_per_gpu']}, gradient_accumulation_steps="
-      f"{f['gradient_accumulation_steps']}, world_size={f['world_size']})) writes train_batch_size "
-      f"{f['train_batch_size']} (and exited {fixed['returncode']} above); or leave the batch sizes \"auto\" and let "
-      "the HF Trainer integration fill them from TrainingArguments, after checking the world size it sees.")
+print(
+    f"DeepSpeed refused the batch: {mismatch['arithmetic']} (train_batch_size must equal micro x accumulation x "
+    f"world_size). The fix: build the config for the world that runs it, build_ds_config(..., Settings("
+    f"train_micro_batch_size_per_gpu={f['train_micro_batch_size_per_gpu']}, gradient_accumulation_steps="
+    f"{f['gradient_accumulation_steps']}, world_size={f['world_size']})) writes train_batch_size "
+    f'{f["train_batch_size"]} (and exited {fixed["returncode"]} above); or leave the batch sizes "auto" and let '
+    "the HF Trainer integration fill them from TrainingArguments, after checking the world size it sees."
+)
 
 # %% [markdown] tags=["exercise"]
 # 2. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
 
 # %% tags=["solution"]
 o = drills.fp16_summary(fp16)
-print(f"fp16: {o.fp16_skipped} of {o.fp16_steps} steps skipped, the loss scale from {o.first_loss_scale:,.0f} to "
-      f"{o.last_loss_scale:,.0f}" + (f", then DeepSpeed stopped: \"{o.fp16_error.rstrip('.')}\"" if o.fp16_error else
-                                     ", and DeepSpeed did not stop")
-      + f"; bf16 took {o.bf16_steps - o.bf16_skipped} of {o.bf16_steps} steps, from loss {o.bf16_first_loss:.3f} to "
-      f"{o.bf16_last_loss:.3f}: the overflow is in the activations, which bf16's range holds.")
+print(
+    f"fp16: {o.fp16_skipped} of {o.fp16_steps} steps skipped, the loss scale from {o.first_loss_scale:,.0f} to "
+    f"{o.last_loss_scale:,.0f}"
+    + (f', then DeepSpeed stopped: "{o.fp16_error.rstrip(".")}"' if o.fp16_error else ", and DeepSpeed did not stop")
+    + f"; bf16 took {o.bf16_steps - o.bf16_skipped} of {o.bf16_steps} steps, from loss {o.bf16_first_loss:.3f} to "
+    f"{o.bf16_last_loss:.3f}: the overflow is in the activations, which bf16's range holds."
+)
 
 # %% [markdown]
 # ## Summary

@@ -55,14 +55,17 @@ lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 with lesson.without_state_clears():  # DeepSpeed prints a line at each clear of ZenFlow's states
     for name in ORDER:
         run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
-print("ZenFlow's settings (ds_config.json):",
-      json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"])
+print(
+    "ZenFlow's settings (ds_config.json):",
+    json.loads(open(f"{RUNS}/stage2_zenflow/ds_config.json").read())["zero_optimization"]["zenflow"],
+)
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
 print(lessons.reference_note())
 z = lesson.zenflow(f"{RUNS}/stage2_offload", f"{RUNS}/stage2_zenflow")
-lesson.plot_loss({"stage2_offload (plain offload)": f"{RUNS}/stage2_offload",
-                  "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"}, z);
-
+lesson.plot_loss(
+    {"stage2_offload (plain offload)": f"{RUNS}/stage2_offload", "stage2_zenflow (ZenFlow)": f"{RUNS}/stage2_zenflow"},
+    z,
+)
 # %% [markdown]
 # ## First: did both runs train the same model?
 #
@@ -80,14 +83,18 @@ from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 source, first_line = inspect.getsourcelines(DeepSpeedZeroOptimizer._update_model_bit16_weights)
 print(f"deepspeed/runtime/zero/stage_1_and_2.py, line {first_line}:\n{''.join(source)}")
 mine = z.start
-print(f"Your runs (DeepSpeed {mine.deepspeed}): step 1's loss, before any update: ZenFlow {mine.zenflow:.4f}, plain "
-      f"offload {mine.offload:.4f}: {'the same model' if mine.same_start else 'not the same model'} "
-      f"(tolerance {lesson.START_TOLERANCE} nats)")
+print(
+    f"Your runs (DeepSpeed {mine.deepspeed}): step 1's loss, before any update: ZenFlow {mine.zenflow:.4f}, plain "
+    f"offload {mine.offload:.4f}: {'the same model' if mine.same_start else 'not the same model'} "
+    f"(tolerance {lesson.START_TOLERANCE} nats)"
+)
 ref_dir = lessons.REFERENCE_DIR / "runs"
 if (ref_dir / "stage2_zenflow").is_dir():
     ref = lesson.first_loss_check(ref_dir / "stage2_offload", ref_dir / "stage2_zenflow")
-    print(f"The reference runs (DeepSpeed {ref.deepspeed}): ZenFlow {ref.zenflow:.4f}, plain offload "
-          f"{ref.offload:.4f}: {'the same model' if ref.same_start else 'not the same model'}")
+    print(
+        f"The reference runs (DeepSpeed {ref.deepspeed}): ZenFlow {ref.zenflow:.4f}, plain offload "
+        f"{ref.offload:.4f}: {'the same model' if ref.same_start else 'not the same model'}"
+    )
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -97,35 +104,60 @@ if (ref_dir / "stage2_zenflow").is_dir():
 #    what the loss difference measures.
 
 # %% tags=["solution"]
-print(f"1. {'No' if mine.same_start else 'Yes'}: with DeepSpeed {mine.deepspeed}, step 1's loss was {mine.zenflow:.4f} "
-      f"for ZenFlow against {mine.offload:.4f} for plain offload on the same batch before any update, "
-      + ("within the tolerance: ZenFlow trained the model it was given, and scripts/zenflow_init_check.py should "
-         "find no weight changed." if mine.same_start else
-         f"{abs(mine.zenflow - mine.offload):.4f} nats apart: ZenFlow did not train the model it was given. The source "
-         "above views the flat buffer without transposing it back (`.view(meta.shape)`)."))
+print(
+    f"1. {'No' if mine.same_start else 'Yes'}: with DeepSpeed {mine.deepspeed}, step 1's loss was {mine.zenflow:.4f} "
+    f"for ZenFlow against {mine.offload:.4f} for plain offload on the same batch before any update, "
+    + (
+        "within the tolerance: ZenFlow trained the model it was given, and scripts/zenflow_init_check.py should "
+        "find no weight changed."
+        if mine.same_start
+        else f"{abs(mine.zenflow - mine.offload):.4f} nats apart: ZenFlow did not train the model it was given. The source "
+        "above views the flat buffer without transposing it back (`.view(meta.shape)`)."
+    )
+)
 
 # %% tags=["solution"]
-where = ("" if z.on_gpu else "On this CPU (the tiny model, and no GPU to overlap the CPU update with: overlap_step "
-         "off) ZenFlow's mechanics ran, not what it is for. ")
-bought = {"higher": "It bought speed", "lower": "It bought no speed, it cost some",
-          "within the band": "It bought no speed beyond the noise"}[z.speed.verdict]
-cost = {"higher": "a higher loss, it learned less in the same steps", "lower": "no loss: its loss was lower",
-        "within the band": "no loss beyond the noise"}.get(z.loss.verdict, "no loss")
-start = ("Both runs started from the same model (step 1's losses agree), so the loss difference is ZenFlow's "
-         "staleness. " if z.start.same_start else
-         "But the two runs did not start from the same model (exercise 1), so the loss difference measures DeepSpeed's "
-         "defect, not the staleness. ")
-memory = (f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak RSS: {z.host_peak.ratio_text}"
-          + (" (the training process alone: ZenFlow's CPU-update process, which holds the Adam moments of the "
-             "offloaded columns, comes on top)" if z.overlap_step else "")
-          if z.gpu_peak else
-          f"no GPU memory to compare; host peak RSS against plain offload's: {z.host_peak.ratio_text} (the whole "
-          "process's, where the tiny model's states are lost in what this kernel's earlier runs left)")
-print(f"2. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} against plain offload's: "
-      f"{z.speed.ratio_text}. It cost {cost}: its mean train loss over the last {z.last} steps minus plain "
-      f"offload's: {z.loss.difference_text}. {start}Memory: {memory}. ZenFlow trades exact updates for the time the "
-      "GPU would otherwise wait on the CPU: it pays only where that wait is long and the overlap hides the CPU update, "
-      "and its loss has to be checked against plain offload's, from the same starting model.")
+where = (
+    ""
+    if z.on_gpu
+    else "On this CPU (the tiny model, and no GPU to overlap the CPU update with: overlap_step "
+    "off) ZenFlow's mechanics ran, not what it is for. "
+)
+bought = {
+    "higher": "It bought speed",
+    "lower": "It bought no speed, it cost some",
+    "within the band": "It bought no speed beyond the noise",
+}[z.speed.verdict]
+cost = {
+    "higher": "a higher loss, it learned less in the same steps",
+    "lower": "no loss: its loss was lower",
+    "within the band": "no loss beyond the noise",
+}.get(z.loss.verdict, "no loss")
+start = (
+    "Both runs started from the same model (step 1's losses agree), so the loss difference is ZenFlow's staleness. "
+    if z.start.same_start
+    else "But the two runs did not start from the same model (exercise 1), so the loss difference measures DeepSpeed's "
+    "defect, not the staleness. "
+)
+memory = (
+    f"GPU peak against plain offload's: {z.gpu_peak.ratio_text}; host peak RSS: {z.host_peak.ratio_text}"
+    + (
+        " (the training process alone: ZenFlow's CPU-update process, which holds the Adam moments of the "
+        "offloaded columns, comes on top)"
+        if z.overlap_step
+        else ""
+    )
+    if z.gpu_peak
+    else f"no GPU memory to compare; host peak RSS against plain offload's: {z.host_peak.ratio_text} (the whole "
+    "process's, where the tiny model's states are lost in what this kernel's earlier runs left)"
+)
+print(
+    f"2. {where}{bought}: its tokens/s over steps {z.window[0]}-{z.window[1]} against plain offload's: "
+    f"{z.speed.ratio_text}. It cost {cost}: its mean train loss over the last {z.last} steps minus plain "
+    f"offload's: {z.loss.difference_text}. {start}Memory: {memory}. ZenFlow trades exact updates for the time the "
+    "GPU would otherwise wait on the CPU: it pays only where that wait is long and the overlap hides the CPU update, "
+    "and its loss has to be checked against plain offload's, from the same starting model."
+)
 
 # %% [markdown]
 # ## Reporting it upstream

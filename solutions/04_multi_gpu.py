@@ -70,11 +70,18 @@ for n in (1, 2, 4, 8):
     for stage in (0, 1, 2, 3):  # memory.zero_bytes_per_param: the table above, per parameter
         est = memory.estimate_model_states(P, psi["largest_layer_params"], stage, num_gpus_per_node=n)
         arithmetic = memory.zero_bytes_per_param(stage, n) * P
-        rows.append({"GPUs": n, "zero_stage": stage, "16Ψ arithmetic MiB": round(arithmetic / MiB),
-                     "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"]})
+        rows.append(
+            {
+                "GPUs": n,
+                "zero_stage": stage,
+                "16Ψ arithmetic MiB": round(arithmetic / MiB),
+                "DeepSpeed estimate MiB": est["estimated_model_states_gpu_mib"],
+            }
+        )
 arith = pd.DataFrame(rows)
 ax = arith.pivot(index="GPUs", columns="zero_stage", values="16Ψ arithmetic MiB").plot(
-    marker="o", figsize=(6, 3.5), title=f"Model states per GPU, {model.DEFAULT_MODEL} ({P / 1e6:.0f}M params)")
+    marker="o", figsize=(6, 3.5), title=f"Model states per GPU, {model.DEFAULT_MODEL} ({P / 1e6:.0f}M params)"
+)
 ax.set(ylabel="MiB per GPU")
 arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "DeepSpeed estimate MiB"])
 
@@ -85,8 +92,10 @@ arith.pivot(index="GPUs", columns="zero_stage", values=["16Ψ arithmetic MiB", "
 floor = {s: memory.zero_bytes_per_param(s, float("inf")) * P for s in range(4)}  # what is never partitioned
 for stage, g in arith.groupby("zero_stage"):
     a1, a8 = g.set_index("GPUs")["16Ψ arithmetic MiB"][[1, 8]]
-    print(f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
-          + (f", towards {floor[stage] / MiB:,.0f} MiB with many GPUs" if a8 < a1 else ": nothing is partitioned"))
+    print(
+        f"stage {stage}: {a1:,} MiB per GPU on 1 GPU -> {a8:,} on 8 ({a8 / a1:.0%})"
+        + (f", towards {floor[stage] / MiB:,.0f} MiB with many GPUs" if a8 < a1 else ": nothing is partitioned")
+    )
 
 # %% [markdown]
 # ## 2. Three ways to start the ranks
@@ -102,7 +111,7 @@ for stage, g in arith.groupby("zero_stage"):
 
 # %%
 common = (launch.ROOT / "slurm" / "common.sh").read_text()
-print(common[common.index("# workshop_launch"):])
+print(common[common.index("# workshop_launch") :])
 
 # %% [markdown]
 # A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` here.
@@ -143,8 +152,14 @@ def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | N
     """`sbatch --nodes=2 slurm/multi_node.slurm EXPERIMENT ...` into `out`; waits for it (at most a minute in
     the queue) and returns its results."""
     shutil.rmtree(out, ignore_errors=True)  # the job resumes a run in its output directory: start afresh
-    job = launch.submit("multi_node", experiment, *extra, *args, sbatch_options=("--nodes=2", *sbatch_options),
-                        env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())} | (env or {}))
+    job = launch.submit(
+        "multi_node",
+        experiment,
+        *extra,
+        *args,
+        sbatch_options=("--nodes=2", *sbatch_options),
+        env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())} | (env or {}),
+    )
     r = launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=60)
     print(f"{experiment} on 2 nodes: SLURM job {job}, ranks on {sorted({m['host'] for m in r['per_rank_memory']})}")
     return r
@@ -172,21 +187,35 @@ def at_once(jobs: list[dict]) -> None:
 
 
 if side_by_side:
-    at_once([dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
-             for i, e in enumerate(["stage2", "stage3"])])
+    at_once(
+        [
+            dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
+            for i, e in enumerate(["stage2", "stage3"])
+        ]
+    )
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
         logged = comms if n == 2 else []
         if use_slurm:
-            job = launch.submit("multi_gpu", experiment, *extra, sbatch_options=(f"--gpus-per-node={n}",),
-                                env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())})
+            job = launch.submit(
+                "multi_gpu",
+                experiment,
+                *extra,
+                sbatch_options=(f"--gpus-per-node={n}",),
+                env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())},
+            )
             launch.wait(job, "multi_gpu", output_dir=out)
             print(f"{experiment} x{n}: finished, {out}/results.json")
         elif two_node_cpu and experiment == "stage2" and n == 2:
             try:  # one CPU process per node, the tiny model
-                two_node_job(experiment, out, "--gpus-per-node=0",
-                             env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix}, args=logged)
+                two_node_job(
+                    experiment,
+                    out,
+                    "--gpus-per-node=0",
+                    env={"WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix},
+                    args=logged,
+                )
             except WorkshopError as e:
                 print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
                 run_here(experiment, n, out, logged)
@@ -201,8 +230,18 @@ if on_gpus:  # 2 steps each on 2 GPUs with the comms logger, apart from the time
     small = ["--max-steps", "2", "--comms-logger", "--max-tokens-per-micro-batch", "4096", "--torch-compile", "false"]
     if use_slurm:
         for e, out in COMMS_RUNS.items():
-            launch.wait(launch.submit("multi_gpu", e, *extra, *small, sbatch_options=("--gpus-per-node=2",),
-                                      env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())}), "multi_gpu", output_dir=out)
+            launch.wait(
+                launch.submit(
+                    "multi_gpu",
+                    e,
+                    *extra,
+                    *small,
+                    sbatch_options=("--gpus-per-node=2",),
+                    env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())},
+                ),
+                "multi_gpu",
+                output_dir=out,
+            )
     else:
         at_once([dict(experiment=e, n=2, out=out, args=small) for e, out in COMMS_RUNS.items()])
 
@@ -220,19 +259,21 @@ info = lesson.reference_info(ref)
 if info is None:
     print(f"No reference runs on file ({reference} is missing): only your own figures are shown.")
 else:
-    print(f"Reference: {info['device']} GPUs of one host, {info['model']} "
-          f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
-          f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
-          + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
-          + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}.")
-    results.plot_scaling(ref);
+    print(
+        f"Reference: {info['device']} GPUs of one host, {info['model']} "
+        f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
+        f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
+        + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
+        + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}."
+    )
+    results.plot_scaling(ref)
 
 # %% [markdown]
 # Your runs beside the reference's ("n/a" where none), the run with the most hosts beside one rank, and your
 # prediction:
 
 # %%
-results.plot_scaling(df);
+results.plot_scaling(df)
 print(f"Your runs: {df['device'].iloc[0]}, {df['model'].iloc[0]}.")
 display(Markdown(lesson.beside(scaling, ref).to_markdown(index=False)))
 display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=False)))
@@ -260,8 +301,13 @@ for name, psi, n, b in [(mine["model"], int(mine["num_params"]), 2, Bmine), (mod
     paper = lesson.comm_volume(psi, n, b)
     ds = lesson.comm_volume(psi, n, b, collectives=lesson.DEEPSPEED)
     print(f"{name}: Ψ = {psi:,} parameters, {b} bytes an element, {n} ranks (ring factor {(n - 1) / n:.2f})")
-    both = paper.assign(**{"DeepSpeed's collectives": ds["collectives"], "DeepSpeed (Ψ)": ds["volume (Ψ)"],
-                           "DeepSpeed MiB per step": ds["MiB per step"]})
+    both = paper.assign(
+        **{
+            "DeepSpeed's collectives": ds["collectives"],
+            "DeepSpeed (Ψ)": ds["volume (Ψ)"],
+            "DeepSpeed MiB per step": ds["MiB per step"],
+        }
+    )
     display(Markdown(both.to_markdown(index=False, floatfmt=",.2f")))
 
 # %% [markdown]
@@ -278,10 +324,17 @@ for e, d in COMMS_RUNS.items():
         print(f"{d}: no {COMMS_FILE} (the run had no --comms-logger)")
         continue
     r = results.load_results(d).iloc[0]
-    print(f"{e}: {c['world_size']} ranks over {c['backend']}, {c['optimizer_steps']} optimizer steps of {r['model']}; "
-          f"rank 0's collectives per optimizer step (volume: the data the collective moves, in MiB and in Ψ):")
-    display(Markdown(lesson.comm_measured(c, int(r["num_params"]), lesson.BYTES_PER_ELEMENT[r["precision"]])
-                     .to_markdown(index=False, floatfmt=",.3f")))
+    print(
+        f"{e}: {c['world_size']} ranks over {c['backend']}, {c['optimizer_steps']} optimizer steps of {r['model']}; "
+        f"rank 0's collectives per optimizer step (volume: the data the collective moves, in MiB and in Ψ):"
+    )
+    display(
+        Markdown(
+            lesson.comm_measured(c, int(r["num_params"]), lesson.BYTES_PER_ELEMENT[r["precision"]]).to_markdown(
+                index=False, floatfmt=",.3f"
+            )
+        )
+    )
 
 # %% [markdown]
 # ### Buckets and overlap
@@ -301,17 +354,21 @@ if ref is not None:
     ref_cfg = json.loads((reference / "stage2-2" / "ds_config.json").read_text())
     ref_params = int(ref.loc[ref.experiment == "stage2", "num_params"].iloc[0])
     bk = lesson.buckets(ref_cfg, ref_params)
-    print(f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
-          f"{bk.bytes_per_element} bytes: {bk.count} bucket(s) of {bk.bucket_mib:,.0f} MiB, the last "
-          f"{bk.last_mib:,.0f} MiB. The first is full when {bk.first_sent_at:.0%} of the backward pass is done: "
-          f"{bk.reduced_during_backward:.0%} of the gradients can be reduced beside the backward pass, in its last "
-          f"{1 - bk.first_sent_at:.0%}, and the last {bk.last_mib:,.0f} MiB wait for its end.")
+    print(
+        f"reduce_bucket_size {bk.reduce_bucket_size:,} elements, {bk.num_params:,} gradients of "
+        f"{bk.bytes_per_element} bytes: {bk.count} bucket(s) of {bk.bucket_mib:,.0f} MiB, the last "
+        f"{bk.last_mib:,.0f} MiB. The first is full when {bk.first_sent_at:.0%} of the backward pass is done: "
+        f"{bk.reduced_during_backward:.0%} of the gradients can be reduced beside the backward pass, in its last "
+        f"{1 - bk.first_sent_at:.0%}, and the last {bk.last_mib:,.0f} MiB wait for its end."
+    )
     ga = ref_cfg["gradient_accumulation_steps"]
     for steps in sorted({ga, 4}):
         v = lesson.comm_volume(ref_params, 4, bk.bytes_per_element, steps, lesson.DEEPSPEED).set_index("zero_stage")
-        print(f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
-              f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
-              f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}.")
+        print(
+            f"gradient_accumulation_steps {steps}{' (the recipe)' if steps == ga else ''}, 4 GPUs, DeepSpeed's "
+            f"collectives: ZeRO-1 {v.at[1, 'MiB per step']:,.0f} MiB per step, "
+            f"ZeRO-2 {v.at[2, 'MiB per step']:,.0f}."
+        )
 
 # %% [markdown]
 # ## 5. Links and stragglers
@@ -322,8 +379,10 @@ if ref is not None:
 # %%
 display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
 s = lesson.stragglers(RUNS / "stage2-2")
-print(f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
-      f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens.")
+print(
+    f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
+    f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens."
+)
 
 # %% [markdown]
 # A job that hangs or crawls:
@@ -363,78 +422,126 @@ a = lesson.figures(arith, scaling, ref, df, P)
 st = a.states_16.set_index("zero_stage")
 for s in (2, 3):
     whole = st.at[s, "not partitioned MiB"]
-    print(f"1. ZeRO-{s}: {st.at[s, 'MiB per GPU on 16 GPUs']:,.0f} MiB per GPU on 16 GPUs, "
-          f"{st.at[s, 'fraction of 1 GPU']:.0%} of the {st.at[s, 'MiB per GPU on 1 GPU']:,} MiB on 1 GPU"
-          + (f" (the {whole:,.0f} MiB of 16-bit parameters stay whole on every GPU)." if whole else
-             ": every state partitioned."))
+    print(
+        f"1. ZeRO-{s}: {st.at[s, 'MiB per GPU on 16 GPUs']:,.0f} MiB per GPU on 16 GPUs, "
+        f"{st.at[s, 'fraction of 1 GPU']:.0%} of the {st.at[s, 'MiB per GPU on 1 GPU']:,} MiB on 1 GPU"
+        + (
+            f" (the {whole:,.0f} MiB of 16-bit parameters stay whole on every GPU)."
+            if whole
+            else ": every state partitioned."
+        )
+    )
 for m in a.memory:
     c = m.fall
-    head = (f"2. {m.experiment}: {m.memory} {m.change_mib:+,.0f} MiB from {m.ranks_from} to {m.ranks_to} ranks; by "
-            "the 16Ψ arithmetic the model states its GPUs keep"
-            + (" (with offload: no fp32 optimizer states" + (", no parameters" if m.offload_param else "") + ")"
-               if m.offload_optimizer else "")
-            + f" fall by {m.arithmetic_fall_mib:,.1f} MiB for its {m.num_params:,} parameters")
+    head = (
+        f"2. {m.experiment}: {m.memory} {m.change_mib:+,.0f} MiB from {m.ranks_from} to {m.ranks_to} ranks; by "
+        "the 16Ψ arithmetic the model states its GPUs keep"
+        + (
+            " (with offload: no fp32 optimizer states" + (", no parameters" if m.offload_param else "") + ")"
+            if m.offload_optimizer
+            else ""
+        )
+        + f" fall by {m.arithmetic_fall_mib:,.1f} MiB for its {m.num_params:,} parameters"
+    )
     if not m.on_gpu:
-        print(f"{head}. A change of that size cannot be read from host RSS: each rank's RSS is the whole process "
-              "(Python, torch, DeepSpeed, the data), hundreds of MiB, and on a CPU the 'GPU' and the host are the "
-              "same memory.")
+        print(
+            f"{head}. A change of that size cannot be read from host RSS: each rank's RSS is the whole process "
+            "(Python, torch, DeepSpeed, the data), hundreds of MiB, and on a CPU the 'GPU' and the host are the "
+            "same memory."
+        )
     elif c.verdict in ("within the band", "equal"):
-        print(f"{head}: the peak fell about as much ({c.ratio:.2f}x the arithmetic, within the {c.band_text} band); "
-              "the rest of it (activations, logits, buffers) stayed on every rank.")
+        print(
+            f"{head}: the peak fell about as much ({c.ratio:.2f}x the arithmetic, within the {c.band_text} band); "
+            "the rest of it (activations, logits, buffers) stayed on every rank."
+        )
     elif c.verdict == "lower":
-        print(f"{head}: the peak fell less ({c.ratio:.2f}x the arithmetic, outside the {c.band_text} band): "
-              "activations, logits and communication buffers are not partitioned by ZeRO; they stay on every rank.")
+        print(
+            f"{head}: the peak fell less ({c.ratio:.2f}x the arithmetic, outside the {c.band_text} band): "
+            "activations, logits and communication buffers are not partitioned by ZeRO; they stay on every rank."
+        )
     else:
-        print(f"{head}: the peak fell more ({c.ratio:.2f}x the arithmetic, outside the {c.band_text} band): other "
-              "parts of the peak changed too (under ZeRO-3 the gathered layers and prefetch buckets, the caching "
-              "allocator's blocks): the peak is not the model states plus a constant.")
+        print(
+            f"{head}: the peak fell more ({c.ratio:.2f}x the arithmetic, outside the {c.band_text} band): other "
+            "parts of the peak changed too (under ZeRO-3 the gathered layers and prefetch buckets, the caching "
+            "allocator's blocks): the peak is not the model states plus a constant."
+        )
 lo, hi = min(a.global_batch), max(a.global_batch)
-print(f"3. the global batch went from {a.global_batch[lo]:g} sequences per step on {lo} rank(s) to "
-      f"{a.global_batch[hi]:g} on {hi} (on average: micro-batches are filled up to a token budget): to keep it, "
-      f"divide each rank's share (max_tokens_per_micro_batch, or the micro-batch or the accumulation) by {hi // lo}; "
-      f"the steps per epoch then stay as on {lo} rank(s), where with the share unchanged they fall to about "
-      f"1/{hi // lo}.")
-LINEAR = {"lower": "below linear", "higher": "above linear", "within the band": "linear within the band",
-          "equal": "linear"}
+print(
+    f"3. the global batch went from {a.global_batch[lo]:g} sequences per step on {lo} rank(s) to "
+    f"{a.global_batch[hi]:g} on {hi} (on average: micro-batches are filled up to a token budget): to keep it, "
+    f"divide each rank's share (max_tokens_per_micro_batch, or the micro-batch or the accumulation) by {hi // lo}; "
+    f"the steps per epoch then stay as on {lo} rank(s), where with the share unchanged they fall to about "
+    f"1/{hi // lo}."
+)
+LINEAR = {
+    "lower": "below linear",
+    "higher": "above linear",
+    "within the band": "linear within the band",
+    "equal": "linear",
+}
 
 
 def efficiencies(xs):
-    return ", ".join(f"{x.experiment} x{x.gpus}: {x.per_rank.ratio:.0%} ({LINEAR[x.per_rank.verdict]}, "
-                     f"{x.per_rank.band_text})" for x in xs)
+    return ", ".join(
+        f"{x.experiment} x{x.gpus}: {x.per_rank.ratio:.0%} ({LINEAR[x.per_rank.verdict]}, {x.per_rank.band_text})"
+        for x in xs
+    )
 
 
 if not a.on_gpu:
-    why = (f" Not a scaling figure: these are CPU processes of a {a.model_params:,}-parameter model sharing this "
-           f"machine's cores, over {a.max_steps} optimizer steps at most, so warm-up and fixed per-step costs (Python, "
-           "launching, gloo) dominate and the ranks compete for the same cores"
-           + ("; above 100% means the one-rank run was the slower to warm up, not that two ranks beat linear "
-              "speed-up" if any(x.per_rank.ratio > 1 for x in a.scaling) else "")
-           + ". Steady-state figures need the GPU runs, such as the reference.")
+    why = (
+        f" Not a scaling figure: these are CPU processes of a {a.model_params:,}-parameter model sharing this "
+        f"machine's cores, over {a.max_steps} optimizer steps at most, so warm-up and fixed per-step costs (Python, "
+        "launching, gloo) dominate and the ranks compete for the same cores"
+        + (
+            "; above 100% means the one-rank run was the slower to warm up, not that two ranks beat linear speed-up"
+            if any(x.per_rank.ratio > 1 for x in a.scaling)
+            else ""
+        )
+        + ". Steady-state figures need the GPU runs, such as the reference."
+    )
 elif all(x.per_rank.verdict == "lower" for x in a.scaling):
-    why = (" Below linear beyond the noise: every step adds the gradient reduction (ZeRO-2) and the parameter "
-           "all-gathers (ZeRO-3) that one GPU did not need (section 4), and per-step synchronisation.")
+    why = (
+        " Below linear beyond the noise: every step adds the gradient reduction (ZeRO-2) and the parameter "
+        "all-gathers (ZeRO-3) that one GPU did not need (section 4), and per-step synchronisation."
+    )
 elif any(x.per_rank.verdict == "higher" for x in a.scaling):
-    why = (" Above linear is not real speed-up: the steady state may not have been reached, or the runs differ "
-           "(the one-rank run slower for another reason).")
+    why = (
+        " Above linear is not real speed-up: the steady state may not have been reached, or the runs differ "
+        "(the one-rank run slower for another reason)."
+    )
 else:
-    why = (" Where a figure is within the band, the runs cannot tell its scaling from linear: the loss is within "
-           "the noise.")
-theirs = (f" The reference ({ref['device'].iloc[0]}, steady state): {efficiencies(a.reference_scaling)}."
-          if a.reference_scaling else "")
+    why = (
+        " Where a figure is within the band, the runs cannot tell its scaling from linear: the loss is within "
+        "the noise."
+    )
+theirs = (
+    f" The reference ({ref['device'].iloc[0]}, steady state): {efficiencies(a.reference_scaling)}."
+    if a.reference_scaling
+    else ""
+)
 print(f"4. your runs: {efficiencies(a.scaling)}.{why}{theirs}")
 mn, sp = a.multi_node, a.multi_node_speed
-peak = (f"{mn['peak memory per rank MiB']:,.0f} MiB ({mn['memory']})" if mn["peak memory per rank MiB"] is not None
-        else "n/a")
-print(f"5. several nodes, from {mn['source']}: {mn['nodes (distinct hosts)']} host(s), {mn['ranks']} ranks, "
-      f"{mn['tokens/s']:,} tokens/s ({mn['tokens/s against 1 rank']} the one-rank run of the same experiment"
-      + (f"; per rank {sp.ratio:.0%} of it, {LINEAR[sp.verdict]}, {sp.band_text}" if sp and a.on_gpu else "")
-      + ("" if a.on_gpu else "; CPU processes: not a scaling figure, see 4")
-      + f"), peak per rank {peak} ({mn['run']}). "
-      + ("Between real nodes the gradients travel over the network (on GPUs NCCL over InfiniBand or Ethernet, here "
-         + ("NCCL" if a.on_gpu else "gloo over TCP") + "), slower than the links inside one node."
-         if mn["nodes (distinct hosts)"] > 1 else
-         "All its ranks ran on one host: no traffic between nodes was measured; a SLURM cluster gives the "
-         "two-node run."))
+peak = (
+    f"{mn['peak memory per rank MiB']:,.0f} MiB ({mn['memory']})"
+    if mn["peak memory per rank MiB"] is not None
+    else "n/a"
+)
+print(
+    f"5. several nodes, from {mn['source']}: {mn['nodes (distinct hosts)']} host(s), {mn['ranks']} ranks, "
+    f"{mn['tokens/s']:,} tokens/s ({mn['tokens/s against 1 rank']} the one-rank run of the same experiment"
+    + (f"; per rank {sp.ratio:.0%} of it, {LINEAR[sp.verdict]}, {sp.band_text}" if sp and a.on_gpu else "")
+    + ("" if a.on_gpu else "; CPU processes: not a scaling figure, see 4")
+    + f"), peak per rank {peak} ({mn['run']}). "
+    + (
+        "Between real nodes the gradients travel over the network (on GPUs NCCL over InfiniBand or Ethernet, here "
+        + ("NCCL" if a.on_gpu else "gloo over TCP")
+        + "), slower than the links inside one node."
+        if mn["nodes (distinct hosts)"] > 1
+        else "All its ranks ran on one host: no traffic between nodes was measured; a SLURM cluster gives the "
+        "two-node run."
+    )
+)
 for e, d in COMMS_RUNS.items():
     c = lesson.read_comms(d)
     if c is None:
@@ -443,30 +550,38 @@ for e, d in COMMS_RUNS.items():
     k = lesson.comm_check(c, json.loads((d / "results.json").read_text()))
     ops = lesson.comm_measured(c, k.num_params, k.bytes_per_element).set_index("collective").drop("total")
     calls = ", ".join(f"{op} x{row['calls per step']:g} ({row['volume (Ψ)']:.2f}Ψ)" for op, row in ops.iterrows())
-    line = (f"6. {e}, {k.world_size} ranks, per optimizer step: {calls}; gradients {k.gradients:.2f}Ψ, parameters "
-            f"{k.parameters:.2f}Ψ, {k.paper.value:,.2f} MiB in all: {k.paper.ratio:.2f}x the paper's "
-            f"{k.paper.other:,.2f} MiB ({k.paper.verdict}) and {k.deepspeed.ratio:.2f}x the count of DeepSpeed's "
-            f"own collectives ({k.deepspeed.verdict}; band {k.deepspeed.band_text}: partition padding, the gradient "
-            "norm's few bytes).")
+    line = (
+        f"6. {e}, {k.world_size} ranks, per optimizer step: {calls}; gradients {k.gradients:.2f}Ψ, parameters "
+        f"{k.parameters:.2f}Ψ, {k.paper.value:,.2f} MiB in all: {k.paper.ratio:.2f}x the paper's "
+        f"{k.paper.other:,.2f} MiB ({k.paper.verdict}) and {k.deepspeed.ratio:.2f}x the count of DeepSpeed's "
+        f"own collectives ({k.deepspeed.verdict}; band {k.deepspeed.band_text}: partition padding, the gradient "
+        "norm's few bytes)."
+    )
     if k.paper.verdict == "higher" and k.zero_stage in (1, 2):
-        line += (" DeepSpeed all-reduces each gradient bucket and keeps its partition of the sum "
-                 "(`use_multi_rank_bucket_allreduce`, on by default) where the paper reduce-scatters: "
-                 f"{k.gradients:.2f}Ψ for the gradients instead of Ψ.")
+        line += (
+            " DeepSpeed all-reduces each gradient bucket and keeps its partition of the sum "
+            "(`use_multi_rank_bucket_allreduce`, on by default) where the paper reduce-scatters: "
+            f"{k.gradients:.2f}Ψ for the gradients instead of Ψ."
+        )
     elif k.paper.verdict == "lower" and k.zero_stage == 3:
-        line += (f" The parameters moved {k.parameters:.2f}Ψ, not the paper's 2Ψ: ZeRO-3 need not gather every "
-                 "parameter twice; it keeps a gathered parameter it will use again soon (`stage3_max_reuse_distance`) "
-                 "and parameters under `stage3_param_persistence_threshold` whole on every rank.")
+        line += (
+            f" The parameters moved {k.parameters:.2f}Ψ, not the paper's 2Ψ: ZeRO-3 need not gather every "
+            "parameter twice; it keeps a gathered parameter it will use again soon (`stage3_max_reuse_distance`) "
+            "and parameters under `stage3_param_persistence_threshold` whole on every rank."
+        )
     print(line)
 if ref is not None:
     small = lesson.Buckets(bk.num_params, 50_000_000, bk.bytes_per_element)
-    print(f"7. {small.reduce_bucket_size:,} elements a bucket: {small.count} buckets of {small.bucket_mib:,.0f} MiB "
-          f"instead of {bk.count} of {bk.bucket_mib:,.0f} MiB. The first is sent when {small.first_sent_at:.0%} of the "
-          f"backward pass is done (not {bk.first_sent_at:.0%}), so {small.reduced_during_backward:.0%} of the "
-          f"gradients (not {bk.reduced_during_backward:.0%}) can be reduced beside the last "
-          f"{1 - small.first_sent_at:.0%} of the backward pass (not its last {1 - bk.first_sent_at:.0%}), and only "
-          f"the last {small.last_mib:,.0f} MiB wait for its end (not {bk.last_mib:,.0f}). The cost: "
-          f"{small.count} collectives instead of {bk.count}, each paying its latency; it pays where the reduction, "
-          "not the compute, is the slower.")
+    print(
+        f"7. {small.reduce_bucket_size:,} elements a bucket: {small.count} buckets of {small.bucket_mib:,.0f} MiB "
+        f"instead of {bk.count} of {bk.bucket_mib:,.0f} MiB. The first is sent when {small.first_sent_at:.0%} of the "
+        f"backward pass is done (not {bk.first_sent_at:.0%}), so {small.reduced_during_backward:.0%} of the "
+        f"gradients (not {bk.reduced_during_backward:.0%}) can be reduced beside the last "
+        f"{1 - small.first_sent_at:.0%} of the backward pass (not its last {1 - bk.first_sent_at:.0%}), and only "
+        f"the last {small.last_mib:,.0f} MiB wait for its end (not {bk.last_mib:,.0f}). The cost: "
+        f"{small.count} collectives instead of {bk.count}, each paying its latency; it pays where the reduction, "
+        "not the compute, is the slower."
+    )
 ab = lesson.bucket_ab()
 if ab:
     slower = sum(c.verdict == "lower" for c in ab)
@@ -474,17 +589,26 @@ if ab:
     if slower and faster:
         meaning = "The pairs disagree beyond the band: not a finding."
     elif slower:
-        meaning = (f"Slower beyond the band in {slower} of {len(ab)} pairs, never faster: the reduction was not the "
-                   "slower part over NVLink, so more of it hidden gains nothing and the extra collectives' latency costs.")
+        meaning = (
+            f"Slower beyond the band in {slower} of {len(ab)} pairs, never faster: the reduction was not the "
+            "slower part over NVLink, so more of it hidden gains nothing and the extra collectives' latency costs."
+        )
     elif faster:
         meaning = f"Faster beyond the band in {faster} of {len(ab)} pairs: the last bucket's wait was a real part of the step."
     else:
-        meaning = (f"Within the noise: over NVLink the reduction of {bk.bucket_mib:,.0f} MiB buckets takes milliseconds, "
-                   "little beside a step's hundreds, so hiding more of it cannot show.")
-    print(f"   Measured, ZeRO-2 on 2 GPUs ({lesson.BUCKET_AB.relative_to(lessons.REFERENCE)}): the small buckets gave "
-          + "; ".join(f"{c.ratio:.2f}x the recipe's tokens/s ({c.verdict}, {c.band_text})" for c in ab) + f". {meaning}")
+        meaning = (
+            f"Within the noise: over NVLink the reduction of {bk.bucket_mib:,.0f} MiB buckets takes milliseconds, "
+            "little beside a step's hundreds, so hiding more of it cannot show."
+        )
+    print(
+        f"   Measured, ZeRO-2 on 2 GPUs ({lesson.BUCKET_AB.relative_to(lessons.REFERENCE)}): the small buckets gave "
+        + "; ".join(f"{c.ratio:.2f}x the recipe's tokens/s ({c.verdict}, {c.band_text})" for c in ab)
+        + f". {meaning}"
+    )
 else:
-    print("   Measure it on 2 GPUs: `python scripts/two_gpu_reference.py OUT --ab-only`, then `lesson.bucket_ab(OUT / 'ab')`.")
+    print(
+        "   Measure it on 2 GPUs: `python scripts/two_gpu_reference.py OUT --ab-only`, then `lesson.bucket_ab(OUT / 'ab')`."
+    )
 
 # %% [markdown]
 # ## Summary

@@ -21,8 +21,13 @@ import workshop_lib.env  # noqa: E402, F401
 
 def workshop(*args, cwd=None, check=True):
     """Run the `workshop` command line in a subprocess; return the CompletedProcess (stdout+stderr text)."""
-    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], cwd=cwd,
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"workshop {' '.join(map(str, args))} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
@@ -68,9 +73,11 @@ def pytest_collection_finish(session):
         return
     lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
     if lost:
-        raise pytest.UsageError(f"pytest-xdist did not group {len(lost)} tests (e.g. {lost[0]}): pytest "
-                                f"{pytest.__version__} keeps node ids that xdist cannot extend.\n"
-                                "To fix: pip install 'pytest<9.2' (pyproject.toml's test extra).")
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(lost)} tests (e.g. {lost[0]}): pytest "
+            f"{pytest.__version__} keeps node ids that xdist cannot extend.\n"
+            "To fix: pip install 'pytest<9.2' (pyproject.toml's test extra)."
+        )
 
 
 @pytest.fixture
@@ -117,8 +124,14 @@ class TinyRuns:
         if not (d / "results.json").exists():
             skip_unless_runnable(experiment)
             try:
-                workshop("run", experiment, "--tiny", "--output-dir", d,
-                         *(["--score-questions", 4] if experiment == "stage2" else []))
+                workshop(
+                    "run",
+                    experiment,
+                    "--tiny",
+                    "--output-dir",
+                    d,
+                    *(["--score-questions", 4] if experiment == "stage2" else []),
+                )
             except Exception as e:  # a failure or a time-out: made once, reported by every test that reads it
                 self.errors[experiment] = e
                 raise

@@ -64,11 +64,11 @@ class StandInHub:
         for (kind, repo), _ in self.repos.items():
             api = f"/api/{kind}s/{repo}"
             if path == api or path.startswith(api + "/"):
-                rest = path[len(api):].strip("/").split("/", 2)  # ["revision"|"tree"|"paths-info", REV, PATH]
+                rest = path[len(api) :].strip("/").split("/", 2)  # ["revision"|"tree"|"paths-info", REV, PATH]
                 return (rest[0] or "info"), kind, repo, rest
             resolve = f"{'/datasets' if kind == 'dataset' else ''}/{repo}/resolve/"
             if path.startswith(resolve):
-                return "resolve", kind, repo, path[len(resolve):].split("/", 1)
+                return "resolve", kind, repo, path[len(resolve) :].split("/", 1)
         return None
 
     def answer(self, h: BaseHTTPRequestHandler, body: bool):
@@ -82,8 +82,14 @@ class StandInHub:
         root, commit = self.repos[(kind, repo)], self.commit(repo)
         files = sorted(p for p in root.rglob("*"))
         if what in ("info", "revision"):
-            info = {"id": repo, "sha": commit, "private": False, "disabled": False, "gated": False,
-                    "siblings": [{"rfilename": p.relative_to(root).as_posix()} for p in files if p.is_file()]}
+            info = {
+                "id": repo,
+                "sha": commit,
+                "private": False,
+                "disabled": False,
+                "gated": False,
+                "siblings": [{"rfilename": p.relative_to(root).as_posix()} for p in files if p.is_file()],
+            }
             return self.send(h, 200, json.dumps(info).encode(), body)
         if what == "tree":
             sub = root / (rest[2] if len(rest) > 2 else "")

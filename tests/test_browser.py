@@ -19,9 +19,14 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NOTEBOOK, CELLS = "00_setup.py", 2  # its first code cells: imports and the header, then ds_report
 SCREENSHOT = ROOT / "logs" / "browser-00_setup.png"
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium here: the browser test needs Debian's chromium package "
-    "(sudo apt-get install chromium; .ci/run installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium here: the browser test needs Debian's chromium package "
+        "(sudo apt-get install chromium; .ci/run installs it)",
+    ),
+]
 
 
 def _free_port() -> int:
@@ -39,15 +44,29 @@ def lab(tmp_path):
     header = tmp_path / "course" / NOTEBOOK
     header.write_text(re.sub(r"^(#     version: )\S+$", r"\g<1>3.0.0", header.read_text(), count=1, flags=re.M))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    env = os.environ | {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-                        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env = os.environ | {
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
     subprocess.run(["jupytext-config", "set-default-viewer", "python"], env=env, check=True, capture_output=True)
     port, token = _free_port(), "workshop-browser-test"
     proc = subprocess.Popen(
-        ["jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path / 'course'}",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path / 'course'}",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -89,7 +108,9 @@ def test_a_course_notebook_opens_and_runs_in_jupyterlab_without_a_dialog_or_a_wa
                 page.keyboard.press("Shift+Enter")
             page.wait_for_function(  # an execution count in each cell run ("[1]:"; "[*]:" while it runs)
                 "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
-                f".filter(e => /\\[\\d+\\]/.test(e.textContent)).length >= {CELLS}", timeout=300_000)
+                f".filter(e => /\\[\\d+\\]/.test(e.textContent)).length >= {CELLS}",
+                timeout=300_000,
+            )
             page.wait_for_timeout(1000)  # the last outputs' rendering
             outputs = page.locator(".jp-Notebook .jp-OutputArea-output")
             stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")

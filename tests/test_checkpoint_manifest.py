@@ -92,8 +92,11 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     assert not (tmp_path / "planted-ran").exists()
     # every pickle a checkpoint holds, at any depth, and the folders its `latest` tags name (issue 38)
     torch.save({"w": torch.ones(2)}, shard)
-    for planted in ("global_step4/mp_rank_00_model_states.pt", "rng_state_1.pth",
-                    "global_step4_universal/zero/lm_head.weight/fp32.pt"):
+    for planted in (
+        "global_step4/mp_rank_00_model_states.pt",
+        "rng_state_1.pth",
+        "global_step4_universal/zero/lm_head.weight/fp32.pt",
+    ):
         (ckpt / planted).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"w": Planted()}, ckpt / planted)
         checkpoint.write_manifest(ckpt)
@@ -176,8 +179,11 @@ def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):
     checkpoint.check_resumable(tmp_path)
     ckpt = fake_checkpoint(tmp_path, 4)
     (ckpt / "trainer_state.json").write_text("{}")
-    with pytest.raises(WorkshopError, match=r"no complete checkpoint to resume from: .*checkpoint-4 is damaged: "
-                       r"trainer_state.json .*Nothing was changed.\nTo fix: restore .* --overwrite"):
+    with pytest.raises(
+        WorkshopError,
+        match=r"no complete checkpoint to resume from: .*checkpoint-4 is damaged: "
+        r"trainer_state.json .*Nothing was changed.\nTo fix: restore .* --overwrite",
+    ):
         checkpoint.check_resumable(tmp_path)
     assert ckpt.is_dir() and half.is_dir()
     first = checkpoint.set_aside(ckpt)
@@ -188,9 +194,17 @@ def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):
 
 def test_the_suggested_command_repeats_the_settings_given(tmp_path):
     """`run_command` parses back to the settings given, --overwrite replaced by --resume."""
-    asked = RunConfig("stage2", recipe="classic", tiny=True, max_steps=100, learning_rate=2e-3, save_model=False,
-                      liger_kernel=False, ds_config=["zero_optimization.overlap_comm=false", "gradient_clipping=1.0"],
-                      overwrite=True)
+    asked = RunConfig(
+        "stage2",
+        recipe="classic",
+        tiny=True,
+        max_steps=100,
+        learning_rate=2e-3,
+        save_model=False,
+        liger_kernel=False,
+        ds_config=["zero_optimization.overlap_comm=false", "gradient_clipping=1.0"],
+        overwrite=True,
+    )
     cmd = checkpoint.run_command(asked, tmp_path / "my run", "--resume")
     assert cmd.startswith("workshop run stage2 ") and "--overwrite" not in cmd
     again = parse_run_args(shlex.split(cmd)[2:])
@@ -225,10 +239,14 @@ def unfinished(tiny_runs, tmp_path) -> Path:
 
 DAMAGE = {  # what each probe does to checkpoint-8, and the file the message must name
     "deleted optimizer shard": ("global_step8/zero_pp_rank_0_mp_rank_00_optim_states.pt", lambda f: f.unlink()),
-    "zero-byte optimizer shard": ("global_step8/zero_pp_rank_0_mp_rank_00_optim_states.pt",
-                                  lambda f: f.write_bytes(b"")),
-    "truncated model states": ("global_step8/mp_rank_00_model_states.pt",
-                               lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])),
+    "zero-byte optimizer shard": (
+        "global_step8/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        lambda f: f.write_bytes(b""),
+    ),
+    "truncated model states": (
+        "global_step8/mp_rank_00_model_states.pt",
+        lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2]),
+    ),
 }
 
 
@@ -275,8 +293,13 @@ def test_export_refuses_a_damaged_checkpoint_and_names_the_complete_one(unfinish
 
 
 def _start(args, cwd):
-    return subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _wait(until, proc, timeout=300):
@@ -318,14 +341,16 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     each complete one (path, step) and the --resume command; that command resumes, and its SIGTERM names the
     checkpoint it saved on the way out."""
     out = tmp_path / "none"
-    proc = _start(["run", "baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir",
-                   out], tmp_path)
+    proc = _start(
+        ["run", "baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out], tmp_path
+    )
     _wait(lambda: _steps(out), proc)
     proc.send_signal(signal.SIGINT)
     line, _ = _message(proc, 130)
     assert "kept no checkpoint" in line and line.endswith(
         f"To start again: workshop run baseline --tiny --max-steps 100000 --save-strategy no --output-dir {out} "
-        "--overwrite")
+        "--overwrite"
+    )
 
     out = tmp_path / "run"
     proc = _start(["run", "baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
@@ -355,8 +380,9 @@ def test_export_refuses_a_checkpoint_whose_architecture_needs_its_own_code(tmp_p
     Python code): `workshop export` refuses it before loading anything, and writes nothing."""
     ckpt = fake_checkpoint(tmp_path, 4)
     (ckpt / "latest").write_text("global_step4")
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "my_qwen", "auto_map": {
-        "AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}}))
+    (ckpt / "config.json").write_text(
+        json.dumps({"model_type": "my_qwen", "auto_map": {"AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}})
+    )
     checkpoint.write_manifest(ckpt)
     with pytest.raises(WorkshopError, match=r"'my_qwen' model, .*never runs downloaded code"):
         checkpoint.export(ckpt, tmp_path / "exported")

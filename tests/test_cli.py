@@ -20,15 +20,51 @@ from workshop_lib.ds_config import EXPERIMENTS
 pytestmark = pytest.mark.slow
 GPU = torch.cuda.is_available()
 
-REQUIRED = ["experiment", "recipe", "model", "tiny", "zero_stage", "offload_optimizer", "offload_param",
-            "world_size", "micro_batch_size_per_gpu", "gradient_accumulation_steps", "global_batch_size",
-            "epochs", "steps_per_epoch", "train_loss", "eval_loss", "train_samples_per_second",
-            "eval_samples_per_second", "train_tokens_per_second", "mfu", "gpu_peak_allocated_mib", "gpu_peak_mib",
-            "gpu_mean_mib", "gpu_min_mib", "host_peak_rss_mib", "estimated_model_states_gpu_mib",
-            "estimated_model_states_cpu_mib", "data_stats", "device", "versions", "wall_seconds", "warmup_steps",
-            "steady_steps", "steady_step_time_s", "steady_train_samples_per_second", "steady_train_tokens_per_second",
-            "gpu_util_pct", "config", "setup_seconds", "train_begin_s", "train_end_s", "gpu_states_allocated_mib",
-            "host_states_rss_mib", "gpu_peak_reserved_mib"]
+REQUIRED = [
+    "experiment",
+    "recipe",
+    "model",
+    "tiny",
+    "zero_stage",
+    "offload_optimizer",
+    "offload_param",
+    "world_size",
+    "micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "global_batch_size",
+    "epochs",
+    "steps_per_epoch",
+    "train_loss",
+    "eval_loss",
+    "train_samples_per_second",
+    "eval_samples_per_second",
+    "train_tokens_per_second",
+    "mfu",
+    "gpu_peak_allocated_mib",
+    "gpu_peak_mib",
+    "gpu_mean_mib",
+    "gpu_min_mib",
+    "host_peak_rss_mib",
+    "estimated_model_states_gpu_mib",
+    "estimated_model_states_cpu_mib",
+    "data_stats",
+    "device",
+    "versions",
+    "wall_seconds",
+    "warmup_steps",
+    "steady_steps",
+    "steady_step_time_s",
+    "steady_train_samples_per_second",
+    "steady_train_tokens_per_second",
+    "gpu_util_pct",
+    "config",
+    "setup_seconds",
+    "train_begin_s",
+    "train_end_s",
+    "gpu_states_allocated_mib",
+    "host_states_rss_mib",
+    "gpu_peak_reserved_mib",
+]
 
 
 @pytest.fixture
@@ -42,8 +78,12 @@ def test_every_experiment_writes_its_results(runs, exp):
     r = json.loads((d / "results.json").read_text())
     assert not [k for k in REQUIRED if k not in r]
     e = EXPERIMENTS[exp]
-    assert (r["experiment"], r["zero_stage"], r["offload_optimizer"], r["offload_param"]) == \
-           (exp, e.zero_stage, e.offload_optimizer, e.offload_param)
+    assert (r["experiment"], r["zero_stage"], r["offload_optimizer"], r["offload_param"]) == (
+        exp,
+        e.zero_stage,
+        e.offload_optimizer,
+        e.offload_param,
+    )
     assert r["config"]["experiment"] == exp and r["config"]["seed"] == 42
     # the tiny model named as such, and not pretrained; no GPU figures without a GPU
     assert r["model"] == r["config"]["model"] + " (tiny)" and r["tiny"] and r["random_weights"]
@@ -83,7 +123,13 @@ def test_every_experiment_writes_its_results(runs, exp):
     assert 0 < r["setup_seconds"] == r["train_begin_s"] < r["train_end_s"] <= mem["time_s"].max() + 0.5
     assert 0 < r["host_states_rss_mib"] <= r["host_peak_rss_mib"]
     if GPU:
-        assert 0 < r["gpu_states_allocated_mib"] <= r["gpu_peak_allocated_mib"] <= r["gpu_peak_reserved_mib"] <= r["gpu_peak_mib"]
+        assert (
+            0
+            < r["gpu_states_allocated_mib"]
+            <= r["gpu_peak_allocated_mib"]
+            <= r["gpu_peak_reserved_mib"]
+            <= r["gpu_peak_mib"]
+        )
 
 
 def test_zero_stages_train_the_same_model(runs):
@@ -118,8 +164,21 @@ def test_activation_checkpointing_recomputes_the_same_model(runs, tmp_path):
 
 
 def test_micro_batches_sized_in_tokens(tmp_path):
-    workshop("run", "stage2", "--tiny", "--batching", "token_budget", "--max-tokens-per-micro-batch", "2048",
-             "--gradient-accumulation-steps", "1", "--drop-attention-mask", "true", "--output-dir", tmp_path)
+    workshop(
+        "run",
+        "stage2",
+        "--tiny",
+        "--batching",
+        "token_budget",
+        "--max-tokens-per-micro-batch",
+        "2048",
+        "--gradient-accumulation-steps",
+        "1",
+        "--drop-attention-mask",
+        "true",
+        "--output-dir",
+        tmp_path,
+    )
     r = json.loads((tmp_path / "results.json").read_text())
     log = pd.read_csv(tmp_path / "train_log.csv")
     # 64 questions of ~280 tokens, 2,048 padded tokens a micro-batch: about 7 per step, some 10 steps an epoch
@@ -132,8 +191,12 @@ def test_micro_batches_sized_in_tokens(tmp_path):
 def test_classic_recipe_pads_to_512(tmp_path):
     workshop("run", "stage2", "--tiny", "--recipe", "classic", "--max-steps", "2", "--output-dir", tmp_path)
     r = json.loads((tmp_path / "results.json").read_text())
-    assert (r["recipe"], r["model"], r["loss_on"], r["padding"]) == ("classic", "bigscience/bloom-560m (tiny)", "all",
-                                                                    "max_length")
+    assert (r["recipe"], r["model"], r["loss_on"], r["padding"]) == (
+        "classic",
+        "bigscience/bloom-560m (tiny)",
+        "all",
+        "max_length",
+    )
     assert r["global_steps"] == 2 and len(r["eval_loss"]) == 1
 
 
@@ -150,7 +213,9 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
     p = workshop("run", "stage2", "--tiny", "--output-dir", done.parent, check=False)
     assert p.returncode == 2 and "--overwrite" in p.stderr and done.read_text() == before
     bad = tmp_path / "bad.json"
-    bad.write_text('{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "x", "question": "q?", "answers": []}]}]}]}')
+    bad.write_text(
+        '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "x", "question": "q?", "answers": []}]}]}]}'
+    )
     out = tmp_path / "kept"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
@@ -161,19 +226,46 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
 
 def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
     """torchrun with 2 CPU processes (gloo): batch sizes follow the world size, only rank 0 writes results."""
+    import os
     import subprocess
     import sys
 
-    import os
-
     cpu = {"CUDA_VISIBLE_DEVICES": ""} if torch.cuda.device_count() < 2 else {}  # one rank per GPU, or the CPU
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-                        "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2", "--output-dir", tmp_path],
-                       capture_output=True, text=True, timeout=600, env=os.environ | cpu)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "workshop_lib.cli",
+            "run",
+            "stage2",
+            "--tiny",
+            "--max-steps",
+            "2",
+            "--output-dir",
+            tmp_path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ | cpu,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads((tmp_path / "results.json").read_text())
-    assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (2, 32, 2)  # 4 token-budget micro-batches / 2 ranks
-    assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 16 * 1 * 2 == r["global_batch_size"]
+    assert (r["world_size"], r["global_batch_size"], r["steps_per_epoch"]) == (
+        2,
+        32,
+        2,
+    )  # 4 token-budget micro-batches / 2 ranks
+    assert (
+        json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"]
+        == 16 * 1 * 2
+        == r["global_batch_size"]
+    )
     assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.rank1.csv").exists()
     assert [m["rank"] for m in r["per_rank_memory"]] == [0, 1]
     assert all(m["host_peak_rss_mib"] > 100 for m in r["per_rank_memory"])
@@ -204,8 +296,9 @@ def test_the_saved_model_reloads_with_the_final_eval_loss(runs, exp):
     """OUTPUT_DIR/model loads with from_pretrained and scores the run's last eval loss, for every ZeRO stage
     (under ZeRO-3 and parameter offload too: the partitioned weights are gathered on save)."""
     d = runs / exp
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= \
-           {f.name for f in (d / "model").iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= {
+        f.name for f in (d / "model").iterdir()
+    }
     net, tok = evaluation.load_model(d)
     final = pd.read_csv(d / "train_log.csv")["eval_loss"].dropna().iloc[-1]
     reloaded = evaluation.eval_loss(net, tok, json.loads((d / "results.json").read_text())["config"])
@@ -234,8 +327,11 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     uninterrupted stage2 run."""
     out, ckpts = tmp_path / "run", tmp_path / "run" / checkpoint.CHECKPOINTS
     args = ["run", "stage2", "--tiny", "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
-    proc = subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while proc.poll() is None and checkpoint.step_of(ckpts / "checkpoint-3") is None:  # complete: its manifest
         time.sleep(0.05)
     proc.kill()
@@ -282,17 +378,27 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
 
 # Each stop point once (kill -9 during the evaluation and during the save resume from the same checkpoint as
 # SIGINT there, and passed too; left out to keep CI's time)
-@pytest.mark.parametrize("when, sig, save, resume_step", [
-    ("saved", "KILL", "steps", 4), ("evaluating", "INT", "steps", 2), ("saving", "INT", "steps", 2),
-    ("step_end", "TERM", "no", 4)])
+@pytest.mark.parametrize(
+    "when, sig, save, resume_step",
+    [
+        ("saved", "KILL", "steps", 4),
+        ("evaluating", "INT", "steps", 2),
+        ("saving", "INT", "steps", 2),
+        ("step_end", "TERM", "no", 4),
+    ],
+)
 def test_a_run_stopped_at_an_epochs_end_resumes_with_every_evaluation(runs, tmp_path, when, sig, save, resume_step):
     """Stopped at one exact moment of the first epoch's end (tests/faults.py: after its checkpoint, during its
     evaluation, during its checkpoint, SIGTERM at its last step), then --resume: the whole eval_loss list of
     the uninterrupted stage2 run, every step and evaluation logged once, the same losses."""
     out = tmp_path / "run"
     args = ["run", "stage2", "--tiny", "--save-strategy", save, "--save-steps", "2", "--output-dir", out]
-    p = subprocess.run([sys.executable, Path(__file__).with_name("faults.py"), when, sig, *map(str, args)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [sys.executable, Path(__file__).with_name("faults.py"), when, sig, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == {"KILL": -9, "INT": 130, "TERM": rundir.EXIT_PREEMPTED}[sig], p.stderr[-2000:]
     assert not (out / "results.json").exists()
     p = workshop(*args, "--resume")
@@ -328,12 +434,20 @@ def test_a_full_disk_stops_the_run_with_one_message_and_nothing_half_written(sma
     file are gone; the complete checkpoints stay, and a resume would load only those."""
     out = small_disk / "run"
     args = ["run", "stage2", "--tiny", "--output-dir", out]
-    p = subprocess.run([sys.executable, Path(__file__).with_name("faults.py"), when, "FILL", *map(str, args)],
-                       capture_output=True, text=True, timeout=900, cwd=small_disk)
+    p = subprocess.run(
+        [sys.executable, Path(__file__).with_name("faults.py"), when, "FILL", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=small_disk,
+    )
     assert p.returncode == 2, p.stderr[-3000:]
     assert "Traceback" not in p.stderr and p.stderr.count("To fix:") == 1, p.stderr[-3000:]
-    assert f"The disk holding {out} ({small_disk}) is full" in p.stderr and f"writing the {written}" in p.stderr \
-        if written == "model" else f"writing checkpoint {out}/checkpoints/checkpoint-4" in p.stderr, p.stderr
+    assert (
+        f"The disk holding {out} ({small_disk}) is full" in p.stderr and f"writing the {written}" in p.stderr
+        if written == "model"
+        else f"writing checkpoint {out}/checkpoints/checkpoint-4" in p.stderr
+    ), p.stderr
     assert ("--resume" if kept else "--overwrite") in p.stderr.split("To fix:")[1]
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "failed" and marker["error"].startswith("disk full"), marker
@@ -354,8 +468,9 @@ def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
     # a count beyond the dev set: the fix names eval's own option, before the model is loaded
     p = workshop("eval", runs / "stage2", "--num-questions", 100000, "--output-dir", tmp_path / "x", check=False)
     assert p.returncode == 2 and "To fix: pass --num-questions " in p.stderr and "--num-eval" not in p.stderr, p.stderr
-    p = workshop("eval", runs / "stage2", "--eval-file", tmp_path / "dev.json", "--output-dir", tmp_path / "x",
-                 check=False)
+    p = workshop(
+        "eval", runs / "stage2", "--eval-file", tmp_path / "dev.json", "--output-dir", tmp_path / "x", check=False
+    )
     assert p.returncode == 2 and "--eval-file" in p.stderr.split("To fix:")[1] and "--train-file" not in p.stderr
     assert not (tmp_path / "x").exists()
     p = workshop("eval", runs / "stage2", "--num-questions", 6, "--output-dir", tmp_path)
@@ -364,18 +479,22 @@ def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
     assert preds[:4] == run_preds  # the same model, the same greedy answers
     scores = json.loads((tmp_path / "squad_scores.json").read_text())
     assert {k: scores[k] for k in ("em", "f1", "num_questions")} == evaluation.squad_scores(
-        [x["prediction"] for x in preds], [x["answers"] for x in preds])
+        [x["prediction"] for x in preds], [x["answers"] for x in preds]
+    )
     assert f"exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on 6" in p.stdout
     row = load_squad("validation", 1, verbose=False)[0]
     net, tok = evaluation.load_model(runs / "stage2")
     p = workshop("ask", runs / "stage2", "--question", row["question"], "--context", row["context"])
     answer = evaluation.generate_answers(net, tok, [row["question"]], [row["context"]])[0]
-    assert p.stdout.splitlines()[0] == (answer if answer.strip() else
-                                        "(an empty answer: the model's first generated token ended it)")
+    assert p.stdout.splitlines()[0] == (
+        answer if answer.strip() else "(an empty answer: the model's first generated token ended it)"
+    )
     # the tiny model says what its answers are worth, in both commands
     assert "not meant to be right" in p.stdout.splitlines()[-1]
-    assert "not meant to be right" in workshop("eval", runs / "stage2", "--num-questions", 1, "--output-dir",
-                                               tmp_path / "one").stdout
+    assert (
+        "not meant to be right"
+        in workshop("eval", runs / "stage2", "--num-questions", 1, "--output-dir", tmp_path / "one").stdout
+    )
 
 
 @pytest.mark.slow
@@ -387,50 +506,91 @@ def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
 
     skip_unless_runnable("stage3_nvme")
     cfg = architecture_config("Qwen/Qwen3-0.6B")
-    for k, v in dict(num_hidden_layers=2, hidden_size=512, intermediate_size=1536, num_attention_heads=8,
-                     num_key_value_heads=4, head_dim=64, vocab_size=32_000, layer_types=cfg.layer_types[:2],
-                     bos_token_id=None, eos_token_id=None).items():  # the workshop sets its tokenizer's
+    for k, v in dict(
+        num_hidden_layers=2,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        vocab_size=32_000,
+        layer_types=cfg.layer_types[:2],
+        bos_token_id=None,
+        eos_token_id=None,
+    ).items():  # the workshop sets its tokenizer's
         setattr(cfg, k, v)
     cfg.save_pretrained(tmp_path / "model")
     nvme, out = tmp_path / "nvme", tmp_path / "run"
     nvme.mkdir()
-    workshop("run", "stage3_nvme", "--model", tmp_path / "model", "--random-weights", "--allow-cpu", "--max-steps", 4,
-             "--max-tokens-per-micro-batch", 512, "--num-eval-samples", 8, "--save-strategy", "no",
-             "--nvme-path", nvme, "--output-dir", out)
+    workshop(
+        "run",
+        "stage3_nvme",
+        "--model",
+        tmp_path / "model",
+        "--random-weights",
+        "--allow-cpu",
+        "--max-steps",
+        4,
+        "--max-tokens-per-micro-batch",
+        512,
+        "--num-eval-samples",
+        8,
+        "--save-strategy",
+        "no",
+        "--nvme-path",
+        nvme,
+        "--output-dir",
+        out,
+    )
     r = json.loads((out / "results.json").read_text())
     assert r["global_steps"] == 4 and math.isfinite(r["train_loss"]) and r["tokenizer"] == "local BPE"
     # parameters are swapped in 16 bits: the embedding alone (32,000 x 512) is 31.25 MiB; Adam's fp32 states are
     # 3 copies of the model
     assert r["nvme_swap_mib"]["params"] >= 31.25 and r["nvme_swap_mib"]["optimizer"] > 3 * r["num_params"] * 4 / 2**20
-    assert json.loads((out / "ds_config.json").read_text())["zero_optimization"]["offload_param"]["buffer_size"] == 32_000 * 512
+    assert (
+        json.loads((out / "ds_config.json").read_text())["zero_optimization"]["offload_param"]["buffer_size"]
+        == 32_000 * 512
+    )
     assert not any(nvme.iterdir())  # the run's swap folder removed
     # the preflight's estimate bounds what was written: 2 + 16 bytes/param, less the tensors below 1 MiB
     from workshop_lib.memory import estimate_nvme_swap
 
     assert r["nvme_swap_mib"]["optimizer"] <= estimate_nvme_swap(r["num_params"], True, False)
     # the parameters in the run's precision: fp32 on a CPU, 4 bytes each
-    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(r["num_params"], False, True,
-                                                              precision=r["config"]["precision"])
+    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(
+        r["num_params"], False, True, precision=r["config"]["precision"]
+    )
 
 
 @pytest.mark.slow
 def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_written(tmp_path):
     """Qwen3-8B's swap files (18 bytes/param in bf16, ~137 GiB; 20 in a CPU's fp32) against the free space of this machine's temporary drive:
     refused after the data and the parameter count, before the model is built or the output directory made."""
+    from workshop_lib.env import pick_precision
     from workshop_lib.memory import estimate_nvme_swap
     from workshop_lib.model import count_params
     from workshop_lib.units import MiB
 
-    from workshop_lib.env import pick_precision
-
     skip_unless_runnable("stage3_nvme")  # the op check comes first: without libaio that is the refusal
-    need = estimate_nvme_swap(count_params("Qwen/Qwen3-8B")["num_params"], True, True,
-                              precision=pick_precision("bf16"))  # a CPU's run is fp32: 20 bytes/param
+    need = estimate_nvme_swap(
+        count_params("Qwen/Qwen3-8B")["num_params"], True, True, precision=pick_precision("bf16")
+    )  # a CPU's run is fp32: 20 bytes/param
     free = shutil.disk_usage(tmp_path).free / MiB
     if need <= 0.95 * free:
         pytest.skip(f"this drive has {free:,.0f} MiB free, room for Qwen3-8B's {need:,.0f} MiB of swap files")
-    p = workshop("run", "stage3_nvme", "--model", "Qwen/Qwen3-8B", "--random-weights", "--allow-cpu",
-                 "--nvme-path", tmp_path, "--output-dir", tmp_path / "run", check=False)
+    p = workshop(
+        "run",
+        "stage3_nvme",
+        "--model",
+        "Qwen/Qwen3-8B",
+        "--random-weights",
+        "--allow-cpu",
+        "--nvme-path",
+        tmp_path,
+        "--output-dir",
+        tmp_path / "run",
+        check=False,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"about {need:,.0f} MiB of swap files" in p.stderr and "To fix: pass --nvme-path" in p.stderr
     assert not (tmp_path / "run").exists() and list(tmp_path.iterdir()) == []
@@ -444,8 +604,9 @@ def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):
 
     r = json.loads((runs / "stage3_offload" / "results.json").read_text())
     last = checkpoint.find_checkpoints(runs / "stage3_offload")[0][-1]
-    size = fine_tuned.checkpoint_size(fine_tuned.checkpoint_files(last, r["num_params"]), r["num_params"],
-                                     r["precision"])
+    size = fine_tuned.checkpoint_size(
+        fine_tuned.checkpoint_files(last, r["num_params"]), r["num_params"], r["precision"]
+    )
     plan = fine_tuned.checkpoint_plan(r["num_params"], r["precision"], 24, 2)
     assert plan.bytes_per_param == (16 if r["precision"] == "fp32" else 14)
     assert plan.checkpoint_mib <= size.total_mib <= 1.1 * plan.checkpoint_mib
@@ -465,9 +626,11 @@ def test_eval_report_and_export_onto_a_full_or_read_only_disk_end_in_one_message
             pass
     readonly = Path("/sys/workshop-x")  # sysfs refuses new files even to root (small_disk is root's only)
     for place, words in ((small_disk, "No space left on device"), (readonly, "cannot be written")):
-        for args in (["report", runs / "stage2", "--out", place / "report"],
-                     ["eval", runs / "stage2", "--num-questions", 2, "--output-dir", place / "eval"],
-                     ["export", runs / "stage3_offload", place / "exported"]):
+        for args in (
+            ["report", runs / "stage2", "--out", place / "report"],
+            ["eval", runs / "stage2", "--num-questions", 2, "--output-dir", place / "eval"],
+            ["export", runs / "stage3_offload", place / "exported"],
+        ):
             p = workshop(*args, check=False)
             assert p.returncode == 2 and words in p.stderr, (args, p.stderr[-2000:])
             assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]

@@ -10,9 +10,28 @@ import pytest
 @pytest.mark.slow
 def test_comm_benchmark_times_zero2s_collectives_with_nccl_tests_bandwidths(tmp_path):
     out = tmp_path / "comm.csv"
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "scripts/comm_benchmark.py", "--sizes-mib", "4", "--iters", "2", "--warmup", "1",
-                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "scripts/comm_benchmark.py",
+            "--sizes-mib",
+            "4",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     df = pd.read_csv(out).set_index(["op", "what"])
     assert (df["world_size"] == 2).all() and df["ms"].gt(0).all()

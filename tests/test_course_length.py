@@ -67,8 +67,9 @@ def test_the_measurement_mechanics_are_explained_once_in_00_setup():
 
 
 def test_the_readme_timetable_is_current_and_the_core_track_fits_the_day():
-    p = subprocess.run([sys.executable, "scripts/make_timetable.py", "--check"], cwd=ROOT, capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [sys.executable, "scripts/make_timetable.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     m = make_timetable()
     core = [r for r in m.rows() if r["core"]]
@@ -105,10 +106,16 @@ def test_the_learner_notebooks_ci_executes_are_those_whose_blank_answers_change_
     import make_course
 
     assert [p.stem for p in sorted((ROOT / "solutions").glob("[0-9]*.py")) if make_course.diverges(p)] == []
-    assert make_course.bound("a = 1\nd['k'] = 2\nruns.append(3)\nimport numpy as np\n%time x.y.z = 4\ndef f(): pass") \
-        == {"a", "d", "runs", "np", "f"}
-    assert make_course.reads("t = beside_prediction(MY_X, m)\nprint(MY_Y or '-')\nfor n in N: print(n, MY_Z)") == \
-        {"beside_prediction", "m", "print", "N", "MY_Z"}
+    assert make_course.bound(
+        "a = 1\nd['k'] = 2\nruns.append(3)\nimport numpy as np\n%time x.y.z = 4\ndef f(): pass"
+    ) == {"a", "d", "runs", "np", "f"}
+    assert make_course.reads("t = beside_prediction(MY_X, m)\nprint(MY_Y or '-')\nfor n in N: print(n, MY_Z)") == {
+        "beside_prediction",
+        "m",
+        "print",
+        "N",
+        "MY_Z",
+    }
     cells = ["import json\nx = []", "x.append(1)\njson.dumps(1)", "print(len(x), json.dumps(x))"]
     tag = ' tags=["solution"]'
     nb = jupytext.reads("".join(f"# %%{tag * (i == 1)}\n{c}\n\n" for i, c in enumerate(cells)), fmt="py:percent")
@@ -127,7 +134,9 @@ def test_a_learner_notebook_says_its_tables_show_the_gpu_reference_only_where_th
     assert says.isdisjoint({"00_setup", "03b_the_fine_tuned_model", "03d_failure_drills"})
     for name in says:
         text = (ROOT / "course" / f"{name}.py").read_text()
-        assert any(s in text for s in ("lessons.reference", "lessons.REFERENCE", "REFERENCE_DIR", "reference runs are shown")), name
+        assert any(
+            s in text for s in ("lessons.reference", "lessons.REFERENCE", "REFERENCE_DIR", "reference runs are shown")
+        ), name
 
 
 def test_every_exercise_a_notebook_names_is_one_of_its_questions():

@@ -51,26 +51,44 @@ def test_tokenize_reports_counts(tok):
     assert len(ds) == stats.used and sum(map(len, ds["input_ids"])) == stats.tokens
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"),
-    ("{not json", "not valid JSON"),
-    ('{"version": "1.1"}', "no top-level 'data'"),
-    ('{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "q1", "question": "Why?", '
-     '"answers": []}]}]}]}', "'q1'"),
-    ('{"data": [{"title": "t", "paragraphs": [{"qas": [{"id": "a", "question": "q?", "answers": '
-     '[{"text": "x", "answer_start": 0}]}]}]}]}', "lacks the field 'context'"),
-    # every field of the wrong type is named with what it should be, not a traceback from deeper down
-    ('{"data": 5}', "'data' is int, not a list"),
-    ('{"data": [{"paragraphs": [{"context": null, "qas": []}]}]}', "has context 'None' .NoneType., not a string"),
-    ('{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "a", "question": 7, "answers": '
-     '[{"text": "x", "answer_start": 0}]}]}]}]}', "question 'a' has question '7' .int., not a string"),
-    ('{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
-     '[{"text": "x", "answer_start": "abc"}]}]}]}]}', "has answer_start 'abc' .str., not a whole number"),
-    ('{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
-     '[{"text": "x", "answer_start": -3}]}]}]}]}', "starts at -3, before the context"),
-    ('{"data": [{"paragraphs": "abc"}]}', "article 0 has paragraphs 'abc' .str., not a list"),
-    ('{"data": [{"paragraphs": [{"context": "c", "qas": [17]}]}]}', "is int '17', not an object"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        ("{not json", "not valid JSON"),
+        ('{"version": "1.1"}', "no top-level 'data'"),
+        (
+            '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "q1", "question": "Why?", '
+            '"answers": []}]}]}]}',
+            "'q1'",
+        ),
+        (
+            '{"data": [{"title": "t", "paragraphs": [{"qas": [{"id": "a", "question": "q?", "answers": '
+            '[{"text": "x", "answer_start": 0}]}]}]}]}',
+            "lacks the field 'context'",
+        ),
+        # every field of the wrong type is named with what it should be, not a traceback from deeper down
+        ('{"data": 5}', "'data' is int, not a list"),
+        ('{"data": [{"paragraphs": [{"context": null, "qas": []}]}]}', "has context 'None' .NoneType., not a string"),
+        (
+            '{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "a", "question": 7, "answers": '
+            '[{"text": "x", "answer_start": 0}]}]}]}]}',
+            "question 'a' has question '7' .int., not a string",
+        ),
+        (
+            '{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
+            '[{"text": "x", "answer_start": "abc"}]}]}]}]}',
+            "has answer_start 'abc' .str., not a whole number",
+        ),
+        (
+            '{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
+            '[{"text": "x", "answer_start": -3}]}]}]}]}',
+            "starts at -3, before the context",
+        ),
+        ('{"data": [{"paragraphs": "abc"}]}', "article 0 has paragraphs 'abc' .str., not a list"),
+        ('{"data": [{"paragraphs": [{"context": "c", "qas": [17]}]}]}', "is int '17', not an object"),
+    ],
+)
 def test_bad_data_files_say_how_to_fix(tmp_path, content, expected):
     path = tmp_path / "squad.json"
     if content is not None:
@@ -81,8 +99,25 @@ def test_bad_data_files_say_how_to_fix(tmp_path, content, expected):
 
 
 def test_any_squad_file_can_be_named(tmp_path):
-    rows = {"data": [{"title": "T", "paragraphs": [{"context": "Paris is the capital of France.", "qas": [
-        {"id": "a", "question": "What is the capital of France?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+    rows = {
+        "data": [
+            {
+                "title": "T",
+                "paragraphs": [
+                    {
+                        "context": "Paris is the capital of France.",
+                        "qas": [
+                            {
+                                "id": "a",
+                                "question": "What is the capital of France?",
+                                "answers": [{"text": "Paris", "answer_start": 0}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     (tmp_path / "mine.json").write_text(json.dumps(rows))
     ds = load_squad("train", data_file=str(tmp_path / "mine.json"))
     assert ds[0]["answers"]["text"] == ["Paris"]
@@ -90,11 +125,21 @@ def test_any_squad_file_can_be_named(tmp_path):
 
 def test_a_wrong_answer_start_is_repaired_and_a_missing_answer_dropped(tmp_path, tok):
     context = "The cat sat. " * 60 + "Paris is the capital of France. " + "The dog ran. " * 60
-    qas = [{"id": "moved", "question": "What is the capital of France?",
-            "answers": [{"text": "Paris", "answer_start": 3}]},  # points at "cat", not at "Paris"
-           {"id": "absent", "question": "What is the capital of Spain?",
-            "answers": [{"text": "Madrid", "answer_start": 0}]}]
-    (tmp_path / "f.json").write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    qas = [
+        {
+            "id": "moved",
+            "question": "What is the capital of France?",
+            "answers": [{"text": "Paris", "answer_start": 3}],
+        },  # points at "cat", not at "Paris"
+        {
+            "id": "absent",
+            "question": "What is the capital of Spain?",
+            "answers": [{"text": "Madrid", "answer_start": 0}],
+        },
+    ]
+    (tmp_path / "f.json").write_text(
+        json.dumps({"data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]})
+    )
     ds, stats = tokenize_squad(load_squad("train", data_file=str(tmp_path / "f.json")), tok, max_length=64)
     assert (stats.total, stats.used, stats.answer_start_repaired, stats.answer_not_in_context) == (2, 1, 1, 0 + 1)
     assert stats.context_shortened == 1 and stats.source.startswith("file ")
@@ -171,8 +216,9 @@ def test_step_counts_come_from_the_sampler_that_trains():
     counts = {seed: len(TokenBudgetBatchSampler(lengths, 4096, seed)) for seed in range(6)}
     assert len(set(counts.values())) > 1, counts  # else this data could not show the bug
     for seed, n in counts.items():
-        cfg = RunConfig("stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed,
-                        gradient_accumulation_steps=1)
+        cfg = RunConfig(
+            "stage2", batching="token_budget", max_tokens_per_micro_batch=4096, seed=seed, gradient_accumulation_steps=1
+        )
         assert len(token_budget_batches(cfg, ds)) == n  # the sampler the run trains with and record counts
         assert trainer_micro_batch(cfg, token_budget_batches(cfg, ds)) == round(len(lengths) / n)
 
@@ -214,7 +260,10 @@ def test_token_budget_batches_reach_the_ranks_of_one_step_in_groups_of_neighbour
     moves groups of N x A batches that are neighbours in the length-sorted build order (one shape per step), a
     partial group last; with one micro-batch per step the order is the plain shuffle of the batches."""
     lengths = [random.Random(i).randint(20, 800) for i in range(3001)]  # 325 batches: a partial group
-    one, two = TokenBudgetBatchSampler(lengths, 4096, seed=5), TokenBudgetBatchSampler(lengths, 4096, seed=5, per_step=2)
+    one, two = (
+        TokenBudgetBatchSampler(lengths, 4096, seed=5),
+        TokenBudgetBatchSampler(lengths, 4096, seed=5, per_step=2),
+    )
     assert one.batches == two.batches and len(one.batches) % 2 == 1
     order = list(two)
     assert sorted(map(tuple, order)) == sorted(map(tuple, two.batches))

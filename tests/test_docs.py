@@ -8,7 +8,6 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.results import exercise_table, load_results, scaling_table
@@ -42,11 +41,15 @@ def test_token_budget_tables_count_questions_not_micro_batches():
     table = exercise_table(df)
     assert "samples/s" not in table and table["micro-batch"].iloc[0] == "≤32,768 tokens"
     committed = pd.read_csv(H100 / "report.csv")
-    assert list(committed["steady questions/s"]) == list(table["steady questions/s"]) == list(
-        df["steady_train_samples_per_second"])
+    assert (
+        list(committed["steady questions/s"])
+        == list(table["steady questions/s"])
+        == list(df["steady_train_samples_per_second"])
+    )
     scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
     assert "samples/s" not in scaling and list(scaling["steady questions/s"]) == list(
-        pd.read_csv(REF / "h200" / "default-x4" / "scaling.csv")["steady questions/s"])
+        pd.read_csv(REF / "h200" / "default-x4" / "scaling.csv")["steady questions/s"]
+    )
     # stage3 against stage2 on one GPU: slower in questions/s as in tokens/s (samples/s had it the other way)
     one = scaling[scaling["GPUs"] == 1].set_index("experiment")
     assert one.at["stage3", "steady questions/s"] < one.at["stage2", "steady questions/s"]
@@ -55,8 +58,12 @@ def test_token_budget_tables_count_questions_not_micro_batches():
 
 def test_readme_excerpt_matches_the_runs():
     readme = GUIDE.read_text()
-    rows = re.findall(r"^\| (baseline|stage2|stage2_offload|stage3_offload) \| ([\w.-]+), (\w+) \| ([\d,]+) \| [\d.]+% \| "
-                      r"([\d,]+) \|", readme, re.M)
+    rows = re.findall(
+        r"^\| (baseline|stage2|stage2_offload|stage3_offload) \| ([\w.-]+), (\w+) \| ([\d,]+) \| [\d.]+% \| "
+        r"([\d,]+) \|",
+        readme,
+        re.M,
+    )
     assert len(rows) == 8
     for exp, model, recipe, tps, peak in rows:
         r = json.loads((REF / "h100" / "runs" / f"{model}-{recipe}-{exp}" / "results.json").read_text())
@@ -69,7 +76,9 @@ def test_h200_scaling_tables_match_the_committed_runs():
     text = (H200 / "README.md").read_text()
     for machine, n_rows in (("x4", 6), ("x2", 4)):
         section = text.split(f"## {machine[1]} x H200")[1].split("##")[0]
-        rows = re.findall(r"^\| (stage[23]) \| (\d) \| \d+ \| ([\d.]+) \| ([\d.]+) \| (\d+)% \| ([\d,]+) \|", section, re.M)
+        rows = re.findall(
+            r"^\| (stage[23]) \| (\d) \| \d+ \| ([\d.]+) \| ([\d.]+) \| (\d+)% \| ([\d,]+) \|", section, re.M
+        )
         scaling = scaling_table(load_results(H200 / machine / "runs"))
         committed = pd.read_csv(H200 / machine / "scaling.csv")
         assert len(rows) == len(scaling) == len(committed) == n_rows
@@ -86,7 +95,10 @@ def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
     scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
     committed = pd.read_csv(REF / "h200" / "default-x4" / "scaling.csv")
     assert committed.groupby("experiment")["GPUs"].apply(list).to_dict() == {
-        "stage2": [1, 2, 4], "stage3": [1, 2, 4], "stage3_offload": [1, 2]}  # stage3_offload x4: the call's time ran out
+        "stage2": [1, 2, 4],
+        "stage3": [1, 2, 4],
+        "stage3_offload": [1, 2],
+    }  # stage3_offload x4: the call's time ran out
     for col in ("steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU"):
         assert list(scaling[col]) == list(committed[col])
 
@@ -98,7 +110,9 @@ def test_readme_h200_excerpt_matches_the_runs():
     assert len(rows) == len(scaling) == 8
     for exp, gpus, per_gpu, eff, peak, est in rows:
         r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
-        assert abs(int(per_gpu.replace(",", "")) - r["steady tokens/s per GPU"]) <= 0.5 and eff == r["scaling efficiency"]
+        assert (
+            abs(int(per_gpu.replace(",", "")) - r["steady tokens/s per GPU"]) <= 0.5 and eff == r["scaling efficiency"]
+        )
         assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) <= 0.5
         assert abs(int(est.replace(",", "")) - r["est. model states GPU MiB"]) <= 0.5
 
@@ -146,14 +160,19 @@ def test_readme_lists_every_experiment():
 def test_the_smallest_gpu_the_readme_names_held_every_run_of_those_notebooks():
     """docs/h100/gpu40/peaks.txt (an H100 made to look like a 40 GB GPU): every run's NVML peak below the share of
     the GPU PyTorch could use, at the 8,192-token micro-batches the README names, for the notebooks it names."""
-    rows = [line.split() for line in (H100 / "gpu40" / "peaks.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    for notebook, run, tokens, peak, total, fraction in rows:
+    rows = [
+        line.split()
+        for line in (H100 / "gpu40" / "peaks.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for notebook, run, _tokens, peak, total, fraction in rows:
         assert float(peak) < float(fraction) * float(total), (notebook, run)
     limit = float(rows[0][5]) * float(rows[0][4])
     readme = " ".join(GUIDE.read_text().split())
-    assert (f"an H100 limited to {limit:,.0f} MiB this way, where 01, 02, 03 and 03b ran end to end with "
-            f"{max(int(r[2]) for r in rows if r[1] == 'baseline'):,}-token micro-batches") in readme
+    assert (
+        f"an H100 limited to {limit:,.0f} MiB this way, where 01, 02, 03 and 03b ran end to end with "
+        f"{max(int(r[2]) for r in rows if r[1] == 'baseline'):,}-token micro-batches"
+    ) in readme
     assert {r[0] for r in rows} == {"01", "02", "03", "03b"}
 
 
@@ -195,7 +214,9 @@ def test_readme_layout_names_every_module_script_and_batch_script_and_only_those
         if folder in ("workshop_lib/", "workshop_lessons/", "scripts/", "slurm/"):
             files = {f.name for f in (ROOT / folder).iterdir() if f.is_file() and f.suffix not in (".pyc",)}
             if folder.startswith("workshop_lib"):
-                files = {f for f in files if f.endswith(".py")} - ({"__init__.py"} if folder == "workshop_lib/" else set())
+                files = {f for f in files if f.endswith(".py")} - (
+                    {"__init__.py"} if folder == "workshop_lib/" else set()
+                )
             if folder == "slurm/":  # <experiment>.slurm names the generated one per experiment (scripts/make_slurm.py)
                 files -= {f"{name}.slurm" for name in EXPERIMENTS}
             assert files <= named, f"README's layout does not name {sorted(files - named)} under {folder}"
@@ -215,16 +236,17 @@ def test_readme_lists_every_environment_variable_from_its_table():
     assert markdown_table() in GUIDE.read_text()
 
 
-
-
 def test_two_gpu_readme_states_its_runs():
     """workshop_lessons/reference/h200/x2-2026-11-26: every figure of its README computed from the runs, comm benchmarks and NCCL
     logs beside it."""
     from workshop_lessons.multi_gpu import stragglers
+
     d = REF / "h200" / "x2-2026-11-26"
     text = (d / "README.md").read_text()
-    tps = {r.parent.relative_to(d).as_posix(): json.loads(r.read_text())["steady_train_tokens_per_second"]
-           for r in d.glob("*/*/results.json")}
+    tps = {
+        r.parent.relative_to(d).as_posix(): json.loads(r.read_text())["steady_train_tokens_per_second"]
+        for r in d.glob("*/*/results.json")
+    }
     for stage in ("stage2", "stage3"):
         one, two = tps[f"runs/{stage}-1gpu"], tps[f"runs/{stage}-nvlink"]
         assert f"| {stage} | {one:,.0f} | {two:,.0f} | {two / 2 / one:.0%} |" in text
@@ -233,8 +255,15 @@ def test_two_gpu_readme_states_its_runs():
     assert list(table["scaling efficiency"]) == ["100%", "90%", "100%", "92%"]
     bal, rnd = ([tps[f"ab/stage2-{v}-{i}"] for i in (1, 2)] for v in ("balanced", "unbalanced"))
     assert f"**{statistics.mean(bal) / statistics.mean(rnd):.2f}x**" in text
-    assert f"({abs(bal[0] - bal[1]) / statistics.mean(bal):.1%} and {abs(rnd[0] - rnd[1]) / statistics.mean(rnd):.1%})" in text
-    waits = [round(stragglers(d / "ab" / f"stage2-{v}-{i}").mean_waited_ms, 1) for v in ("balanced", "unbalanced") for i in (1, 2)]
+    assert (
+        f"({abs(bal[0] - bal[1]) / statistics.mean(bal):.1%} and {abs(rnd[0] - rnd[1]) / statistics.mean(rnd):.1%})"
+        in text
+    )
+    waits = [
+        round(stragglers(d / "ab" / f"stage2-{v}-{i}").mean_waited_ms, 1)
+        for v in ("balanced", "unbalanced")
+        for i in (1, 2)
+    ]
     assert f"{waits[0]} and {waits[1]} ms for the slower's\nbalanced, {waits[2]} and {waits[3]} ms" in text
     for link, name in (("nvlink", "NVLink (P2P/CUMEM)"), ("sockets", "sockets over loopback (NET/Socket)")):
         c = pd.read_csv(d / f"comm-{link}.csv").set_index("op")
@@ -249,18 +278,29 @@ def _links_table_is_stated(d: Path, text: str) -> dict:
     """The links table, the sockets/NVLink step ratios and the runs' tokens/s of a two-nodes-on-one-host folder
     (`multi_gpu.links`) as its README states them; returns the runs' steady tokens/s by folder name."""
     from workshop_lessons.multi_gpu import links
+
     t = links(d).set_index("link")
     tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("*/results.json")}
     for link, name in (("nvlink", "NVLink"), ("sockets", "sockets over loopback")):
-        rs, ag = (f"{t.at[link, f'{op} ms ({mib} MiB)']:.{2 if link == 'nvlink' else 1}f} ms, "
-                  f"{t.at[link, f'{op} bus GB/s']:.1f} GB/s bus" for op, mib in (("reduce_scatter", "954"), ("all_gather", "1,137")))
-        assert (f"| {name} | {t.at[link, 'NCCL transport']} | {rs} | {ag} | {t.at[link, 'stage2 s/step']:.3f} | "
-                f"{t.at[link, 'stage3 s/step']:.3f} |") in text
+        rs, ag = (
+            f"{t.at[link, f'{op} ms ({mib} MiB)']:.{2 if link == 'nvlink' else 1}f} ms, "
+            f"{t.at[link, f'{op} bus GB/s']:.1f} GB/s bus"
+            for op, mib in (("reduce_scatter", "954"), ("all_gather", "1,137"))
+        )
+        assert (
+            f"| {name} | {t.at[link, 'NCCL transport']} | {rs} | {ag} | {t.at[link, 'stage2 s/step']:.3f} | "
+            f"{t.at[link, 'stage3 s/step']:.3f} |"
+        ) in text
     for stage in ("stage2", "stage3"):
         assert f"**{t.at['sockets', f'{stage} s/step'] / t.at['nvlink', f'{stage} s/step']:.2f}x**" in text
-    assert (f"ZeRO-2 {tps['stage2-nvlink']:,.0f} over NVLink and {tps['stage2-sockets']:,.0f} over sockets, ZeRO-3 "
-            f"{tps['stage3-nvlink']:,.0f} and {tps['stage3-sockets']:,.0f}") in text
-    assert "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text() and "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
+    assert (
+        f"ZeRO-2 {tps['stage2-nvlink']:,.0f} over NVLink and {tps['stage2-sockets']:,.0f} over sockets, ZeRO-3 "
+        f"{tps['stage3-nvlink']:,.0f} and {tps['stage3-sockets']:,.0f}"
+    ) in text
+    assert (
+        "via P2P/CUMEM" in (d / "nccl-nvlink.txt").read_text()
+        and "via NET/Socket/0" in (d / "nccl-sockets.txt").read_text()
+    )
     return tps
 
 
@@ -268,6 +308,7 @@ def test_links_readme_states_its_runs():
     """workshop_lessons/reference/h100/links-2026-11-28 (notebook 04's links, `multi_gpu.LINKS`): each figure of
     its README from the comm benchmarks, NCCL lines and runs beside it, and the reference's bucket arithmetic."""
     from workshop_lessons import multi_gpu
+
     d = multi_gpu.LINKS
     text = (d / "README.md").read_text()
     _links_table_is_stated(d, text)
@@ -304,23 +345,38 @@ def _steady_median(run: Path, col: str = "forward_ms") -> float:
 def test_run_order_readme_states_its_runs():
     """docs/h100/run-order: each figure of its README from the runs beside it (scripts/run_order.py)."""
     import workshop_lessons as lessons
+
     d = H100 / "run-order"
     text = (d / "README.md").read_text()
-    tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("runs/*/results.json")}
+    tps = {
+        p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"]
+        for p in d.glob("runs/*/results.json")
+    }
     first, fourth, seventh = tps["1-stage2"], tps["4-stage2"], tps["7-stage2"]
-    assert f"stage2 fourth and seventh: {fourth:,.0f} and {seventh:,.0f} tokens/s (the seventh {seventh / fourth:.2f}x" in text
-    assert f"baseline second and sixth: {tps['2-baseline']:,.0f} and {tps['6-baseline']:,.0f} ({tps['6-baseline'] / tps['2-baseline']:.2f}x)" in text
+    assert (
+        f"stage2 fourth and seventh: {fourth:,.0f} and {seventh:,.0f} tokens/s (the seventh {seventh / fourth:.2f}x"
+        in text
+    )
+    assert (
+        f"baseline second and sixth: {tps['2-baseline']:,.0f} and {tps['6-baseline']:,.0f} ({tps['6-baseline'] / tps['2-baseline']:.2f}x)"
+        in text
+    )
     assert f"(±{lessons.band('steady_train_tokens_per_second'):.1%})" in text
     assert f"stage2 first: {first:,.0f} tokens/s, {first / fourth:.2f}x of the fourth" in text
 
     first_fw, fourth_fw = (_steady_median(d / "runs" / r) for r in ("1-stage2", "4-stage2"))
     assert f"a median of {first_fw:.1f} ms over its steady steps against {fourth_fw:.1f} ms" in text
-    logs = {r: pd.read_csv(d / "runs" / r / "train_log.csv").dropna(subset=["step_time_s"]) for r in ("1-stage2", "4-stage2")}
+    logs = {
+        r: pd.read_csv(d / "runs" / r / "train_log.csv").dropna(subset=["step_time_s"])
+        for r in ("1-stage2", "4-stage2")
+    }
     assert all(log["compiles"].iloc[2:].eq(0).all() for log in logs.values())
     shapes = [pd.read_csv(d / "runs" / r / "micro_batches.csv")[["sequences", "length"]] for r in logs]
     assert shapes[0].equals(shapes[1])
     band = lessons.band("steady_train_tokens_per_second")  # the first run and the later ones, within it
-    assert all(abs(a / b - 1) <= band for a, b in ((first, fourth), (seventh, fourth), (tps["6-baseline"], tps["2-baseline"])))
+    assert all(
+        abs(a / b - 1) <= band for a, b in ((first, fourth), (seventh, fourth), (tps["6-baseline"], tps["2-baseline"]))
+    )
 
 
 def test_two_h100_reference_readme_states_its_runs():
@@ -329,6 +385,7 @@ def test_two_h100_reference_readme_states_its_runs():
     notebook_times.json."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
+
     d = multi_gpu.REFERENCE
     text = " ".join((d / "README.md").read_text().split())  # a phrase reads the same across a line break
     times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
@@ -337,28 +394,42 @@ def test_two_h100_reference_readme_states_its_runs():
     assert f"**{seconds:.0f} s**" in text and f"fused_adam op compiled in {build} s" in text
     assert f"04 takes about {round(seconds - build, -1):.0f} s" in text
     assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
-    tables = {part: scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"]) for part in ("runs", "repeat")}
+    tables = {
+        part: scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"]) for part in ("runs", "repeat")
+    }
     for part, st in tables.items():
         for e in ("stage2", "stage3"):
             tps = st["steady tokens/s"]
-            assert f"| {part} | {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+            assert (
+                f"| {part} | {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |"
+                in text
+            )
     for e, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
         one, two = (statistics.mean(st.at[(e, n), "steady tokens/s"] for st in tables.values()) for n in (1, 2))
         assert f"**{two / 2 / one:.0%}** ({name})" in text
 
     def median(part, run, col="forward_ms"):
         return _steady_median(d / part / run, col)
-    assert (f"{median('runs', 'stage3-1'):.1f} ms on 1 GPU and {median('runs', 'stage3-2'):.1f} ms on 2 in `runs/`, and "
-            f"{median('repeat', 'stage3-1'):.1f} ms and {median('repeat', 'stage3-2'):.1f} ms") in text
+
+    assert (
+        f"{median('runs', 'stage3-1'):.1f} ms on 1 GPU and {median('runs', 'stage3-2'):.1f} ms on 2 in `runs/`, and "
+        f"{median('repeat', 'stage3-1'):.1f} ms and {median('repeat', 'stage3-2'):.1f} ms"
+    ) in text
     zero2 = [median(part, f"stage2-{n}") for part in ("runs", "repeat") for n in (1, 2)]
     assert f"within {min(zero2):.1f} to {max(zero2):.1f} ms in all four runs" in text
-    waits = {part: {r: multi_gpu.stragglers(d / part / r).mean_waited_ms for r in ("stage2-2", "stage3-2")}
-             for part in ("runs", "repeat")}
+    waits = {
+        part: {r: multi_gpu.stragglers(d / part / r).mean_waited_ms for r in ("stage2-2", "stage3-2")}
+        for part in ("runs", "repeat")
+    }
     step3 = median("runs", "stage3-2", "step_time_s")
-    assert (f"waited {waits['runs']['stage2-2']:.1f} ms a step on average for the slower's "
-            f"({waits['repeat']['stage2-2']:.1f} ms in the repeat)") in text
-    assert (f"{waits['runs']['stage3-2']:.1f} ms and {waits['repeat']['stage3-2']:.1f} ms, about "
-            f"{waits['runs']['stage3-2'] / 1000 / step3:.0%} of its {step3:.3f} s step") in text
+    assert (
+        f"waited {waits['runs']['stage2-2']:.1f} ms a step on average for the slower's "
+        f"({waits['repeat']['stage2-2']:.1f} ms in the repeat)"
+    ) in text
+    assert (
+        f"{waits['runs']['stage3-2']:.1f} ms and {waits['repeat']['stage3-2']:.1f} ms, about "
+        f"{waits['runs']['stage3-2'] / 1000 / step3:.0%} of its {step3:.3f} s step"
+    ) in text
     ab = multi_gpu.bucket_ab()
     assert len(ab) == 2 and f"**{ab[0].band_text}**" in text
     for part, c in zip(("runs", "repeat"), ab):
@@ -368,8 +439,10 @@ def test_two_h100_reference_readme_states_its_runs():
     assert f"a step of {min(steps):.0f}-{max(steps):.0f} ms" in text
     rs = multi_gpu.links(multi_gpu.LINKS).set_index("link").at["nvlink", "reduce_scatter ms (954 MiB)"]
     assert f"reduced in about {rs:.0f} ms" in text
-    sizes = {p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
-             for p in d.glob("ab/*/*/ds_config.json")}
+    sizes = {
+        p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
+        for p in d.glob("ab/*/*/ds_config.json")
+    }
     assert sizes == {"stage2-small-buckets": 50_000_000, "stage2-recipe-buckets": 500_000_000}
     assert {json.loads(p.read_text())["device"] for p in d.glob("**/results.json")} == {"NVIDIA H100 80GB HBM3"}
     assert {json.loads(p.read_text())["dataloader_num_workers"] for p in d.glob("**/run_config.json")} == {2}
@@ -380,6 +453,7 @@ def test_earlier_two_h100_reference_with_prefetch_readme_states_its_runs():
     5e7 elements): each figure of its README from its runs."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
+
     d = REF / "h100" / "x2-2026-11-27b"
     text = (d / "README.md").read_text()
     for part in ("runs", "repeat"):
@@ -387,25 +461,32 @@ def test_earlier_two_h100_reference_with_prefetch_readme_states_its_runs():
         tps = st["steady tokens/s"]
         if part == "runs":
             for e in ("stage2", "stage3"):
-                assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+                assert (
+                    f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
+                )
         else:
             assert f"gives {st.at[('stage3', 2), 'scaling efficiency']}" in text
             assert f"({tps[('stage3', 1)]:,.0f} and {tps[('stage3', 2)]:,.0f} tokens/s)" in text
         waits = multi_gpu.stragglers(d / part / "stage3-2")
-        steady = waits.steps.loc[waits.steady_from:].nlargest(3, "waited_ms")
+        steady = waits.steps.loc[waits.steady_from :].nlargest(3, "waited_ms")
         assert (steady["length_0"] - steady["length_1"]).abs().max() <= 16
     assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
     assert f"waited {multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f} ms a step" in text
-    assert (f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms here and "
-            f"{multi_gpu.stragglers(d / 'repeat' / 'stage3-2').mean_waited_ms:.1f} ms in the repeat") in text
+    assert (
+        f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms here and "
+        f"{multi_gpu.stragglers(d / 'repeat' / 'stage3-2').mean_waited_ms:.1f} ms in the repeat"
+    ) in text
 
     def medians(run):
         return _steady_median(d / "runs" / run), _steady_median(d / "runs" / run, "step_time_s")
+
     (f1, s1), (f2, s2) = medians("stage3-1"), medians("stage3-2")
     assert f"from {f1:.1f} ms to {f2:.1f} ms" in text and f"from {s1:.3f} s to {s2:.3f} s" in text
     assert {json.loads(p.read_text())["device"] for p in d.glob("*/*/results.json")} == {"NVIDIA H100 80GB HBM3"}
-    assert {json.loads(p.read_text())["zero_optimization"]["stage3_prefetch_bucket_size"]
-            for p in d.glob("*/stage3-*/ds_config.json")} == {50_000_000}
+    assert {
+        json.loads(p.read_text())["zero_optimization"]["stage3_prefetch_bucket_size"]
+        for p in d.glob("*/stage3-*/ds_config.json")
+    } == {50_000_000}
 
 
 def test_earlier_two_h100_reference_readme_states_its_runs():
@@ -413,6 +494,7 @@ def test_earlier_two_h100_reference_readme_states_its_runs():
     README from its runs."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
+
     d = REF / "h100" / "x2-2026-11-27"
     text = (d / "README.md").read_text()
     st = scaling_table(load_results(d / "runs")).set_index(["experiment", "GPUs"])
@@ -420,11 +502,12 @@ def test_earlier_two_h100_reference_readme_states_its_runs():
     for e in ("stage2", "stage3"):
         assert f"| {e} | {tps[(e, 1)]:,.0f} | {tps[(e, 2)]:,.0f} | {st.at[(e, 2), 'scaling efficiency']} |" in text
     assert f"**±{lessons.band('steady_train_tokens_per_second', root=d):.1%}**" in text
-    assert f"2.6 ms" in text and f"{multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f} ms" in text
+    assert "2.6 ms" in text and f"{multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f} ms" in text
     assert f"{multi_gpu.stragglers(d / 'runs' / 'stage3-2').mean_waited_ms:.1f} ms a step" in text
 
     def medians(run):
         return _steady_median(d / "runs" / run), _steady_median(d / "runs" / run, "step_time_s")
+
     (f1, s1), (f2, s2), (g1, _) = medians("stage3-1"), medians("stage3-2"), medians("stage2-1")
     assert f"from {s1:.3f} s to {s2:.3f} s" in text and f"from {f1:.1f} ms to {f2:.1f} ms" in text
     assert f"{f1 / g1:.1f}x ZeRO-2's ({g1:.1f} ms)" in text
@@ -436,6 +519,7 @@ def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
     README from its runs and notebook_times.json."""
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
+
     d = REF / "h200" / "x2-2026-11-27"
     text = (d / "README.md").read_text()
     times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
@@ -451,8 +535,10 @@ def test_two_h200_notebook_and_bucket_ab_readme_states_its_runs():
     assert len(ab) == 2 and f"**{ab[0].band_text}**" in text
     for part, c in zip(("runs", "repeat"), ab):
         assert f"| {part} | {c.value:,.0f} | {c.other:,.0f} | {c.ratio:.2f}x | {c.verdict} |" in text
-    sizes = {p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
-             for p in d.glob("ab/*/*/ds_config.json")}
+    sizes = {
+        p.parent.name: json.loads(p.read_text())["zero_optimization"]["reduce_bucket_size"]
+        for p in d.glob("ab/*/*/ds_config.json")
+    }
     assert sizes == {"stage2-small-buckets": 50_000_000, "stage2-recipe-buckets": 500_000_000}
     assert {json.loads(p.read_text())["device"] for p in d.glob("**/results.json")} == {"NVIDIA H200"}
 
@@ -496,11 +582,11 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     wrong. (course/ is generated from solutions/ and checked to be current.)"""
     from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
 
+    from workshop_lessons import large_models
     from workshop_lib import checkpoint, fit, memory
     from workshop_lib.config import RunConfig
     from workshop_lib.ds_config import Settings, build_ds_config
     from workshop_lib.units import MiB
-    from workshop_lessons import large_models
 
     b = _flat(ROOT / "solutions" / "03b_the_fine_tuned_model.py")
     assert f"SHA-256 up to {checkpoint.CHECKSUM_MAX_BYTES / MiB:g} MiB" in b
@@ -509,13 +595,17 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     assert f"master weights ({adam} bytes per parameter)" in b and f"optimizer's partitions are {adam} bytes" in b
     assert f"about {bf16} bytes per parameter" in b and f"About {bf16} bytes per parameter on a bf16" in b
     c = _flat(ROOT / "solutions" / "03c_models_that_do_not_fit.py")
-    tokens = {json.loads(p.read_text())["max_tokens_per_micro_batch"] for p in REF.glob("h*/large-models*/**/run_config.json")}
+    tokens = {
+        json.loads(p.read_text())["max_tokens_per_micro_batch"] for p in REF.glob("h*/large-models*/**/run_config.json")
+    }
     assert tokens == {large_models.LARGE["max_tokens_per_micro_batch"]}
     assert f"the reference runs' {tokens.pop():,} tokens" in c
     # preflight's refusal (fit.states_fit), by the one margin of every verdict
     assert f"alone passes {1 - fit.HEADROOM:.0%} of the GPU (the {fit.HEADROOM:.0%} headroom every verdict" in c
-    assert (f"within {1 - fit.HEADROOM:.0%} of the GPU's memory: the other {fit.HEADROOM:.0%} (`fit.HEADROOM`, the "
-            "one margin of every verdict here, the preflight's and the micro-batch sizing's too)") in c
+    assert (
+        f"within {1 - fit.HEADROOM:.0%} of the GPU's memory: the other {fit.HEADROOM:.0%} (`fit.HEADROOM`, the "
+        "one margin of every verdict here, the preflight's and the micro-batch sizing's too)"
+    ) in c
     # exercise 4 holds the H200 reference against H100s like for like (large_models.on_h100s: PyTorch's peak
     # allocated and the estimate against 1 - HEADROOM of the card), not NVML's peak on the H200 against the card
     assert "large_models.on_h100s(" in c and "r['GPU peak MiB']" not in c and "fit.GPUS['H100 80GB'] -" not in c
@@ -525,8 +615,10 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     aio = build_ds_config("stage3_nvme", Settings(nvme_path="/nvme"))["aio"]["block_size"]
     swap_min = max(MIN_AIO_BYTES, aio) / MiB
     assert f"swaps tensors of {swap_min:g} MiB and more" in c and f"reached the {swap_min:g} MiB swap minimum" in c
-    assert (f"about {memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES} bytes per parameter, "
-            "`memory.estimate_nvme_swap`") in c
+    assert (
+        f"about {memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES} bytes per parameter, "
+        "`memory.estimate_nvme_swap`"
+    ) in c
     # DeepSpeed's host estimate for ZeRO-3 + CPU offload, as the text splits it: bytes/param x buffer factor
     n = 10**9
     host = memory.estimate_model_states(n, 10**7, 3, offload_optimizer=True, offload_param=True)

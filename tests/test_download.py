@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from hub_standin import StandInHub
+
 from workshop_lib.hub import OFFLINE
 
 MODEL = "workshop-test/tiny-qwen3"  # a hub name, not a folder: it can only come from the hub or its cache
@@ -34,26 +34,51 @@ def stand_in_repos(root):
     for split, n in (("train", TRAIN), ("validation", DEV)):
         ds = read_squad_json(BUNDLED_FILES[split]).select(range(n))
         ds.to_parquet(squad_dir / "plain_text" / f"{split}-00000-of-00001.parquet")
-    (squad_dir / "README.md").write_text("---\nconfigs:\n- config_name: plain_text\n  data_files:\n"
-                                         "  - split: train\n    path: plain_text/train-*\n"
-                                         "  - split: validation\n    path: plain_text/validation-*\n"
-                                         "  default: true\n---\n# SQuAD (the first questions)\n")
+    (squad_dir / "README.md").write_text(
+        "---\nconfigs:\n- config_name: plain_text\n  data_files:\n"
+        "  - split: train\n    path: plain_text/train-*\n"
+        "  - split: validation\n    path: plain_text/validation-*\n"
+        "  default: true\n---\n# SQuAD (the first questions)\n"
+    )
     return {("model", MODEL): model_dir, ("dataset", "rajpurkar/squad"): squad_dir}
 
 
 def workshop(env, *args):
-    return subprocess.run([sys.executable, "-m", "workshop_lib.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
 def test_download_then_an_offline_run_works(tmp_path):
-    online = {k: v for k, v in os.environ.items()
-              if k not in {*OFFLINE, "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_DATASETS_CACHE"}}
+    online = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {*OFFLINE, "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_DATASETS_CACHE"}
+    }
     online["HF_HOME"] = str(tmp_path / "hf")  # an empty cache of the test's own
     offline = {**online, **OFFLINE}
-    run = ["run", "baseline", "--model", MODEL, "--allow-cpu", "--max-steps", 1, "--num-train-samples", 8,
-           "--num-eval-samples", 2, "--save-strategy", "no", "--save-model", "false"]
+    run = [
+        "run",
+        "baseline",
+        "--model",
+        MODEL,
+        "--allow-cpu",
+        "--max-steps",
+        1,
+        "--num-train-samples",
+        8,
+        "--num-eval-samples",
+        2,
+        "--save-strategy",
+        "no",
+        "--save-model",
+        "false",
+    ]
 
     with StandInHub(stand_in_repos(tmp_path / "hub")) as hub:
         online["HF_ENDPOINT"] = offline["HF_ENDPOINT"] = hub.url

@@ -84,13 +84,20 @@ def test_batch_size_mismatch_fails_with_deepspeeds_assertion_and_the_fix_runs():
     bad = drills.batch_size_mismatch(fixed=False, micro=4, accum=4, nproc=2)
     assert bad["returncode"] != 0 and bad["config"]["train_batch_size"] == 16
     assert bad["error_lines"] and all(
-        ln.startswith("AssertionError: Check batch related parameters. train_batch_size is not equal to "
-                      "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 4 * 2")
-        for ln in bad["error_lines"])
+        ln.startswith(
+            "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+            "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 4 * 2"
+        )
+        for ln in bad["error_lines"]
+    )
     assert bad["raised_in"].startswith("deepspeed/runtime/config.py") and bad["raised_in"].endswith("_batch_assertion")
     assert bad["arithmetic"] == "16 != 4 x 4 x 2 = 32"
-    assert bad["fixed_config"] == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
-                                   "gradient_accumulation_steps": 4, "world_size": 2}
+    assert bad["fixed_config"] == {
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 4,
+        "world_size": 2,
+    }
     assert "torch.distributed.run --nproc_per_node 2" in bad["command"]
 
     good = drills.batch_size_mismatch(fixed=True, micro=4, accum=4, nproc=2)

@@ -11,8 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_stage_and_batch_arithmetic(stage):
-    cfg = build_ds_config(f"stage{stage}", Settings(precision="bf16", train_micro_batch_size_per_gpu=4,
-                                                    gradient_accumulation_steps=4, world_size=8))
+    cfg = build_ds_config(
+        f"stage{stage}",
+        Settings(precision="bf16", train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4, world_size=8),
+    )
     assert cfg["zero_optimization"]["stage"] == stage
     assert cfg["train_batch_size"] == 4 * 4 * 8  # micro x accumulation x world_size
     assert cfg["bf16"]["enabled"] is True and cfg["fp16"]["enabled"] is False
@@ -26,26 +28,32 @@ def test_offload_sections():
     assert z3["offload_param"]["device"] == "cpu" and z3["offload_optimizer"]["device"] == "cpu"
 
 
-@pytest.mark.parametrize("args, expected", [
-    ((0, "cpu"), "stage 1, 2 or 3"),
-    ((2, "none", "cpu"), "needs ZeRO stage 3"),
-    ((2, "nvme"), "needs ZeRO-3"),
-    ((2, "gpu"), "Unknown offload device"),
-    ((4,), "0, 1, 2 or 3"),
-    ((2, "none", "none", "", {"zero_optimization.zenflow": {}}), "ZenFlow .* needs the optimizer offloaded"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((0, "cpu"), "stage 1, 2 or 3"),
+        ((2, "none", "cpu"), "needs ZeRO stage 3"),
+        ((2, "nvme"), "needs ZeRO-3"),
+        ((2, "gpu"), "Unknown offload device"),
+        ((4,), "0, 1, 2 or 3"),
+        ((2, "none", "none", "", {"zero_optimization.zenflow": {}}), "ZenFlow .* needs the optimizer offloaded"),
+    ],
+)
 def test_an_impossible_experiment_cannot_be_made(args, expected):
     """The legal combinations live in one place (`check_combination`): an `Experiment` is checked as it is made."""
     with pytest.raises(WorkshopError, match=expected):
         Experiment("x", *args)
 
 
-@pytest.mark.parametrize("experiment, settings, expected", [
-    ("stage3_nvme", Settings(), "needs an nvme_path"),
-    ("stage1", Settings(precision="fp8"), "Unknown precision"),
-    ("baseline", Settings(), "does not use DeepSpeed"),
-    ("stage5", Settings(), "Unknown experiment"),
-])
+@pytest.mark.parametrize(
+    "experiment, settings, expected",
+    [
+        ("stage3_nvme", Settings(), "needs an nvme_path"),
+        ("stage1", Settings(precision="fp8"), "Unknown precision"),
+        ("baseline", Settings(), "does not use DeepSpeed"),
+        ("stage5", Settings(), "Unknown experiment"),
+    ],
+)
 def test_settings_a_config_cannot_have_are_refused(experiment, settings, expected):
     with pytest.raises(WorkshopError, match=expected):
         build_ds_config(experiment, settings)
@@ -59,8 +67,10 @@ def test_an_experiments_overlay_is_set_last_and_checked_by_deepspeed():
     cfg = build_ds_config(variant, Settings(precision="bf16"))
     assert cfg["zero_optimization"]["overlap_comm"] is False
     assert {k: v for k, v in flatten(cfg).items() if k != "zero_optimization.overlap_comm"} == {
-        k: v for k, v in flatten(build_ds_config("stage2", Settings(precision="bf16"))).items()
-        if k != "zero_optimization.overlap_comm"}
+        k: v
+        for k, v in flatten(build_ds_config("stage2", Settings(precision="bf16"))).items()
+        if k != "zero_optimization.overlap_comm"
+    }
     check_keys(cfg, list(flatten(cfg)))
 
 
@@ -74,11 +84,15 @@ def test_shipped_json_files_are_generated_from_build_ds_config():
 def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
     """ZeRO-Infinity: DeepSpeed's async I/O section, one parameter buffer per tensor in use (each at least the
     largest tensor), and no prefetching or reuse caching, which hold buffers (DeepSpeed issues #3062, #3506)."""
-    cfg = build_ds_config("stage3_nvme", Settings(nvme_path="/tmp", nvme_buffer_size=155_582_464,
-                                                  nvme_buffer_count=24))
+    cfg = build_ds_config("stage3_nvme", Settings(nvme_path="/tmp", nvme_buffer_size=155_582_464, nvme_buffer_count=24))
     zero = cfg["zero_optimization"]
-    assert zero["offload_param"] == {"device": "nvme", "pin_memory": True, "nvme_path": "/tmp", "buffer_count": 24,
-                                     "buffer_size": 155_582_464}
+    assert zero["offload_param"] == {
+        "device": "nvme",
+        "pin_memory": True,
+        "nvme_path": "/tmp",
+        "buffer_count": 24,
+        "buffer_size": 155_582_464,
+    }
     assert zero["offload_optimizer"]["nvme_path"] == "/tmp"
     assert zero["stage3_prefetch_bucket_size"] == 0 and zero["stage3_max_reuse_distance"] == 0
     assert cfg["aio"]["block_size"] == 1_048_576
@@ -87,9 +101,12 @@ def test_nvme_offload_sizes_its_buffers_and_turns_off_prefetch():
 
 # ---- What each key means (ds_config.KEYS, explain) and --ds-config overrides checked against DeepSpeed --------
 
-BUILT = [(stage, opt, par) for stage in range(4) for opt, par in
-         [("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme")]
-         if not (stage == 0 and opt != "none") and not (stage < 3 and (par != "none" or opt == "nvme"))]
+BUILT = [
+    (stage, opt, par)
+    for stage in range(4)
+    for opt, par in [("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme")]
+    if not (stage == 0 and opt != "none") and not (stage < 3 and (par != "none" or opt == "nvme"))
+]
 
 
 def _built(stage, opt, par, overlay=None, **kw):
@@ -149,15 +166,21 @@ def test_zenflow_block_is_explained_read_by_deepspeed_and_needs_cpu_offload():
     assert "zenflow" not in build_ds_config("stage2_offload")["zero_optimization"]
     for stage, offload in ((2, "none"), (3, "nvme")):
         with pytest.raises(WorkshopError, match="ZenFlow .* needs the optimizer offloaded to the CPU"):
-            Experiment("x", stage, offload, offload if stage == 3 else "none",
-                       overlay=EXPERIMENTS["stage2_zenflow"].overlay)
+            Experiment(
+                "x", stage, offload, offload if stage == 3 else "none", overlay=EXPERIMENTS["stage2_zenflow"].overlay
+            )
 
 
 def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
     from workshop_lib.ds_config import KEYS, deepspeed_default, explain
 
-    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                "stage3_param_persistence_threshold", "stage3_max_live_parameters"):
+    for key in (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+    ):
         assert "ELEMENTS" in KEYS[f"zero_optimization.{key}"].meaning
     assert deepspeed_default("zero_optimization.reduce_bucket_size") == 500_000_000
     assert deepspeed_default("zero_optimization.offload_optimizer.pin_memory") is True
@@ -182,29 +205,38 @@ def test_gradient_buckets_in_mib():
 def test_an_override_is_parsed_and_set_without_changing_the_original():
     from workshop_lib.ds_config import apply_overrides, parse_override
 
-    assert parse_override("zero_optimization.reduce_bucket_size=5e7") == ("zero_optimization.reduce_bucket_size",
-                                                                         50_000_000)
+    assert parse_override("zero_optimization.reduce_bucket_size=5e7") == (
+        "zero_optimization.reduce_bucket_size",
+        50_000_000,
+    )
     assert parse_override("a.b=false") == ("a.b", False)
     base = build_ds_config("stage3", Settings(precision="bf16"))
-    out = apply_overrides(base, ["zero_optimization.overlap_comm=false",
-                                 "zero_optimization.stage3_param_persistence_threshold=1e9"])
+    out = apply_overrides(
+        base, ["zero_optimization.overlap_comm=false", "zero_optimization.stage3_param_persistence_threshold=1e9"]
+    )
     assert out["zero_optimization"]["overlap_comm"] is False
     assert out["zero_optimization"]["stage3_param_persistence_threshold"] == 10**9
     assert base["zero_optimization"]["overlap_comm"] is True
 
 
-@pytest.mark.parametrize("override, names", [
-    ("zero_optimization.reduce_bucket_sise=50000000", ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig"]),
-    ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
-    ("steps_per_prin=10", ["steps_per_print", "ignore it silently"]),  # DeepSpeed itself would not complain
-    ("zero_optimisation.overlap_comm=false", ["use zero_optimization;"]),
-    ("zero_optimization.overlap_comm=maybe", ["valid boolean", "Optional[bool]"]),  # DeepSpeed's own validation
-    ("zero_optimization.stage3_prefetch_bucket_size=-1", ["greater than or equal to 0"]),
-    ("zero_optimization.stage=2", ["pick another experiment"]),  # the experiment sets it
-    ("gradient_clipping=0.5", ["max_grad_norm"]),  # the Trainer sets it, and refuses another value
-    ("zero_optimization.reduce_bucket_size=5", ["--reduce-bucket-size"]),  # an option sets it
-    ("overlap_comm", ["not KEY=VALUE"]),
-])
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        (
+            "zero_optimization.reduce_bucket_sise=50000000",
+            ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig"],
+        ),
+        ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
+        ("steps_per_prin=10", ["steps_per_print", "ignore it silently"]),  # DeepSpeed itself would not complain
+        ("zero_optimisation.overlap_comm=false", ["use zero_optimization;"]),
+        ("zero_optimization.overlap_comm=maybe", ["valid boolean", "Optional[bool]"]),  # DeepSpeed's own validation
+        ("zero_optimization.stage3_prefetch_bucket_size=-1", ["greater than or equal to 0"]),
+        ("zero_optimization.stage=2", ["pick another experiment"]),  # the experiment sets it
+        ("gradient_clipping=0.5", ["max_grad_norm"]),  # the Trainer sets it, and refuses another value
+        ("zero_optimization.reduce_bucket_size=5", ["--reduce-bucket-size"]),  # an option sets it
+        ("overlap_comm", ["not KEY=VALUE"]),
+    ],
+)
 def test_a_bad_override_is_refused_with_the_fix(override, names):
     from workshop_lib.ds_config import apply_overrides
 
@@ -221,18 +253,31 @@ def test_the_option_is_repeatable_and_refused_before_anything_is_written(tmp_pat
     from workshop_lib.cli import main
     from workshop_lib.config import RunConfig, parse_run_args, resolve
 
-    cfg = parse_run_args(["stage2", "--ds-config", "zero_optimization.overlap_comm=false", "--ds-config",
-                          "wall_clock_breakdown=true"])
+    cfg = parse_run_args(
+        ["stage2", "--ds-config", "zero_optimization.overlap_comm=false", "--ds-config", "wall_clock_breakdown=true"]
+    )
     assert cfg.ds_config == ["zero_optimization.overlap_comm=false", "wall_clock_breakdown=true"]
     out = tmp_path / "run"
-    assert main(["run", "stage2", "--tiny", "--output-dir", str(out), "--ds-config",
-                 "zero_optimization.reduce_bucket_sise=50000000"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "stage2",
+                "--tiny",
+                "--output-dir",
+                str(out),
+                "--ds-config",
+                "zero_optimization.reduce_bucket_sise=50000000",
+            ]
+        )
+        == 2
+    )
     assert not out.exists()
     with pytest.raises(WorkshopError, match="does not use DeepSpeed"):
         resolve(RunConfig("baseline", tiny=True, output_dir=str(out), ds_config=["wall_clock_breakdown=true"]))
-    assert resolve(RunConfig("stage2", tiny=True, output_dir=str(out),
-                             ds_config="zero_optimization.overlap_comm=false")).ds_config == [
-        "zero_optimization.overlap_comm=false"]
+    assert resolve(
+        RunConfig("stage2", tiny=True, output_dir=str(out), ds_config="zero_optimization.overlap_comm=false")
+    ).ds_config == ["zero_optimization.overlap_comm=false"]
 
 
 @pytest.mark.slow
@@ -241,8 +286,15 @@ def test_an_override_lands_in_ds_config_json_and_results_json(tmp_path):
     from workshop_lib.train import run_experiment
 
     out = tmp_path / "run"
-    res = run_experiment("stage2", tiny=True, output_dir=str(out), save_model=False, save_strategy="no",
-                         max_steps=2, ds_config=["zero_optimization.overlap_comm=false"])
+    res = run_experiment(
+        "stage2",
+        tiny=True,
+        output_dir=str(out),
+        save_model=False,
+        save_strategy="no",
+        max_steps=2,
+        ds_config=["zero_optimization.overlap_comm=false"],
+    )
     written = json.loads((out / "ds_config.json").read_text())
     assert written["zero_optimization"]["overlap_comm"] is False
     assert written["zero_optimization"]["stage"] == 2

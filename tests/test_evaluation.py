@@ -13,8 +13,11 @@ def test_exact_match_and_f1_follow_the_official_v1_1_definition():
     # 4. no shared token: EM 0, F1 0
     # 5. punctuation and "the" removed: "denver broncos" = "denver broncos": EM 1, F1 1
     scores = squad_scores(predictions, answers)
-    assert scores == {"em": round(100 * 3 / 5, 2), "f1": round(100 * (1 + 2 / 3 + 1 + 0 + 1) / 5, 2),
-                      "num_questions": 5}
+    assert scores == {
+        "em": round(100 * 3 / 5, 2),
+        "f1": round(100 * (1 + 2 / 3 + 1 + 0 + 1) / 5, 2),
+        "num_questions": 5,
+    }
     assert squad_scores(["Paris"], [["paris."]]) == {"em": 100.0, "f1": 100.0, "num_questions": 1}
 
 
@@ -26,8 +29,11 @@ def test_a_tiny_or_random_weight_model_is_named_as_such(tmp_path):
     from workshop_lib.evaluation import model_caveat
 
     tiny, rand, real = (tmp_path / n for n in ("tiny", "rand", "real"))
-    for d, cfg in ((tiny, {"tiny": True, "random_weights": False}), (rand, {"tiny": False, "random_weights": True}),
-                   (real, {"tiny": False, "random_weights": False})):
+    for d, cfg in (
+        (tiny, {"tiny": True, "random_weights": False}),
+        (rand, {"tiny": False, "random_weights": True}),
+        (real, {"tiny": False, "random_weights": False}),
+    ):
         (d / "model").mkdir(parents=True)
         (d / "run_config.json").write_text(json.dumps(cfg))
     assert "the tiny model" in model_caveat(tiny) and "not meant to be right" in model_caveat(tiny / "model")
@@ -35,4 +41,6 @@ def test_a_tiny_or_random_weight_model_is_named_as_such(tmp_path):
     (rand / "run_config.json").unlink()
     (rand / "results.json").write_text(json.dumps({"config": {"random_weights": True}}))
     assert "random weights" in model_caveat(rand / "model")
-    assert model_caveat(real) is None and model_caveat(real / "model") is None and model_caveat("Qwen/Qwen3-0.6B") is None
+    assert (
+        model_caveat(real) is None and model_caveat(real / "model") is None and model_caveat("Qwen/Qwen3-0.6B") is None
+    )

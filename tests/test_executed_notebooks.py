@@ -20,9 +20,13 @@ def test_an_executed_learner_notebook_shows_no_warning_bar_or_error(name):
     for folder in ("course", "solutions"):
         path = ROOT / folder / f"{name}.ipynb"
         cells = json.loads(path.read_text())["cells"] if path.is_file() else []
-        outputs = [(i, o) for i, c in enumerate(cells) for o in c.get("outputs", [])
-                   if "solution" not in c.get("metadata", {}).get("tags", [])
-                   and not ("raises-exception" in c.get("metadata", {}).get("tags", []) and o["output_type"] == "error")]
+        outputs = [
+            (i, o)
+            for i, c in enumerate(cells)
+            for o in c.get("outputs", [])
+            if "solution" not in c.get("metadata", {}).get("tags", [])
+            and not ("raises-exception" in c.get("metadata", {}).get("tags", []) and o["output_type"] == "error")
+        ]
         if outputs:
             break
     else:

@@ -14,9 +14,22 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 
 from workshop_lessons import REFERENCE
 from workshop_lib.errors import WorkshopError
-from workshop_lib.fit import (GPUS, HEADROOM, LABELLED_FRACTION, check_fits, estimate, explain, fix_on_these_gpus,
-                              ladder, layer_activation_bytes, model_shape, plot, qwen3_constants, smallest_fix,
-                              states_fit)
+from workshop_lib.fit import (
+    GPUS,
+    HEADROOM,
+    LABELLED_FRACTION,
+    check_fits,
+    estimate,
+    explain,
+    fix_on_these_gpus,
+    ladder,
+    layer_activation_bytes,
+    model_shape,
+    plot,
+    qwen3_constants,
+    smallest_fix,
+    states_fit,
+)
 from workshop_lib.model import count_params
 from workshop_lib.units import MiB
 
@@ -24,21 +37,30 @@ H100 = GPUS["H100 80GB"]
 USABLE = (1 - HEADROOM) * H100  # what a run may fill of an H100 by fit's one margin
 
 
-@pytest.mark.parametrize("model, zero_stage, offload, gpus_per_node, nodes", [
-    ("Qwen/Qwen3-4B", 3, "cpu", 1, 1),  # the workshop's stage3_offload: optimizer and parameters on the CPU
-    ("Qwen/Qwen3-8B", 3, "none", 2, 1),
-    ("Qwen/Qwen3-1.7B", 2, "none", 4, 2),
-    ("Qwen/Qwen3-1.7B", 2, "cpu", 4, 2),  # stage 2 offloads the optimizer only
-])
+@pytest.mark.parametrize(
+    "model, zero_stage, offload, gpus_per_node, nodes",
+    [
+        ("Qwen/Qwen3-4B", 3, "cpu", 1, 1),  # the workshop's stage3_offload: optimizer and parameters on the CPU
+        ("Qwen/Qwen3-8B", 3, "none", 2, 1),
+        ("Qwen/Qwen3-1.7B", 2, "none", 4, 2),
+        ("Qwen/Qwen3-1.7B", 2, "cpu", 4, 2),  # stage 2 offloads the optimizer only
+    ],
+)
 def test_model_states_are_deepspeeds_estimate(model, zero_stage, offload, gpus_per_node, nodes):
     p = count_params(model)
     if zero_stage == 3:
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
-            p["num_params"], p["largest_layer_params"], gpus_per_node, nodes,
-            cpu_offload=offload == "cpu", cpu_offload_params=offload == "cpu")
+            p["num_params"],
+            p["largest_layer_params"],
+            gpus_per_node,
+            nodes,
+            cpu_offload=offload == "cpu",
+            cpu_offload_params=offload == "cpu",
+        )
     else:
-        cpu, gpu = estimate_zero2_model_states_mem_needs(p["num_params"], gpus_per_node, nodes,
-                                                         cpu_offload=offload == "cpu")
+        cpu, gpu = estimate_zero2_model_states_mem_needs(
+            p["num_params"], gpus_per_node, nodes, cpu_offload=offload == "cpu"
+        )
     est = estimate(model, zero_stage, offload, gpus_per_node, nodes)
     assert est["num_params"] == p["num_params"]
     assert (est["model_states_gpu_mib"], est["model_states_cpu_mib"]) == (round(gpu / MiB, 1), round(cpu / MiB, 1))
@@ -52,7 +74,9 @@ def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme()
     assert est["model_states_gpu_mib"] == round(gpu / MiB, 1) == round(4 * 622_329_856 / MiB, 1)  # the LM head, fp32
     # on the drive: 16-bit parameters (2 bytes) and fp32 master weights, gradients, Adam's moments (16)
     assert est["nvme_mib"] == round(p["num_params"] * 18 / MiB, 1) and est["model_states_cpu_mib"] is None
-    assert estimate("Qwen/Qwen3-8B", 3, "nvme", gpus_per_node=4, nodes=2)["nvme_mib"] == round(p["num_params"] * 9 / MiB, 1)
+    assert estimate("Qwen/Qwen3-8B", 3, "nvme", gpus_per_node=4, nodes=2)["nvme_mib"] == round(
+        p["num_params"] * 9 / MiB, 1
+    )
     assert "of swap files on each node's NVMe drive" in explain(est)
 
 
@@ -110,15 +134,24 @@ def test_verdicts_follow_from_the_numbers():
     offload = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu")
     total = offload["model_states_gpu_mib"] + offload["activations_gpu_mib"] + offload["logits_gpu_mib"]
     assert offload["total_gpu_mib"] == pytest.approx(total, abs=0.1) and total <= USABLE and offload["fits"]
-    assert offload["usable_gpu_mib"] == round(USABLE, 1) and offload["spare_mib"] == pytest.approx(USABLE - total, abs=0.1)
+    assert offload["usable_gpu_mib"] == round(USABLE, 1) and offload["spare_mib"] == pytest.approx(
+        USABLE - total, abs=0.1
+    )
     assert offload["model_states_cpu_mib"] == round(18 * 1.5 * 8_190_735_360 / MiB, 1)  # DeepSpeed's host column
     small_host = estimate("Qwen/Qwen3-8B", zero_stage=3, offload="cpu", host_memory_mib=100_000)
     assert small_host["total_gpu_mib"] == offload["total_gpu_mib"] and not small_host["fits"]
 
 
 def _setup(config: dict) -> tuple:
-    return (config["zero_stage"], config["offload"], config["activation_checkpointing"], config["gpus_per_node"],
-            config["nodes"], config["train_micro_batch_size_per_gpu"], config["max_length"])
+    return (
+        config["zero_stage"],
+        config["offload"],
+        config["activation_checkpointing"],
+        config["gpus_per_node"],
+        config["nodes"],
+        config["train_micro_batch_size_per_gpu"],
+        config["max_length"],
+    )
 
 
 def test_the_ladder_is_the_courses_order():
@@ -129,13 +162,19 @@ def test_the_ladder_is_the_courses_order():
     first_offload = next(i for i, r in enumerate(rungs) if r["offload"] != "none")
     first_zero = next(i for i, r in enumerate(rungs) if r["zero_stage"] is not None)
     assert [(r["train_micro_batch_size_per_gpu"], r["activation_checkpointing"]) for r in rungs[:first_zero]] == [
-        (2, False), (1, False), (4, True), (2, True), (1, True)]
+        (2, False),
+        (1, False),
+        (4, True),
+        (2, True),
+        (1, True),
+    ]
     assert all(r["activation_checkpointing"] for r in rungs[first_zero:])
     assert {r["offload"] for r in rungs[first_zero:first_offload]} == {"none"}  # every world without offload first
     assert {r["zero_stage"] for r in rungs[first_zero:first_offload]} == {2, 3}  # ZeRO-3 before ZeRO-2 + offload
     assert max(r["gpus_per_node"] * r["nodes"] for r in rungs[first_zero:first_offload]) == 128
-    offloads = [r["offload"] for r in rungs[first_offload:] if r["gpus_per_node"] * r["nodes"] == 1
-                and r["max_length"] == 4096]
+    offloads = [
+        r["offload"] for r in rungs[first_offload:] if r["gpus_per_node"] * r["nodes"] == 1 and r["max_length"] == 4096
+    ]
     assert offloads.index("nvme") > max(i for i, o in enumerate(offloads) if o == "cpu")  # NVMe after CPU
     assert [r["max_length"] for r in rungs if r["max_length"] != 4096] == [2048, 1024, 512, 256]  # the last rungs
     assert [r["max_length"] for r in rungs[-4:]] == [2048, 1024, 512, 256]
@@ -190,8 +229,9 @@ def test_qwen3_8b_takes_more_gpus_before_offload():
     on_one = fix_on_these_gpus(est)
     assert _setup(on_one["config"])[:4] == (3, "nvme", True, 1) and "not given" in on_one["change"]
     drive = dict(est["config"], nvme_free_mib=64 * 1024)
-    assert fix_on_these_gpus(estimate(**drive)) is None and smallest_fix(estimate(**drive))["config"] == \
-        dict(fix["config"], nvme_free_mib=64 * 1024)
+    assert fix_on_these_gpus(estimate(**drive)) is None and smallest_fix(estimate(**drive))["config"] == dict(
+        fix["config"], nvme_free_mib=64 * 1024
+    )
     text = explain(est)
     assert f"Smallest change that fits: {fix['change']}" in text
     assert f"on the 1 GPU you have, {on_one['change']}" in text
@@ -201,7 +241,7 @@ def test_explain_and_smallest_fix_agree_with_estimate():
     est = estimate("Qwen/Qwen3-8B", zero_stage=2, offload="none")
     fix = smallest_fix(est)
     assert estimate(**fix["config"])["fits"] and fix["config"]["offload"] == "none"
-    assert all(not estimate(**r)["fits"] for r in ladder(est["config"])[:ladder(est["config"]).index(fix["config"])])
+    assert all(not estimate(**r)["fits"] for r in ladder(est["config"])[: ladder(est["config"]).index(fix["config"])])
     # Further up: an 8 GB GPU needs activation checkpointing too, on the one GPU the run has (offload kept)
     laptop = smallest_fix(estimate("Qwen/Qwen3-8B", 3, "cpu", gpu="laptop GPU 8GB"))
     assert _setup(laptop["config"])[:4] == (3, "cpu", True, 1)
@@ -236,25 +276,29 @@ def test_check_fits_raises_with_the_numbers_and_the_fix():
         f"Qwen/Qwen3-8B with ZeRO-2 needs ~{est['total_gpu_mib']:,.0f} MiB per GPU (model states "
         f"{est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f} + logits "
         f"{est['logits_gpu_mib']:,.0f}), more than 85% of the H100 80GB's 81,559 MiB (15% kept as headroom).\n"
-        f"To fix: {fix['change']} fits (~{fix['estimate']['total_gpu_mib']:,.0f} MiB per GPU).")
+        f"To fix: {fix['change']} fits (~{fix['estimate']['total_gpu_mib']:,.0f} MiB per GPU)."
+    )
     assert check_fits(model="Qwen/Qwen3-8B", zero_stage=3, offload="cpu")["fits"]
 
 
-@pytest.mark.parametrize("kw, says", [
-    ({"zero_stage": 2, "offload": "nvme"}, "needs ZeRO-3"),
-    ({"zero_stage": 1, "offload": "nvme"}, "needs ZeRO-3"),
-    ({"zero_stage": None, "offload": "cpu"}, "HF Trainer alone offloads nothing"),
-    ({"zero_stage": 0, "offload": "cpu"}, "ZeRO-0 offloads nothing"),
-    ({"zero_stage": 4}, "not an option"),
-    ({"offload": "disk"}, "not an option"),
-    ({"model": "gpt2"}, "Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-4B, Qwen/Qwen3-8B"),
-    ({"gpu": "H100"}, "H100 80GB"),
-    ({"max_length": 0}, "max_length=0"),
-    ({"train_micro_batch_size_per_gpu": -1}, "train_micro_batch_size_per_gpu=-1"),
-    ({"gpus_per_node": 0}, "gpus_per_node=0"),
-    ({"nodes": 0}, "nodes=0"),
-    ({"host_memory_mib": 0}, "host_memory_mib=0"),
-])
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"zero_stage": 2, "offload": "nvme"}, "needs ZeRO-3"),
+        ({"zero_stage": 1, "offload": "nvme"}, "needs ZeRO-3"),
+        ({"zero_stage": None, "offload": "cpu"}, "HF Trainer alone offloads nothing"),
+        ({"zero_stage": 0, "offload": "cpu"}, "ZeRO-0 offloads nothing"),
+        ({"zero_stage": 4}, "not an option"),
+        ({"offload": "disk"}, "not an option"),
+        ({"model": "gpt2"}, "Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-4B, Qwen/Qwen3-8B"),
+        ({"gpu": "H100"}, "H100 80GB"),
+        ({"max_length": 0}, "max_length=0"),
+        ({"train_micro_batch_size_per_gpu": -1}, "train_micro_batch_size_per_gpu=-1"),
+        ({"gpus_per_node": 0}, "gpus_per_node=0"),
+        ({"nodes": 0}, "nodes=0"),
+        ({"host_memory_mib": 0}, "host_memory_mib=0"),
+    ],
+)
 def test_impossible_input_raises_workshop_error(kw, says):
     with pytest.raises(WorkshopError) as e:
         estimate(**kw)

@@ -26,8 +26,10 @@ def _largest(tokens: int) -> float:
     return max(estimate(MODEL, max_length=tokens, **kw)["total_gpu_mib"] for kw in lessons.budget_setups().values())
 
 
-@pytest.mark.parametrize("gpu, tokens", [("H200 141GB", 32768), ("H100 80GB", 16384), ("A100 80GB", 16384),
-                                         ("A100 40GB", 8192), ("RTX 4090 24GB", 4096)])
+@pytest.mark.parametrize(
+    "gpu, tokens",
+    [("H200 141GB", 32768), ("H100 80GB", 16384), ("A100 80GB", 16384), ("A100 40GB", 8192), ("RTX 4090 24GB", 4096)],
+)
 def test_the_budget_is_the_largest_halving_whose_estimates_fit(gpu, tokens):
     b = lessons.course_budget(GPUS[gpu])
     assert b.tokens == tokens and b.most == DEFAULT["max_tokens_per_micro_batch"]
@@ -41,10 +43,14 @@ def test_the_budget_is_the_largest_halving_whose_estimates_fit(gpu, tokens):
 def test_the_readme_states_the_share_and_sizes_the_budget_uses():
     readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text().split())
     assert f"fits {SHARE:.0%} of the GPU's free memory (the {HEADROOM:.0%} `fit.HEADROOM` kept" in readme
-    sizes = {gpu: lessons.course_budget(GPUS[gpu]).tokens for gpu in ("H200 141GB", "H100 80GB", "A100 40GB",
-                                                                        "RTX 4090 24GB")}
-    assert (f"{sizes['H200 141GB']:,} on an H200, {sizes['H100 80GB']:,} on an 80 GB GPU, {sizes['A100 40GB']:,} "
-            f"on 40-48 GB, {sizes['RTX 4090 24GB']:,} on 24 GB") in readme
+    sizes = {
+        gpu: lessons.course_budget(GPUS[gpu]).tokens
+        for gpu in ("H200 141GB", "H100 80GB", "A100 40GB", "RTX 4090 24GB")
+    }
+    assert (
+        f"{sizes['H200 141GB']:,} on an H200, {sizes['H100 80GB']:,} on an 80 GB GPU, {sizes['A100 40GB']:,} "
+        f"on 40-48 GB, {sizes['RTX 4090 24GB']:,} on 24 GB"
+    ) in readme
 
 
 def test_a_gpu_too_small_for_the_smallest_budget_gets_none():
@@ -79,7 +85,8 @@ def test_the_headroom_covers_what_the_estimate_leaves_out_in_the_reference_runs(
         checked.append(name)
         shares.append(est / used)
     assert f"reached up to 1/{min(shares):.2f} of the estimate" in " ".join(
-        (Path(__file__).resolve().parents[1] / "workshop_lib" / "fit.py").read_text().replace("#", " ").split())
+        (Path(__file__).resolve().parents[1] / "workshop_lib" / "fit.py").read_text().replace("#", " ").split()
+    )
     assert {"stage3", "stage3_offload"} <= set(checked)  # the uncompiled runs, where the estimate is closest
 
 
@@ -124,7 +131,9 @@ def test_a_gpu_memory_fraction_limits_the_usable_memory(monkeypatch):
         torch.cuda.set_per_process_memory_fraction(1.0)  # the rest of the session gets the whole GPU back
 
 
-@pytest.mark.parametrize("experiment, gpu", [("stage3", "H100 80GB"), ("stage2", "A100 40GB"), ("stage2", "H200 141GB")])
+@pytest.mark.parametrize(
+    "experiment, gpu", [("stage3", "H100 80GB"), ("stage2", "A100 40GB"), ("stage2", "H200 141GB")]
+)
 def test_a_batch_job_sizes_its_run_for_its_gpu(experiment, gpu, monkeypatch, tmp_path, capsys):
     """`python -m workshop_lib.preflight` (slurm/common.sh, before the ranks start), with this GPU's free memory
     replayed on the CPU: the experiment's own budget by the notebooks' rule, said on stderr; the recorded budget of a
@@ -138,8 +147,13 @@ def test_a_batch_job_sizes_its_run_for_its_gpu(experiment, gpu, monkeypatch, tmp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(env, "gpu_free_mib", lambda: GPUS[gpu])
     args = [experiment, "--output-dir", str(tmp_path / "run")]
-    want = micro_batch_budget(MODEL, {experiment: EXPERIMENTS[experiment].fit_setup | {"logits_on": DEFAULT["logits_on"]}},
-                              GPUS[gpu], DEFAULT["max_tokens_per_micro_batch"], DEFAULT["max_length"])
+    want = micro_batch_budget(
+        MODEL,
+        {experiment: EXPERIMENTS[experiment].fit_setup | {"logits_on": DEFAULT["logits_on"]}},
+        GPUS[gpu],
+        DEFAULT["max_tokens_per_micro_batch"],
+        DEFAULT["max_length"],
+    )
     assert preflight.sized_micro_batch(args) == want.tokens and want.tokens <= DEFAULT["max_tokens_per_micro_batch"]
     assert capsys.readouterr().err.strip() == want.line(f"this {experiment} run")
     assert preflight.sized_micro_batch([*args, "--max-tokens-per-micro-batch", "4096"]) is None

@@ -26,7 +26,7 @@ def test_logging_every_n_steps_counts_the_same_tokens_and_logs_the_mean_loss(tmp
     assert list(b.index) == [4, 8]
     assert list(b["num_input_tokens_seen"]) == list(a.loc[[4, 8], "num_input_tokens_seen"])  # counted on the host
     for end in (4, 8):  # the Trainer logs the mean loss since its last log; the training is the same
-        assert b.at[end, "loss"] == pytest.approx(a.loc[end - 3:end, "loss"].mean(), abs=1e-5)
+        assert b.at[end, "loss"] == pytest.approx(a.loc[end - 3 : end, "loss"].mean(), abs=1e-5)
         assert b.at[end, "grad_norm"] == pytest.approx(a.at[end, "grad_norm"], abs=1e-5)
     ra, rb = (json.loads((d / "results.json").read_text()) for d in (every, four))
     assert rb["train_loss"] == pytest.approx(ra["train_loss"], abs=1e-5)
@@ -34,8 +34,10 @@ def test_logging_every_n_steps_counts_the_same_tokens_and_logs_the_mean_loss(tmp
 
     workshop("run", "stage2", *RUN, "--output-dir", no_norm, "--max-grad-norm", "0")
     ds = json.loads((no_norm / "ds_config.json").read_text())
-    assert ds["zero_optimization"]["compute_grad_norm"] is False and "compute_grad_norm" not in json.loads(
-        (every / "ds_config.json").read_text())["zero_optimization"]
+    assert (
+        ds["zero_optimization"]["compute_grad_norm"] is False
+        and "compute_grad_norm" not in json.loads((every / "ds_config.json").read_text())["zero_optimization"]
+    )
     c = _log(no_norm)
     assert c["grad_norm"].isna().all() and a["grad_norm"].notna().all()  # no norm computed, none logged
     assert c["loss"].iloc[-3:].mean() < c["loss"].iloc[:3].mean()

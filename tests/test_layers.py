@@ -14,8 +14,26 @@ ROOT = Path(__file__).resolve().parent.parent / "workshop_lib"
 LAYERS = [
     {"errors", "units", "gpus", "variables", "hub"},
     {"env"},
-    {"config", "data", "model", "ds_config", "memory", "metrics", "rundir", "checkpoint", "fit", "evaluation",
-     "results", "comms", "launch", "callbacks", "teardown", "nvme", "preflight", "zenflow"},
+    {
+        "config",
+        "data",
+        "model",
+        "ds_config",
+        "memory",
+        "metrics",
+        "rundir",
+        "checkpoint",
+        "fit",
+        "evaluation",
+        "results",
+        "comms",
+        "launch",
+        "callbacks",
+        "teardown",
+        "nvme",
+        "preflight",
+        "zenflow",
+    },
     {"train", "record"},
     {"cli"},
 ]
@@ -57,18 +75,25 @@ def test_no_module_imports_one_of_a_higher_layer():
             continue
         for other in imports(path) - {me}:
             if LAYER[other] > LAYER[me]:
-                wrong.append(f"{path.relative_to(ROOT)} ({me}, layer {LAYER[me]}) imports {other} (layer {LAYER[other]})")
+                wrong.append(
+                    f"{path.relative_to(ROOT)} ({me}, layer {LAYER[me]}) imports {other} (layer {LAYER[other]})"
+                )
     assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize("part, above", [("workshop_lib", ("workshop_lessons", "lab")), ("workshop_lessons", ("lab",))])
 def test_no_part_imports_one_above_it(part, above):
     """The engine imports neither the lessons nor the lab; the lessons import no lab."""
-    wrong = [f"{p.relative_to(ROOT.parent)}:{node.lineno}" for p in sorted((ROOT.parent / part).rglob("*.py"))
-             for node in ast.walk(ast.parse(p.read_text()))
-             if isinstance(node, (ast.Import, ast.ImportFrom))
-             and any(n.split(".")[0] in above for n in ([a.name for a in node.names] if isinstance(node, ast.Import)
-                                                        else [node.module or ""]))]
+    wrong = [
+        f"{p.relative_to(ROOT.parent)}:{node.lineno}"
+        for p in sorted((ROOT.parent / part).rglob("*.py"))
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            n.split(".")[0] in above
+            for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        )
+    ]
     assert not wrong, wrong
 
 
@@ -96,9 +121,13 @@ def test_mib_is_defined_once():
     """One home for the byte unit: `units.MiB`; no module divides by a literal 2**20 of its own."""
     import re
 
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(ROOT.rglob("*.py")) if p.name != "units.py"
-             for i, line in enumerate(p.read_text().splitlines(), 1)
-             if re.search(r"MiB\s*=\s*2\s*\*\*\s*20|[/*]\s*2\s*\*\*\s*20\b", line.split("#")[0])]
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(ROOT.rglob("*.py"))
+        if p.name != "units.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"MiB\s*=\s*2\s*\*\*\s*20|[/*]\s*2\s*\*\*\s*20\b", line.split("#")[0])
+    ]
     assert not found, found
 
 
@@ -110,10 +139,13 @@ def test_results_titles_are_written_once():
 
     words = {"parameters", "micro-batch"}  # plain words too: a model's parameter count, fit's micro-batch slider
     titles = {c.title for k, c in COLUMNS.items() if c.title != k} - words
-    found = [f"{p.relative_to(ROOT.parent)}:{node.lineno}: {node.value!r}"
-             for p in sorted([*ROOT.rglob("*.py"), *(ROOT.parent / "scripts").rglob("*.py")]) if p.name != "results.py"
-             for node in ast.walk(ast.parse(p.read_text()))
-             if isinstance(node, ast.Constant) and node.value in titles]
+    found = [
+        f"{p.relative_to(ROOT.parent)}:{node.lineno}: {node.value!r}"
+        for p in sorted([*ROOT.rglob("*.py"), *(ROOT.parent / "scripts").rglob("*.py")])
+        if p.name != "results.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Constant) and node.value in titles
+    ]
     assert not found, "\n".join(found)
     for key, c in COLUMNS.items():
         assert c.unit in ("", "nats", "fraction") or c.unit in c.title, key

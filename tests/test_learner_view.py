@@ -53,16 +53,20 @@ def test_a_probe_finds_a_library_that_is_there_under_a_stderr_without_a_descript
 
 
 def test_the_probe_noise_pattern_is_the_linkers_and_nothing_else():
-    noise = ["/usr/bin/ld: cannot find -laio: No such file or directory",
-             "collect2: error: ld returned 1 exit status", "ld.lld: cannot find -laio"]
+    noise = [
+        "/usr/bin/ld: cannot find -laio: No such file or directory",
+        "collect2: error: ld returned 1 exit status",
+        "ld.lld: cannot find -laio",
+    ]
     assert all(env.LINK_PROBE_NOISE.search(line) for line in noise)
-    assert not any(env.LINK_PROBE_NOISE.search(line) for line in [
-        "RuntimeError: Error building extension 'cpu_adam'", "error: command 'g++' failed", "ld returned"])
+    assert not any(
+        env.LINK_PROBE_NOISE.search(line)
+        for line in ["RuntimeError: Error building extension 'cpu_adam'", "error: command 'g++' failed", "ld returned"]
+    )
 
 
 def test_deepspeed_picks_the_cpu_without_a_warning_where_there_is_no_gpu():
-    code = ("import workshop_lib.env; from deepspeed.accelerator import get_accelerator; "
-            "print(get_accelerator()._name)")
+    code = "import workshop_lib.env; from deepspeed.accelerator import get_accelerator; print(get_accelerator()._name)"
     clean = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, cwd=ROOT, check=True)
     import torch
@@ -148,8 +152,10 @@ def test_a_resume_shows_the_trainers_warning_only_for_a_setting_it_may_not_chang
 
     assert not shown(head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)")
     assert not shown("mtime may not be reliable on this filesystem, falling back to numerical ordering")
-    assert shown(head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)"
-                 "\n\tper_device_train_batch_size: 8 (from args) != 4 (from trainer_state.json)")
+    assert shown(
+        head + "\n\tsave_steps: 12 (from args) != 1 (from trainer_state.json)"
+        "\n\tper_device_train_batch_size: 8 (from args) != 4 (from trainer_state.json)"
+    )
     assert shown("Any other warning")
 
 

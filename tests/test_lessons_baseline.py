@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from conftest import workshop
 import workshop_lessons as lessons
+from conftest import workshop
 from workshop_lessons import REFERENCE_DIR, baseline
 
 NAMES = ("baseline", "baseline_classic", "baseline_accum4")
@@ -42,7 +42,9 @@ def test_the_cpu_band_is_the_spread_of_a_runs_speed_over_its_baseline_between_pr
     a, b = ratio.max(), ratio.min()  # the two processes furthest apart, per run
     assert lessons.cpu_band() == pytest.approx(((a - b) / ((a + b) / 2)).max())
     cpu_run = {"gpu_peak_mib": None, "steady_train_tokens_per_second": 100.0}
-    c = baseline.compare_speed(cpu_run, cpu_run | {"steady_train_tokens_per_second": 100.0 * (1 + lessons.cpu_band() / 2)})
+    c = baseline.compare_speed(
+        cpu_run, cpu_run | {"steady_train_tokens_per_second": 100.0 * (1 + lessons.cpu_band() / 2)}
+    )
     assert c.band == lessons.cpu_band() and c.verdict == "within the band"
 
 
@@ -51,15 +53,23 @@ def _check(base, classic, accum):
     (b, kind), (c, _), (a, _) = baseline.speed(base), baseline.speed(classic), baseline.speed(accum)
     assert (f.speed.value, f.speed.other, f.speed_kind) == (b, c, kind)
     on_gpu = base["gpu_peak_mib"] is not None  # a CPU run's speeds differ far more: the band measured there
-    assert f.speed.band == pytest.approx(lessons.band("steady_train_tokens_per_second") if on_gpu else lessons.cpu_band())
+    assert f.speed.band == pytest.approx(
+        lessons.band("steady_train_tokens_per_second") if on_gpu else lessons.cpu_band()
+    )
     mean, max_len = classic["data_stats"]["train"]["mean_tokens"], classic["config"]["max_length"]
     assert f.padding_fraction == pytest.approx(1 - mean / max_len)
     assert f.padding_speedup_bound == pytest.approx(max_len / mean)
     (pb, what), (pa, _) = baseline.peak(base), baseline.peak(accum)
-    assert (f.accum_speed.ratio, f.accum_peak.ratio, f.peak_what) == (pytest.approx(a / b), pytest.approx(pa / pb), what)
+    assert (f.accum_speed.ratio, f.accum_peak.ratio, f.peak_what) == (
+        pytest.approx(a / b),
+        pytest.approx(pa / pb),
+        what,
+    )
     assert (f.accum_loss.value, f.accum_loss.other) == (accum["train_loss"], base["train_loss"])
-    assert f.tokens_per_micro_batch == (base["config"]["max_tokens_per_micro_batch"],
-                                        accum["config"]["max_tokens_per_micro_batch"])
+    assert f.tokens_per_micro_batch == (
+        base["config"]["max_tokens_per_micro_batch"],
+        accum["config"]["max_tokens_per_micro_batch"],
+    )
     assert f.loss_on == {"default": base["loss_on"], "classic": classic["loss_on"]}
     return f
 
@@ -72,7 +82,9 @@ def test_figures_agree_with_the_h100_reference_runs():
     bpp = base["gpu_states_allocated_mib"] * 2**20 / base["num_params"]
     assert f.states_bytes_per_param == pytest.approx(bpp) and f.gradients_freed == (bpp < 14)
     n = f.nvml
-    assert n.nvml_mib == base["gpu_peak_mib"] and n.outside_mib == pytest.approx(base["gpu_peak_mib"] - base["gpu_peak_reserved_mib"])
+    assert n.nvml_mib == base["gpu_peak_mib"] and n.outside_mib == pytest.approx(
+        base["gpu_peak_mib"] - base["gpu_peak_reserved_mib"]
+    )
     assert n.allocated_mib + n.cached_mib + n.outside_mib == pytest.approx(n.nvml_mib)
     assert f.peak_over_states == pytest.approx(base["gpu_peak_allocated_mib"] / base["gpu_states_allocated_mib"])
 
@@ -80,11 +92,26 @@ def test_figures_agree_with_the_h100_reference_runs():
 @pytest.fixture(scope="module")
 def tiny_01(tiny_runs, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs01")
-    workshop("run", "baseline", "--tiny", "--recipe", "classic", "--save-strategy", "no", "--output-dir", root / "classic")
-    workshop("run", "baseline", "--tiny", "--max-tokens-per-micro-batch", 1536, "--gradient-accumulation-steps", 4,
-             "--save-strategy", "no", "--output-dir", root / "accum4")
-    return [json.loads((d / "results.json").read_text())
-            for d in (tiny_runs / "baseline", root / "classic", root / "accum4")]
+    workshop(
+        "run", "baseline", "--tiny", "--recipe", "classic", "--save-strategy", "no", "--output-dir", root / "classic"
+    )
+    workshop(
+        "run",
+        "baseline",
+        "--tiny",
+        "--max-tokens-per-micro-batch",
+        1536,
+        "--gradient-accumulation-steps",
+        4,
+        "--save-strategy",
+        "no",
+        "--output-dir",
+        root / "accum4",
+    )
+    return [
+        json.loads((d / "results.json").read_text())
+        for d in (tiny_runs / "baseline", root / "classic", root / "accum4")
+    ]
 
 
 def test_figures_agree_with_tiny_runs_on_this_machine(tiny_01):
@@ -149,11 +176,17 @@ def test_answer_3_counts_the_logits_computed_only_where_labelled(where):
     assert round(f.labelled_fraction, 3) == 0.027  # the issue's 2.7%
     assert f.logits_on == {"default": "labelled", "classic": "all"} and r["baseline_classic"]["loss_on"] == "all"
     assert f.head_width["classic"] == count_params("bigscience/bloom-560m")["vocab_size"] == 250_880
-    assert f.differences == {"model": ("Qwen/Qwen3-0.6B", "bigscience/bloom-560m"), "precision": ("bf16", "fp16"),
-                             "attn_implementation": ("sdpa", "eager"), "torch_compile": (True, False)}
+    assert f.differences == {
+        "model": ("Qwen/Qwen3-0.6B", "bigscience/bloom-560m"),
+        "precision": ("bf16", "fp16"),
+        "attn_implementation": ("sdpa", "eager"),
+        "torch_compile": (True, False),
+    }
     three = _answers(r)["3"]
-    assert (f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
-            f"classic computes them at every position, 250,880 wide") in three
+    assert (
+        f"logits only at the labelled positions ({f.labelled_fraction:.1%} of the default run's tokens) where "
+        f"classic computes them at every position, 250,880 wide"
+    ) in three
     assert "more work per kernel" not in three and "precision bf16 against fp16" in three
 
 
@@ -174,23 +207,37 @@ def test_answer_4_sets_each_micro_batchs_arithmetic_against_its_time(where):
         assert mb.count == n and mb.ms == pytest.approx(run["steady_step_time_s"] * 1000 / n)
         assert mb.tokens == pytest.approx(run["tokens_per_step"] / n)
         c, s = architecture_config(run["config"]["model"]), run["data_stats"]["train"]
-        flops, _ = metrics.run_flops_per_token(run["num_params"], c.num_hidden_layers, c.num_attention_heads * c.head_dim,
-                                               c.vocab_size * c.hidden_size, s["tokens"], s["used"],
-                                               s["labelled_tokens"], True, False)
+        flops, _ = metrics.run_flops_per_token(
+            run["num_params"],
+            c.num_hidden_layers,
+            c.num_attention_heads * c.head_dim,
+            c.vocab_size * c.hidden_size,
+            s["tokens"],
+            s["used"],
+            s["labelled_tokens"],
+            True,
+            False,
+        )
         # the same arithmetic from the FLOPs per token (the steady steps' tokens differ from the epoch's mean by <1%)
         assert mb.arithmetic_ms == pytest.approx(mb.tokens * flops / gpus.peak_flops(run["device"]) * 1000, rel=0.02)
     base, accum = f.micro_batches
     assert accum.arithmetic_ms < accum.ms / 10 and f.other_ms.verdict == "within the band"
     assert f.other_ms.band == pytest.approx(lessons.band("steady_step_time_s"))
     four = _answers(r)["4"]
-    assert (f"{accum.tokens:,.0f} tokens took {accum.ms:,.0f} ms against {base.ms:,.0f} ms for the baseline's "
-            f"{base.tokens:,.0f}") in four
-    assert (f"is {accum.arithmetic_ms:,.0f} and {base.arithmetic_ms:,.0f} ms; the rest, {accum.other_ms:,.0f} and "
-            f"{base.other_ms:,.0f} ms, is the same within the band") in four
+    assert (
+        f"{accum.tokens:,.0f} tokens took {accum.ms:,.0f} ms against {base.ms:,.0f} ms for the baseline's "
+        f"{base.tokens:,.0f}"
+    ) in four
+    assert (
+        f"is {accum.arithmetic_ms:,.0f} and {base.arithmetic_ms:,.0f} ms; the rest, {accum.other_ms:,.0f} and "
+        f"{base.other_ms:,.0f} ms, is the same within the band"
+    ) in four
     assert f"an overhead every micro-batch pays, {f.accumulation_steps} times a step" in four
     assert "work per kernel" not in four
     # rests that differ beyond the band are not called one overhead
-    slower = r | {"baseline_accum4": r["baseline_accum4"] | {"steady_step_time_s": 2 * r["baseline_accum4"]["steady_step_time_s"]}}
+    slower = r | {
+        "baseline_accum4": r["baseline_accum4"] | {"steady_step_time_s": 2 * r["baseline_accum4"]["steady_step_time_s"]}
+    }
     assert "an overhead every" not in _answers(slower)["4"] and "why is not measured" in _answers(slower)["4"]
 
 

@@ -9,8 +9,8 @@ import pytest
 from workshop_lessons import band
 from workshop_lessons import large_models as lm
 from workshop_lessons.baseline import speed_band
-from workshop_lib.errors import WorkshopError
 from workshop_lib import fit
+from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import GPUS, HEADROOM, check_fits, estimate, fix_on_these_gpus, states_fit
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
@@ -21,13 +21,17 @@ def test_each_reference_run_says_how_it_ended():
     df = lm.reference_runs(H100).set_index(["model", "experiment", "activation checkpointing"])
     assert df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "outcome"] == "trained"
     assert df.loc[("Qwen/Qwen3-4B", "baseline", True), "outcome"] == "trained"
-    assert df.loc[("Qwen/Qwen3-4B", "baseline", False), "outcome"].startswith("The GPU ran out of memory during baseline")
+    assert df.loc[("Qwen/Qwen3-4B", "baseline", False), "outcome"].startswith(
+        "The GPU ran out of memory during baseline"
+    )
     # the preflight's refusal, written when its margin was 90% of the GPU; the one margin is now 85% (fit.HEADROOM),
     # and those states refuse under both
     assert "more than 90% of this GPU's 81,079 MiB" in df.loc[("Qwen/Qwen3-4B", "stage2", False), "outcome"]
     states = df.loc[("Qwen/Qwen3-4B", "stage2", False), "est. states GPU MiB"]
     assert states > 0.9 * 81_079 and not states_fit(states, 81_079)
-    assert df.loc[("Qwen/Qwen3-8B", "stage3_offload", False), "outcome"].startswith("killed, no error written (host RSS 126,568")
+    assert df.loc[("Qwen/Qwen3-8B", "stage3_offload", False), "outcome"].startswith(
+        "killed, no error written (host RSS 126,568"
+    )
     nvme = df.loc[("Qwen/Qwen3-1.7B", "stage3_nvme", False)]
     assert nvme["outcome"] == "trained" and nvme["steady tokens/s"] > 0
     # the swap files DeepSpeed wrote, within 0.01% of the preflight's 18 bytes/param (tensors below 1 MiB stay)
@@ -61,7 +65,11 @@ def test_reserved_but_unallocated_in_the_reference():
     a = lm.allocator_cache()
     r = json.loads((H100 / "runs" / "Qwen3-4B-stage3_offload" / "results.json").read_text())
     assert (a.model, a.allocated_mib, a.reserved_mib, a.nvml_mib) == (
-        "Qwen/Qwen3-4B", r["gpu_peak_allocated_mib"], r["gpu_peak_reserved_mib"], r["gpu_peak_mib"])
+        "Qwen/Qwen3-4B",
+        r["gpu_peak_allocated_mib"],
+        r["gpu_peak_reserved_mib"],
+        r["gpu_peak_mib"],
+    )
     assert a.estimate_mib == estimate("Qwen/Qwen3-4B", 3, "cpu", max_length=8192)["total_gpu_mib"]
     assert a.cached_mib == a.reserved_mib - a.allocated_mib > 0.3 * a.reserved_mib  # over a third of it cache
     assert abs(a.allocated_mib / a.estimate_mib - 1) < 0.1 < a.nvml_vs_estimate.ratio - 1
@@ -69,8 +77,11 @@ def test_reserved_but_unallocated_in_the_reference():
 
 
 def test_largest_trained_model_per_experiment_on_each_machine():
-    assert lm.largest_trained(lm.reference_runs(H100)) == {"baseline": "Qwen/Qwen3-4B", "stage3_offload": "Qwen/Qwen3-4B",
-                                                           "stage3_nvme": "Qwen/Qwen3-1.7B"}
+    assert lm.largest_trained(lm.reference_runs(H100)) == {
+        "baseline": "Qwen/Qwen3-4B",
+        "stage3_offload": "Qwen/Qwen3-4B",
+        "stage3_nvme": "Qwen/Qwen3-1.7B",
+    }
     x2 = lm.reference_runs(X2)
     assert set(x2["GPUs"]) == {2}
     assert lm.largest_trained(x2) == {"stage3": "Qwen/Qwen3-8B", "stage3_offload": "Qwen/Qwen3-8B"}
@@ -111,8 +122,13 @@ def test_the_model_that_does_not_fit_is_picked_from_the_estimates():
     assert (laptop.gpu_mib, laptop.host_mib) == (GPUS[lm.REFERENCE_GPU], lm.REFERENCE_HOST_MIB)
     for stage in (None, 2):
         with pytest.raises(WorkshopError):
-            check_fits(model=laptop.model, zero_stage=stage, offload="none", max_length=laptop.max_tokens,
-                       gpu=lm.nearest_gpu(laptop.gpu_mib))
+            check_fits(
+                model=laptop.model,
+                zero_stage=stage,
+                offload="none",
+                max_length=laptop.max_tokens,
+                gpu=lm.nearest_gpu(laptop.gpu_mib),
+            )
     # a host with room for 8B's offloaded states: the pick follows
     assert lm.pick_model(GPUS["H200 141GB"], 256 * 1024).model == "Qwen/Qwen3-8B"
     # a GPU where nothing tells the story (8 GB, 16 GiB host): the reference machine's, not a model that trains
@@ -123,14 +139,20 @@ def test_the_nvme_verdict_counts_the_drive():
     """Qwen3-4B's swap files (67.4 GiB) do not fit the reference machine's drive (64 GiB free): the table of
     configurations says so, as nvme_summary's swap table does; without the drive given, it is not checked."""
     free = lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") * 1024
-    df = lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free).set_index("experiment")
+    df = lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free).set_index(
+        "experiment"
+    )
     swap = {f.model: f.fits for f in lm.nvme_summary().swap}
     assert df.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-4B"] is False
-    small = lm.configurations("Qwen/Qwen3-1.7B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB,
-                               nvme_free_mib=free).set_index("experiment")
+    small = lm.configurations(
+        "Qwen/Qwen3-1.7B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free
+    ).set_index("experiment")
     assert small.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-1.7B"] is True
-    assert lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB).set_index("experiment").at[
-        "stage3_nvme", "fits"]
+    assert (
+        lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB)
+        .set_index("experiment")
+        .at["stage3_nvme", "fits"]
+    )
     # without a GPU, this_drive is that reference drive
     import torch
 
@@ -150,8 +172,10 @@ def test_cpu_and_nvme_offload_compared_from_one_call():
     assert df.at["stage3_offload", "GPU peak MiB"] == r["gpu_peak_mib"]
     n = lm.nvme_summary()
     assert (n.model, n.training_steps) == ("Qwen/Qwen3-1.7B", 5)
-    assert (n.step_time.value, n.step_time.other) == (df.at["stage3_nvme", "steady s/step"],
-                                                      df.at["stage3_offload", "steady s/step"])
+    assert (n.step_time.value, n.step_time.other) == (
+        df.at["stage3_nvme", "steady s/step"],
+        df.at["stage3_offload", "steady s/step"],
+    )
     # one run each: no band, so the verdicts are plain; NVMe's steps were slower, its tokens/s lower
     assert n.step_time.band is None and n.step_time.band_text == "no band measured"
     assert n.step_time.verdict == "higher" and n.step_time.ratio > 1 and n.tokens_per_second.verdict == "lower"
@@ -181,8 +205,10 @@ def test_host_states_and_nvme_against_cpu_from_results():
     assert h.vs_estimate.verdict == "lower" and h.vs_estimate.band is None and not h.libraries_dominate
     assert not h.tiny and h.gpu_peak_mib == off["gpu_peak_mib"]
     v = lm.nvme_against_cpu(off, nvme)
-    assert v.ran and (v.host_states.value, v.host_states.other) == (nvme["host_states_rss_mib"],
-                                                                    off["host_states_rss_mib"])
+    assert v.ran and (v.host_states.value, v.host_states.other) == (
+        nvme["host_states_rss_mib"],
+        off["host_states_rss_mib"],
+    )
     assert v.tokens_per_second.verdict == "lower" and v.tokens_per_second.band_text == "no band measured"
     assert v.swap_params_mib == nvme["nvme_swap_mib"]["params"] > 0
     assert lm.nvme_against_cpu(off, None) == lm.NvmeAgainstCpu(False)
@@ -203,7 +229,8 @@ def test_checkpointing_against_offload_in_the_reference():
     assert r.rung == "HF Trainer (torch AdamW) + activation checkpointing" and r.torch_compile == (True, False)
     assert (r.tokens_per_second.value, r.tokens_per_second.other) == (
         df.loc[("Qwen/Qwen3-4B", "baseline", True), "steady tokens/s"],
-        df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "steady tokens/s"])
+        df.loc[("Qwen/Qwen3-4B", "stage3_offload", False), "steady tokens/s"],
+    )
     assert r.tokens_per_second.band == band("steady_train_tokens_per_second")  # a GPU run's band
     assert r.tokens_per_second.verdict == "higher" and r.tokens_per_second.ratio > 3
     # against itself: like for like, within twice the band; against an uncompiled pair: no band, a plain verdict
@@ -212,18 +239,24 @@ def test_checkpointing_against_offload_in_the_reference():
     uncompiled = replace(r, torch_compile=(False, False))
     assert not lm.like_for_like(uncompiled, r) and lm.ratio_against_reference(uncompiled, r).band is None
     t = lm.rung_ratios(None, r)
-    assert list(t["measured"]) == [f"reference ({lm.H100})"] and t["rung / offload"].iloc[0] == round(r.tokens_per_second.ratio, 2)
+    assert list(t["measured"]) == [f"reference ({lm.H100})"] and t["rung / offload"].iloc[0] == round(
+        r.tokens_per_second.ratio, 2
+    )
 
 
 def test_the_rung_trained_beside_offload_is_the_first_change_that_fits_these_gpus():
     """03c trains the first rung that fits its model on the GPU at hand where that rung is activation checkpointing
     without offload (the H100 reference's, an H200's, and a laptop's, which takes the reference machine's), and
     none where the first rung that fits these GPUs offloads."""
-    for gpu_mib, host_mib in ((GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB), (GPUS["H200 141GB"], 128 * 1024),
-                              (None, 16 * 1024)):
+    for gpu_mib, host_mib in (
+        (GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB),
+        (GPUS["H200 141GB"], 128 * 1024),
+        (None, 16 * 1024),
+    ):
         c = lm.pick_model(gpu_mib, host_mib)
-        est = estimate(c.model, None, "none", max_length=c.max_tokens, gpu=lm.nearest_gpu(c.gpu_mib),
-                       host_memory_mib=c.host_mib)
+        est = estimate(
+            c.model, None, "none", max_length=c.max_tokens, gpu=lm.nearest_gpu(c.gpu_mib), host_memory_mib=c.host_mib
+        )
         rung = lm.checkpointing_rung(est)
         assert (rung.experiment, rung.name) == ("baseline", "baseline_ac")
         assert rung.change == fix_on_these_gpus(est)["change"] == "HF Trainer (torch AdamW) + activation checkpointing"
@@ -266,8 +299,12 @@ def test_the_h200_reference_is_read_against_h100s_like_for_like():
     "fits" meant the whole card, the estimate then at 95% of each)."""
     r = lm.on_h100s("stage3")
     ran = json.loads((X2 / "runs" / "Qwen3-8B-stage3" / "results.json").read_text())
-    assert (r.model, r.gpus, r.allocated_mib, r.nvml_mib) == ("Qwen/Qwen3-8B", 2, ran["gpu_peak_allocated_mib"],
-                                                              ran["gpu_peak_mib"])
+    assert (r.model, r.gpus, r.allocated_mib, r.nvml_mib) == (
+        "Qwen/Qwen3-8B",
+        2,
+        ran["gpu_peak_allocated_mib"],
+        ran["gpu_peak_mib"],
+    )
     assert r.tokens_per_second == ran["steady_train_tokens_per_second"] and r.gpu_mib == GPUS["H100 80GB"]
     assert r.usable_mib == (1 - HEADROOM) * GPUS["H100 80GB"]
     two = estimate("Qwen/Qwen3-8B", 3, "none", gpus_per_node=2, max_length=8192, activation_checkpointing=True)
@@ -276,4 +313,9 @@ def test_the_h200_reference_is_read_against_h100s_like_for_like():
     assert r.nvml_mib < r.gpu_mib  # the old comparison, NVML on the H200 against the whole H100, said it fit
     h100 = estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, host_memory_mib=lm.REFERENCE_HOST_MIB)
     fix = fit.smallest_fix(h100)["config"]
-    assert (fix["zero_stage"], fix["offload"], fix["activation_checkpointing"], fix["gpus_per_node"]) == (3, "none", True, 4)
+    assert (fix["zero_stage"], fix["offload"], fix["activation_checkpointing"], fix["gpus_per_node"]) == (
+        3,
+        "none",
+        True,
+        4,
+    )

@@ -25,9 +25,20 @@ REF = REFERENCE / "h200" / "default-x4" / "runs"
 
 def _arith():
     f = {0: lambda n: 16 * P, 1: lambda n: 4 * P + 12 * P / n, 2: lambda n: 2 * P + 14 * P / n, 3: lambda n: 16 * P / n}
-    return pd.DataFrame([{"GPUs": n, "zero_stage": s, "16Ψ arithmetic MiB": round(g(n) / MiB),
-                          "DeepSpeed estimate MiB": memory.estimate_model_states(P, LARGEST, s, num_gpus_per_node=n)[
-                              "estimated_model_states_gpu_mib"]} for n in (1, 2, 4, 8) for s, g in f.items()])
+    return pd.DataFrame(
+        [
+            {
+                "GPUs": n,
+                "zero_stage": s,
+                "16Ψ arithmetic MiB": round(g(n) / MiB),
+                "DeepSpeed estimate MiB": memory.estimate_model_states(P, LARGEST, s, num_gpus_per_node=n)[
+                    "estimated_model_states_gpu_mib"
+                ],
+            }
+            for n in (1, 2, 4, 8)
+            for s, g in f.items()
+        ]
+    )
 
 
 def _verdict(value, other, tolerance):
@@ -56,8 +67,14 @@ def _check(df, ref):
         assert m.change_mib == pytest.approx(g.iloc[-1][mem] - g.iloc[0][mem])
         run = df[df["experiment"] == m.experiment].iloc[0]
         off = tuple(run.get(k) not in (None, "none", False) for k in ("offload_optimizer", "offload_param"))
-        fall = run["num_params"] * (memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_from, *off)
-                                    - memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_to, *off)) / MiB
+        fall = (
+            run["num_params"]
+            * (
+                memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_from, *off)
+                - memory.zero_bytes_per_param(int(run["zero_stage"]), m.ranks_to, *off)
+            )
+            / MiB
+        )
         assert m.arithmetic_fall_mib == pytest.approx(fall) and (m.offload_optimizer, m.offload_param) == off
         assert m.fall.verdict == _verdict(-m.change_mib, fall, multi_gpu.MEMORY_TOLERANCE)
         assert m.fall.band == multi_gpu.MEMORY_TOLERANCE
@@ -165,8 +182,13 @@ def two_ranks(tiny_runs, tmp_path_factory):
     cluster answers (as notebook 04 makes it), else two processes here; 4 optimizer steps."""
     out = tmp_path_factory.mktemp("ranks") / "stage2-2"
     if launch.slurm_available():
-        job = launch.submit("multi_node", "stage2", *ARGS, sbatch_options=("--nodes=2", "--gpus-per-node=0"),
-                            env={"WORKSHOP_OUTPUT_DIR": str(out), "WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix})
+        job = launch.submit(
+            "multi_node",
+            "stage2",
+            *ARGS,
+            sbatch_options=("--nodes=2", "--gpus-per-node=0"),
+            env={"WORKSHOP_OUTPUT_DIR": str(out), "WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix},
+        )
         launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=120)
     else:
         launch.run_local("stage2", 2, out, *ARGS, env={"CUDA_VISIBLE_DEVICES": ""})
@@ -212,7 +234,7 @@ def test_zero2_comms_match_the_parameter_count(two_ranks):
     grads = {b: c for b, c in sizes["all_reduce"].items() if b > 64}
     assert sum(grads.values()) == steps
     assert all(b == pytest.approx(psi_bytes, rel=multi_gpu.COMM_TOLERANCE) for b in grads)
-    (shard, calls), = sizes["all_gather_into_tensor"].items()
+    ((shard, calls),) = sizes["all_gather_into_tensor"].items()
     assert calls == steps and 2 * shard == pytest.approx(psi_bytes, rel=multi_gpu.COMM_TOLERANCE)
     c = multi_gpu.comm_check(comms, run)
     assert c.gradients == pytest.approx(2, rel=multi_gpu.COMM_TOLERANCE)
@@ -230,8 +252,18 @@ def comm_runs(tmp_path_factory):
     a step (2 steps)."""
     root = tmp_path_factory.mktemp("comms")
     launch.run_local("stage3", 2, root / "stage3", *ARGS, env={"CUDA_VISIBLE_DEVICES": ""})
-    launch.run_local("stage2", 2, root / "stage2_accum2", "--tiny", "--max-steps", "2", "--comms-logger",
-                     "--gradient-accumulation-steps", "2", env={"CUDA_VISIBLE_DEVICES": ""})
+    launch.run_local(
+        "stage2",
+        2,
+        root / "stage2_accum2",
+        "--tiny",
+        "--max-steps",
+        "2",
+        "--comms-logger",
+        "--gradient-accumulation-steps",
+        "2",
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
     yield {d.name: load_results(d) for d in root.iterdir()}
     shutil.rmtree(root, ignore_errors=True)
 
@@ -242,7 +274,7 @@ def test_zero3_comms_match_the_parameter_count(comm_runs):
     and 2Ψ (the paper's forward and backward): ZeRO-3 keeps a gathered parameter it will use again soon
     (stage3_max_reuse_distance) and small ones whole (stage3_param_persistence_threshold)."""
     comms, run = _comms(comm_runs["stage3"])
-    (size, calls), = comms["ops"]["reduce_scatter_tensor"]["messages"].items()
+    ((size, calls),) = comms["ops"]["reduce_scatter_tensor"]["messages"].items()
     assert calls == comms["optimizer_steps"]
     assert int(size) == pytest.approx(run["num_params"] * 4, rel=multi_gpu.COMM_TOLERANCE)
     c = multi_gpu.comm_check(comms, run)
@@ -270,7 +302,9 @@ def test_links_read_the_two_nodes_on_one_host_reference():
     the collectives' times."""
     t = multi_gpu.links(multi_gpu.LINKS).set_index("link")
     assert list(t.index) == ["nvlink", "sockets"]
-    assert t.at["nvlink", "NCCL transport"].startswith("P2P") and t.at["sockets", "NCCL transport"].startswith("NET/Socket")
+    assert t.at["nvlink", "NCCL transport"].startswith("P2P") and t.at["sockets", "NCCL transport"].startswith(
+        "NET/Socket"
+    )
     assert t.at["sockets", "reduce_scatter bus GB/s"] < t.at["nvlink", "reduce_scatter bus GB/s"] / 10
     assert t.at["sockets", "stage2 s/step"] > t.at["nvlink", "stage2 s/step"]
     assert t.at["sockets", "stage3 s/step"] > t.at["nvlink", "stage3 s/step"]
@@ -290,9 +324,21 @@ def test_a_killed_torchrun_leaves_its_worker_running(tmp_path):
     pid_file = tmp_path / "worker.pid"
     worker_py = tmp_path / "worker.py"
     worker_py.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
-    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
-                              str(worker_py), str(pid_file)], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "1",
+            str(worker_py),
+            str(pid_file),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             if pid_file.exists() and pid_file.read_text():

@@ -18,11 +18,17 @@ def _check(r, ref=None):
         o, n, got = r[f"{s}_offload"], r[s], getattr(f, s)
         assert got.speed.ratio == pytest.approx(speed(o)[0] / speed(n)[0])
         assert got.host_states_bytes_per_param == pytest.approx(
-            (o["host_states_rss_mib"] - n["host_states_rss_mib"]) * 2**20 / o["num_params"])
-        assert got.estimated_host_bytes_per_param == pytest.approx(o["estimated_model_states_cpu_mib"] * 2**20 / o["num_params"])
+            (o["host_states_rss_mib"] - n["host_states_rss_mib"]) * 2**20 / o["num_params"]
+        )
+        assert got.estimated_host_bytes_per_param == pytest.approx(
+            o["estimated_model_states_cpu_mib"] * 2**20 / o["num_params"]
+        )
         if f.on_gpu:
             assert got.gpu_peak.difference == pytest.approx(o["gpu_peak_allocated_mib"] - n["gpu_peak_allocated_mib"])
-            kept = {k: v["gpu_states_allocated_mib"] - (v.get("gpu_allocated_at_start_mib") or 0) for k, v in (("o", o), ("n", n))}
+            kept = {
+                k: v["gpu_states_allocated_mib"] - (v.get("gpu_allocated_at_start_mib") or 0)
+                for k, v in (("o", o), ("n", n))
+            }
             assert got.gpu_states.difference == pytest.approx(kept["o"] - kept["n"])
         else:
             assert got.gpu_states is None and got.gpu_peak is None
@@ -41,9 +47,12 @@ def test_figures_agree_with_the_h100_reference_runs():
         assert o.host_states_bytes_per_param > 12
     # the offload runs' model states are net of what the process held when they began (64 MiB after a ZeRO-3 run)
     assert f.stage2.held_at_start_mib == r["stage2_offload"]["gpu_allocated_at_start_mib"]
-    assert f.stage2.peak_beyond_states_mib == pytest.approx(r["stage2_offload"]["gpu_peak_allocated_mib"] - offload.states(r["stage2_offload"]))
+    assert f.stage2.peak_beyond_states_mib == pytest.approx(
+        r["stage2_offload"]["gpu_peak_allocated_mib"] - offload.states(r["stage2_offload"])
+    )
     assert f.stage3_over_stage2_peak.difference == pytest.approx(
-        r["stage3"]["gpu_peak_allocated_mib"] - r["stage2"]["gpu_peak_allocated_mib"])
+        r["stage3"]["gpu_peak_allocated_mib"] - r["stage2"]["gpu_peak_allocated_mib"]
+    )
 
 
 def test_figures_agree_with_tiny_runs_on_this_machine(tiny_runs):
@@ -55,8 +64,10 @@ def test_figures_agree_with_tiny_runs_on_this_machine(tiny_runs):
         assert f.peaks_from is None and f.peaks is None
         ref = offload.reference_runs(lessons.reference("03_cpu_offload"))
         g = _check(r, ref)
-        assert g.peaks_from == "reference" and g.peaks["stage3"].gpu_peak.value == ref["stage3_offload"]["gpu_peak_allocated_mib"]
-
+        assert (
+            g.peaks_from == "reference"
+            and g.peaks["stage3"].gpu_peak.value == ref["stage3_offload"]["gpu_peak_allocated_mib"]
+        )
 
 
 def test_why_zero3_peaks_above_zero2_is_compilation_in_the_h100_reference_runs(tmp_path):
@@ -125,7 +136,8 @@ def test_the_host_memory_above_deepspeeds_budget_is_not_broken_down_by_the_runs(
         assert got.estimated_host_mib == o["estimated_model_states_cpu_mib"]
         assert got.host_states_mib > got.estimated_host_mib  # the "more than DeepSpeed budgets" branch
         assert got.host_states_mib - got.estimated_host_mib == pytest.approx(
-            (got.host_states_bytes_per_param - got.estimated_host_bytes_per_param) * o["num_params"] / 2**20)
+            (got.host_states_bytes_per_param - got.estimated_host_bytes_per_param) * o["num_params"] / 2**20
+        )
         assert not [k for k in o if any(w in k.lower() for w in ("pin", "pageable", "smaps", "uss", "locked"))]
 
 

@@ -13,10 +13,18 @@ def _estimates() -> pd.DataFrame:
         n = model.count_params(name)
         for stage in (0, 2, 3):
             for gpus in (1, 4):
-                est = memory.estimate_model_states(n["num_params"], n["largest_layer_params"], stage,
-                                                   num_gpus_per_node=gpus)
-                rows.append({"model": name, "zero_stage": stage, "offload": "-", "GPUs": gpus,
-                             "GPU MiB per GPU": est["estimated_model_states_gpu_mib"]})
+                est = memory.estimate_model_states(
+                    n["num_params"], n["largest_layer_params"], stage, num_gpus_per_node=gpus
+                )
+                rows.append(
+                    {
+                        "model": name,
+                        "zero_stage": stage,
+                        "offload": "-",
+                        "GPUs": gpus,
+                        "GPU MiB per GPU": est["estimated_model_states_gpu_mib"],
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -62,5 +70,6 @@ def test_a_warm_up_shows_op_builds_at_once_and_holds_the_rest():
     assert shown.getvalue().splitlines() == [
         "Compiling DeepSpeed's cpu_adam op (once per machine and torch) ...",
         "Waiting for /root/.cache/torch_extensions/py311_cpu/cpu_adam/lock: another process is building it",
-        "  compiled in 95 s, cached in /root/.cache/torch_extensions/py311_cpu/cpu_adam for later runs."]
+        "  compiled in 95 s, cached in /root/.cache/torch_extensions/py311_cpu/cpu_adam for later runs.",
+    ]
     assert held.getvalue().startswith("step 1 of 4\nCompiling")

@@ -19,8 +19,16 @@ def _run(d, step_times, losses, gpu_peak=None):
     """A run directory as `workshop run` writes it, for 12 steps of 1,000 tokens each: results.json (the fields
     `zenflow.zenflow` reads), train_log.csv with an evaluation row after steps 4, 8 and 12, ds_config.json."""
     d.mkdir()
-    (d / "results.json").write_text(json.dumps({"warmup_steps": 4, "gpu_peak_allocated_mib": gpu_peak,
-                                                "gpu_peak_mib": gpu_peak, "host_peak_rss_mib": 1000.0}))
+    (d / "results.json").write_text(
+        json.dumps(
+            {
+                "warmup_steps": 4,
+                "gpu_peak_allocated_mib": gpu_peak,
+                "gpu_peak_mib": gpu_peak,
+                "host_peak_rss_mib": 1000.0,
+            }
+        )
+    )
     rows = []
     for step, (t, loss) in enumerate(zip(step_times, losses), start=1):
         rows.append({"step": step, "loss": loss, "eval_loss": None, "step_time_s": t, "tokens": 1000})

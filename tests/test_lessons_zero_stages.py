@@ -24,11 +24,15 @@ def _check(r):
         assert st.peak.difference == pytest.approx(peak(r[s])[0] - peak(r["baseline"])[0])
         assert st.speed.ratio == pytest.approx(speed(r[s])[0] / speed(r["baseline"])[0])
         if st.nvml:  # NVML's peak is the sum of its parts
-            assert st.nvml.allocated_mib + st.nvml.cached_mib + st.nvml.outside_mib == pytest.approx(r[s]["gpu_peak_mib"])
+            assert st.nvml.allocated_mib + st.nvml.cached_mib + st.nvml.outside_mib == pytest.approx(
+                r[s]["gpu_peak_mib"]
+            )
     losses = [r[s]["train_loss"] for s in zero_stages.STAGES]
     assert f.loss_spread == pytest.approx(max(losses) - min(losses))
     assert f.losses_agree == (max(losses) - min(losses) <= zero_stages.LOSS_AGREE * min(losses))
-    assert f.stage3_uncompiled == (r["baseline"]["config"].get("torch_compile") and not r["stage3"]["config"].get("torch_compile"))
+    assert f.stage3_uncompiled == (
+        r["baseline"]["config"].get("torch_compile") and not r["stage3"]["config"].get("torch_compile")
+    )
     assert f.ac_peak.difference == pytest.approx(peak(r["baseline_ac"])[0] - peak(r["baseline"])[0])
     # stage 3 is compared with the baseline run of its own compile setting, where there is one
     if f.stage3_like:
@@ -68,14 +72,27 @@ def test_figures_and_verdicts_agree_with_the_h100_reference_runs():
 
 
 def test_figures_agree_with_tiny_runs_on_this_machine(tiny_runs, tmp_path):
-    workshop("run", "baseline", "--tiny", "--activation-checkpointing", "true", "--save-strategy", "no",
-             "--output-dir", tmp_path / "baseline_ac")
+    workshop(
+        "run",
+        "baseline",
+        "--tiny",
+        "--activation-checkpointing",
+        "true",
+        "--save-strategy",
+        "no",
+        "--output-dir",
+        tmp_path / "baseline_ac",
+    )
     dirs = {n: tiny_runs / n for n in NAMES[:4]} | {"baseline_ac": tmp_path / "baseline_ac"}
     f = _check({n: json.loads((d / "results.json").read_text()) for n, d in dirs.items()})
     for n in zero_stages.STAGES:  # the config rebuilt from results.json is the one the run handed DeepSpeed
-        built, ran = (zero_stages.ds_config_of(json.loads((dirs[n] / "results.json").read_text())),
-                      json.loads((dirs[n] / "ds_config.json").read_text()))
-        assert [built[k] for k in ("zero_optimization", "bf16", "fp16")] == [ran[k] for k in ("zero_optimization", "bf16", "fp16")]
+        built, ran = (
+            zero_stages.ds_config_of(json.loads((dirs[n] / "results.json").read_text())),
+            json.loads((dirs[n] / "ds_config.json").read_text()),
+        )
+        assert [built[k] for k in ("zero_optimization", "bf16", "fp16")] == [
+            ran[k] for k in ("zero_optimization", "bf16", "fp16")
+        ]
     if not f.on_gpu:
         assert f.ac_mfu is None and f.ac_hfu_over_mfu is None and f.baseline_nvml is None
         # nothing compiles on a CPU: stage 3 and the baseline differ in ZeRO only; no GPU, no share of one
@@ -108,16 +125,25 @@ def test_a_prediction_stands_beside_the_model_states_each_run_kept(tmp_path):
         (tmp_path / n / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": None, "num_params": 10}))
     measured, source = lessons.states_per_param("02_zero_stages", tmp_path, ["stage2", "stage3"])
     assert source == "the GPU reference"
-    assert measured["stage3"] == pytest.approx(ref.at["stage3", "gpu_states_allocated_mib"] * MiB
-                                               / ref.at["stage3", "num_params"])
+    assert measured["stage3"] == pytest.approx(
+        ref.at["stage3", "gpu_states_allocated_mib"] * MiB / ref.at["stage3", "num_params"]
+    )
     (tmp_path / "stage2" / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": 1.0, "num_params": MiB}))
     (tmp_path / "stage3" / "results.json").write_text(json.dumps({"gpu_states_allocated_mib": 2.0, "num_params": MiB}))
     assert lessons.states_per_param("02_zero_stages", tmp_path, ["stage2", "stage3"]) == (
-        {"stage2": 1.0, "stage3": 2.0}, "your runs")
+        {"stage2": 1.0, "stage3": 2.0},
+        "your runs",
+    )
     table = lessons.beside_prediction({"stage2": 4.0, "stage3": None}, {"stage2": 1.0, "stage3": 2.0}, "bytes")
     assert table.to_dict("records") == [
         {"run": "stage2", "your prediction (bytes)": 4.0, "measured (bytes)": 1.0, "measured / predicted": "0.25x"},
-        {"run": "stage3", "your prediction (bytes)": "not written", "measured (bytes)": 2.0, "measured / predicted": "n/a"}]
+        {
+            "run": "stage3",
+            "your prediction (bytes)": "not written",
+            "measured (bytes)": 2.0,
+            "measured / predicted": "n/a",
+        },
+    ]
 
 
 def test_the_learners_blank_answers_reach_only_lessons_that_say_so(tmp_path, capsys):
@@ -127,7 +153,9 @@ def test_the_learners_blank_answers_reach_only_lessons_that_say_so(tmp_path, cap
     import workshop_lessons as lessons
 
     table = lessons.beside_prediction({"stage2": None, "stage3": None}, {"stage2": 1.0, "stage3": 2.0}, "efficiency")
-    assert set(table["your prediction (efficiency)"]) == {"not written"} and set(table["measured / predicted"]) == {"n/a"}
+    assert set(table["your prediction (efficiency)"]) == {"not written"} and set(table["measured / predicted"]) == {
+        "n/a"
+    }
     assert lessons.run_own_key("02_zero_stages", "stage3", None, tmp_path, tiny=True) is None
     assert "Write your KEY=VALUE in MY_OVERRIDE" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
@@ -142,8 +170,10 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     from workshop_lib.ds_config import gradient_bucket_mib
     from workshop_lib.units import MiB
 
-    r = {n: json.loads((REFERENCE_DIR / where / n / "results.json").read_text())
-         for n in ["baseline", "stage1", "stage2", "stage3", "stage2_no_overlap", "baseline_ac"]}
+    r = {
+        n: json.loads((REFERENCE_DIR / where / n / "results.json").read_text())
+        for n in ["baseline", "stage1", "stage2", "stage3", "stage2_no_overlap", "baseline_ac"]
+    }
     a = {n: zero_stages.account_states(x) for n, x in r.items()}
     n3 = r["stage3"]["num_params"]
     assert n3 == 596_049_920 and r["stage3"]["config"]["precision"] == "bf16"
@@ -162,7 +192,9 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     for n, x in a.items():  # what the process held before (64 MiB) closes the rest to under 2.5 MiB
         assert r[n]["gpu_allocated_at_start_mib"] == 64.0
         assert 0 <= x.rest_mib < 2.5, (n, x.rest_mib)
-    assert a["stage3"].measured == pytest.approx(17.79, abs=0.01) and a["stage1"].measured == pytest.approx(14.11, abs=0.01)
+    assert a["stage3"].measured == pytest.approx(17.79, abs=0.01) and a["stage1"].measured == pytest.approx(
+        14.11, abs=0.01
+    )
     with pytest.raises(ValueError, match="offload"):
         zero_stages.account_states(json.loads((REFERENCE_DIR / where / "stage3_offload" / "results.json").read_text()))
     text = zero_stages.explain_states(r)  # notebook 02's two sentences, from these accounts
@@ -171,7 +203,9 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     assert f"at most {a[worst].rest_mib:,.1f} MiB ({a[worst].rest:.3f} bytes/param, {worst})" in text
 
 
-@pytest.mark.skipif(__import__("deepspeed").__version__ != "0.19.8", reason="notebook 02 cites DeepSpeed 0.19.8's lines")
+@pytest.mark.skipif(
+    __import__("deepspeed").__version__ != "0.19.8", reason="notebook 02 cites DeepSpeed 0.19.8's lines"
+)
 def test_overlap_comm_decides_the_stream_and_the_second_bucket_not_when_a_bucket_is_reduced():
     """Notebook 02, stage2_no_overlap: "a full gradient bucket is still reduced during the backward pass, but on the
     compute stream ...; with overlap it goes to a side stream while a second bucket fills" (issue 39, statement 2).
@@ -189,14 +223,17 @@ def test_overlap_comm_decides_the_stream_and_the_second_bucket_not_when_a_bucket
         assert source[number - first].strip() == text, (method, number, source[number - first])
     # the reduction in the hook is not conditional on overlap_comm: nothing between the full-bucket test and the call
     hook, first = inspect.getsourcelines(DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads)
-    assert "overlap_comm" not in "".join(hook[1422 - first:1424 - first])
+    assert "overlap_comm" not in "".join(hook[1422 - first : 1424 - first])
     # average_tensor: the side stream only under overlap_comm, else the current stream (the branch right before)
     avg, first = inspect.getsourcelines(DeepSpeedZeroOptimizer.average_tensor)
     assert avg[1600 - first].strip() == "elif self.overlap_comm:" and avg[1613 - first].strip() == "else:"
     # setup_buckets: the first buffer always, the second under `if self.overlap_comm:`
     setup = "".join(inspect.getsourcelines(DeepSpeedZeroOptimizer.setup_buckets)[0])
     assert setup.count("torch.empty(int(self.reduce_bucket_size)") == 2
-    assert setup.index("buf_0 = torch.empty") < setup.index("if self.overlap_comm:") < setup.index("buf_1 = torch.empty")
+    assert (
+        setup.index("buf_0 = torch.empty") < setup.index("if self.overlap_comm:") < setup.index("buf_1 = torch.empty")
+    )
     # stage 2 is DeepSpeed's partition_grads (runtime/engine.py), which sends every gradient to the bucket
     from deepspeed.runtime import engine
+
     assert "partition_grads=zero_stage == ZeroStageEnum.gradients," in inspect.getsource(engine)

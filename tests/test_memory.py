@@ -18,8 +18,13 @@ def test_sampler_sees_host_memory_grow_and_writes_csv(tmp_path):
     assert s["host_peak_rss_mib"] >= before + 250
     assert (s["gpu_peak_mib"] is None) == (not torch.cuda.is_available())
     rows = list(csv.DictReader((tmp_path / "memory.csv").open()))
-    assert len(rows) >= 3 and list(rows[0]) == ["time_s", "gpu_used_mib", "torch_allocated_mib", "host_rss_mib",
-                                                "gpu_util_pct"]
+    assert len(rows) >= 3 and list(rows[0]) == [
+        "time_s",
+        "gpu_used_mib",
+        "torch_allocated_mib",
+        "host_rss_mib",
+        "gpu_util_pct",
+    ]
 
 
 def test_deepspeed_estimates_follow_the_zero_arithmetic():

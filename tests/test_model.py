@@ -10,8 +10,9 @@ def test_shipped_architectures_have_the_published_sizes():
     assert count_params("bigscience/bloom-560m")["num_params"] == 559_214_592
 
 
-@pytest.mark.parametrize("name, family", [("Qwen/Qwen3-0.6B", "Qwen3ForCausalLM"),
-                                          ("bigscience/bloom-560m", "BloomForCausalLM")])
+@pytest.mark.parametrize(
+    "name, family", [("Qwen/Qwen3-0.6B", "Qwen3ForCausalLM"), ("bigscience/bloom-560m", "BloomForCausalLM")]
+)
 def test_tiny_model_is_the_same_family(name, family):
     model, tok, info = load_model_and_tokenizer(name, tiny=True)
     assert type(model).__name__ == family
@@ -60,9 +61,7 @@ def test_a_config_only_directory_with_random_weights_gets_a_real_tokenizer(tmp_p
     """A directory with only a config.json (an architecture to try, random weights): transformers 5 builds an empty
     tokenizer from it rather than raising, which would make every example one token; the workshop's own BPE
     tokenizer is used instead."""
-    from workshop_lib.model import tiny_config
-
-    from workshop_lib.model import check_model_source
+    from workshop_lib.model import check_model_source, tiny_config
 
     tiny_config("Qwen/Qwen3-0.6B", 4096).save_pretrained(tmp_path)
     with pytest.raises(WorkshopError, match="vocab_size 4,096 is below the 32,000 tokens"):  # ids out of range
@@ -87,6 +86,8 @@ def test_a_damaged_tokenizer_cache_is_trained_again(tmp_path, monkeypatch, capsy
     assert again("Question: Who?")["input_ids"] == first("Question: Who?")["input_ids"]
     (tmp_path / "afile").write_text("mine")  # WORKSHOP_CACHE naming a file: one message, the file untouched
     monkeypatch.setattr(model, "CACHE_DIR", tmp_path / "afile")
-    with pytest.raises(WorkshopError, match=r"(?s)WORKSHOP_CACHE .*afile.*cannot be written.*To fix: pass WORKSHOP_CACHE"):
+    with pytest.raises(
+        WorkshopError, match=r"(?s)WORKSHOP_CACHE .*afile.*cannot be written.*To fix: pass WORKSHOP_CACHE"
+    ):
         model.local_tokenizer(vocab_size=600)
     assert (tmp_path / "afile").read_text() == "mine"

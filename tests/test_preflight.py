@@ -28,7 +28,9 @@ def test_the_preflight_refuses_exactly_what_fits_states_rule_rules_out(model):
             assert states["estimated_model_states_gpu_mib"] == est["model_states_gpu_mib"], (name, gpu)
             refused = _refused(RunConfig(name, model=model), exp, counts, gpu_mib)
             assert (refused is not None) == (est["model_states_gpu_mib"] > (1 - fit.HEADROOM) * gpu_mib), (name, gpu)
-            assert est["usable_gpu_mib"] == round((1 - fit.HEADROOM) * gpu_mib, 1)  # one margin: fit's and the preflight's
+            assert est["usable_gpu_mib"] == round(
+                (1 - fit.HEADROOM) * gpu_mib, 1
+            )  # one margin: fit's and the preflight's
             if est["fits"]:  # a run that fits by the estimate passes the preflight
                 assert not refused, (name, gpu)
             if refused:  # fit's verdict says no too, and the message gives both figures and the headroom

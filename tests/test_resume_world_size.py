@@ -43,13 +43,15 @@ FAULTS = Path(__file__).with_name("faults.py")
 def run(nproc: int, *args, stop: bool = False, check: bool = True) -> subprocess.CompletedProcess:
     """`workshop run ARGS` on `nproc` ranks (torchrun, --standalone) or, with 1, in one plain process, as on one
     GPU; with `stop`, through tests/faults.py, which sends every rank SIGTERM at the first epoch's last step."""
-    cmd = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-                              if nproc > 1 else [])
+    cmd = [sys.executable] + (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] if nproc > 1 else []
+    )
     cmd += [str(FAULTS), "step_end", "TERM"] if stop else ["-m", "workshop_lib.cli"]
     p = subprocess.run(cmd + ["run", *map(str, args)], capture_output=True, text=True, timeout=600, env=ENV)
     if check and not stop and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} run {args} exited {p.returncode}:\n{p.stdout[-3000:]}\n"
-                             f"{p.stderr[-3000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} run {args} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        )
     return p
 
 
@@ -109,8 +111,12 @@ def test_a_2_rank_run_resumes_on_1_rank_through_a_universal_checkpoint_made_once
     assert p.returncode == 2 and "2 micro-batch(es) per optimizer step" in p.stderr, p.stderr[-2000:]
     assert "To fix: resume on 1, 2 rank(s)" in p.stderr and not (ckpt / checkpoint.UNIVERSAL).exists()
 
-    proc = subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while proc.poll() is None and not (ckpt / checkpoint.UNIVERSAL).exists():
         time.sleep(0.05)
     proc.kill()
@@ -123,15 +129,23 @@ def test_a_2_rank_run_resumes_on_1_rank_through_a_universal_checkpoint_made_once
     p = run(1, *args)
     assert "Converting" not in p.stdout and f"Reusing the universal checkpoint {universal}" in p.stdout, p.stdout
     assert {f: f.stat().st_mtime_ns for f in universal.rglob("*") if f.is_file()} == made  # not made again
-    assert ("Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global "
-            "batch kept (2 micro-batch(es) per optimizer step); from step 2") in p.stdout
+    assert (
+        "Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global "
+        "batch kept (2 micro-batch(es) per optimizer step); from step 2"
+    ) in p.stdout
     r, r_ref = (json.loads((d / "results.json").read_text()) for d in (out, ref))
     assert (r["world_size"], r["gradient_accumulation_steps"]) == (1, 2) and r["global_steps"] == 4
     assert r["global_batch_size"] == r_ref["global_batch_size"]  # 16 x 2 x 1 = 16 x 1 x 2
     [change] = r["world_size_changes"]  # the killed attempt's and this one's: one change
-    assert change | {"data_order": ""} == {"step": 2, "checkpoint": str(ckpt), "world_size": [2, 1],
-                                           "gradient_accumulation_steps": [1, 2], "micro_batches_per_step": 2,
-                                           "universal": True, "data_order": ""}
+    assert change | {"data_order": ""} == {
+        "step": 2,
+        "checkpoint": str(ckpt),
+        "world_size": [2, 1],
+        "gradient_accumulation_steps": [1, 2],
+        "micro_batches_per_step": 2,
+        "universal": True,
+        "data_order": "",
+    }
     assert change["data_order"].startswith("every optimizer step takes the same 2 micro-batches")
     assert json.loads((out / "ds_config.json").read_text())["checkpoint"] == {"load_universal": True}
     assert_same_losses(out, ref, evals_on_one_world_size=False)
@@ -148,7 +162,8 @@ def test_a_2_rank_run_resumes_on_2_ranks_as_it_is(runs, tmp_path):
     p = run(2, "stage2", "--tiny", "--output-dir", out, "--resume")
     assert "Resuming on another world size" not in p.stdout and "Converting" not in p.stdout
     assert not list(out.rglob(checkpoint.UNIVERSAL)) and "checkpoint" not in json.loads(
-        (out / "ds_config.json").read_text())
+        (out / "ds_config.json").read_text()
+    )
     assert json.loads((out / "results.json").read_text())["world_size_changes"] == []
     assert_same_losses(out, ref)
 
@@ -176,8 +191,9 @@ def test_a_baseline_run_resumes_on_1_rank_from_whole_states(runs, tmp_path):
     p = run(1, "baseline", "--tiny", "--output-dir", out, "--resume")
     assert "from states that are whole (no ZeRO partitions" in p.stdout and "Converting" not in p.stdout
     r = json.loads((out / "results.json").read_text())
-    assert [(c["world_size"], c["gradient_accumulation_steps"], c["universal"]) for c in r["world_size_changes"]] \
-        == [([2, 1], [1, 2], False)]
+    assert [(c["world_size"], c["gradient_accumulation_steps"], c["universal"]) for c in r["world_size_changes"]] == [
+        ([2, 1], [1, 2], False)
+    ]
     assert_same_losses(out, ref, evals_on_one_world_size=False)
 
 
@@ -202,8 +218,8 @@ def test_notebook_03b_kills_a_2_rank_run_and_compares_its_resume_on_1_rank(runs,
     step's loss beside the uninterrupted 2-rank run's; `fine_tuned.resumable_on` names the ranks a resume keeps
     the global batch on (2 micro-batches per step: 1 or 2). Run again on the finished run's directory, the kill
     waits for the new run's checkpoint (it once took the old run's for it and killed the new one before it began)."""
-    from workshop_lib import launch
     from workshop_lessons import fine_tuned
+    from workshop_lib import launch
 
     cpu = {} if GPU else {"CUDA_VISIBLE_DEVICES": ""}
     ref, out = runs("stage2-ref"), tmp_path / "killed"
@@ -217,8 +233,9 @@ def test_notebook_03b_kills_a_2_rank_run_and_compares_its_resume_on_1_rank(runs,
     moved = fine_tuned.other_world(out, ref)
     assert [ln.split(" ")[0] for ln in moved.printed] == ["Resuming", "Resuming", "Converting"], moved.printed
     assert moved.printed[0].startswith(f"Resuming from {out / 'checkpoints'}/checkpoint-{step}")
-    assert moved.printed[1].startswith("Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps "
-                                       "1 -> 2, the global batch kept")
+    assert moved.printed[1].startswith(
+        "Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global batch kept"
+    )
     assert (moved.change["step"], moved.change["world_size"], moved.change["universal"]) == (step, [2, 1], True)
     assert list(moved.losses.index) == [1, 2, 3, 4] and moved.global_batch_size[0] == moved.global_batch_size[1]
     assert (moved.losses["difference"].loc[:step] == 0).all()  # before the kill: 2 ranks either way

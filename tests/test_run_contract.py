@@ -26,8 +26,25 @@ from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 
 ROOT = Path(__file__).resolve().parent.parent
-SQUAD = {"data": [{"title": "T", "paragraphs": [{"context": "Paris is the capital of France.", "qas": [
-    {"id": "a", "question": "What is the capital of France?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+SQUAD = {
+    "data": [
+        {
+            "title": "T",
+            "paragraphs": [
+                {
+                    "context": "Paris is the capital of France.",
+                    "qas": [
+                        {
+                            "id": "a",
+                            "question": "What is the capital of France?",
+                            "answers": [{"text": "Paris", "answer_start": 0}],
+                        }
+                    ],
+                }
+            ],
+        }
+    ]
+}
 
 
 def snapshot(path: Path):
@@ -36,8 +53,10 @@ def snapshot(path: Path):
         return None
     if path.is_file():
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(path.rglob("*"))}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(path.rglob("*"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +74,9 @@ def model_dirs(tmp_path_factory):
     net.save_pretrained(root / "no_tokenizer")
     (root / "custom").mkdir()
     cfg = json.loads((root / "complete" / "config.json").read_text())
-    (root / "custom" / "config.json").write_text(json.dumps(
-        cfg | {"model_type": "my_qwen", "auto_map": {"AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}}))
+    (root / "custom" / "config.json").write_text(
+        json.dumps(cfg | {"model_type": "my_qwen", "auto_map": {"AutoModelForCausalLM": "modeling_my_qwen.MyQwen"}})
+    )
     shutil.copy(root / "complete" / "model.safetensors", root / "custom")
     shutil.copytree(root / "complete", root / "short_positions")  # 64 positions: --max-length 128 cannot fit
     (root / "short_positions" / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": 64}))
@@ -153,7 +173,11 @@ BAD = [
     ("unknown experiment", lambda t, m: ["stage9", T], "stage2_offload"),
     ("micro-batch 0", lambda t, m: ["baseline", T, "--micro-batch-size", "0"], "train_micro_batch_size_per_gpu"),
     ("epochs 0", lambda t, m: ["baseline", T, "--epochs", "0"], "epochs must be at least 1"),
-    ("accumulation 0", lambda t, m: ["baseline", T, "--gradient-accumulation-steps", "0"], "gradient_accumulation_steps"),
+    (
+        "accumulation 0",
+        lambda t, m: ["baseline", T, "--gradient-accumulation-steps", "0"],
+        "gradient_accumulation_steps",
+    ),
     ("max-steps 0", lambda t, m: ["baseline", T, "--max-steps", "0"], "max_steps must be at least 1"),
     ("not an int", lambda t, m: ["baseline", T, "--epochs", "two"], "invalid int value"),
     ("learning rate inf", lambda t, m: ["baseline", T, "--learning-rate", "inf"], "must be finite numbers"),
@@ -162,16 +186,29 @@ BAD = [
     ("negative seed", lambda t, m: ["baseline", T, "--seed=-1"], "seed must be between 0 and 4,294,967,295"),
     ("seed past 32 bits", lambda t, m: ["baseline", T, "--seed", str(2**32)], "seed must be between 0"),
     ("unknown option", lambda t, m: ["baseline", T, "--epoch", "2"], "unrecognized"),
-    ("more questions than the file", lambda t, m: ["baseline", T, "--train-file", data_file(t),
-                                                   "--num-train-samples", "100000"], "holds 1."),
-    ("more questions than bundled SQuAD", lambda t, m: ["baseline", T, "--num-train-samples", "100000"], "holds 11,877"),
+    (
+        "more questions than the file",
+        lambda t, m: ["baseline", T, "--train-file", data_file(t), "--num-train-samples", "100000"],
+        "holds 1.",
+    ),
+    (
+        "more questions than bundled SQuAD",
+        lambda t, m: ["baseline", T, "--num-train-samples", "100000"],
+        "holds 11,877",
+    ),
     ("train file is a directory", lambda t, m: ["baseline", T, "--train-file", t], "is a directory"),
     ("train file missing", lambda t, m: ["baseline", T, "--train-file", t / "missing.json"], "does not exist"),
     ("train file a device", lambda t, m: ["baseline", T, "--train-file", "/dev/zero"], "is not a regular file"),
-    ("answer text null", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=None))],
-     "not a non-empty string"),
-    ("answer text blank", lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=" "))],
-     "not a non-empty string"),
+    (
+        "answer text null",
+        lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=None))],
+        "not a non-empty string",
+    ),
+    (
+        "answer text blank",
+        lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=" "))],
+        "not a non-empty string",
+    ),
     ("output dir is a file", lambda t, m: ["baseline", T, "--output-dir", data_file(t)], "is a file"),
     ("output dir not writable", lambda t, m: ["baseline", T, "--output-dir", readonly_dir(t)], "cannot be written"),
     ("finished run there", lambda t, m: ["baseline", T, "--output-dir", finished_run(t)], "--overwrite"),
@@ -179,38 +216,73 @@ BAD = [
     ("output dir the current folder", lambda t, m: ["baseline", T, "--output-dir", "."], "--output-dir '.' is /"),
     ("output dir the home folder", lambda t, m: ["baseline", T, "--output-dir", "~"], f"is {Path.home()},"),
     ("output dir the root", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", "/"], "--output-dir '/' is /,"),
-    ("a user's model/ there", lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
-     "holds model, which a run writes, but no run"),
-    ("train file nested too deep", lambda t, m: ["baseline", T, "--train-file", nested_json(t / "deep.json")],
-     "is not valid JSON (maximum recursion depth"),
-    ("model config nested too deep", lambda t, m: ["baseline", "--allow-cpu", "--model", nested_model(t)],
-     "is not a valid model config (maximum recursion depth"),
+    (
+        "a user's model/ there",
+        lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
+        "holds model, which a run writes, but no run",
+    ),
+    (
+        "train file nested too deep",
+        lambda t, m: ["baseline", T, "--train-file", nested_json(t / "deep.json")],
+        "is not valid JSON (maximum recursion depth",
+    ),
+    (
+        "model config nested too deep",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", nested_model(t)],
+        "is not a valid model config (maximum recursion depth",
+    ),
     ("output dir a link", lambda t, m: ["baseline", T, "--output-dir", linked_dir(t)], "never writes through a link"),
-    ("a link among the run's files", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", planted_link(t)],
-     "never writes through a link"),
-    ("output dir a link, overwritten", lambda t, m: ["baseline", T, "--overwrite", "--output-dir", linked_dir(t)],
-     "never writes through a link"),
-    ("a link to a user's file, resumed", lambda t, m: ["baseline", T, "--resume", "--output-dir", linked_file(t)],
-     "never writes through a link"),
+    (
+        "a link among the run's files",
+        lambda t, m: ["baseline", T, "--overwrite", "--output-dir", planted_link(t)],
+        "never writes through a link",
+    ),
+    (
+        "output dir a link, overwritten",
+        lambda t, m: ["baseline", T, "--overwrite", "--output-dir", linked_dir(t)],
+        "never writes through a link",
+    ),
+    (
+        "a link to a user's file, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--output-dir", linked_file(t)],
+        "never writes through a link",
+    ),
     ("model path missing", lambda t, m: ["baseline", "--model", t / "nonexistent"], "does not exist"),
     ("model path missing, tiny", lambda t, m: ["baseline", T, "--model", t / "nonexistent"], "does not exist"),
     ("model without weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_weights"], "no weights"),
-    ("model without tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_tokenizer"], "no tokenizer"),
+    (
+        "model without tokenizer",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "no_tokenizer"],
+        "no tokenizer",
+    ),
     ("model with custom code", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "custom"], "trust_remote_code"),
-    ("model with empty weights", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "empty_weights"],
-     "weights that are empty or cannot be read: model.safetensors"),
-    ("max length past the positions", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "short_positions",
-                                                    "--max-length", "128"], "has 64 positions"),
-    ("vocabulary below the tokenizer", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "small_vocab"],
-     "embedding has 1,000 rows"),
-    ("hub model not cached", lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
-     "workshop download --model no-such-org/no-such-model"),
+    (
+        "model with empty weights",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "empty_weights"],
+        "weights that are empty or cannot be read: model.safetensors",
+    ),
+    (
+        "max length past the positions",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "short_positions", "--max-length", "128"],
+        "has 64 positions",
+    ),
+    (
+        "vocabulary below the tokenizer",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "small_vocab"],
+        "embedding has 1,000 rows",
+    ),
+    (
+        "hub model not cached",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
+        "workshop download --model no-such-org/no-such-model",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, args, expected", BAD, ids=[b[0] for b in BAD])
-def test_bad_input_exits_2_with_a_fix_and_changes_nothing(name, args, expected, tmp_path, model_dirs, capsys,
-                                                          monkeypatch):
+def test_bad_input_exits_2_with_a_fix_and_changes_nothing(
+    name, args, expected, tmp_path, model_dirs, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # the default output directory, runs/..., would be created here
     argv = [str(a) for a in args(tmp_path, model_dirs)]
     if "--output-dir" not in argv:
@@ -238,9 +310,28 @@ def test_refusals_hold_on_2_cpu_ranks(case, tmp_path, model_dirs):
     argv += [] if "--output-dir" in argv else ["--output-dir", str(tmp_path / "out")]
     out = Path(argv[argv.index("--output-dir") + 1])
     before = snapshot(out)
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "--log-dir", str(tmp_path / "logs"), "--redirects", "3", "-m", "workshop_lib.cli", "run", *argv],
-                       capture_output=True, text=True, timeout=300, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--redirects",
+            "3",
+            "-m",
+            "workshop_lib.cli",
+            "run",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"CUDA_VISIBLE_DEVICES": ""},
+    )
     errs = [f.read_text() for f in sorted((tmp_path / "logs").glob("**/attempt_0/*/stderr.log"))]
     assert p.returncode != 0 and len(errs) == 2, p.stderr[-2000:]
     for err in errs:
@@ -298,8 +389,10 @@ def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsy
     killed = tmp_path / "killed"
     killed.mkdir()
     (killed / "train_log.csv").write_text("step,loss\n")
-    rundir.write_json_atomic(killed / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename,
-                                                      "started": "2026-11-22T03:00:00"})
+    rundir.write_json_atomic(
+        killed / rundir.MARKER,
+        {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename, "started": "2026-11-22T03:00:00"},
+    )
     assert workshop_main(["report", tmp_path]) == 2
     err = capsys.readouterr().err
     assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
@@ -336,8 +429,9 @@ def test_a_link_planted_after_the_checks_is_not_followed(tmp_path, monkeypatch, 
             pass
     elif name == "train_log.csv":
         with pytest.raises(OSError):
-            StepLog(out / name, 0.0).on_train_begin(None, SimpleNamespace(num_input_tokens_seen=0, global_step=0,
-                                                                          is_world_process_zero=True), None)
+            StepLog(out / name, 0.0).on_train_begin(
+                None, SimpleNamespace(num_input_tokens_seen=0, global_step=0, is_world_process_zero=True), None
+            )
     else:
         import workshop_lessons as lessons
 
@@ -350,14 +444,18 @@ def test_a_link_planted_after_the_checks_is_not_followed(tmp_path, monkeypatch, 
 def test_a_killed_runs_directory_is_refused_until_overwrite_or_resume(tmp_path):
     out = tmp_path / "killed"
     out.mkdir()
-    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename,
-                                                   "started": "2026-11-22T03:00:00"})
+    rundir.write_json_atomic(
+        out / rundir.MARKER,
+        {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename, "started": "2026-11-22T03:00:00"},
+    )
     with pytest.raises(WorkshopError, match="process is gone.*\nTo fix: pass --resume to continue it"):
         rundir.check(out, overwrite=False)
     rundir.check(out, overwrite=True)
     rundir.check(out, overwrite=False, resume=True)
-    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": os.getpid(), "host": os.uname().nodename,
-                                                   "started": "2026-11-22T03:00:00"})
+    rundir.write_json_atomic(
+        out / rundir.MARKER,
+        {"status": "running", "pid": os.getpid(), "host": os.uname().nodename, "started": "2026-11-22T03:00:00"},
+    )
     with pytest.raises(WorkshopError, match="still in progress"):  # a live run is never removed
         rundir.check(out, overwrite=True)
 
@@ -366,8 +464,14 @@ def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_
     """--overwrite removes what a run wrote (`rundir.RUN_OUTPUTS`) and keeps the set-aside checkpoints; a run's folder
     that also holds a user's files is refused, naming them, with every file untouched."""
     out = finished_run(tmp_path)
-    for rel in ("model/model.safetensors", "checkpoints/checkpoint-4/latest", "predictions.jsonl", "comms.json",
-                "world_size_changes.json", f"{rundir.DAMAGED}/checkpoint-2/latest"):  # comms.json and
+    for rel in (
+        "model/model.safetensors",
+        "checkpoints/checkpoint-4/latest",
+        "predictions.jsonl",
+        "comms.json",
+        "world_size_changes.json",
+        f"{rundir.DAMAGED}/checkpoint-2/latest",
+    ):  # comms.json and
         (out / rel).parent.mkdir(parents=True, exist_ok=True)  # world_size_changes.json once reached the next run
         (out / rel).write_text("the run's")
     (out / "mycode").mkdir()
@@ -398,7 +502,9 @@ def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_pa
     assert "process is gone" in rundir.describe_unfinished(rundir.state(out)[1])
     rundir.check(out, overwrite=False, resume=True)  # resumable: the pid is another program now
     rundir.write_json_atomic(out / rundir.MARKER, marker | {"pid_created": me.create_time()})
-    with pytest.raises(WorkshopError, match=f"still in progress.*\nTo fix: .*kill {me.pid}.*remove {out / rundir.MARKER}"):
+    with pytest.raises(
+        WorkshopError, match=f"still in progress.*\nTo fix: .*kill {me.pid}.*remove {out / rundir.MARKER}"
+    ):
         rundir.check(out, overwrite=False, resume=True)
 
 
@@ -425,10 +531,15 @@ def test_a_stale_op_build_lock_is_named_at_once_and_a_live_build_is_waited_for(t
 
 
 def test_config_resolves_from_the_recipe_and_the_command_line():
-    cfg = resolve(parse_run_args(["stage2", "--tiny", "--micro-batch-size", "8", "--recipe", "classic",
-                                  "--output-dir", "/tmp/x"]))
-    assert (cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps, cfg.padding, cfg.precision) == \
-           (8, 4, "max_length", "fp16")
+    cfg = resolve(
+        parse_run_args(["stage2", "--tiny", "--micro-batch-size", "8", "--recipe", "classic", "--output-dir", "/tmp/x"])
+    )
+    assert (cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps, cfg.padding, cfg.precision) == (
+        8,
+        4,
+        "max_length",
+        "fp16",
+    )
     assert (cfg.num_train_samples, cfg.epochs, cfg.learning_rate) == (64, 2, 1e-3)  # --tiny's
     assert resolve(RunConfig("stage3_offload", epochs=1)).output_dir.startswith("runs/stage3_offload-")
     assert {e.offload_optimizer for e in EXPERIMENTS.values()} == {"none", "cpu", "nvme"}
@@ -438,8 +549,8 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
     """A recipe names only RunConfig fields; a setting it leaves out takes the field's base; every overlay the
     library, the notebooks and the lab's benchmark pass is checked against RunConfig's fields and types."""
     from lab import bench
-    from workshop_lib import config
     from workshop_lessons import COURSE_RUNS, QUARTER, large_models
+    from workshop_lib import config
 
     classic, default = config.recipe_settings("classic"), config.recipe_settings("default")
     assert set(classic) == set(default) == set(config.RECIPE_FIELDS)
@@ -448,8 +559,11 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
     assert "padding" in config.RunConfig.__dataclass_fields__ and not hasattr(config, "Recipe")
     overlays = {"bench.BEFORE": bench.BEFORE, "large_models.LARGE": large_models.LARGE}
     overlays |= {f"bench {label}": settings for label, settings in bench.VARIANTS}
-    overlays |= {f"{nb}/{run}": {k: v for k, v in settings.items() if v != QUARTER}
-                 for nb, runs in COURSE_RUNS.items() for run, (_, settings) in runs.items()}
+    overlays |= {
+        f"{nb}/{run}": {k: v for k, v in settings.items() if v != QUARTER}
+        for nb, runs in COURSE_RUNS.items()
+        for run, (_, settings) in runs.items()
+    }
     for where, settings in overlays.items():
         assert config.check_overlay(settings, where) is settings
     with pytest.raises(WorkshopError, match=r"recipe 'x': 'paddding' is not a recipe setting"):
@@ -470,9 +584,19 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
 
 
 def test_a_run_config_round_trips_through_its_command_line():
-    cfg = RunConfig("stage3_offload", tiny=True, random_weights=True, max_steps=24, save_strategy="steps",
-                    save_steps=1, output_dir="/tmp/x y", overwrite=True, activation_checkpointing=False,
-                    learning_rate=1e-2, ds_config=["zero_optimization.overlap_comm=false", "steps_per_print=5"])
+    cfg = RunConfig(
+        "stage3_offload",
+        tiny=True,
+        random_weights=True,
+        max_steps=24,
+        save_strategy="steps",
+        save_steps=1,
+        output_dir="/tmp/x y",
+        overwrite=True,
+        activation_checkpointing=False,
+        learning_rate=1e-2,
+        ds_config=["zero_optimization.overlap_comm=false", "steps_per_print=5"],
+    )
     argv = cli_args(cfg)
     assert argv[:1] == ["stage3_offload"] and argv.count("--ds-config") == 2
     assert parse_run_args(argv) == cfg
@@ -495,8 +619,14 @@ def test_notebook_03b_writes_few_checkpoints_and_knows_their_size_first():
 
 def _start(args, tmp_path):
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_training(out: Path, proc, timeout=300):
@@ -528,8 +658,11 @@ def test_sigint_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(tmp_p
     assert not (out / "results.json").exists() and (out / "train_log.csv").exists()
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "interrupted" and marker["signal"] == sig.name and marker["step"] >= 1
-    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and f"stopped by {sig.name}" in p.stderr and "--overwrite" in p.stderr
     p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "report", tmp_path], capture_output=True, text=True)
     assert p.returncode == 2 and f"skipped {out}" in p.stderr
@@ -541,8 +674,9 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     stopped at, one line saying how to continue, exit status 75, the directory marked preempted; a plain
     rerun is refused and points to --resume."""
     out = tmp_path / "run"
-    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out],
-                  tmp_path)
+    proc = _start(
+        ["baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out], tmp_path
+    )
     _wait_for_training(out, proc)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
@@ -552,19 +686,41 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "preempted" and marker["step"] >= 1
     assert checkpoint.find_checkpoints(out) == ([out / "checkpoints" / f"checkpoint-{marker['step']}"], [])
-    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
 
 
 def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str, list[str]]:
     """`workshop run stage2 --tiny ARGS` on 2 gloo ranks under torchrun, rank 1 sent kill -9 at `when`
     (tests/faults.py): torchrun's stderr, rank 0's stderr, and rank 0's "workshop:" lines."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--log-dir",
-           tmp_path / "logs", "--redirects", "3", Path(__file__).with_name("faults.py"), when, "KILL@1", "run",
-           "stage2", "--tiny", *args, "--output-dir", tmp_path / "run"]
-    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300,
-                       env=os.environ | {"CUDA_VISIBLE_DEVICES": ""})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "--log-dir",
+        tmp_path / "logs",
+        "--redirects",
+        "3",
+        Path(__file__).with_name("faults.py"),
+        when,
+        "KILL@1",
+        "run",
+        "stage2",
+        "--tiny",
+        *args,
+        "--output-dir",
+        tmp_path / "run",
+    ]
+    p = subprocess.run(
+        list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""}
+    )
     err = next((tmp_path / "logs").glob("**/attempt_0/0/stderr.log")).read_text()
     return p.stderr, err, [ln for ln in err.splitlines() if "workshop:" in ln]
 
@@ -577,8 +733,11 @@ def test_a_peer_rank_killed_mid_training_ends_rank_0_with_one_message(tmp_path):
     gloo's error kept as the cause, and --resume takes it (issue 38)."""
     out = tmp_path / "run"
     launcher, err, said = kill_rank_1(tmp_path, "step_end", "--save-strategy", "steps", "--save-steps", "1")
-    assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended at step "
-                                        r"2 \(\d\d:\d\d:\d\d\); rank 0 stopped too", said[0]), err[-3000:]
+    assert len(said) == 1 and re.search(
+        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended at step "
+        r"2 \(\d\d:\d\d:\d\d\); rank 0 stopped too",
+        said[0],
+    ), err[-3000:]
     assert "--resume" in said[0] and "checkpoint-1 (step 1)" in said[0] and "\nTo fix: read rank 1's own output" in err
     for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
         assert noise not in err, err[-3000:]
@@ -599,9 +758,11 @@ def test_a_peer_rank_killed_before_the_run_claims_its_folder_ends_rank_0_with_on
     not gloo's traceback; nothing is written (issue 38). Its exit status is 2, or -15 where torchrun's SIGTERM to
     the ranks left came after the message, as the process exited."""
     launcher, err, said = kill_rank_1(tmp_path, "claiming")
-    assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
-                                        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
-                                        said[0]), err[-3000:]
+    assert len(said) == 1 and re.search(
+        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
+        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
+        said[0],
+    ), err[-3000:]
     assert "\nTo fix: read rank 1's own output" in err and "Then run the same command again." in err
     for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
         assert noise not in err, err[-3000:]
@@ -615,9 +776,11 @@ def test_a_peer_rank_killed_while_the_ranks_load_names_it_in_rank_0s_one_message
     collective running): what reaches rank 0 is torchrun's SIGTERM, and its one message names the lost rank, not
     "stopped by SIGTERM" alone (issue 38); nothing is written."""
     launcher, err, said = kill_rank_1(tmp_path, "loading")
-    assert len(said) == 1 and re.search(r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
-                                        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
-                                        said[0]), err[-3000:]
+    assert len(said) == 1 and re.search(
+        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
+        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
+        said[0],
+    ), err[-3000:]
     assert "Traceback" not in err and "stopped by SIGTERM" not in err, err[-3000:]
     assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
     assert not (tmp_path / "run").exists()
@@ -658,20 +821,33 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     _wait_for_training(out, proc)
     proc.kill()
     proc.wait()
-    with pytest.raises(WorkshopError, match=f"pid {proc.pid} .*whose process is gone|whose process is gone.*pid {proc.pid}"):
+    with pytest.raises(
+        WorkshopError, match=f"pid {proc.pid} .*whose process is gone|whose process is gone.*pid {proc.pid}"
+    ):
         rundir.check(out, overwrite=False)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["export", "{t}/missing", "{t}/out"], "does not exist"),
-    (["export", "{t}", "{t}/out"], "holds no complete checkpoint"),
-    (["eval", "{t}/missing"], "does not exist"),
-    (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
-    (["ask", "{t}", "--question", " ", "--context", "Paris is in France."], "must both hold text"),
-    (["eval", "{m}/run", "--output-dir", "{t}/scores"], "weights that are empty or cannot be read"),
-    (["ask", "{m}/run", "--question", "Where?", "--context", "Paris is in France."], "empty or cannot be read"),
-], ids=["export missing", "export no checkpoint", "eval missing", "eval 0 questions", "ask blank question",
-        "eval of a run whose weights are 0 bytes", "ask of it"])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["export", "{t}/missing", "{t}/out"], "does not exist"),
+        (["export", "{t}", "{t}/out"], "holds no complete checkpoint"),
+        (["eval", "{t}/missing"], "does not exist"),
+        (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
+        (["ask", "{t}", "--question", " ", "--context", "Paris is in France."], "must both hold text"),
+        (["eval", "{m}/run", "--output-dir", "{t}/scores"], "weights that are empty or cannot be read"),
+        (["ask", "{m}/run", "--question", "Where?", "--context", "Paris is in France."], "empty or cannot be read"),
+    ],
+    ids=[
+        "export missing",
+        "export no checkpoint",
+        "eval missing",
+        "eval 0 questions",
+        "ask blank question",
+        "eval of a run whose weights are 0 bytes",
+        "ask of it",
+    ],
+)
 def test_export_eval_and_ask_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, model_dirs, capsys):
     before = snapshot(tmp_path)
     assert workshop_main([a.format(t=tmp_path, m=model_dirs) for a in argv]) == 2
@@ -696,8 +872,13 @@ def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
 def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(capsys):
     """`--tiny`, `--liger-kernel` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
     `--no-save-model` HfArgumentParser adds has help of its own."""
-    for argv, expected in [(["--liger-kernel"], True), (["--liger-kernel", "false"], False),
-                           (["--save-model", "false"], False), (["--no-save-model"], False), ([], True)]:
+    for argv, expected in [
+        (["--liger-kernel"], True),
+        (["--liger-kernel", "false"], False),
+        (["--save-model", "false"], False),
+        (["--no-save-model"], False),
+        ([], True),
+    ]:
         cfg = parse_run_args(["stage2", "--tiny", *argv])
         assert cfg.tiny is True and (cfg.liger_kernel if "--liger-kernel" in argv else cfg.save_model) is expected
     with pytest.raises(SystemExit):
@@ -712,19 +893,31 @@ def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(
 HEAVY = {"torch", "transformers", "deepspeed", "datasets", "pandas", "matplotlib"}
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["report", "--help"], ["export", "--help"], ["ask", "--help"],
-                                  ["run", "--help"], ["eval", "--help"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["report", "--help"], ["export", "--help"], ["ask", "--help"], ["run", "--help"], ["eval", "--help"]],
+    ids=" ".join,
+)
 def test_help_imports_no_heavy_library(argv):
     """What keeps `workshop --help` quick: the command's own help, and report's, export's and ask's, import none
     of torch, transformers, DeepSpeed, datasets, pandas, matplotlib; run's and eval's, generated from
     their dataclasses by HfArgumentParser, import transformers and none of the others. The real command in a
     fresh interpreter; its imports as `python -X importtime` lists them (each line's last field, indented by
     depth). No timing: the imports are what the time depends on."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "workshop_lib.cli", *argv], capture_output=True,
-                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "workshop_lib.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.startswith("usage: workshop"), out.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in out.stderr.splitlines()
-                if line.startswith("import time:") and "|" in line}
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in out.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
     assert "workshop_lib" in imported, out.stderr[-2000:]  # the listing is there and is read right
     allowed = {"transformers"} if argv[0] in ("run", "eval") else set()
     assert not imported & (HEAVY - allowed), sorted(imported & HEAVY)
@@ -758,10 +951,12 @@ def test_damaged_run_files_and_markers_are_named_not_tracebacks(tmp_path, capsys
     (run / rundir.MARKER).write_text('{"status": "interrupted", "pid": 1}')
     marked = tmp_path / "marked"
     marked.mkdir()
-    (marked / rundir.MARKER).write_text('{"status": "running", "pid": "abc", "host": "%s"}' % os.uname().nodename)
-    for argv, expected in [(["--model", str(model), "--output-dir", str(tmp_path / "x")], "not a valid model config"),
-                           (["--output-dir", str(run), "--resume"], "run_config.json is damaged: the settings"),
-                           (["--output-dir", str(marked)], "marker holds no process id ('abc')")]:
+    (marked / rundir.MARKER).write_text(f'{{"status": "running", "pid": "abc", "host": "{os.uname().nodename}"}}')
+    for argv, expected in [
+        (["--model", str(model), "--output-dir", str(tmp_path / "x")], "not a valid model config"),
+        (["--output-dir", str(run), "--resume"], "run_config.json is damaged: the settings"),
+        (["--output-dir", str(marked)], "marker holds no process id ('abc')"),
+    ]:
         before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
         assert workshop_main(["run", "baseline", "--tiny", *argv]) == 2
         err = capsys.readouterr().err
@@ -779,8 +974,11 @@ def test_a_run_of_one_process_listens_on_the_loopback_interface_only(tmp_path):
     proc = _start(["stage2", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
     try:
         _wait_for_training(out, proc)
-        listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(proc.pid).net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN}
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for c in psutil.Process(proc.pid).net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        }
     finally:
         proc.kill()
         proc.wait()
@@ -807,8 +1005,15 @@ def test_a_callback_given_to_run_experiment_sees_every_step(tmp_path):
             self.logged = sorted(pd.read_csv(tmp_path / "run" / "train_log.csv")["step"].unique())
 
     seen = Seen()
-    r = run_experiment("stage2", tiny=True, max_steps=3, save_strategy="no", save_model=False,
-                       output_dir=str(tmp_path / "run"), callbacks=[seen])
+    r = run_experiment(
+        "stage2",
+        tiny=True,
+        max_steps=3,
+        save_strategy="no",
+        save_model=False,
+        output_dir=str(tmp_path / "run"),
+        callbacks=[seen],
+    )
     assert seen.steps == [1, 2, 3] == seen.logged and r["config"]["max_steps"] == 3
 
 
@@ -841,8 +1046,10 @@ def test_atomic_path_leaves_the_old_file_or_the_whole_new_one(tmp_path):
 def test_a_stop_after_the_run_claimed_its_folder_never_says_nothing_was_written():
     """A signal outside the training steps (rank 0 cleaning up after another rank died, when torchrun sends
     SIGTERM) is told as a stop before anything was written only before the run has claimed its folder."""
-    for claimed, words in ((False, "stopped by SIGTERM before anything was written."),
-                           (True, "stopped by SIGTERM after the run had started: its folder's RUNNING marker")):
+    for claimed, words in (
+        (False, "stopped by SIGTERM before anything was written."),
+        (True, "stopped by SIGTERM after the run had started: its folder's RUNNING marker"),
+    ):
         with pytest.raises(rundir.RunInterrupted) as e, rundir.interruptible():
             rundir.StopRequest.claimed = claimed
             os.kill(os.getpid(), signal.SIGTERM)

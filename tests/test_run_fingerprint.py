@@ -17,8 +17,25 @@ import pandas as pd
 import pytest
 
 FINGERPRINT = Path(__file__).parent / "data" / "tiny_runs_fingerprint.json"
-TIMING = ("_s", "_mib", "seconds", "per_second", "mfu", "hfu", "util", "date", "time", "version", "host", "dir",
-          "device", "pid", "memory", "warmup_steps", "steady_steps")  # fields whose values differ between two
+TIMING = (
+    "_s",
+    "_mib",
+    "seconds",
+    "per_second",
+    "mfu",
+    "hfu",
+    "util",
+    "date",
+    "time",
+    "version",
+    "host",
+    "dir",
+    "device",
+    "pid",
+    "memory",
+    "warmup_steps",
+    "steady_steps",
+)  # fields whose values differ between two
 # runs of the same code (the warm-up is found from the steps' times: metrics.steady_steps)
 
 
@@ -27,15 +44,23 @@ def fingerprint(run: Path) -> dict:
     r = json.loads((run / "results.json").read_text())
     log = pd.read_csv(run / "train_log.csv")
     steps = log[log["loss"].notna()]
-    return {"fields": sorted(r), "config_fields": sorted(r["config"]),
-            "train_losses": [round(float(x), 6) for x in steps["loss"]],
-            "eval_losses": [round(float(x), 6) for x in log["eval_loss"].dropna()],
-            "train_loss": round(float(r["train_loss"]), 6),
-            "counts": {k: v for k, v in r.items()
-                       if isinstance(v, int) and not isinstance(v, bool) and not any(t in k for t in TIMING)},
-            # the data's counts, not where the file was read (a path that names the checkout)
-            "data_stats": {split: {k: v for k, v in stats.items() if k != "source"}
-                           for split, stats in (r.get("data_stats") or {}).items()}}
+    return {
+        "fields": sorted(r),
+        "config_fields": sorted(r["config"]),
+        "train_losses": [round(float(x), 6) for x in steps["loss"]],
+        "eval_losses": [round(float(x), 6) for x in log["eval_loss"].dropna()],
+        "train_loss": round(float(r["train_loss"]), 6),
+        "counts": {
+            k: v
+            for k, v in r.items()
+            if isinstance(v, int) and not isinstance(v, bool) and not any(t in k for t in TIMING)
+        },
+        # the data's counts, not where the file was read (a path that names the checkout)
+        "data_stats": {
+            split: {k: v for k, v in stats.items() if k != "source"}
+            for split, stats in (r.get("data_stats") or {}).items()
+        },
+    }
 
 
 @pytest.mark.slow

@@ -5,10 +5,10 @@ container check, `.ci/container.sh readme`.)"""
 import json
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,15 +31,26 @@ def test_jupyterlab_lists_each_notebook_once_and_keeps_its_outputs(tmp_path):
     assert sorted(c["name"] for c in cm.get("course")["content"]) == ["00_setup.py", "outputs"]
     assert [c["name"] for c in cm.get("course/outputs")["content"]] == ["00_setup.ipynb"]
     reopened = cm.get("course/00_setup.py")["content"]["cells"]
-    assert any(o.get("text") == "a learner's output\n" for c in reopened if c["cell_type"] == "code" for o in c["outputs"])
+    assert any(
+        o.get("text") == "a learner's output\n" for c in reopened if c["cell_type"] == "code" for o in c["outputs"]
+    )
 
 
 def test_jupytext_config_makes_python_files_open_as_notebooks(tmp_path):
     """The README's one-time command writes JupyterLab's default viewer for Python files."""
     pytest.importorskip("jupytext")
     settings = tmp_path / "plugin.jupyterlab-settings"
-    subprocess.run([shutil.which("jupytext-config") or "jupytext-config", "--settings-file", settings,
-                    "set-default-viewer", "python"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            shutil.which("jupytext-config") or "jupytext-config",
+            "--settings-file",
+            settings,
+            "set-default-viewer",
+            "python",
+        ],
+        check=True,
+        capture_output=True,
+    )
     viewers = json.loads(settings.read_text())["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
     assert viewers["python"] == "Jupytext Notebook"
 
@@ -51,23 +62,33 @@ def test_plain_pytest_is_the_fast_tier():
     assert 'pytest -q -m ""' in (ROOT / "scripts" / "test.sh").read_text()
 
 
-
 def test_plots_label_runs_by_experiment_and_say_when_the_model_is_tiny():
     import pandas as pd
 
     from workshop_lib.results import _labels, _tiny_note
 
-    df = pd.DataFrame({"experiment": ["stage2", "stage2", "baseline"], "model": ["Qwen/Qwen3-0.6B (tiny)"] * 3,
-                       "recipe": ["default", "classic", "default"], "tiny": [True] * 3,
-                       "run_dir": ["runs/stage2-tiny-20261123-1", "runs/x", "runs/y"]})
+    df = pd.DataFrame(
+        {
+            "experiment": ["stage2", "stage2", "baseline"],
+            "model": ["Qwen/Qwen3-0.6B (tiny)"] * 3,
+            "recipe": ["default", "classic", "default"],
+            "tiny": [True] * 3,
+            "run_dir": ["runs/stage2-tiny-20261123-1", "runs/x", "runs/y"],
+        }
+    )
     assert _labels(df) == ["stage2 default", "stage2 classic", "baseline default"]
     assert _labels(df.assign(recipe="default")) == ["stage2-tiny-20261123-1", "stage2 (x)", "baseline (y)"]
     ac = pd.DataFrame({"experiment": ["baseline"] * 2, "run_dir": ["runs/baseline", "runs/baseline_ac"]})
     assert _labels(ac) == ["baseline", "baseline_ac"]  # not "baseline (baseline_ac)"
     assert "tiny model" in _tiny_note(df) and _tiny_note(df.assign(tiny=False)) == ""
     # a token-budget run's micro-batch is its token budget, not the sequence count the Trainer was given
-    mb = pd.DataFrame({"experiment": ["baseline"] * 2, "micro_batch_size_per_gpu": [4, 16],
-                       "config": [{"batching": "token_budget", "max_tokens_per_micro_batch": 32768}, {}]})
+    mb = pd.DataFrame(
+        {
+            "experiment": ["baseline"] * 2,
+            "micro_batch_size_per_gpu": [4, 16],
+            "config": [{"batching": "token_budget", "max_tokens_per_micro_batch": 32768}, {}],
+        }
+    )
     assert _labels(mb) == ["baseline mb32768 tokens", "baseline mb16"]
 
 

@@ -17,21 +17,36 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
     if os.environ.get("WORKSHOP_REQUIRE_SLURM") == "1":
-        raise RuntimeError("WORKSHOP_REQUIRE_SLURM=1 but no SLURM cluster answers. To fix: bash .ci/slurm_cluster.sh start")
+        raise RuntimeError(
+            "WORKSHOP_REQUIRE_SLURM=1 but no SLURM cluster answers. To fix: bash .ci/slurm_cluster.sh start"
+        )
     pytest.skip("no SLURM cluster here (start one with: bash .ci/slurm_cluster.sh start)", allow_module_level=True)
 
 
 def job_env(env=None) -> dict:
     """The environment of a submission: this Python's environment, the tiny model, short timeouts."""
     e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
-    return e | {"WORKSHOP_TINY": "1", "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
-                "WORKSHOP_DIST_TIMEOUT_S": "60"} | (env or {})
+    return (
+        e
+        | {
+            "WORKSHOP_TINY": "1",
+            "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
+            "WORKSHOP_DIST_TIMEOUT_S": "60",
+        }
+        | (env or {})
+    )
 
 
 def submit(*argv, env=None) -> str:
     """`sbatch --parsable --gpus-per-node=0 ARGV` from the repo root, in `job_env(env)`: the job id."""
-    p = subprocess.run(["sbatch", "--parsable", "--gpus-per-node=0", *argv], cwd=ROOT, env=job_env(env),
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        ["sbatch", "--parsable", "--gpus-per-node=0", *argv],
+        cwd=ROOT,
+        env=job_env(env),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return p.stdout.strip().split(";")[0]
 
 
@@ -74,8 +89,24 @@ def one_process_loss(tmp_path_factory):
     """Train loss of one process with the multi-node runs' global batch: 2 token-budget micro-batches per
     step, by accumulation here (2 x 1 rank), by the ranks there (1 x 2 ranks); 32 questions either way."""
     out = tmp_path_factory.mktemp("one")
-    subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", "--max-steps", "2",
-                    "--gradient-accumulation-steps", "2", "--output-dir", out], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workshop_lib.cli",
+            "run",
+            "stage2",
+            "--tiny",
+            "--max-steps",
+            "2",
+            "--gradient-accumulation-steps",
+            "2",
+            "--output-dir",
+            out,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return json.loads((out / "results.json").read_text())["train_loss"]
 
 
@@ -97,8 +128,9 @@ def test_one_gpu_script_runs_the_experiment_named_first_as_its_own_script_does()
     assert (ROOT / "logs" / f"stage2_offload-{job}.out").resolve() == ROOT / "logs" / f"one_gpu-{job}.out"
 
 
-@pytest.mark.parametrize("args, error", [((), "no experiment given."), (("stage9", "--max-steps", "2"),
-                                                                        "unknown experiment 'stage9'.")])
+@pytest.mark.parametrize(
+    "args, error", [((), "no experiment given."), (("stage9", "--max-steps", "2"), "unknown experiment 'stage9'.")]
+)
 def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, error):
     from workshop_lib.ds_config import EXPERIMENTS
 
@@ -111,8 +143,14 @@ def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, erro
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
 def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss, tmp_path):
-    rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", env={"WORKSHOP_LAUNCHER": launcher},
-                             job_name=f"multi_node_{launcher}")
+    rc, job, log, r = sbatch(
+        "multi_node",
+        "stage2",
+        "--max-steps",
+        "2",
+        env={"WORKSHOP_LAUNCHER": launcher},
+        job_name=f"multi_node_{launcher}",
+    )
     assert rc == 0, log[-3000:]
     assert (r["world_size"], r["global_batch_size"]) == (2, 32)
     assert sorted(m["host"] for m in r["per_rank_memory"]) == ["n1", "n2"]
@@ -121,8 +159,11 @@ def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_lo
         from workshop_lib import evaluation
 
         run = ROOT / "runs" / f"multi_node_{launcher}-{job}"
-        subprocess.run([sys.executable, "-m", "workshop_lib.cli", "export", run, tmp_path / "exported"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "workshop_lib.cli", "export", run, tmp_path / "exported"],
+            check=True,
+            capture_output=True,
+        )
         (a, _), (b, _) = evaluation.load_model(tmp_path / "exported"), evaluation.load_model(run)
         sa, sb = a.state_dict(), b.state_dict()
         assert max((sa[k] - sb[k]).abs().max().item() for k in sa) == 0.0  # fp32 on the CPU: the same weights
@@ -137,8 +178,14 @@ def test_missing_environment_fails_fast_with_the_fix():
 def test_unreachable_master_fails_instead_of_hanging():
     """A master no node can reach: the rendezvous gives up after WORKSHOP_DIST_TIMEOUT_S (its join and its store's
     connection, `--rdzv_conf` read_timeout, torch's default 60 s) and the job fails."""
-    rc, job, log, r = sbatch("multi_node", "stage2", "--max-steps", "2", job_name="multi_node_badmaster",
-                             env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid", "WORKSHOP_DIST_TIMEOUT_S": "10"})
+    rc, job, log, r = sbatch(
+        "multi_node",
+        "stage2",
+        "--max-steps",
+        "2",
+        job_name="multi_node_badmaster",
+        env={"WORKSHOP_MASTER_ADDR": "no-such-host.invalid", "WORKSHOP_DIST_TIMEOUT_S": "10"},
+    )
     assert rc != 0 and r is None
 
 
@@ -187,8 +234,11 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
         time.sleep(0.2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
     ref = tmp_path / "ref"
-    subprocess.run([sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", *args, "--output-dir", ref],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", *args, "--output-dir", ref],
+        check=True,
+        capture_output=True,
+    )
     while state(jid)[0] not in ENDED and time.time() < deadline:  # SLURM holds a requeued job ~2 min: release it
         held = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
         if "PENDING" in held and "BeginTime" in held:
@@ -203,8 +253,11 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     r = json.loads((ROOT / "runs" / f"{run_name}-{jid}" / "results.json").read_text())
     want = json.loads((ref / "results.json").read_text())
     # CPU fp32, one process either way: measured identical
-    assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (want["global_steps"], want["train_loss"],
-                                                                    want["eval_loss"])
+    assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (
+        want["global_steps"],
+        want["train_loss"],
+        want["eval_loss"],
+    )
 
 
 def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp_path):
@@ -226,8 +279,9 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     name, args = "multi_node_shrink", ["--epochs", "8"]  # 16 steps on 2 ranks: training still runs at the signal
     jid, deadline = submit("--job-name", name, "slurm/multi_node.slurm", "stage2", *args), time.time() + 600
     out = ROOT / "runs" / f"{name}-{jid}"
-    while time.time() < deadline and not ((out / "train_log.csv").exists()
-                                          and len((out / "train_log.csv").read_text().splitlines()) > 3):
+    while time.time() < deadline and not (
+        (out / "train_log.csv").exists() and len((out / "train_log.csv").read_text().splitlines()) > 3
+    ):
         time.sleep(0.2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
     ref = launch.run_local("stage2", 2, tmp_path / "ref", "--tiny", *args, env={"CUDA_VISIBLE_DEVICES": ""})
@@ -235,10 +289,13 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     while state(jid)[0] not in ENDED and time.time() < deadline:  # requeued and held (BeginTime): 1 node, release
         held = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
         if "PENDING" in held and "BeginTime" in held:
-            cpus = re.search(r"CPUs/Task=(\d+)", subprocess.run(["scontrol", "show", "job", jid], capture_output=True,
-                                                                 text=True).stdout).group(1)
-            subprocess.run(["scontrol", "update", f"JobId={jid}", "NumNodes=1-1", "NumTasks=1", f"NumCPUs={cpus}"],
-                           check=True)
+            cpus = re.search(
+                r"CPUs/Task=(\d+)",
+                subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True).stdout,
+            ).group(1)
+            subprocess.run(
+                ["scontrol", "update", f"JobId={jid}", "NumNodes=1-1", "NumTasks=1", f"NumCPUs={cpus}"], check=True
+            )
             subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
             changed = True
             break
@@ -250,8 +307,10 @@ def test_a_requeued_job_that_lands_on_fewer_nodes_resumes_on_that_world_size(tmp
     assert f"job {jid}: 2 node(s) x 1 process(es)" in log and f"job {jid}: 1 node(s) x 1 process(es)" in log
     assert "can't honor --ntasks-per-node" not in log, log[-3000:]
     assert log.count("Resuming from") == 1 and log.count("to a universal checkpoint in") == 1, log[-3000:]
-    assert ("Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global batch "
-            "kept (2 micro-batch(es) per optimizer step)") in log, log[-3000:]
+    assert (
+        "Resuming on another world size: 2 -> 1 rank(s), gradient_accumulation_steps 1 -> 2, the global batch "
+        "kept (2 micro-batch(es) per optimizer step)"
+    ) in log, log[-3000:]
     r = json.loads((out / "results.json").read_text())
     assert (r["world_size"], r["gradient_accumulation_steps"]) == (1, 2)
     assert (r["global_batch_size"], r["global_steps"]) == (ref["global_batch_size"], ref["global_steps"])

@@ -53,5 +53,9 @@ def test_sbatch_reads_one_header_in_every_single_gpu_script():
         headers[name] = sbatch[1:]
         assert "source slurm/common.sh" in lines[first_command:]
     assert all(h == headers["one_gpu"] for h in headers.values())
-    assert {"#SBATCH --signal=B:USR1@120", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-            "#SBATCH --output=logs/%x-%j.out"} <= set(headers["one_gpu"])
+    assert {
+        "#SBATCH --signal=B:USR1@120",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --output=logs/%x-%j.out",
+    } <= set(headers["one_gpu"])

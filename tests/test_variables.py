@@ -16,8 +16,12 @@ SOURCES = ["workshop_lib", "solutions", "scripts", "slurm", "container", "tests"
 def _files():
     for top in SOURCES:
         for p in sorted((ROOT / top).rglob("*")):
-            if (p.is_file() and p.suffix in {".py", ".sh", ".slurm", ""} and "__pycache__" not in p.parts
-                    and p.name != "test_variables.py"):
+            if (
+                p.is_file()
+                and p.suffix in {".py", ".sh", ".slurm", ""}
+                and "__pycache__" not in p.parts
+                and p.name != "test_variables.py"
+            ):
                 yield p
 
 
@@ -29,27 +33,39 @@ def test_every_variable_the_repository_uses_is_in_the_table_and_every_one_in_the
 
 def test_the_library_and_the_notebooks_read_them_only_through_get():
     direct = re.compile(r"(environ(\.get)?\s*[\[(]|getenv\s*\()\s*[\"']WORKSHOP_")
-    found = [f"{p.relative_to(ROOT)}:{i}" for top in ("workshop_lib", "solutions", "course")
-             for p in sorted((ROOT / top).rglob("*.py")) if p.name != "variables.py"
-             for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for top in ("workshop_lib", "solutions", "course")
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if p.name != "variables.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if direct.search(line)
+    ]
     assert not found, found
 
 
 def test_get_parses_each_kind_and_refuses_a_bad_value_with_the_fix(monkeypatch):
-    for name, raw, value in [("WORKSHOP_MAX_STEPS", "12", 12), ("WORKSHOP_GPU_MEMORY_FRACTION", "0.5", 0.5),
-                             ("WORKSHOP_RANDOM_WEIGHTS", "1", True), ("WORKSHOP_RANDOM_WEIGHTS", "0", False),
-                             ("WORKSHOP_TINY", "auto", "auto"), ("WORKSHOP_NVME_PATH", "/scratch", "/scratch")]:
+    for name, raw, value in [
+        ("WORKSHOP_MAX_STEPS", "12", 12),
+        ("WORKSHOP_GPU_MEMORY_FRACTION", "0.5", 0.5),
+        ("WORKSHOP_RANDOM_WEIGHTS", "1", True),
+        ("WORKSHOP_RANDOM_WEIGHTS", "0", False),
+        ("WORKSHOP_TINY", "auto", "auto"),
+        ("WORKSHOP_NVME_PATH", "/scratch", "/scratch"),
+    ]:
         monkeypatch.setenv(name, raw)
         assert variables.get(name) == value
     monkeypatch.setenv("WORKSHOP_MAX_STEPS", "")
     assert variables.get("WORKSHOP_MAX_STEPS", 24) == 24  # empty is unset
-    for name, raw, expected in [("WORKSHOP_MAX_STEPS", "ten", "a whole number, 0 or more"),
-                                ("WORKSHOP_TINY", "yes", "auto or 1 or 0"),
-                                ("WORKSHOP_RANDOM_WEIGHTS", "true", "1 or 0"),
-                                ("WORKSHOP_DIST_TIMEOUT_S", "5m", "a whole number, 0 or more"),
-                                ("WORKSHOP_DIST_TIMEOUT_S", "-5", "a whole number, 0 or more"),  # issue 38
-                                ("WORKSHOP_OP_LOCK_TIMEOUT_S", "nan", "a finite number, 0 or more"),
-                                ("WORKSHOP_GPU_MEMORY_FRACTION", "-inf", "a finite number, 0 or more")]:
+    for name, raw, expected in [
+        ("WORKSHOP_MAX_STEPS", "ten", "a whole number, 0 or more"),
+        ("WORKSHOP_TINY", "yes", "auto or 1 or 0"),
+        ("WORKSHOP_RANDOM_WEIGHTS", "true", "1 or 0"),
+        ("WORKSHOP_DIST_TIMEOUT_S", "5m", "a whole number, 0 or more"),
+        ("WORKSHOP_DIST_TIMEOUT_S", "-5", "a whole number, 0 or more"),  # issue 38
+        ("WORKSHOP_OP_LOCK_TIMEOUT_S", "nan", "a finite number, 0 or more"),
+        ("WORKSHOP_GPU_MEMORY_FRACTION", "-inf", "a finite number, 0 or more"),
+    ]:
         monkeypatch.setenv(name, raw)
         with pytest.raises(WorkshopError, match=rf"(?s){name}='{raw}' is not {expected} \(.*To fix: set {name}"):
             variables.get(name)

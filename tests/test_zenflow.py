@@ -19,15 +19,26 @@ def test_zenflow_updates_on_the_cpu_every_update_interval_steps_and_learns(tmp_p
     its CPU-update process is for a GPU to overlap with."""
     skip_unless_runnable("stage2_zenflow")
     out = tmp_path / "run"
-    workshop("run", "stage2_zenflow", "--tiny", "--max-steps", "12", "--save-strategy", "no", "--save-model", "false",
-             "--output-dir", out)
+    workshop(
+        "run",
+        "stage2_zenflow",
+        "--tiny",
+        "--max-steps",
+        "12",
+        "--save-strategy",
+        "no",
+        "--save-model",
+        "false",
+        "--output-dir",
+        out,
+    )
     zf = json.loads((out / "ds_config.json").read_text())["zero_optimization"]["zenflow"]
     k = zf["update_interval"]
     assert zf == ZENFLOW | {"overlap_step": zenflow_overlap_step()} and k == 4
     log = pd.read_csv(out / "train_log.csv").dropna(subset=["loss"]).set_index("step")
     norms = log["grad_norm"].loc[k:].round(6).tolist()  # steps 1-3: no CPU update has ended yet
-    assert log["grad_norm"].loc[:k - 1].isna().all() and len(norms) == 12 - k + 1
-    cycles = [norms[i:i + k] for i in range(0, len(norms), k)]  # steps 4-7, 8-11, 12
+    assert log["grad_norm"].loc[: k - 1].isna().all() and len(norms) == 12 - k + 1
+    cycles = [norms[i : i + k] for i in range(0, len(norms), k)]  # steps 4-7, 8-11, 12
     assert all(len(set(c)) == 1 for c in cycles) and len({c[0] for c in cycles}) == 3, norms
     assert log["loss"].iloc[-3:].mean() < log["loss"].iloc[:3].mean(), log["loss"].tolist()
 

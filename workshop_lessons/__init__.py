@@ -44,21 +44,23 @@ from workshop_lib.config import TINY, RunConfig, recipe_settings
 from workshop_lib.ds_config import EXPERIMENTS
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import micro_batch_budget
-from workshop_lib.units import MiB
 from workshop_lib.results import exercise_table, find_runs, load_results, title
 from workshop_lib.rundir import state
 from workshop_lib.train import run_experiment
+from workshop_lib.units import MiB
 
 # The reference runs the notebooks show beside the learner's, shipped with the package (pyproject's package-data)
 REFERENCE = Path(__file__).resolve().parent / "reference"
 REFERENCE_DIR = REFERENCE / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
 # Reference runs measured again: the same model, recipe, data, steps and experiment in workshop_lessons/reference/h100/runs
 # (scripts/gpu_benchmark.sh with MAX_STEPS=24, another call on another H100 instance).
-REPEATS = {"baseline": REFERENCE / "h100/runs/Qwen3-0.6B-default-baseline",
-           "stage2": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2",
-           "stage2_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2_offload",
-           "stage3_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage3_offload",
-           "baseline_classic": REFERENCE / "h100/runs/bloom-560m-classic-baseline"}
+REPEATS = {
+    "baseline": REFERENCE / "h100/runs/Qwen3-0.6B-default-baseline",
+    "stage2": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2",
+    "stage2_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2_offload",
+    "stage3_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage3_offload",
+    "baseline_classic": REFERENCE / "h100/runs/bloom-560m-classic-baseline",
+}
 # What those earlier runs measured as the reference runs do; their memory was taken over another window (set-up
 # included), so memory has no band until a run is repeated with `--repeat`.
 REPEATS_METRICS = {"steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct", "train_loss"}
@@ -102,15 +104,42 @@ GPU_MAX_STEPS = 24
 # The columns of each notebook's exercise table (results.json keys; titles and units from `results.COLUMNS`).
 _SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
 COLUMNS = {
-    "01_baseline": [*_SPEED, "tokens_per_step", "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
-                    "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"],
-    "02_zero_stages": [*_SPEED, "gpu_states_allocated_mib", "estimated_model_states_gpu_mib", "gpu_peak_allocated_mib",
-                       "gpu_peak_reserved_mib", "gpu_peak_mib", "host_peak_rss_mib"],
-    "03_cpu_offload": [*_SPEED, "gpu_states_allocated_mib", "estimated_model_states_gpu_mib",
-                       "estimated_model_states_cpu_mib", "gpu_peak_allocated_mib", "gpu_peak_mib",
-                       "host_states_rss_mib", "host_peak_rss_mib"],
-    "03e_zenflow": ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "gpu_peak_allocated_mib",
-                    "host_peak_rss_mib"],
+    "01_baseline": [
+        *_SPEED,
+        "tokens_per_step",
+        "gpu_states_allocated_mib",
+        "estimated_model_states_gpu_mib",
+        "gpu_peak_allocated_mib",
+        "gpu_peak_reserved_mib",
+        "gpu_peak_mib",
+        "host_peak_rss_mib",
+    ],
+    "02_zero_stages": [
+        *_SPEED,
+        "gpu_states_allocated_mib",
+        "estimated_model_states_gpu_mib",
+        "gpu_peak_allocated_mib",
+        "gpu_peak_reserved_mib",
+        "gpu_peak_mib",
+        "host_peak_rss_mib",
+    ],
+    "03_cpu_offload": [
+        *_SPEED,
+        "gpu_states_allocated_mib",
+        "estimated_model_states_gpu_mib",
+        "estimated_model_states_cpu_mib",
+        "gpu_peak_allocated_mib",
+        "gpu_peak_mib",
+        "host_states_rss_mib",
+        "host_peak_rss_mib",
+    ],
+    "03e_zenflow": [
+        "train_loss",
+        "steady_train_tokens_per_second",
+        "steady_step_time_s",
+        "gpu_peak_allocated_mib",
+        "host_peak_rss_mib",
+    ],
 }
 
 Verdict = Literal["higher", "lower", "equal", "within the band"]
@@ -153,7 +182,7 @@ class Comparison:
 
     @property
     def band_text(self) -> str:
-        """"±8.7%", or "no band measured"."""
+        """ "±8.7%", or "no band measured"."""
         return f"±{self.band:.1%}" if self.band is not None else "no band measured"
 
     @property
@@ -174,8 +203,13 @@ class Comparison:
         return f"{d} ({self.verdict}; band {self.band_text})"
 
 
-def compare(metric: str, value: float, other: float, unit: str | None = None,
-            noise: float | None | Literal["reference"] = "reference") -> Comparison:
+def compare(
+    metric: str,
+    value: float,
+    other: float,
+    unit: str | None = None,
+    noise: float | None | Literal["reference"] = "reference",
+) -> Comparison:
     """`value` against `other` for results.json's `metric`: its unit from `results.COLUMNS` unless given, and
     as band the spread measured on the reference runs (`band(metric)`) unless `noise` gives one (None: none)."""
     spread = band(metric) if noise == "reference" else noise
@@ -189,13 +223,20 @@ def beside_prediction(predicted: dict[str, float | None], measured: dict[str, fl
     rows = []
     for name, m in measured.items():
         p = predicted.get(name)
-        rows.append({"run": name, f"your prediction ({unit})": "not written" if p is None else p,
-                     f"measured ({unit})": round(m, 2), "measured / predicted": f"{m / p:.2f}x" if p else "n/a"})
+        rows.append(
+            {
+                "run": name,
+                f"your prediction ({unit})": "not written" if p is None else p,
+                f"measured ({unit})": round(m, 2),
+                "measured / predicted": f"{m / p:.2f}x" if p else "n/a",
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def gpu_results(notebook: str, runs: str | Path, names: list[str], key: str = "gpu_states_allocated_mib"
-                ) -> tuple[dict[str, dict], str]:
+def gpu_results(
+    notebook: str, runs: str | Path, names: list[str], key: str = "gpu_states_allocated_mib"
+) -> tuple[dict[str, dict], str]:
     """results.json of the runs `names` in `runs` where every one finished and measured GPU memory (`key`), else of
     `notebook`'s GPU reference runs of the same names, those it has (a CPU's memory is the whole process's:
     00_setup); and which of the two it is ("your runs", "the GPU reference")."""
@@ -236,8 +277,9 @@ def course_budget(free_mib: float):
     notebooks share runs (02's baseline is 01's), and a comparison needs the same micro-batches on both sides.
     A pure function of `free_mib`."""
     r = recipe_settings("default")
-    return micro_batch_budget(r["model"], budget_setups(), free_mib, most=r["max_tokens_per_micro_batch"],
-                              least=r["max_length"])
+    return micro_batch_budget(
+        r["model"], budget_setups(), free_mib, most=r["max_tokens_per_micro_batch"], least=r["max_length"]
+    )
 
 
 def notebook_run_options(size_micro_batches: bool = False) -> dict:
@@ -261,22 +303,32 @@ def notebook_run_options(size_micro_batches: bool = False) -> dict:
     tiny = variables.get("WORKSHOP_TINY", "auto")
     tiny = (not torch.cuda.is_available()) if tiny == "auto" else tiny == "1"
     steps = variables.get("WORKSHOP_MAX_STEPS", GPU_MAX_STEPS) or None
-    options = {"tiny": tiny, "random_weights": variables.get("WORKSHOP_RANDOM_WEIGHTS", False), "overwrite": True,
-               "max_steps": steps}
+    options = {
+        "tiny": tiny,
+        "random_weights": variables.get("WORKSHOP_RANDOM_WEIGHTS", False),
+        "overwrite": True,
+        "max_steps": steps,
+    }
     if not size_micro_batches:
         return options
     if tiny or not torch.cuda.is_available():
-        print(f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
-              "no GPU to size them for." + (" The tiny model starts from random weights." if tiny else ""))
+        print(
+            f"Micro-batches of up to {TINY['max_tokens_per_micro_batch']:,} tokens: the tiny model's (--tiny), "
+            "no GPU to size them for." + (" The tiny model starts from random weights." if tiny else "")
+        )
         return options
     budget, fraction = course_budget(env.gpu_free_mib()), env.gpu_memory_fraction()
     line = budget.line("every course run (the experiments of notebooks 01-03)")
-    print(line + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use that share of the GPU)"
-                  if fraction else ""))
+    print(
+        line
+        + (f" (WORKSHOP_GPU_MEMORY_FRACTION={fraction}: PyTorch may use that share of the GPU)" if fraction else "")
+    )
     if budget.tokens is None:
-        raise WorkshopError(line,
-                            "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
-                            "WORKSHOP_TINY=1 for the tiny model.")
+        raise WorkshopError(
+            line,
+            "free the GPU (`nvidia-smi` lists what holds it), use a GPU with more memory, or set "
+            "WORKSHOP_TINY=1 for the tiny model.",
+        )
     return options | {"max_tokens_per_micro_batch": budget.tokens}
 
 
@@ -287,10 +339,14 @@ def run_config(notebook: str, name: str, runs_dir: str | os.PathLike, **common):
     8-10 GB); the fine-tuned model is still saved in runs_dir/name/model."""
     experiment, settings = COURSE_RUNS[notebook][name]
     if settings.get("max_tokens_per_micro_batch") == QUARTER:
-        budget = (common.get("max_tokens_per_micro_batch")
-                  or recipe_settings("default", common.get("tiny", False))["max_tokens_per_micro_batch"])
+        budget = (
+            common.get("max_tokens_per_micro_batch")
+            or recipe_settings("default", common.get("tiny", False))["max_tokens_per_micro_batch"]
+        )
         settings = settings | {"max_tokens_per_micro_batch": budget // 4}
-    if recipe_settings(settings.get("recipe", "default"))["batching"] != "token_budget":  # the budget means nothing there
+    if (
+        recipe_settings(settings.get("recipe", "default"))["batching"] != "token_budget"
+    ):  # the budget means nothing there
         common = {k: v for k, v in common.items() if k != "max_tokens_per_micro_batch"}
     return RunConfig(experiment, output_dir=str(Path(runs_dir) / name), **({"save_strategy": "no"} | common | settings))
 
@@ -318,8 +374,9 @@ class _Held(io.StringIO):
         return super().write(text)
 
 
-def warm_up(notebook: str, runs_dir: str | os.PathLike, steps: int | None = None,
-            experiments: list[str] | None = None, **common) -> float:
+def warm_up(
+    notebook: str, runs_dir: str | os.PathLike, steps: int | None = None, experiments: list[str] | None = None, **common
+) -> float:
     """Without a GPU, short runs (`WARM_UP_STEPS` optimizer steps, `steps` if given) of each experiment of
     `notebook`'s runs (`COURSE_RUNS`; `experiments` instead, where given: 03c), made before those the notebook
     measures and thrown away (into runs_dir/warm-up, removed afterwards, their output shown only if one fails):
@@ -369,10 +426,15 @@ def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.Dat
 def _repeats(root: Path) -> dict[str, dict]:
     """name -> results.json of the runs measured again: root/repeat/NAME, and `REPEATS` for the committed reference."""
     earlier = {n: d for n, d in REPEATS.items() if (d / "results.json").is_file()} if root == REFERENCE_DIR else {}
-    found = {n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
-             for n, d in earlier.items()}
-    return found | {d.name: json.loads((d / "results.json").read_text())
-                    for d in (root / "repeat").glob("*") if (d / "results.json").is_file()}
+    found = {
+        n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
+        for n, d in earlier.items()
+    }
+    return found | {
+        d.name: json.loads((d / "results.json").read_text())
+        for d in (root / "repeat").glob("*")
+        if (d / "results.json").is_file()
+    }
 
 
 def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
@@ -405,8 +467,11 @@ def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
     warm = measured[measured["warm-up"].astype(bool)].copy()
     process = warm.groupby(["round", "order"])[tps]
     warm["ratio"] = warm[tps] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
-    spreads = [(v.max() - v.min()) / ((v.max() + v.min()) / 2) for run, v in warm.groupby("run")["ratio"]
-               if run != "baseline" and len(v) > 1]
+    spreads = [
+        (v.max() - v.min()) / ((v.max() + v.min()) / 2)
+        for run, v in warm.groupby("run")["ratio"]
+        if run != "baseline" and len(v) > 1
+    ]
     return max(spreads) if spreads else None
 
 
@@ -419,16 +484,23 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     repeated = sorted(set(df.index) & set(_repeats(root)))
     where = root.relative_to(REFERENCE.parents[1]) if root.is_relative_to(REFERENCE.parents[1]) else root
     budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
-    return (f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
-            + (f"micro-batches of up to {budget:,} tokens, " if budget else "") +
-            f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
-            f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
-            f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
-            "figures without a band were measured once.")
+    return (
+        f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
+        + (f"micro-batches of up to {budget:,} tokens, " if budget else "")
+        + f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
+        f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
+        f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
+        "figures without a band were measured once."
+    )
 
 
-def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None = None,
-          root: Path = REFERENCE_DIR, runs: list[str] | None = None) -> pd.DataFrame:
+def table(
+    notebook: str,
+    runs_dir: str | os.PathLike,
+    columns: list[str] | None = None,
+    root: Path = REFERENCE_DIR,
+    runs: list[str] | None = None,
+) -> pd.DataFrame:
     """The learner's exercise table for `notebook`: each of its runs (`runs`, default `COURSE_RUNS`) found finished in
     runs_dir/NAME, in that order, the `columns` (default `COLUMNS[notebook]`) with each figure's reference and
     band beside it (`results.exercise_table`). Data, not answers: the notebook shows it, the learner interprets it.
@@ -442,8 +514,9 @@ def table(notebook: str, runs_dir: str | os.PathLike, columns: list[str] | None 
     return exercise_table(df, cols, reference(notebook, root), {m: band(m, root) for m in cols})
 
 
-def run_own_key(notebook: str, run: str, override: str | None, runs_dir: str | os.PathLike,
-                **common) -> list[str] | None:
+def run_own_key(
+    notebook: str, run: str, override: str | None, runs_dir: str | os.PathLike, **common
+) -> list[str] | None:
     """The exercise "a key of your own" (02, 03): run `run` of `notebook` again with the learner's `--ds-config`
     `override` ("KEY=VALUE") into runs_dir/<run>_mine, replacing only that run's earlier attempt. Returns the two
     run names, for `table(..., runs=)`; None, after saying what to write, while `override` is None.
@@ -452,11 +525,19 @@ def run_own_key(notebook: str, run: str, override: str | None, runs_dir: str | o
         WorkshopError: an override DeepSpeed refuses (`ds_config.check_overrides`: the nearest valid key named).
     """
     if override is None:
-        print("Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again.")
+        print(
+            "Write your KEY=VALUE in MY_OVERRIDE and your prediction in MY_PREDICTION above, then run this cell again."
+        )
         return None
     mine = f"{run}_mine"
-    run_experiment(replace(run_config(notebook, run, runs_dir, **common), output_dir=str(Path(runs_dir) / mine),
-                           ds_config=[override], overwrite=True))
+    run_experiment(
+        replace(
+            run_config(notebook, run, runs_dir, **common),
+            output_dir=str(Path(runs_dir) / mine),
+            ds_config=[override],
+            overwrite=True,
+        )
+    )
     return [run, mine]
 
 
@@ -507,17 +588,30 @@ def header(notebook: str) -> str:
     `WORDS_PER_MINUTE`) and run time on each machine it was timed on (workshop_lessons/reference/notebook_times.json, written by
     scripts/time_notebooks.py), with the DeepSpeed ops it compiled there (once per machine), as Markdown."""
     # the notebook beside the kernel (course/ or solutions/, its working folder), else the checkout's solution
-    src = next((p for p in (Path.cwd() / f"{notebook}.py", REFERENCE.parents[1] / "solutions" / f"{notebook}.py")
-                if p.is_file()), None)
+    src = next(
+        (
+            p
+            for p in (Path.cwd() / f"{notebook}.py", REFERENCE.parents[1] / "solutions" / f"{notebook}.py")
+            if p.is_file()
+        ),
+        None,
+    )
     words = sum(map(len, prose_paragraphs(src))) if src else 0
     parts = [f"**Reading:** about {reading_minutes(words)} min ({words:,} words of prose)."]
     times = REFERENCE / "notebook_times.json"
     runs = json.loads(times.read_text()) if times.exists() else {}
-    timed = [f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']}"
-             + (f"; it compiled DeepSpeed's {', '.join(t['ops_built'])}, once per machine" if t.get("ops_built") else "")
-             + ")" for device, nbs in sorted(runs.items()) if (t := nbs.get(notebook)) and t["returncode"] == 0]
-    parts.append("**Running:** " + ("; ".join(timed) if timed else "not timed yet") +
-                 " (`python scripts/time_notebooks.py` times it on yours).")
+    timed = [
+        f"{_duration(t['seconds'])} on {device} ({t['model']}, {t['date']}"
+        + (f"; it compiled DeepSpeed's {', '.join(t['ops_built'])}, once per machine" if t.get("ops_built") else "")
+        + ")"
+        for device, nbs in sorted(runs.items())
+        if (t := nbs.get(notebook)) and t["returncode"] == 0
+    ]
+    parts.append(
+        "**Running:** "
+        + ("; ".join(timed) if timed else "not timed yet")
+        + " (`python scripts/time_notebooks.py` times it on yours)."
+    )
     return " ".join(parts)
 
 
@@ -531,8 +625,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(argv[0]) / ("repeat" if "--repeat" in argv else "runs")
     only = [argv[i + 1] for i, a in enumerate(argv) if a == "--notebook"]
     if not only:
-        codes = [subprocess.run([sys.executable, "-m", "workshop_lessons", *argv, "--notebook", nb]).returncode
-                 for nb in COURSE_RUNS]
+        codes = [
+            subprocess.run([sys.executable, "-m", "workshop_lessons", *argv, "--notebook", nb]).returncode
+            for nb in COURSE_RUNS
+        ]
         return max(codes)
     common = notebook_run_options(size_micro_batches=True) | {"random_weights": True}
     failed = []

@@ -39,10 +39,20 @@ def recipe_here(cfg: RunConfig) -> pd.DataFrame:
     def text(v) -> str:
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
-    rows = [{"setting": k, f"recipe {cfg.recipe}": text(recipe[k]), "this notebook's runs here": text(here[k]),
-             "changed by": f"this machine, {env.device_name()}" if here[k] != notebook[k]
-             else "--tiny (config.TINY)" if cfg.tiny and k in TINY else "this notebook (lessons.notebook_run_options)"}
-            for k in [*RECIPE_FIELDS, "tiny", "random_weights", "max_steps"] if here[k] != recipe[k]]
+    rows = [
+        {
+            "setting": k,
+            f"recipe {cfg.recipe}": text(recipe[k]),
+            "this notebook's runs here": text(here[k]),
+            "changed by": f"this machine, {env.device_name()}"
+            if here[k] != notebook[k]
+            else "--tiny (config.TINY)"
+            if cfg.tiny and k in TINY
+            else "this notebook (lessons.notebook_run_options)",
+        }
+        for k in [*RECIPE_FIELDS, "tiny", "random_weights", "max_steps"]
+        if here[k] != recipe[k]
+    ]
     return pd.DataFrame(rows)
 
 
@@ -133,10 +143,18 @@ class NvmlSplit:
 
 def nvml_split(r: dict) -> NvmlSplit | None:
     """The run's `NvmlSplit` at its training peaks; None without a GPU."""
-    if r.get("gpu_peak_mib") is None or r.get("gpu_peak_reserved_mib") is None or r["gpu_peak_mib"] != r["gpu_peak_mib"]:
+    if (
+        r.get("gpu_peak_mib") is None
+        or r.get("gpu_peak_reserved_mib") is None
+        or r["gpu_peak_mib"] != r["gpu_peak_mib"]
+    ):
         return None
-    return NvmlSplit(r["gpu_peak_mib"], r["gpu_peak_allocated_mib"],
-                     r["gpu_peak_reserved_mib"] - r["gpu_peak_allocated_mib"], r["gpu_peak_mib"] - r["gpu_peak_reserved_mib"])
+    return NvmlSplit(
+        r["gpu_peak_mib"],
+        r["gpu_peak_allocated_mib"],
+        r["gpu_peak_reserved_mib"] - r["gpu_peak_allocated_mib"],
+        r["gpu_peak_mib"] - r["gpu_peak_reserved_mib"],
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,9 @@ class Baseline:
     accum_speed: Comparison  # accum4's tokens/s against the baseline's
     accum_peak: Comparison  # accum4's peak against the baseline's (GPU allocated, else host RSS), MiB
     micro_batches: tuple[MicroBatch, MicroBatch]  # (baseline, accum4)
-    other_ms: Comparison | None  # accum4's ms per micro-batch besides its arithmetic against the baseline's (no peak: None)
+    other_ms: (
+        Comparison | None
+    )  # accum4's ms per micro-batch besides its arithmetic against the baseline's (no peak: None)
     peak_what: str  # what `peak` measured here
     states_mib: float | None  # the baseline's model states measured after step 1 (None without a GPU)
     states_bytes_per_param: float | None
@@ -212,23 +232,38 @@ def figures(base: dict, classic: dict, accum: dict) -> Baseline:
     return Baseline(
         loss_on={"default": base["loss_on"], "classic": classic["loss_on"]},
         models={"default": base["model"], "classic": classic["model"]},
-        classic_mean_tokens=stats["mean_tokens"], classic_max_length=max_len,
-        padding_fraction=1 - stats["mean_tokens"] / max_len, padding_speedup_bound=max_len / stats["mean_tokens"],
-        speed=compare_speed(base, classic), speed_kind=speed(base)[1],
+        classic_mean_tokens=stats["mean_tokens"],
+        classic_max_length=max_len,
+        padding_fraction=1 - stats["mean_tokens"] / max_len,
+        padding_speedup_bound=max_len / stats["mean_tokens"],
+        speed=compare_speed(base, classic),
+        speed_kind=speed(base)[1],
         logits_on={"default": base["config"]["logits_on"], "classic": classic["config"]["logits_on"]},
         labelled_fraction=default["labelled_tokens"] / default["tokens"],
-        head_width={k: count_params(r["config"]["model"], r["config"]["tiny"])["vocab_size"]
-                    for k, r in (("default", base), ("classic", classic))},
+        head_width={
+            k: count_params(r["config"]["model"], r["config"]["tiny"])["vocab_size"]
+            for k, r in (("default", base), ("classic", classic))
+        },
         classic_micro_batch=micro_batch(classic),
         differences={k: (a, b) for k in RAN if (a := ran(base, k)) != (b := ran(classic, k))},
-        tokens_per_micro_batch=(base["config"]["max_tokens_per_micro_batch"], accum["config"]["max_tokens_per_micro_batch"]),
+        tokens_per_micro_batch=(
+            base["config"]["max_tokens_per_micro_batch"],
+            accum["config"]["max_tokens_per_micro_batch"],
+        ),
         accumulation_steps=accum["gradient_accumulation_steps"],
         accum_loss=compare("train_loss", accum["train_loss"], base["train_loss"]),
-        accum_speed=compare_speed(accum, base), accum_peak=compare_peak(accum, base), peak_what=peak(base)[1],
-        micro_batches=mb, other_ms=None if mb[0].other_ms is None else
-        compare("steady_step_time_s", mb[1].other_ms, mb[0].other_ms, unit="ms"),
-        states_mib=states, states_bytes_per_param=bpp,
+        accum_speed=compare_speed(accum, base),
+        accum_peak=compare_peak(accum, base),
+        peak_what=peak(base)[1],
+        micro_batches=mb,
+        other_ms=None
+        if mb[0].other_ms is None
+        else compare("steady_step_time_s", mb[1].other_ms, mb[0].other_ms, unit="ms"),
+        states_mib=states,
+        states_bytes_per_param=bpp,
         gradients_freed=None if bpp is None else bpp < FREED_GRADIENTS_BELOW,
         estimated_states_mib=base["estimated_model_states_gpu_mib"] or base["estimated_model_states_cpu_mib"],
-        estimator=base["estimator"], peak_over_states=peak(base)[0] / states if states else None,
-        nvml=nvml_split(base))
+        estimator=base["estimator"],
+        peak_over_states=peak(base)[0] / states if states else None,
+        nvml=nvml_split(base),
+    )

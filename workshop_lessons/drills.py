@@ -66,8 +66,15 @@ def _resolve_auto(cfg: dict, num_params: int, lr: float) -> dict:
 
 def _batch_config(micro: int, accum: int, config_world_size: int) -> dict:
     """The drill's DeepSpeed config: ZeRO stage 0, fp32 (the CPU's precision), batch sizes for `config_world_size`."""
-    return build_ds_config("stage0", Settings(precision="fp32", train_micro_batch_size_per_gpu=micro,
-                                              gradient_accumulation_steps=accum, world_size=config_world_size))
+    return build_ds_config(
+        "stage0",
+        Settings(
+            precision="fp32",
+            train_micro_batch_size_per_gpu=micro,
+            gradient_accumulation_steps=accum,
+            world_size=config_world_size,
+        ),
+    )
 
 
 def _batch_size_rank(argv: list[str]) -> int:
@@ -91,8 +98,9 @@ def _batch_size_rank(argv: list[str]) -> int:
     # torch's AdamW as the client optimizer, with the config's settings: DeepSpeed's own (FusedAdam) would first
     # JIT-build its CPU op, tens of seconds on a fresh machine, for a drill about the batch arithmetic
     opt = cfg.pop("optimizer")["params"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
-                                  weight_decay=opt["weight_decay"])
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"]
+    )
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=cfg)
     g = torch.Generator().manual_seed(engine.global_rank)  # each rank its own data, as a sampler would give
     for _ in range(engine.gradient_accumulation_steps()):
@@ -101,15 +109,19 @@ def _batch_size_rank(argv: list[str]) -> int:
         engine.backward(loss)
         engine.step()  # updates the weights at the accumulation boundary only
     if engine.global_rank == 0:
-        print(f"rank 0 of {engine.world_size}: deepspeed.initialize accepted train_batch_size "
-              f"{engine.train_batch_size()} = {engine.train_micro_batch_size_per_gpu()} x "
-              f"{engine.gradient_accumulation_steps()} x {engine.world_size}; {engine.global_steps} optimizer step "
-              f"done, last micro-batch loss {loss.item():.3f}", flush=True)
+        print(
+            f"rank 0 of {engine.world_size}: deepspeed.initialize accepted train_batch_size "
+            f"{engine.train_batch_size()} = {engine.train_micro_batch_size_per_gpu()} x "
+            f"{engine.gradient_accumulation_steps()} x {engine.world_size}; {engine.global_steps} optimizer step "
+            f"done, last micro-batch loss {loss.item():.3f}",
+            flush=True,
+        )
     return 0
 
 
-def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, nproc: int = 2,
-                        timeout_s: float = 180) -> dict:
+def batch_size_mismatch(
+    fixed: bool = False, micro: int = 4, accum: int = 4, nproc: int = 2, timeout_s: float = 180
+) -> dict:
     """Launch `nproc` CPU ranks (`python -m torch.distributed.run`, gloo) that each call `deepspeed.initialize`
     with a config whose train_batch_size was computed for one rank (`fixed=False`: micro x accum x 1), or for
     the `nproc` ranks that run it (`fixed=True`, `build_ds_config(..., Settings(world_size=nproc))`).
@@ -142,40 +154,68 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
     """
     config_world = nproc if fixed else 1
     cfg = _batch_config(micro, accum, config_world)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(env.free_port()),
-           "-m", "workshop_lessons.drills", "batch-size-rank",
-           "--micro", str(micro), "--accum", str(accum), "--config-world-size", str(config_world)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(env.free_port()),
+        "-m",
+        "workshop_lessons.drills",
+        "batch-size-rank",
+        "--micro",
+        str(micro),
+        "--accum",
+        str(accum),
+        "--config-world-size",
+        str(config_world),
+    ]
     child_env = teardown.without_world()  # a caller's RANK, MASTER_PORT...: the launcher sets them afresh
-    child_env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "",
-                  "OMP_NUM_THREADS": "1",  # torchrun's own default for several ranks, without its warning
-                  "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))}
+    child_env |= {
+        "DS_ACCELERATOR": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",  # torchrun's own default for several ranks, without its warning
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])),
+    }
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
         text = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)]
         tail = text[0][-1500:] + "\n" + text[1][-1500:]  # bytes even under text=True (subprocess.run's timeout)
-        raise WorkshopError(f"The {nproc}-rank launch did not end within {timeout_s:.0f} s. Its output so far:\n{tail}",
-                            "run it again with a larger timeout_s (a first use JIT-builds DeepSpeed's CPU ops), "
-                            "or look for a stale lock in ~/.cache/torch_extensions.") from e
+        raise WorkshopError(
+            f"The {nproc}-rank launch did not end within {timeout_s:.0f} s. Its output so far:\n{tail}",
+            "run it again with a larger timeout_s (a first use JIT-builds DeepSpeed's CPU ops), "
+            "or look for a stale lock in ~/.cache/torch_extensions.",
+        ) from e
     wall = time.perf_counter() - t0
     # Each rank that gets there prints the same traceback, torch prefixing "[rank1]: "; keep DeepSpeed's line once,
     # and the frame that raised it, its path from the deepspeed package on.
     lines = [re.sub(r"^\[rank\d+\]:\s*", "", ln).strip() for ln in p.stderr.splitlines()]
     errors = list(dict.fromkeys(ln for ln in lines if BATCH_ASSERTION in ln))
-    frames = [re.sub(r'File ".*?/(deepspeed/[^"]+)"', r"\1", ln) for ln in lines
-              if ln.startswith("File") and "/deepspeed/" in ln]
+    frames = [
+        re.sub(r'File ".*?/(deepspeed/[^"]+)"', r"\1", ln)
+        for ln in lines
+        if ln.startswith("File") and "/deepspeed/" in ln
+    ]
     ok_lines = [ln.strip() for ln in p.stdout.splitlines() if "deepspeed.initialize accepted" in ln]
     tail = f"{p.stdout[-1500:]}\n{p.stderr[-2500:]}"
     if fixed and p.returncode != 0:
-        raise WorkshopError(f"The corrected config failed too (exit {p.returncode}). End of its output:\n{tail}",
-                            "read the ranks' error above; the batch sizes were micro x accum x world_size.")
+        raise WorkshopError(
+            f"The corrected config failed too (exit {p.returncode}). End of its output:\n{tail}",
+            "read the ranks' error above; the batch sizes were micro x accum x world_size.",
+        )
     if not fixed and (p.returncode == 0 or not errors):
-        raise WorkshopError(f"The mismatched launch exited {p.returncode} without DeepSpeed's batch-size assertion. "
-                            f"End of its output:\n{tail}",
-                            "read the error above (a port in use, a missing op build); the drill needs DeepSpeed to "
-                            "reach its config check.")
+        raise WorkshopError(
+            f"The mismatched launch exited {p.returncode} without DeepSpeed's batch-size assertion. "
+            f"End of its output:\n{tail}",
+            "read the error above (a port in use, a missing op build); the drill needs DeepSpeed to "
+            "reach its config check.",
+        )
     if errors:
         # DeepSpeed's message ends "... world_size 16 != 4 * 4 * 2": its numbers, not ours, make the arithmetic.
         tb, mb, ga, ws = map(int, re.search(r"(\d+) != (\d+) \* (\d+) \* (\d+)", errors[-1]).groups())
@@ -183,14 +223,22 @@ def batch_size_mismatch(fixed: bool = False, micro: int = 4, accum: int = 4, npr
     else:
         arithmetic = f"{cfg['train_batch_size']} == {micro} x {accum} x {nproc}"
     return {
-        "command": shlex.join(cmd), "returncode": p.returncode, "world_size": nproc,
-        "config": {k: cfg[k] for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                                       "gradient_accumulation_steps")},
+        "command": shlex.join(cmd),
+        "returncode": p.returncode,
+        "world_size": nproc,
+        "config": {
+            k: cfg[k] for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+        },
         "error_lines": errors,
         "raised_in": next((f for f in frames if f.endswith("_batch_assertion")), None) if errors else None,
-        "arithmetic": arithmetic, "output_lines": ok_lines,
-        "fixed_config": {"train_batch_size": micro * accum * nproc, "train_micro_batch_size_per_gpu": micro,
-                         "gradient_accumulation_steps": accum, "world_size": nproc},
+        "arithmetic": arithmetic,
+        "output_lines": ok_lines,
+        "fixed_config": {
+            "train_batch_size": micro * accum * nproc,
+            "train_micro_batch_size_per_gpu": micro,
+            "gradient_accumulation_steps": accum,
+            "world_size": nproc,
+        },
         "wall_s": round(wall, 1),
     }
 
@@ -242,8 +290,9 @@ def squad_batch(tokenizer, n: int = 4, max_length: int = 64) -> dict:
     return dict(make_collator(tokenizer)(feats))
 
 
-def plant_massive_activation(model, batch: dict, value: float = 1e5, layer: int = 0, dim: int = 0,
-                             neuron: int = 0, gain: float = 100.0) -> dict:
+def plant_massive_activation(
+    model, batch: dict, value: float = 1e5, layer: int = 0, dim: int = 0, neuron: int = 0, gain: float = 100.0
+) -> dict:
     """Give `model` (a Qwen3/Llama-style `*ForCausalLM` with a SwiGLU MLP, fp32) a massive activation, in place:
     `value` in feature `dim` of the residual stream after block `layer`, at the first token of `batch`'s prompts.
 
@@ -282,9 +331,17 @@ def plant_massive_activation(model, batch: dict, value: float = 1e5, layer: int 
         hidden = model(**batch, output_hidden_states=True).hidden_states[layer + 1].abs()
     real = batch["attention_mask"].bool() if "attention_mask" in batch else torch.ones(hidden.shape[:2], dtype=bool)
     top, median = hidden.max().item(), hidden[real].median().item()
-    return {"layer": layer, "dim": dim, "neuron": neuron, "max_abs_hidden": top, "median_abs_hidden": median,
-            "times_median": top / median, "positions_over_fp16_max": int((hidden.amax(-1) > FP16_MAX).sum()),
-            "max_abs_weight": max(p.abs().max().item() for p in model.parameters()), "fp16_max": FP16_MAX}
+    return {
+        "layer": layer,
+        "dim": dim,
+        "neuron": neuron,
+        "max_abs_hidden": top,
+        "median_abs_hidden": median,
+        "times_median": top / median,
+        "positions_over_fp16_max": int((hidden.amax(-1) > FP16_MAX).sum()),
+        "max_abs_weight": max(p.abs().max().item() for p in model.parameters()),
+        "fp16_max": FP16_MAX,
+    }
 
 
 def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, messages: _Messages) -> list[dict]:
@@ -309,10 +366,18 @@ def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, mes
             if AT_MINIMUM not in str(e):
                 raise
             error = str(e)
-        rows.append({"precision": precision, "step": step, "loss": loss.item(),
-                     "overflow": bool(getattr(engine.optimizer, "overflow", False)), "loss_scale": scale,
-                     "skipped": bool(error) or engine.skipped_steps > skipped_before, "error": error,
-                     "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m)})
+        rows.append(
+            {
+                "precision": precision,
+                "step": step,
+                "loss": loss.item(),
+                "overflow": bool(getattr(engine.optimizer, "overflow", False)),
+                "loss_scale": scale,
+                "skipped": bool(error) or engine.skipped_steps > skipped_before,
+                "error": error,
+                "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m),
+            }
+        )
         if error:
             break
     engine.destroy()
@@ -361,17 +426,33 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages
             with torch.no_grad():
                 for p32, p16 in zip(master, half.parameters()):
                     p16.copy_(p32)
-        rows.append({"precision": "fp16", "step": step, "loss": loss.item(), "overflow": overflow,
-                     "loss_scale": scale, "skipped": overflow or bool(error), "error": error,
-                     "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m)})
+        rows.append(
+            {
+                "precision": "fp16",
+                "step": step,
+                "loss": loss.item(),
+                "overflow": overflow,
+                "loss_scale": scale,
+                "skipped": overflow or bool(error),
+                "error": error,
+                "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m),
+            }
+        )
         if error:
             break
     return rows
 
 
-def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_stage: int = 2,
-                  micro_batch: int = 4, max_length: int = 64, lr: float = 1e-3, seed: int = 0,
-                  route: str = "auto") -> pd.DataFrame:
+def fp16_overflow(
+    steps: int = 20,
+    massive_activation: float | None = 1e5,
+    zero_stage: int = 2,
+    micro_batch: int = 4,
+    max_length: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    route: str = "auto",
+) -> pd.DataFrame:
     """Train the tiny model, with a massive activation planted (`plant_massive_activation`, |value| above fp16's
     65504), for `steps` steps on one batch of SQuAD prompts in fp16 with DeepSpeed's dynamic loss scaling, and
     the same steps in bf16; one row per step.
@@ -413,9 +494,11 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
         WorkshopError: zero_stage not 1 or 2, an unknown route, or route "engine" where DeepSpeed refuses fp16.
     """
     if zero_stage not in (1, 2):
-        raise WorkshopError(f"zero_stage must be 1 or 2 here, got {zero_stage!r}: their optimizer drives "
-                            "DynamicLossScaler (stage 0's FP16_Optimizer has no hysteresis and never raises).",
-                            "pass zero_stage=1 or 2.")
+        raise WorkshopError(
+            f"zero_stage must be 1 or 2 here, got {zero_stage!r}: their optimizer drives "
+            "DynamicLossScaler (stage 0's FP16_Optimizer has no hysteresis and never raises).",
+            "pass zero_stage=1 or 2.",
+        )
     if route not in ("auto", "engine", "scaler"):
         raise WorkshopError(f"Unknown route {route!r}.", "use auto, engine or scaler.")
     t0 = time.perf_counter()
@@ -426,8 +509,11 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
         acc = get_accelerator()
         supported = acc.is_fp16_supported()
         if route == "engine" and not supported:
-            raise WorkshopError(f"DeepSpeed's {acc._name} accelerator does not support fp16 here "
-                                "(get_accelerator().is_fp16_supported() is False).", "use route='scaler' or 'auto'.")
+            raise WorkshopError(
+                f"DeepSpeed's {acc._name} accelerator does not support fp16 here "
+                "(get_accelerator().is_fp16_supported() is False).",
+                "use route='scaler' or 'auto'.",
+            )
         use = route if route != "auto" else ("engine" if supported else "scaler")
         torch.manual_seed(seed)
         model, tok, info = load_model_and_tokenizer(tiny=True)
@@ -436,22 +522,40 @@ def fp16_overflow(steps: int = 20, massive_activation: float | None = 1e5, zero_
         rows, fp16_cfg = [], None
         with _deepspeed_messages() as messages:
             for precision in ("fp16", "bf16"):
-                cfg = _resolve_auto(build_ds_config(f"stage{zero_stage}", Settings(
-                    precision=precision, train_micro_batch_size_per_gpu=len(batch["input_ids"]),
-                    gradient_accumulation_steps=1, world_size=1)),
-                                    info["num_params"], lr)
+                cfg = _resolve_auto(
+                    build_ds_config(
+                        f"stage{zero_stage}",
+                        Settings(
+                            precision=precision,
+                            train_micro_batch_size_per_gpu=len(batch["input_ids"]),
+                            gradient_accumulation_steps=1,
+                            world_size=1,
+                        ),
+                    ),
+                    info["num_params"],
+                    lr,
+                )
                 net = copy.deepcopy(model)  # the engine casts its module in place; both runs start alike
                 if precision == "fp16":
                     fp16_cfg = cfg["fp16"]
-                    rows += (_train_engine(net, batch, cfg, precision, steps, messages) if use == "engine"
-                             else _fp16_by_hand(net, batch, cfg, steps, messages))
+                    rows += (
+                        _train_engine(net, batch, cfg, precision, steps, messages)
+                        if use == "engine"
+                        else _fp16_by_hand(net, batch, cfg, steps, messages)
+                    )
                 else:
                     rows += _train_engine(net, batch, cfg, precision, steps, messages)
     df = pd.DataFrame(rows)
     errors = [e for e in df["error"] if e]
-    df.attrs.update(route=use, accelerator=acc._name, fp16_supported=supported, massive_activation=planted,
-                    fp16_config=fp16_cfg,
-                    fp16_error=errors[0] if errors else None, wall_s=round(time.perf_counter() - t0, 1))
+    df.attrs.update(
+        route=use,
+        accelerator=acc._name,
+        fp16_supported=supported,
+        massive_activation=planted,
+        fp16_config=fp16_cfg,
+        fp16_error=errors[0] if errors else None,
+        wall_s=round(time.perf_counter() - t0, 1),
+    )
     return df
 
 
@@ -476,9 +580,17 @@ def fp16_summary(df: pd.DataFrame) -> Fp16Overflow:
     """`Fp16Overflow` of `fp16_overflow`'s DataFrame."""
     f16, b16 = df[df["precision"] == "fp16"], df[df["precision"] == "bf16"]
     errors = [e for e in f16["error"] if e]
-    return Fp16Overflow(len(f16), int(f16["skipped"].sum()), float(f16["loss_scale"].iloc[0]),
-                        float(f16["loss_scale"].iloc[-1]), errors[-1] if errors else None, len(b16),
-                        int(b16["skipped"].sum()), float(b16["loss"].iloc[0]), float(b16["loss"].iloc[-1]))
+    return Fp16Overflow(
+        len(f16),
+        int(f16["skipped"].sum()),
+        float(f16["loss_scale"].iloc[0]),
+        float(f16["loss_scale"].iloc[-1]),
+        errors[-1] if errors else None,
+        len(b16),
+        int(b16["skipped"].sum()),
+        float(b16["loss"].iloc[0]),
+        float(b16["loss"].iloc[-1]),
+    )
 
 
 def plot_fp16_overflow(df: pd.DataFrame, ax=None):
@@ -490,19 +602,35 @@ def plot_fp16_overflow(df: pd.DataFrame, ax=None):
         _, ax = plt.subplots(figsize=(7, 3.5))
     for precision, g in df.groupby("precision", sort=False):
         unscaled = " (1: no scaling)" if (g["loss_scale"] == 1).all() else ""
-        line, = ax.plot(g["step"], g["loss_scale"], "-o", ms=3, label=f"{precision} loss scale{unscaled}")
+        (line,) = ax.plot(g["step"], g["loss_scale"], "-o", ms=3, label=f"{precision} loss scale{unscaled}")
         over = g[g["overflow"]]
         if len(over):
-            ax.plot(over["step"], over["loss_scale"], "x", color=line.get_color(), ms=8,
-                    label=f"{precision}: gradients overflowed (step skipped)")
+            ax.plot(
+                over["step"],
+                over["loss_scale"],
+                "x",
+                color=line.get_color(),
+                ms=8,
+                label=f"{precision}: gradients overflowed (step skipped)",
+            )
         for _, r in g[g["error"] != ""].iterrows():
-            ax.annotate("DeepSpeed raised:\n" + r["error"].split(" - ")[0], (r["step"], r["loss_scale"]),
-                        xytext=(-110, 18), textcoords="offset points", ha="right", va="bottom", fontsize=7,
-                        arrowprops={"arrowstyle": "->", "lw": 0.6})
+            ax.annotate(
+                "DeepSpeed raised:\n" + r["error"].split(" - ")[0],
+                (r["step"], r["loss_scale"]),
+                xytext=(-110, 18),
+                textcoords="offset points",
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                arrowprops={"arrowstyle": "->", "lw": 0.6},
+            )
     ax.set_yscale("log", base=2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="optimizer step", ylabel="loss scale (multiplier, log2 scale)",
-           title="Dynamic loss scaling with an activation above fp16's 65,504")
+    ax.set(
+        xlabel="optimizer step",
+        ylabel="loss scale (multiplier, log2 scale)",
+        title="Dynamic loss scaling with an activation above fp16's 65,504",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     return ax
@@ -513,8 +641,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["batch-size-rank"]:
         return _batch_size_rank(argv[1:])
-    print("usage: python -m workshop_lessons.drills batch-size-rank --micro M --accum A --config-world-size N",
-          file=sys.stderr)
+    print(
+        "usage: python -m workshop_lessons.drills batch-size-rank --micro M --accum A --config-world-size N",
+        file=sys.stderr,
+    )
     return 2
 
 

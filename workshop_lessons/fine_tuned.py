@@ -25,10 +25,12 @@ from workshop_lib.units import MiB, ceil_div
 from . import Comparison, compare
 
 # what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
-HOLDS = {"optim_states": "the optimizer's partition: fp32 master weights and Adam's two moments",
-         "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",
-         "model.safetensors": "the model's own copy, in the training precision",
-         "optimizer.pt": "the optimizer's state"}
+HOLDS = {
+    "optim_states": "the optimizer's partition: fp32 master weights and Adam's two moments",
+    "model_states": "the module's states and DeepSpeed's bookkeeping (under ZeRO-3 no weights)",
+    "model.safetensors": "the model's own copy, in the training precision",
+    "optimizer.pt": "the optimizer's state",
+}
 # What a checkpoint of mixed-precision Adam holds per parameter: the optimizer states, K = 12 bytes (fp32 master
 # weights 4, Adam's momentum 4 and variance 4: Rajbhandari et al. 2020, "ZeRO", section 3.1), and the model's own
 # weights in the training precision (model.safetensors: 2 bytes in bf16 or fp16, 4 in fp32). Gradients are not
@@ -85,20 +87,29 @@ class CheckpointPlan:
     @property
     def kept_mib(self) -> float:
         """Checkpoints kept and model directories, MiB: the disk space the notebook's runs hold at the end."""
-        return (self.kept * self.checkpoint_mib
-                + (self.models * checkpoint.WEIGHT_BYTES[self.precision] + checkpoint.WEIGHT_BYTES["fp32"])
-                * self.num_params / MiB)
+        return (
+            self.kept * self.checkpoint_mib
+            + (self.models * checkpoint.WEIGHT_BYTES[self.precision] + checkpoint.WEIGHT_BYTES["fp32"])
+            * self.num_params
+            / MiB
+        )
 
 
-def checkpoint_plan(num_params: int, precision: str, max_steps: int | None, epochs: int,
-                    save_total_limit: int = 2) -> CheckpointPlan:
+def checkpoint_plan(
+    num_params: int, precision: str, max_steps: int | None, epochs: int, save_total_limit: int = 2
+) -> CheckpointPlan:
     """`CheckpointPlan` of notebook 03b's runs for a model of `num_params` trained in `precision`: the
     uninterrupted run and the resumed one write `SAVES` checkpoints each (`epochs` where max_steps is None),
     the killed run `KILL_AFTER` (and perhaps one more, half written, when it is killed); each run keeps at most
     `save_total_limit`; three runs save model/ and one export in fp32 follows."""
     per_run = SAVES if max_steps is not None else epochs
-    return CheckpointPlan(int(num_params), precision, written=2 * per_run + KILL_AFTER + 1,
-                          kept=min(per_run, save_total_limit) + save_total_limit, models=3)
+    return CheckpointPlan(
+        int(num_params),
+        precision,
+        written=2 * per_run + KILL_AFTER + 1,
+        kept=min(per_run, save_total_limit) + save_total_limit,
+        models=3,
+    )
 
 
 def holds(file: str) -> str:
@@ -110,8 +121,10 @@ def checkpoint_files(ckpt: str | Path, num_params: int | None = None) -> pd.Data
     """Every file of a checkpoint directory: columns file (path relative to `ckpt`) and MiB, in path order;
     with `num_params`, also "bytes/param" (the file's bytes per model parameter)."""
     ckpt = Path(ckpt)
-    df = pd.DataFrame([(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*"))
-                       if f.is_file()], columns=["file", "MiB"])
+    df = pd.DataFrame(
+        [(str(f.relative_to(ckpt)), f.stat().st_size / MiB) for f in sorted(ckpt.rglob("*")) if f.is_file()],
+        columns=["file", "MiB"],
+    )
     if num_params:
         df["bytes/param"] = df["MiB"] * MiB / num_params
     return df
@@ -176,9 +189,11 @@ class Resume:
 
 def resume(resume_step: int, resumed: dict, uninterrupted: dict) -> Resume:
     """`Resume` from the step the killed run resumed from and the two runs' results.json dicts."""
-    return Resume(int(resume_step), int(resumed["global_steps"]),
-                  compare("eval_loss", resumed["eval_loss"][-1], uninterrupted["eval_loss"][-1],
-                          noise=RESUME_TOLERANCE))
+    return Resume(
+        int(resume_step),
+        int(resumed["global_steps"]),
+        compare("eval_loss", resumed["eval_loss"][-1], uninterrupted["eval_loss"][-1], noise=RESUME_TOLERANCE),
+    )
 
 
 def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, scored: dict) -> pd.DataFrame:
@@ -186,19 +201,32 @@ def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, sc
     (nats): train loss and last eval loss (nats), exact match and F1 (%, SQuAD v1.1) where each was measured."""
     nan = float("nan")
     return pd.DataFrame(
-        [[uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],
-         [resumed["train_loss"], resumed["eval_loss"][-1], nan, nan],
-         [nan, reloaded_eval_loss, nan, nan],
-         [nan, nan, scored["em_before"], scored["f1_before"]],
-         [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]]],
-        index=["ZeRO-3 + offload, uninterrupted", "the same, killed and resumed", "the reloaded model/",
-               "before fine-tuning (section 5)", "after fine-tuning (section 5)"],
-        columns=[f"{title('train_loss')} ({unit('train_loss')})", f"last eval loss ({unit('eval_loss')})", title("em"),
-                 title("f1")])
+        [
+            [uninterrupted["train_loss"], uninterrupted["eval_loss"][-1], nan, nan],
+            [resumed["train_loss"], resumed["eval_loss"][-1], nan, nan],
+            [nan, reloaded_eval_loss, nan, nan],
+            [nan, nan, scored["em_before"], scored["f1_before"]],
+            [scored["train_loss"], scored["eval_loss"][-1], scored["em"], scored["f1"]],
+        ],
+        index=[
+            "ZeRO-3 + offload, uninterrupted",
+            "the same, killed and resumed",
+            "the reloaded model/",
+            "before fine-tuning (section 5)",
+            "after fine-tuning (section 5)",
+        ],
+        columns=[
+            f"{title('train_loss')} ({unit('train_loss')})",
+            f"last eval loss ({unit('eval_loss')})",
+            title("em"),
+            title("f1"),
+        ],
+    )
 
 
-def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: str, after: int = KILL_AFTER,
-                    env: dict | None = None) -> int:
+def killed_on_ranks(
+    experiment: str, nproc: int, output_dir: str | Path, *args: str, after: int = KILL_AFTER, env: dict | None = None
+) -> int:
     """`workshop run EXPERIMENT ARGS --output-dir OUTPUT_DIR` on `nproc` ranks (torchrun, as `launch.run_local`),
     a checkpoint after every step, killed with SIGKILL, torchrun and every rank at once (as when a node dies), once
     checkpoint-`after` is complete. A previous run in OUTPUT_DIR is removed first (as --overwrite would: its
@@ -230,10 +258,11 @@ def killed_on_ranks(experiment: str, nproc: int, output_dir: str | Path, *args: 
         proc.wait()
         log.write("\n")
     if proc.returncode != -9:
-        raise WorkshopError(f"{' '.join(cmd[2:])} ended by itself (exit {proc.returncode}) before its checkpoint "
-                            f"{after} was complete; its output is in {out / 'launch.log'}.",
-                            "read the error there; a run that finished needs more steps (--max-steps) than "
-                            f"{after}.")
+        raise WorkshopError(
+            f"{' '.join(cmd[2:])} ended by itself (exit {proc.returncode}) before its checkpoint "
+            f"{after} was complete; its output is in {out / 'launch.log'}.",
+            f"read the error there; a run that finished needs more steps (--max-steps) than {after}.",
+        )
     return checkpoint.step_of(checkpoint.find_checkpoints(out)[0][-1])
 
 
@@ -255,7 +284,7 @@ class OtherWorld:
 
     @property
     def verdict(self) -> Literal["the same losses", "diverged"]:
-        """"the same losses" within `OTHER_WORLD_TOLERANCE` on every step after the resume."""
+        """ "the same losses" within `OTHER_WORLD_TOLERANCE` on every step after the resume."""
         return "the same losses" if self.max_difference <= OTHER_WORLD_TOLERANCE else "diverged"
 
 
@@ -269,13 +298,20 @@ def other_world(resumed_dir: str | Path, uninterrupted_dir: str | Path) -> Other
     resumed_dir, uninterrupted_dir = Path(resumed_dir), Path(uninterrupted_dir)
     r, u = (json.loads((d / "results.json").read_text()) for d in (resumed_dir, uninterrupted_dir))
     if not r.get("world_size_changes"):
-        raise ValueError(f"{resumed_dir} records no resume on another world size (results.json's "
-                         "world_size_changes is empty).")
+        raise ValueError(
+            f"{resumed_dir} records no resume on another world size (results.json's world_size_changes is empty)."
+        )
     launches = (resumed_dir / "launch.log").read_text().split("\n$ ")
-    printed = [ln for ln in launches[-1].splitlines() if ln.startswith(("Resuming", "Reusing the universal"))
-               or (ln.startswith("Converting ") and " to a universal checkpoint in " in ln)]
-    steps = [pd.read_csv(d / "train_log.csv").dropna(subset=["loss"]).set_index("step")["loss"]
-             for d in (uninterrupted_dir, resumed_dir)]
+    printed = [
+        ln
+        for ln in launches[-1].splitlines()
+        if ln.startswith(("Resuming", "Reusing the universal"))
+        or (ln.startswith("Converting ") and " to a universal checkpoint in " in ln)
+    ]
+    steps = [
+        pd.read_csv(d / "train_log.csv").dropna(subset=["loss"]).set_index("step")["loss"]
+        for d in (uninterrupted_dir, resumed_dir)
+    ]
     losses = pd.DataFrame({"uninterrupted": steps[0], "resumed": steps[1]})
     losses["difference"] = losses["resumed"] - losses["uninterrupted"]
     return OtherWorld(printed, r["world_size_changes"][-1], losses, (r["global_batch_size"], u["global_batch_size"]))

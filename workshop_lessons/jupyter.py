@@ -31,5 +31,7 @@ def _load_jupyter_server_extension(serverapp) -> None:
         return model
 
     manager.get = get_with_this_python
-    serverapp.log.info("workshop_lessons.jupyter: notebooks read with this Python's language_info version "
-                       f"({platform.python_version()})")
+    serverapp.log.info(
+        "workshop_lessons.jupyter: notebooks read with this Python's language_info version "
+        f"({platform.python_version()})"
+    )

@@ -25,8 +25,12 @@ from workshop_lib import env, fit, variables
 from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import GPUS, HEADROOM, MODELS, estimate, model_shape
-from workshop_lib.memory import DRIVE_MARGIN  # swap files within 95% of the drive's free space
-from workshop_lib.memory import NVME_OPTIMIZER_BYTES, NVME_PARAM_BYTES, estimate_nvme_swap
+from workshop_lib.memory import (
+    DRIVE_MARGIN,  # swap files within 95% of the drive's free space
+    NVME_OPTIMIZER_BYTES,
+    NVME_PARAM_BYTES,
+    estimate_nvme_swap,
+)
 from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
@@ -34,8 +38,10 @@ from workshop_lib.units import MiB
 from . import REFERENCE, Comparison, compare, notebook_run_options
 from .baseline import compare_speed
 
-REFERENCES = {"one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",
-              "two H200 141GB, 256 GiB host": REFERENCE / "h200" / "large-models-x2"}
+REFERENCES = {
+    "one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",
+    "two H200 141GB, 256 GiB host": REFERENCE / "h200" / "large-models-x2",
+}
 GPU_OF = {"one H100 80GB, 128 GiB host": "H100 80GB", "two H200 141GB, 256 GiB host": "H200 141GB"}
 
 
@@ -47,8 +53,10 @@ def outcome(run_dir: Path) -> str:
         return "trained"
     log = run_dir.parent / f"{run_dir.name}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    errors = (re.findall(r"workshop: error: (.+)$", text, re.M)  # after a progress bar's \r, on its line
-              or re.findall(r"^(?:\[rank\d+\]: )?\w*Error: (.+)$", text, re.M))
+    errors = (
+        re.findall(r"workshop: error: (.+)$", text, re.M)  # after a progress bar's \r, on its line
+        or re.findall(r"^(?:\[rank\d+\]: )?\w*Error: (.+)$", text, re.M)
+    )
     if errors:
         return errors[-1].strip()
     mem = run_dir / "memory.csv"
@@ -65,20 +73,38 @@ def _row(run_dir: Path, gpu: str) -> dict:
     model = cfg.get("model") or f"Qwen/{name.split('-stage')[0].split('-baseline')[0]}"
     experiment = cfg.get("experiment") or name.split("-")[-1]
     world = cfg.get("world_size", 1)
-    est = estimate(model, **EXPERIMENTS[experiment].fit_setup, gpus_per_node=world,
-                   train_micro_batch_size_per_gpu=1, max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
-                   activation_checkpointing=bool(cfg.get("activation_checkpointing")), gpu=gpu)
+    est = estimate(
+        model,
+        **EXPERIMENTS[experiment].fit_setup,
+        gpus_per_node=world,
+        train_micro_batch_size_per_gpu=1,
+        max_length=cfg.get("max_tokens_per_micro_batch") or 8192,
+        activation_checkpointing=bool(cfg.get("activation_checkpointing")),
+        gpu=gpu,
+    )
     r = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
-    return {"model": model, "experiment": experiment, "GPUs": world,
-            "activation checkpointing": bool(cfg.get("activation_checkpointing")), "outcome": outcome(run_dir),
-            **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "gpu_peak_allocated_mib",
-                                            "gpu_peak_reserved_mib")},
-            NODE_HOST_PEAK: node_host_peak(r),
-            "est. states GPU MiB": est["model_states_gpu_mib"],
-            "est. states host MiB, node": est["model_states_cpu_mib"],
-            "est. total GPU MiB": est["total_gpu_mib"],
-            title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
-            "est. NVMe MiB": est["nvme_mib"]}
+    return {
+        "model": model,
+        "experiment": experiment,
+        "GPUs": world,
+        "activation checkpointing": bool(cfg.get("activation_checkpointing")),
+        "outcome": outcome(run_dir),
+        **{
+            title(k): r.get(k)
+            for k in (
+                "steady_train_tokens_per_second",
+                "gpu_peak_mib",
+                "gpu_peak_allocated_mib",
+                "gpu_peak_reserved_mib",
+            )
+        },
+        NODE_HOST_PEAK: node_host_peak(r),
+        "est. states GPU MiB": est["model_states_gpu_mib"],
+        "est. states host MiB, node": est["model_states_cpu_mib"],
+        "est. total GPU MiB": est["total_gpu_mib"],
+        title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
+        "est. NVMe MiB": est["nvme_mib"],
+    }
 
 
 NODE_HOST_PEAK = title("host_peak_rss_mib") + ", node"  # `node_host_peak`: the node's ranks' peaks summed
@@ -105,8 +131,13 @@ def reference_runs(root: Path) -> pd.DataFrame:
     runs = root / "runs"
     if not runs.is_dir():
         return pd.DataFrame()
-    dirs = sorted({p if p.is_dir() else p.parent / p.name.removesuffix(".log") for p in runs.iterdir()
-                   if p.is_dir() or p.name.endswith(".log")})
+    dirs = sorted(
+        {
+            p if p.is_dir() else p.parent / p.name.removesuffix(".log")
+            for p in runs.iterdir()
+            if p.is_dir() or p.name.endswith(".log")
+        }
+    )
     gpu = next((g for k, g in GPU_OF.items() if REFERENCES[k] == root), "H100 80GB")
     return pd.DataFrame([_row(d, gpu) for d in dirs])
 
@@ -117,7 +148,9 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
 
 
-NVME_VS_CPU = REFERENCE / "h100" / "large-models" / "nvme-vs-cpu"  # CPU and NVMe offload of one model in one device call
+NVME_VS_CPU = (
+    REFERENCE / "h100" / "large-models" / "nvme-vs-cpu"
+)  # CPU and NVMe offload of one model in one device call
 
 
 def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
@@ -132,10 +165,17 @@ def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
         log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
         steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
         mem = pd.read_csv(run / "memory.csv")
-        rows.append({"model": cfg["model"], "experiment": cfg["experiment"], "training steps": len(log),
-                     **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
-                     title("gpu_peak_mib"): mem["gpu_used_mib"].max(), title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
-                     "results.json": (run / "results.json").is_file()})
+        rows.append(
+            {
+                "model": cfg["model"],
+                "experiment": cfg["experiment"],
+                "training steps": len(log),
+                **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
+                title("gpu_peak_mib"): mem["gpu_used_mib"].max(),
+                title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
+                "results.json": (run / "results.json").is_file(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -145,8 +185,12 @@ def _df_line(machine_txt: Path) -> list[str]:
 
 # What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
 # vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
-DEVICE_KINDS = {"/dev/nvme": "an NVMe drive", "/dev/vd": "a virtual machine's virtio disk",
-                "/dev/xvd": "a Xen virtual disk", "/dev/sd": "a SCSI or SATA disk"}
+DEVICE_KINDS = {
+    "/dev/nvme": "an NVMe drive",
+    "/dev/vd": "a virtual machine's virtio disk",
+    "/dev/xvd": "a Xen virtual disk",
+    "/dev/sd": "a SCSI or SATA disk",
+}
 
 
 def drive_device(machine_txt: Path) -> tuple[str, str]:
@@ -161,8 +205,6 @@ def drive_free_gib(machine_txt: Path) -> float:
     line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
     avail = _df_line(machine_txt)[3]
     return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
-
-
 
 
 @dataclass(frozen=True)
@@ -208,15 +250,31 @@ class NvmeSummary:
 
     def comparisons(self) -> pd.DataFrame:
         """One row per figure (titles with units from `results.COLUMNS`): NVMe's, CPU's, their ratio, the verdict."""
-        return pd.DataFrame([{"figure": title(c.metric), "NVMe offload": c.value, "CPU offload": c.other,
-                              "NVMe / CPU": c.ratio, "verdict": f"{c.verdict} ({c.band_text})"}
-                             for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)])
+        return pd.DataFrame(
+            [
+                {
+                    "figure": title(c.metric),
+                    "NVMe offload": c.value,
+                    "CPU offload": c.other,
+                    "NVMe / CPU": c.ratio,
+                    "verdict": f"{c.verdict} ({c.band_text})",
+                }
+                for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)
+            ]
+        )
 
     def swap_table(self) -> pd.DataFrame:
         """One row per shipped Qwen3: its swap files (GiB) and whether they fit the drive (`DRIVE_MARGIN`)."""
-        return pd.DataFrame([{"model": f.model, "swap files GiB": f.swap_gib,
-                              f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits}
-                             for f in self.swap])
+        return pd.DataFrame(
+            [
+                {
+                    "model": f.model,
+                    "swap files GiB": f.swap_gib,
+                    f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits,
+                }
+                for f in self.swap
+            ]
+        )
 
 
 def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
@@ -234,16 +292,29 @@ def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
         return compare(metric, nvme[title(metric)], cpu[title(metric)], noise=None)
 
     return NvmeSummary(
-        cpu["model"], int(nvme["training steps"]), vs("steady_step_time_s"), vs("steady_train_tokens_per_second"),
-        vs("host_peak_rss_mib"), vs("gpu_peak_mib"),
-        int(count), int(size), shape["vocab_size"] * shape["hidden_size"], free,
-        *drive_device(root / "machine.txt"), tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits))
+        cpu["model"],
+        int(nvme["training steps"]),
+        vs("steady_step_time_s"),
+        vs("steady_train_tokens_per_second"),
+        vs("host_peak_rss_mib"),
+        vs("gpu_peak_mib"),
+        int(count),
+        int(size),
+        shape["vocab_size"] * shape["hidden_size"],
+        free,
+        *drive_device(root / "machine.txt"),
+        tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits),
+    )
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
 # checkpointing, so that the model states decide what fits.
-LARGE = {"max_tokens_per_micro_batch": 8192, "activation_checkpointing": False, "save_model": False,
-         "save_strategy": "no"}
+LARGE = {
+    "max_tokens_per_micro_batch": 8192,
+    "activation_checkpointing": False,
+    "save_model": False,
+    "save_strategy": "no",
+}
 REFERENCE_HOST_MIB = 128 * 1024  # the H100 machine's 128 GiB
 REFERENCE_GPU = "H100 80GB"
 
@@ -277,15 +348,17 @@ def this_drive() -> float:
 
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     host = e["model_states_cpu_mib"]
-    return (e["fits"] and e["total_gpu_mib"] <= (1 - HEADROOM) * gpu_mib
-            and (host is None or host <= HOST_SHARE * host_mib))
+    return (
+        e["fits"] and e["total_gpu_mib"] <= (1 - HEADROOM) * gpu_mib and (host is None or host <= HOST_SHARE * host_mib)
+    )
 
 
 CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload", "stage3_nvme")  # `configurations`' rows
 
 
-def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192,
-                   nvme_free_mib: float | None = None) -> pd.DataFrame:
+def configurations(
+    model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192, nvme_free_mib: float | None = None
+) -> pd.DataFrame:
     """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
     checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
     of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
@@ -294,12 +367,25 @@ def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int 
     `HOST_SHARE` of host_mib."""
     rows = []
     for name in CONFIGURATIONS:
-        e = estimate(model, **EXPERIMENTS[name].fit_setup, max_length=max_tokens, gpu=nearest_gpu(gpu_mib),
-                     host_memory_mib=host_mib, nvme_free_mib=nvme_free_mib)
-        rows.append({"experiment": name, "states GPU MiB": e["model_states_gpu_mib"],
-                     "activations MiB": e["activations_gpu_mib"], "total GPU MiB": e["total_gpu_mib"],
-                     "states host MiB": e["model_states_cpu_mib"], "on NVMe MiB": e["nvme_mib"],
-                     "fits": _fits(e, gpu_mib, host_mib)})
+        e = estimate(
+            model,
+            **EXPERIMENTS[name].fit_setup,
+            max_length=max_tokens,
+            gpu=nearest_gpu(gpu_mib),
+            host_memory_mib=host_mib,
+            nvme_free_mib=nvme_free_mib,
+        )
+        rows.append(
+            {
+                "experiment": name,
+                "states GPU MiB": e["model_states_gpu_mib"],
+                "activations MiB": e["activations_gpu_mib"],
+                "total GPU MiB": e["total_gpu_mib"],
+                "states host MiB": e["model_states_cpu_mib"],
+                "on NVMe MiB": e["nvme_mib"],
+                "fits": _fits(e, gpu_mib, host_mib),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -318,20 +404,33 @@ class Choice:
 
     def line(self) -> str:
         """One line: the machine the estimates are for, and the choice with its numbers."""
-        where = ("this machine" if self.here else
-                 f"the reference machine (one {REFERENCE_GPU}, {REFERENCE_HOST_MIB / 1024:,.0f} GiB of host memory)")
-        return (f"Estimates for {where}: {self.gpu_mib:,.0f} MiB of GPU memory, {self.host_mib:,.0f} MiB of host "
-                f"memory. {self.model} in micro-batches of {self.max_tokens:,} tokens does not fit with the HF Trainer "
-                f"alone (~{self.baseline['total_gpu_mib']:,.0f} MiB) nor ZeRO-2 (~{self.stage2['total_gpu_mib']:,.0f}), "
-                f"and fits with ZeRO-3 + CPU offload (~{self.offload['total_gpu_mib']:,.0f} MiB on the GPU, "
-                f"~{self.offload['model_states_cpu_mib']:,.0f} MiB of host states).")
+        where = (
+            "this machine"
+            if self.here
+            else f"the reference machine (one {REFERENCE_GPU}, {REFERENCE_HOST_MIB / 1024:,.0f} GiB of host memory)"
+        )
+        return (
+            f"Estimates for {where}: {self.gpu_mib:,.0f} MiB of GPU memory, {self.host_mib:,.0f} MiB of host "
+            f"memory. {self.model} in micro-batches of {self.max_tokens:,} tokens does not fit with the HF Trainer "
+            f"alone (~{self.baseline['total_gpu_mib']:,.0f} MiB) nor ZeRO-2 (~{self.stage2['total_gpu_mib']:,.0f}), "
+            f"and fits with ZeRO-3 + CPU offload (~{self.offload['total_gpu_mib']:,.0f} MiB on the GPU, "
+            f"~{self.offload['model_states_cpu_mib']:,.0f} MiB of host states)."
+        )
 
 
 def _choose(gpu_mib: float, host_mib: float) -> tuple | None:
     for model in sorted(MODELS, key=lambda m: -model_shape(m)["num_params"]):
         for tokens in TOKENS_TRIED:
-            base, zero2, off = (estimate(model, **EXPERIMENTS[e].fit_setup, max_length=tokens, gpu=nearest_gpu(gpu_mib),
-                                         host_memory_mib=host_mib) for e in ("baseline", "stage2", "stage3_offload"))
+            base, zero2, off = (
+                estimate(
+                    model,
+                    **EXPERIMENTS[e].fit_setup,
+                    max_length=tokens,
+                    gpu=nearest_gpu(gpu_mib),
+                    host_memory_mib=host_mib,
+                )
+                for e in ("baseline", "stage2", "stage3_offload")
+            )
             if min(base["total_gpu_mib"], zero2["total_gpu_mib"]) > gpu_mib and _fits(off, gpu_mib, host_mib):
                 return model, tokens, base, zero2, off
     return None
@@ -392,8 +491,15 @@ def _tiny(r: dict) -> bool:
 def host_states(run: dict) -> HostStates:
     """`HostStates` of a ZeRO-3 + CPU offload run's results.json dict (the learner's, or `reference_result`'s)."""
     host, est = run["host_states_rss_mib"], run["estimated_model_states_cpu_mib"]
-    return HostStates(run["model"], _tiny(run), int(run["num_params"]), float(host), float(est),
-                      run.get("gpu_peak_mib"), compare("host_states_rss_mib", host, est, noise=None))
+    return HostStates(
+        run["model"],
+        _tiny(run),
+        int(run["num_params"]),
+        float(host),
+        float(est),
+        run.get("gpu_peak_mib"),
+        compare("host_states_rss_mib", host, est, noise=None),
+    )
 
 
 @dataclass(frozen=True)
@@ -416,11 +522,17 @@ def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu
         return NvmeAgainstCpu(False)
     swap = nvme_run.get("nvme_swap_mib") or {}
     return NvmeAgainstCpu(
-        True, compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"],
-                      noise=None),
-        compare("steady_train_tokens_per_second", nvme_run["steady_train_tokens_per_second"],
-                offload_run["steady_train_tokens_per_second"], noise=None),
-        swap.get("params"), swap.get("optimizer"))
+        True,
+        compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"], noise=None),
+        compare(
+            "steady_train_tokens_per_second",
+            nvme_run["steady_train_tokens_per_second"],
+            offload_run["steady_train_tokens_per_second"],
+            noise=None,
+        ),
+        swap.get("params"),
+        swap.get("optimizer"),
+    )
 
 
 H100 = "one H100 80GB, 128 GiB host"
@@ -449,12 +561,16 @@ def checkpointing_rung(est: dict) -> CheckpointingRung | None:
     if fix is None:
         return None
     c, base = fix["config"], est["config"]
-    if (not c["activation_checkpointing"] or c["offload"] != "none"
-            or any(c[k] != base[k] for k in ("model", "train_micro_batch_size_per_gpu", "max_length"))):
+    if (
+        not c["activation_checkpointing"]
+        or c["offload"] != "none"
+        or any(c[k] != base[k] for k in ("model", "train_micro_batch_size_per_gpu", "max_length"))
+    ):
         return None
     setup = {"zero_stage": c["zero_stage"], "offload": "none"}
-    return CheckpointingRung(next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay),
-                             fix["change"])
+    return CheckpointingRung(
+        next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay), fix["change"]
+    )
 
 
 @dataclass(frozen=True)
@@ -482,13 +598,28 @@ def rung_against_offload(rung_dir: str | Path, offload_dir: str | Path) -> RungA
     ac, off = (json.loads((Path(d) / "results.json").read_text()) for d in (rung_dir, offload_dir))
     same = ("max_tokens_per_micro_batch", "train_micro_batch_size_per_gpu")
     if ac["model"] != off["model"] or any(ac["config"][k] != off["config"][k] for k in same):
-        raise WorkshopError(f"{rung_dir} and {offload_dir} trained different models or micro-batches.",
-                            "run both with the same model and micro-batch settings.")
+        raise WorkshopError(
+            f"{rung_dir} and {offload_dir} trained different models or micro-batches.",
+            "run both with the same model and micro-batch settings.",
+        )
     e = EXPERIMENTS[ac["config"]["experiment"]]
-    words = fit.setup({"zero_stage": e.zero_stage, "offload": e.offload_optimizer, "nodes": 1, "gpus_per_node": 1,
-                       "activation_checkpointing": ac["config"]["activation_checkpointing"]})
-    return RungAgainstOffload(ac["model"], _tiny(ac), ac["device"], words, compare_speed(ac, off),
-                              (bool(ac["config"]["torch_compile"]), bool(off["config"]["torch_compile"])))
+    words = fit.setup(
+        {
+            "zero_stage": e.zero_stage,
+            "offload": e.offload_optimizer,
+            "nodes": 1,
+            "gpus_per_node": 1,
+            "activation_checkpointing": ac["config"]["activation_checkpointing"],
+        }
+    )
+    return RungAgainstOffload(
+        ac["model"],
+        _tiny(ac),
+        ac["device"],
+        words,
+        compare_speed(ac, off),
+        (bool(ac["config"]["torch_compile"]), bool(off["config"]["torch_compile"])),
+    )
 
 
 def checkpointing_against_offload(machine: str | None = None) -> RungAgainstOffload | None:
@@ -513,10 +644,19 @@ def rung_ratios(mine: RungAgainstOffload | None, ref: RungAgainstOffload | None)
         if r is None:
             continue
         t = r.tokens_per_second
-        rows.append({"measured": who, "model": r.model, "device": r.device, "rung": r.rung, "rung tokens/s": t.value,
-                     "ZeRO-3 + CPU offload tokens/s": t.other, "rung / offload": round(t.ratio, 2),
-                     "compiled (rung, offload)": ", ".join("yes" if c else "no" for c in r.torch_compile),
-                     "verdict": f"{t.verdict} ({t.band_text})"})
+        rows.append(
+            {
+                "measured": who,
+                "model": r.model,
+                "device": r.device,
+                "rung": r.rung,
+                "rung tokens/s": t.value,
+                "ZeRO-3 + CPU offload tokens/s": t.other,
+                "rung / offload": round(t.ratio, 2),
+                "compiled (rung, offload)": ", ".join("yes" if c else "no" for c in r.torch_compile),
+                "verdict": f"{t.verdict} ({t.band_text})",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -531,8 +671,13 @@ def ratio_against_reference(mine: RungAgainstOffload, ref: RungAgainstOffload) -
     setup's, not noise): twice the band of one figure, as a ratio of two figures each within +-b is within
     about +-2b."""
     b = mine.tokens_per_second.band
-    return compare("rung / offload tokens/s", mine.tokens_per_second.ratio, ref.tokens_per_second.ratio, unit="x",
-                   noise=2 * b if like_for_like(mine, ref) and b is not None else None)
+    return compare(
+        "rung / offload tokens/s",
+        mine.tokens_per_second.ratio,
+        ref.tokens_per_second.ratio,
+        unit="x",
+        noise=2 * b if like_for_like(mine, ref) and b is not None else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -570,8 +715,15 @@ def allocator_cache(experiment: str = "stage3_offload", machine: str | None = No
         return None
     df = reference_runs(REFERENCES[machine])
     row = df[(df["model"] == r["model"]) & (df["experiment"] == experiment) & ~df["activation checkpointing"]].iloc[0]
-    return AllocatorCache(r["model"], experiment, float(row["est. total GPU MiB"]), float(r["gpu_peak_allocated_mib"]),
-                          float(r["gpu_peak_reserved_mib"]), float(r["gpu_peak_mib"]), float(GPUS[GPU_OF[machine]]))
+    return AllocatorCache(
+        r["model"],
+        experiment,
+        float(row["est. total GPU MiB"]),
+        float(r["gpu_peak_allocated_mib"]),
+        float(r["gpu_peak_reserved_mib"]),
+        float(r["gpu_peak_mib"]),
+        float(GPUS[GPU_OF[machine]]),
+    )
 
 
 @dataclass(frozen=True)
@@ -613,10 +765,24 @@ def on_h100s(experiment: str = "stage3") -> OnH100s | None:
     if not found:
         return None
     r = max(found, key=lambda x: x["num_params"])
-    est = estimate(r["model"], **EXPERIMENTS[experiment].fit_setup, gpus_per_node=r["world_size"],
-                   max_length=r["config"]["max_tokens_per_micro_batch"], activation_checkpointing=True, gpu=REFERENCE_GPU)
-    return OnH100s(r["model"], experiment, r["world_size"], r["steady_train_tokens_per_second"],
-                   r["gpu_peak_allocated_mib"], r["gpu_peak_mib"], est["total_gpu_mib"], GPUS[REFERENCE_GPU])
+    est = estimate(
+        r["model"],
+        **EXPERIMENTS[experiment].fit_setup,
+        gpus_per_node=r["world_size"],
+        max_length=r["config"]["max_tokens_per_micro_batch"],
+        activation_checkpointing=True,
+        gpu=REFERENCE_GPU,
+    )
+    return OnH100s(
+        r["model"],
+        experiment,
+        r["world_size"],
+        r["steady_train_tokens_per_second"],
+        r["gpu_peak_allocated_mib"],
+        r["gpu_peak_mib"],
+        est["total_gpu_mib"],
+        GPUS[REFERENCE_GPU],
+    )
 
 
 def reference_result(experiment: str, machine: str = H100) -> dict | None:
@@ -644,15 +810,22 @@ def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100
             if not r:
                 continue
             n, swap = r["num_params"], r.get("nvme_swap_mib")
-            rows.append({"run": experiment, "measured": measured,
-                         "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
-                         "parameters (M)": n / 1e6,
-                         **{title(k): r.get(k) for k in ("steady_train_tokens_per_second", "gpu_peak_mib",
-                                                         "host_states_rss_mib")},
-                         "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
-                         "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
-                         title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
-                         title("nvme_swap_mib"): sum(swap.values()) if swap else None})
+            rows.append(
+                {
+                    "run": experiment,
+                    "measured": measured,
+                    "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
+                    "parameters (M)": n / 1e6,
+                    **{
+                        title(k): r.get(k)
+                        for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib")
+                    },
+                    "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
+                    "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
+                    title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
+                    title("nvme_swap_mib"): sum(swap.values()) if swap else None,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -661,29 +834,35 @@ def main() -> None:
         df = reference_runs(root)
         if df.empty:
             continue
-        text = (f"# Models that do not fit: reference runs on {machine}\n\nGenerated by `python -m "
-                f"workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see README.md). "
-                "Estimates: `workshop_lib.fit.estimate` (DeepSpeed's model-state estimators, activations after "
-                "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: `metrics.steady_state`. "
-                "GPU columns are rank 0's; host memory is per node, like DeepSpeed's estimate of the offloaded "
-                "states beside it: the sum of the node's ranks' peak RSS (`node_host_peak`).\n\n"
-                + df.to_markdown(index=False, floatfmt=",.0f") + "\n")
+        text = (
+            f"# Models that do not fit: reference runs on {machine}\n\nGenerated by `python -m "
+            f"workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see README.md). "
+            "Estimates: `workshop_lib.fit.estimate` (DeepSpeed's model-state estimators, activations after "
+            "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: `metrics.steady_state`. "
+            "GPU columns are rank 0's; host memory is per node, like DeepSpeed's estimate of the offloaded "
+            "states beside it: the sum of the node's ranks' peak RSS (`node_host_peak`).\n\n"
+            + df.to_markdown(index=False, floatfmt=",.0f")
+            + "\n"
+        )
         (root / "table.md").write_text(text)
         print(f"wrote {root / 'table.md'}")
     n = nvme_summary()
-    text = ("# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
-            "workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
-            "Steady: `metrics.steady_state` of each run's train_log.csv; peaks from "
-            "its memory.csv.\n\n" + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
-            + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
-            + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
-            + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-              f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-              + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding
-                 else "") + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
-              f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, {NVME_PARAM_BYTES + NVME_OPTIMIZER_BYTES} "
-              "bytes/param) against that machine's "
-              "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n")
+    text = (
+        "# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
+        "workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
+        "Steady: `metrics.steady_state` of each run's train_log.csv; peaks from "
+        "its memory.csv.\n\n"
+        + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
+        + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
+        + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
+        + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
+        f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
+        + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding else "")
+        + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
+        f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, {NVME_PARAM_BYTES + NVME_OPTIMIZER_BYTES} "
+        "bytes/param) against that machine's "
+        "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n"
+    )
     (NVME_VS_CPU / "table.md").write_text(text)
     print(f"wrote {NVME_VS_CPU / 'table.md'}")
 
@@ -704,15 +883,20 @@ def explorer():
     wide = {"description_width": "initial"}
     controls = {
         "model": w.Dropdown(options=MODELS, value="Qwen/Qwen3-4B", description="model"),
-        "zero_stage": w.Dropdown(options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)], value=3,
-                                 description="ZeRO stage", style=wide),
+        "zero_stage": w.Dropdown(
+            options=[("none (HF Trainer)", "none")] + [(str(z), z) for z in range(4)],
+            value=3,
+            description="ZeRO stage",
+            style=wide,
+        ),
         "offload": w.Dropdown(options=typing.get_args(Offload), value="cpu", description="offload"),
         "gpu": w.Dropdown(options=list(GPUS), value="H100 80GB", description="GPU"),
         "gpus_per_node": w.IntSlider(value=1, min=1, max=8, description="GPUs per node", style=wide),
         "nodes": w.IntSlider(value=1, min=1, max=16, description="nodes"),
         "train_micro_batch_size_per_gpu": w.IntSlider(value=1, min=1, max=64, description="micro-batch", style=wide),
-        "max_length": w.IntSlider(value=4096, min=256, max=32768, step=256, description="max_length (tokens)",
-                                  style=wide),
+        "max_length": w.IntSlider(
+            value=4096, min=256, max=32768, step=256, description="max_length (tokens)", style=wide
+        ),
         "activation_checkpointing": w.Checkbox(value=False, description="activation checkpointing"),
     }
 

@@ -69,15 +69,24 @@ def bucket_ab(folder: Path = BUCKET_AB) -> list[Comparison]:
     for part in ("runs", "repeat"):
         small, recipe = (folder / part / f"stage2-{k}-buckets" / "results.json" for k in ("small", "recipe"))
         if small.is_file() and recipe.is_file():
-            out.append(compare(metric, json.loads(small.read_text())[metric], json.loads(recipe.read_text())[metric],
-                               noise=noise))
+            out.append(
+                compare(
+                    metric, json.loads(small.read_text())[metric], json.loads(recipe.read_text())[metric], noise=noise
+                )
+            )
     return out
 
 
 # Columns of the scaling table shown beside the reference (where both have them).
-BESIDE = [title("global_batch_size"), title("steady_train_tokens_per_second"),
-          per_gpu("steady_train_tokens_per_second"), "scaling efficiency", PEAK_PER_GPU, PEAK_PER_RANK,
-          title("estimated_model_states_gpu_mib")]
+BESIDE = [
+    title("global_batch_size"),
+    title("steady_train_tokens_per_second"),
+    per_gpu("steady_train_tokens_per_second"),
+    "scaling efficiency",
+    PEAK_PER_GPU,
+    PEAK_PER_RANK,
+    title("estimated_model_states_gpu_mib"),
+]
 
 
 def reference_info(ref: pd.DataFrame | None) -> dict | None:
@@ -86,9 +95,15 @@ def reference_info(ref: pd.DataFrame | None) -> dict | None:
     if ref is None or ref.empty:
         return None
     r = ref.iloc[0]
-    return {"device": r["device"], "model": r["model"], "random_weights": bool(r["random_weights"]),
-            "recipe": r["recipe"], "global_steps": int(r["global_steps"]), "warmup_steps": int(r["warmup_steps"]),
-            "runs": {e: sorted(int(n) for n in g["world_size"]) for e, g in ref.groupby("experiment")}}
+    return {
+        "device": r["device"],
+        "model": r["model"],
+        "random_weights": bool(r["random_weights"]),
+        "recipe": r["recipe"],
+        "global_steps": int(r["global_steps"]),
+        "warmup_steps": int(r["warmup_steps"]),
+        "runs": {e: sorted(int(n) for n in g["world_size"]) for e, g in ref.groupby("experiment")},
+    }
 
 
 def beside(scaling: pd.DataFrame, ref: pd.DataFrame | None) -> pd.DataFrame:
@@ -124,14 +139,24 @@ def multi_node_row(df: pd.DataFrame) -> dict:
     r = df.iloc[best]
     ranks = r["per_rank_memory"] if isinstance(r["per_rank_memory"], list) else []
     key = "gpu_peak_mib" if ranks and ranks[0].get("gpu_peak_mib") is not None else "host_peak_rss_mib"
-    tps = "steady_train_tokens_per_second" if pd.notna(r.get("steady_train_tokens_per_second")) else "train_tokens_per_second"
+    tps = (
+        "steady_train_tokens_per_second"
+        if pd.notna(r.get("steady_train_tokens_per_second"))
+        else "train_tokens_per_second"
+    )
     one = df[(df["experiment"] == r["experiment"]) & (df["world_size"] == 1) & (df["model"] == r["model"])]
-    return {"run": r["run_dir"], "nodes (distinct hosts)": hosts[best], "ranks": int(r["world_size"]),
-            unit(tps): round(r[tps]),
-            "peak memory per rank MiB": max(x[key] for x in ranks) if ranks else None,
-            "memory": "GPU (NVML)" if key == "gpu_peak_mib" else "host RSS",
-            f"{unit(tps)} against 1 rank": f"{r[tps] / one[tps].iloc[0]:.2f}x" if len(one) and pd.notna(one[tps].iloc[0]) else "n/a",
-            "source": "a several-node job" if hosts[best] > 1 else "ranks on this one machine (no several-node run found)"}
+    return {
+        "run": r["run_dir"],
+        "nodes (distinct hosts)": hosts[best],
+        "ranks": int(r["world_size"]),
+        unit(tps): round(r[tps]),
+        "peak memory per rank MiB": max(x[key] for x in ranks) if ranks else None,
+        "memory": "GPU (NVML)" if key == "gpu_peak_mib" else "host RSS",
+        f"{unit(tps)} against 1 rank": f"{r[tps] / one[tps].iloc[0]:.2f}x"
+        if len(one) and pd.notna(one[tps].iloc[0])
+        else "n/a",
+        "source": "a several-node job" if hosts[best] > 1 else "ranks on this one machine (no several-node run found)",
+    }
 
 
 @dataclass(frozen=True)
@@ -156,8 +181,9 @@ class MemoryFall:
     def fall(self) -> Comparison:
         """Measured fall (MiB) against the arithmetic's, band `MEMORY_TOLERANCE`: "higher" fell more,
         "lower" fell less, "within the band" about as much."""
-        return compare("peak memory fall", -self.change_mib, self.arithmetic_fall_mib, unit="MiB",
-                       noise=MEMORY_TOLERANCE)
+        return compare(
+            "peak memory fall", -self.change_mib, self.arithmetic_fall_mib, unit="MiB", noise=MEMORY_TOLERANCE
+        )
 
 
 @dataclass(frozen=True)
@@ -183,9 +209,21 @@ def scaling(df: pd.DataFrame) -> list[Scaling]:
     for (exp, _, _), g in df.sort_values("world_size").groupby(["experiment", "model", "recipe"], sort=False):
         first = g.iloc[0]
         for _, r in g.iloc[1:].iterrows():
-            out.append(Scaling(exp, int(r["world_size"]), int(first["world_size"]),
-                               compare(col, r[col] / r["world_size"], first[col] / first["world_size"],
-                                       unit=f"{unit(col)} per rank", noise=noise), col.startswith("steady")))
+            out.append(
+                Scaling(
+                    exp,
+                    int(r["world_size"]),
+                    int(first["world_size"]),
+                    compare(
+                        col,
+                        r[col] / r["world_size"],
+                        first[col] / first["world_size"],
+                        unit=f"{unit(col)} per rank",
+                        noise=noise,
+                    ),
+                    col.startswith("steady"),
+                )
+            )
     return out
 
 
@@ -216,15 +254,25 @@ class MultiGpu:
     multi_node_speed: Comparison | None = field(default=None)
 
 
-def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | None, df: pd.DataFrame,
-            num_params: int) -> MultiGpu:
+def figures(
+    arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | None, df: pd.DataFrame, num_params: int
+) -> MultiGpu:
     """The figures and verdicts of notebook 04's exercises 1-5, from `arith` (the 16Ψ table, MiB),
     `scaling_df` (`results.scaling_table(df)`), `ref` (the reference runs, `REFERENCE`/runs, or None), `df` (the learner's
     runs) and `num_params` (Qwen3-0.6B's parameters, for exercise 1)."""
     a = arith.set_index(["GPUs", "zero_stage"])["16Ψ arithmetic MiB"]
-    states = pd.DataFrame([{"zero_stage": s, "MiB per GPU on 16 GPUs": num_params * PER_GPU[s](16) / MiB,
-                            "MiB per GPU on 1 GPU": a[(1, s)], "fraction of 1 GPU": PER_GPU[s](16) / PER_GPU[s](1),
-                            "not partitioned MiB": num_params * PER_GPU[s](math.inf) / MiB} for s in (2, 3)])
+    states = pd.DataFrame(
+        [
+            {
+                "zero_stage": s,
+                "MiB per GPU on 16 GPUs": num_params * PER_GPU[s](16) / MiB,
+                "MiB per GPU on 1 GPU": a[(1, s)],
+                "fraction of 1 GPU": PER_GPU[s](16) / PER_GPU[s](1),
+                "not partitioned MiB": num_params * PER_GPU[s](math.inf) / MiB,
+            }
+            for s in (2, 3)
+        ]
+    )
     mem = PEAK_PER_GPU if PEAK_PER_GPU in scaling_df else PEAK_PER_RANK
     on_gpu = mem == PEAK_PER_GPU
     memory = []
@@ -233,20 +281,38 @@ def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
         run = df[df["experiment"] == exp].iloc[0]
         where = tuple(run.get(k) not in (None, "none", False) for k in ("offload_optimizer", "offload_param"))
         stage, params = int(run["zero_stage"]), int(run["num_params"])
-        fall = params * (zero_bytes_per_param(stage, first.GPUs, *where)
-                         - zero_bytes_per_param(stage, last.GPUs, *where)) / MiB
-        memory.append(MemoryFall(exp, params, int(first.GPUs), int(last.GPUs), mem, float(last[mem] - first[mem]),
-                                 fall, *where, on_gpu))
+        fall = (
+            params
+            * (zero_bytes_per_param(stage, first.GPUs, *where) - zero_bytes_per_param(stage, last.GPUs, *where))
+            / MiB
+        )
+        memory.append(
+            MemoryFall(
+                exp, params, int(first.GPUs), int(last.GPUs), mem, float(last[mem] - first[mem]), fall, *where, on_gpu
+            )
+        )
     row = multi_node_row(df)
     r = df[df["run_dir"] == row["run"]].iloc[0]
     one = df[(df["experiment"] == r["experiment"]) & (df["world_size"] == 1) & (df["model"] == r["model"])]
     col = "steady_train_tokens_per_second"  # as multi_node_row
     col = col if pd.notna(r.get(col)) else "train_tokens_per_second"
-    speed = (compare(col, r[col] / r["world_size"], one[col].iloc[0], unit=f"{unit(col)} per rank")
-             if len(one) and pd.notna(one[col].iloc[0]) else None)
-    return MultiGpu(states, memory, scaling_df.groupby("GPUs")[title("global_batch_size")].mean().to_dict(), scaling(df),
-                   scaling(ref) if ref is not None and not ref.empty else [], on_gpu, int(df["global_steps"].max()),
-                   int(df["num_params"].iloc[0]), row, speed)
+    speed = (
+        compare(col, r[col] / r["world_size"], one[col].iloc[0], unit=f"{unit(col)} per rank")
+        if len(one) and pd.notna(one[col].iloc[0])
+        else None
+    )
+    return MultiGpu(
+        states,
+        memory,
+        scaling_df.groupby("GPUs")[title("global_batch_size")].mean().to_dict(),
+        scaling(df),
+        scaling(ref) if ref is not None and not ref.empty else [],
+        on_gpu,
+        int(df["global_steps"].max()),
+        int(df["num_params"].iloc[0]),
+        row,
+        speed,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -259,23 +325,35 @@ def figures(arith: pd.DataFrame, scaling_df: pd.DataFrame, ref: pd.DataFrame | N
 # ------------------------------------------------------------------------------------------------------------
 
 # The paper's collectives per stage: (name, Ψ per optimizer step, done every micro-batch rather than once a step).
-PAPER = {0: [("all-reduce gradients", 2, False)],
-         1: [("reduce-scatter gradients", 1, False), ("all-gather parameters", 1, False)],
-         2: [("reduce-scatter gradients", 1, True), ("all-gather parameters", 1, False)],
-         3: [("all-gather parameters (forward)", 1, True), ("all-gather parameters (backward)", 1, True),
-             ("reduce-scatter gradients", 1, True)]}
+PAPER = {
+    0: [("all-reduce gradients", 2, False)],
+    1: [("reduce-scatter gradients", 1, False), ("all-gather parameters", 1, False)],
+    2: [("reduce-scatter gradients", 1, True), ("all-gather parameters", 1, False)],
+    3: [
+        ("all-gather parameters (forward)", 1, True),
+        ("all-gather parameters (backward)", 1, True),
+        ("reduce-scatter gradients", 1, True),
+    ],
+}
 # What DeepSpeed 0.19.8 does with its defaults (read in deepspeed/runtime/zero/stage_1_and_2.py and stage3.py, and
 # logged by its comms logger in tests/test_lessons_multi_gpu.py): stage 1-2 all-reduce each gradient bucket and keep
 # their partition of the sum (`use_multi_rank_bucket_allreduce: true`, its default), 2Ψ where the paper's
 # reduce-scatter moves Ψ; stage 2 reduces in every micro-batch's backward pass, stage 1 (and 0) at the step's last.
-DEEPSPEED = {0: [("all-reduce gradients", 2, False)],
-             1: [("all-reduce gradients", 2, False), ("all-gather parameters", 1, False)],
-             2: [("all-reduce gradients", 2, True), ("all-gather parameters", 1, False)],
-             3: PAPER[3]}
+DEEPSPEED = {
+    0: [("all-reduce gradients", 2, False)],
+    1: [("all-reduce gradients", 2, False), ("all-gather parameters", 1, False)],
+    2: [("all-reduce gradients", 2, True), ("all-gather parameters", 1, False)],
+    3: PAPER[3],
+}
 
 
-def comm_volume(num_params: int, world_size: int, bytes_per_element: int = 2, gradient_accumulation_steps: int = 1,
-                collectives: dict = PAPER) -> pd.DataFrame:
+def comm_volume(
+    num_params: int,
+    world_size: int,
+    bytes_per_element: int = 2,
+    gradient_accumulation_steps: int = 1,
+    collectives: dict = PAPER,
+) -> pd.DataFrame:
     """Data each rank's collectives move per optimizer step, per ZeRO stage, for a model of `num_params`
     parameters (Ψ) on `world_size` ranks (N), elements of `bytes_per_element` bytes (2 for bf16/fp16, 4 for fp32).
     `collectives`: `PAPER` (Rajbhandari et al. 2020, section 7) or `DEEPSPEED` (0.19.8's defaults). In the
@@ -293,18 +371,34 @@ def comm_volume(num_params: int, world_size: int, bytes_per_element: int = 2, gr
     for stage, ops in collectives.items():
         volume = sum(psi * (gradient_accumulation_steps if every_micro else 1) for _, psi, every_micro in ops)
         mib = volume * num_params * bytes_per_element / MiB
-        rows.append({"zero_stage": stage, "collectives": " + ".join(name for name, _, _ in ops), "volume (Ψ)": volume,
-                     "MiB per step": mib, "ring factor (N-1)/N": ring, "MiB each rank sends per step": mib * ring})
+        rows.append(
+            {
+                "zero_stage": stage,
+                "collectives": " + ".join(name for name, _, _ in ops),
+                "volume (Ψ)": volume,
+                "MiB per step": mib,
+                "ring factor (N-1)/N": ring,
+                "MiB each rank sends per step": mib * ring,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # DeepSpeed's comms logger records each op's size as the tensor handed to it (comm/utils.get_msg_size_from_args):
 # Ψ-sized transfers per byte handed, N the ranks. An all-reduce of S bytes moves 2S (reduce-scatter + all-gather),
 # a reduce-scatter of an S-byte input S, an all-gather of an s-byte shard N x s, a reduce or broadcast S.
-VOLUME_PER_BYTE = {"all_reduce": lambda n: 2, "all_reduce_coalesced": lambda n: 2, "inference_all_reduce": lambda n: 2,
-                   "reduce_scatter_tensor": lambda n: 1, "reduce_scatter": lambda n: 1,
-                   "all_gather_into_tensor": lambda n: n, "all_gather": lambda n: n,
-                   "reduce": lambda n: 1, "broadcast": lambda n: 1, "barrier": lambda n: 0}
+VOLUME_PER_BYTE = {
+    "all_reduce": lambda n: 2,
+    "all_reduce_coalesced": lambda n: 2,
+    "inference_all_reduce": lambda n: 2,
+    "reduce_scatter_tensor": lambda n: 1,
+    "reduce_scatter": lambda n: 1,
+    "all_gather_into_tensor": lambda n: n,
+    "all_gather": lambda n: n,
+    "reduce": lambda n: 1,
+    "broadcast": lambda n: 1,
+    "barrier": lambda n: 0,
+}
 
 
 def read_comms(run_dir: str | Path) -> dict | None:
@@ -322,9 +416,16 @@ def comm_measured(comms: dict, num_params: int, bytes_per_element: int) -> pd.Da
     psi = num_params * bytes_per_element / MiB
     for op, v in comms["ops"].items():
         volume = v["message_mib"] * VOLUME_PER_BYTE.get(op, lambda n: 1)(n) / steps
-        rows.append({"collective": op, "calls per step": v["count"] / steps,
-                     "MiB handed per step": v["message_mib"] / steps, "volume MiB per step": volume,
-                     "volume (Ψ)": volume / psi, "latency ms per step": v["latency_ms"] / steps})
+        rows.append(
+            {
+                "collective": op,
+                "calls per step": v["count"] / steps,
+                "MiB handed per step": v["message_mib"] / steps,
+                "volume MiB per step": volume,
+                "volume (Ψ)": volume / psi,
+                "latency ms per step": v["latency_ms"] / steps,
+            }
+        )
     t = pd.DataFrame(rows)
     total = {"collective": "total"} | t.drop(columns="collective").sum().to_dict()
     return pd.concat([t, pd.DataFrame([total])], ignore_index=True)
@@ -355,13 +456,23 @@ def comm_check(comms: dict, run: dict) -> CommCheck:
     stage, n, ga = int(run["zero_stage"]), int(run["world_size"]), int(run["gradient_accumulation_steps"])
     m = comm_measured(comms, run["num_params"], b).set_index("collective")
     total = m.at["total", "volume MiB per step"]
-    want = {k: comm_volume(run["num_params"], n, b, ga, c).set_index("zero_stage").at[stage, "MiB per step"]
-            for k, c in (("paper", PAPER), ("deepspeed", DEEPSPEED))}
+    want = {
+        k: comm_volume(run["num_params"], n, b, ga, c).set_index("zero_stage").at[stage, "MiB per step"]
+        for k, c in (("paper", PAPER), ("deepspeed", DEEPSPEED))
+    }
     kind = lambda ops: float(m.loc[[o for o in m.index if o.startswith(ops)], "volume (Ψ)"].sum())  # noqa: E731
-    return CommCheck(run.get("output_dir") or "", stage, n, int(run["num_params"]), b, ga,
-                     compare("communication per step", total, want["paper"], unit="MiB", noise=COMM_TOLERANCE),
-                     compare("communication per step", total, want["deepspeed"], unit="MiB", noise=COMM_TOLERANCE),
-                     kind(("all_reduce", "reduce")), kind(("all_gather", "broadcast")))
+    return CommCheck(
+        run.get("output_dir") or "",
+        stage,
+        n,
+        int(run["num_params"]),
+        b,
+        ga,
+        compare("communication per step", total, want["paper"], unit="MiB", noise=COMM_TOLERANCE),
+        compare("communication per step", total, want["deepspeed"], unit="MiB", noise=COMM_TOLERANCE),
+        kind(("all_reduce", "reduce")),
+        kind(("all_gather", "broadcast")),
+    )
 
 
 @dataclass(frozen=True)
@@ -418,12 +529,13 @@ class Stragglers:
     summed over the step's micro-batches), length_<rank> (padded length of its last micro-batch) and waited_ms
     (the slowest rank's forward less the fastest's: how long the fastest waited, in the forward alone). `steady_from`: the
     first steady step (results.json's warm-up)."""
+
     steps: pd.DataFrame
     steady_from: int
 
     @property
     def steady(self) -> pd.DataFrame:
-        return self.steps.loc[self.steady_from:]
+        return self.steps.loc[self.steady_from :]
 
     @property
     def mean_waited_ms(self) -> float:
@@ -441,12 +553,15 @@ def stragglers(run_dir: str | Path) -> Stragglers:
     """`Stragglers` of the run in `run_dir`. Raises FileNotFoundError where the run wrote no micro_batches.csv
     (runs made before 2026-11-26)."""
     run_dir = Path(run_dir)
-    files = [run_dir / "micro_batches.csv"] + sorted(run_dir.glob("micro_batches.rank*.csv"),
-                                                     key=lambda p: int(p.stem.split("rank")[1]))
+    files = [run_dir / "micro_batches.csv"] + sorted(
+        run_dir.glob("micro_batches.rank*.csv"), key=lambda p: int(p.stem.split("rank")[1])
+    )
     per_rank = []
     for rank, f in enumerate(files):
         g = pd.read_csv(f).groupby("step")
-        per_rank.append(pd.DataFrame({f"forward_ms_{rank}": g["forward_ms"].sum(), f"length_{rank}": g["length"].last()}))
+        per_rank.append(
+            pd.DataFrame({f"forward_ms_{rank}": g["forward_ms"].sum(), f"length_{rank}": g["length"].last()})
+        )
     steps = pd.concat(per_rank, axis=1)
     fwd = steps.filter(like="forward_ms_")
     steps["waited_ms"] = (fwd.max(axis=1) - fwd.min(axis=1)).round(2)

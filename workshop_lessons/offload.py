@@ -100,7 +100,8 @@ def _offload(s: str, r: dict[str, dict]) -> Offload:
     gpu = states(o) is not None
     peak = number(o.get("gpu_peak_allocated_mib"))
     return Offload(
-        stage=s, speed=compare_speed(o, n),
+        stage=s,
+        speed=compare_speed(o, n),
         gpu_states=compare("gpu_states_allocated_mib", states(o), states(n)) if gpu else None,
         gpu_peak=compare("gpu_peak_allocated_mib", peak, n["gpu_peak_allocated_mib"]) if gpu else None,
         held_at_start_mib=number(o.get("gpu_allocated_at_start_mib")),
@@ -109,7 +110,8 @@ def _offload(s: str, r: dict[str, dict]) -> Offload:
         estimated_host_bytes_per_param=o["estimated_model_states_cpu_mib"] * MiB / p,
         host_states_mib=o["host_states_rss_mib"] - n["host_states_rss_mib"],
         estimated_host_mib=o["estimated_model_states_cpu_mib"],
-        peak_beyond_states_mib=peak - states(o) if gpu else None)
+        peak_beyond_states_mib=peak - states(o) if gpu else None,
+    )
 
 
 def reference_runs(ref) -> dict[str, dict] | None:
@@ -135,21 +137,28 @@ def compilation(runs: dict[str, dict], r02: tuple[dict[str, dict], str] | None) 
     c = {n: compiled(runs[n]) for n in RUNS}
     default = bool(recipe_settings(runs["stage3"]["config"].get("recipe", "default"))["torch_compile_zero3"])
     z, who = r02 if r02 else ({}, None)
-    apart = bool(z) and (compiled(z["baseline"]) == compiled(z["stage2"]) == c["stage2"]
-                         and compiled(z["baseline_no_compile"]) == compiled(z["stage3"]) == c["stage3"] != c["stage2"])
+    apart = bool(z) and (
+        compiled(z["baseline"]) == compiled(z["stage2"]) == c["stage2"]
+        and compiled(z["baseline_no_compile"]) == compiled(z["stage3"]) == c["stage3"] != c["stage2"]
+    )
     base, bare = (z["baseline"], z["baseline_no_compile"]) if apart else (None, None)
     return Compilation(
-        compiled=c, zero3_default=default, runs_from=who if apart else None,
+        compiled=c,
+        zero3_default=default,
+        runs_from=who if apart else None,
         gap=compare_peak(z["stage3"], z["stage2"]) if apart else None,
         without=compare_peak(bare, base) if apart else None,
         states=compare("gpu_states_allocated_mib", bare["gpu_states_allocated_mib"], base["gpu_states_allocated_mib"])
-        if apart else None,
+        if apart
+        else None,
         stage3=compare_peak(z["stage3"], bare) if apart else None,
-        stage2=compare_peak(z["stage2"], base) if apart else None)
+        stage2=compare_peak(z["stage2"], base) if apart else None,
+    )
 
 
-def figures(r: dict[str, dict], ref: dict[str, dict] | None = None,
-            r02: tuple[dict[str, dict], str] | None = None) -> Offloads:
+def figures(
+    r: dict[str, dict], ref: dict[str, dict] | None = None, r02: tuple[dict[str, dict], str] | None = None
+) -> Offloads:
     """Notebook 03's figures from its runs `r` (results.json dicts by run name); without a GPU, exercise 3's
     from the GPU reference runs `ref` (the same form, `reference_runs`) where given; and why ZeRO-3 peaks above
     ZeRO-2 on those runs, with notebook 02's runs `r02` (`compile_runs`) where given."""
@@ -157,13 +166,26 @@ def figures(r: dict[str, dict], ref: dict[str, dict] | None = None,
     src, runs = ("yours", r) if on_gpu else ("reference", ref) if ref else (None, None)
     peaks = {s: _offload(s, runs) for s in ("stage2", "stage3")} if runs else None
     return Offloads(
-        on_gpu=on_gpu, num_params=r["stage2"]["num_params"], stage2=_offload("stage2", r), stage3=_offload("stage3", r),
-        peaks_from=src, peaks=peaks,
-        stage3_over_stage2_peak=compare("gpu_peak_allocated_mib", runs["stage3"]["gpu_peak_allocated_mib"],
-                                        runs["stage2"]["gpu_peak_allocated_mib"]) if runs else None,
-        offload_peaks=compare("gpu_peak_allocated_mib", runs["stage3_offload"]["gpu_peak_allocated_mib"],
-                              runs["stage2_offload"]["gpu_peak_allocated_mib"]) if runs else None,
-        compilation=compilation(runs, r02) if runs else None)
+        on_gpu=on_gpu,
+        num_params=r["stage2"]["num_params"],
+        stage2=_offload("stage2", r),
+        stage3=_offload("stage3", r),
+        peaks_from=src,
+        peaks=peaks,
+        stage3_over_stage2_peak=compare(
+            "gpu_peak_allocated_mib", runs["stage3"]["gpu_peak_allocated_mib"], runs["stage2"]["gpu_peak_allocated_mib"]
+        )
+        if runs
+        else None,
+        offload_peaks=compare(
+            "gpu_peak_allocated_mib",
+            runs["stage3_offload"]["gpu_peak_allocated_mib"],
+            runs["stage2_offload"]["gpu_peak_allocated_mib"],
+        )
+        if runs
+        else None,
+        compilation=compilation(runs, r02) if runs else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -184,5 +206,9 @@ PIN_MEMORY = ("zero_optimization.offload_optimizer.pin_memory", False)  # the ov
 def pinning(stage2: dict, pinned: dict, pageable: dict) -> Pinning:
     """`Pinning` from the runs' results.json: stage2, stage2_offload and stage2_offload with `PIN_MEMORY`."""
     key = "host_states_rss_mib"
-    return Pinning(pinned[key] - stage2[key], pageable[key] - stage2[key], pinned["estimated_model_states_cpu_mib"],
-                   compare(key, pinned[key], pageable[key]))
+    return Pinning(
+        pinned[key] - stage2[key],
+        pageable[key] - stage2[key],
+        pinned["estimated_model_states_cpu_mib"],
+        compare(key, pinned[key], pageable[key]),
+    )

@@ -46,11 +46,16 @@ def params_table(names: list[str]) -> pd.DataFrame:
     """One row per model of `names` (`param_counts`): its parameters, largest tensor, vocabulary and hidden size,
     and the largest tensor's share in %. Data for exercise 1, shown in the learner's notebook."""
     rows = [param_counts(n) for n in names]
-    return pd.DataFrame({"model": [r.model for r in rows], "parameters": [r.num_params for r in rows],
-                         "largest tensor (parameters)": [r.largest_layer_params for r in rows],
-                         "vocabulary (tokens)": [r.vocab_size for r in rows],
-                         "hidden size": [r.hidden_size for r in rows],
-                         "largest tensor (% of parameters)": [round(100 * r.largest_share, 1) for r in rows]})
+    return pd.DataFrame(
+        {
+            "model": [r.model for r in rows],
+            "parameters": [r.num_params for r in rows],
+            "largest tensor (parameters)": [r.largest_layer_params for r in rows],
+            "vocabulary (tokens)": [r.vocab_size for r in rows],
+            "hidden size": [r.hidden_size for r in rows],
+            "largest tensor (% of parameters)": [round(100 * r.largest_share, 1) for r in rows],
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -80,5 +85,4 @@ def zero_split(estimates: pd.DataFrame, model_name: str) -> ZeroSplit:
         return float(q[(q.zero_stage == stage) & (q.offload == "-") & (q.GPUs == gpus)]["GPU MiB per GPU"].item())
 
     s0, s2 = mib(0, 1), mib(2, 1)
-    return ZeroSplit(model_name, s0, s2, mib(3, 4),
-                     compare("estimated_model_states_gpu_mib", s2, s0, noise=None))
+    return ZeroSplit(model_name, s0, s2, mib(3, 4), compare("estimated_model_states_gpu_mib", s2, s0, noise=None))

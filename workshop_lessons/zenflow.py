@@ -93,9 +93,11 @@ class FirstLoss:
 def first_loss_check(offload_dir: str | Path, zenflow_dir: str | Path) -> FirstLoss:
     """`FirstLoss` from the two runs' train_log.csv and ZenFlow's results.json (a learner's runs or the reference's)."""
     run = json.loads((Path(zenflow_dir) / "results.json").read_text())
-    return FirstLoss(zenflow=float(train_log(zenflow_dir)["loss"].iloc[0]),
-                     offload=float(train_log(offload_dir)["loss"].iloc[0]),
-                     deepspeed=(run.get("versions") or {}).get("deepspeed"))
+    return FirstLoss(
+        zenflow=float(train_log(zenflow_dir)["loss"].iloc[0]),
+        offload=float(train_log(offload_dir)["loss"].iloc[0]),
+        deepspeed=(run.get("versions") or {}).get("deepspeed"),
+    )
 
 
 @dataclass(frozen=True)
@@ -122,26 +124,35 @@ def zenflow(offload_dir: str | Path, zenflow_dir: str | Path) -> ZenFlow:
     Raises:
         WorkshopError: the runs' steps differ (then nothing compares).
     """
-    runs = {k: json.loads((Path(d) / "results.json").read_text()) for k, d in (("off", offload_dir), ("zf", zenflow_dir))}
+    runs = {
+        k: json.loads((Path(d) / "results.json").read_text()) for k, d in (("off", offload_dir), ("zf", zenflow_dir))
+    }
     logs = {"off": train_log(offload_dir), "zf": train_log(zenflow_dir)}
     zf = json.loads((Path(zenflow_dir) / "ds_config.json").read_text())["zero_optimization"]["zenflow"]
     if list(logs["off"].index) != list(logs["zf"].index):
-        raise WorkshopError(f"{offload_dir} and {zenflow_dir} ran different steps ({len(logs['off'])} and "
-                            f"{len(logs['zf'])}): their losses and speeds do not compare.",
-                            "run both with the same settings (lessons.run_config with the notebook's options).")
+        raise WorkshopError(
+            f"{offload_dir} and {zenflow_dir} ran different steps ({len(logs['off'])} and "
+            f"{len(logs['zf'])}): their losses and speeds do not compare.",
+            "run both with the same settings (lessons.run_config with the notebook's options).",
+        )
     warm, n = runs["zf"]["warmup_steps"], last_steps(len(logs["zf"]), zf["update_interval"])
     tps = {k: window_tokens_per_second(logs[k], warm) for k in logs}
     loss = {k: float(logs[k]["loss"].iloc[-n:].mean()) for k in logs}
     gpu = {k: r.get("gpu_peak_allocated_mib") for k, r in runs.items()}
     on_gpu = number(gpu["zf"]) is not None
     return ZenFlow(
-        on_gpu=on_gpu, overlap_step=bool(zf["overlap_step"]), topk_ratio=zf["topk_ratio"],
-        update_interval=zf["update_interval"], window=(int(logs["zf"].index[warm]), int(logs["zf"].index[-1])),
+        on_gpu=on_gpu,
+        overlap_step=bool(zf["overlap_step"]),
+        topk_ratio=zf["topk_ratio"],
+        update_interval=zf["update_interval"],
+        window=(int(logs["zf"].index[warm]), int(logs["zf"].index[-1])),
         speed=compare("steady_train_tokens_per_second", tps["zf"], tps["off"], noise=speed_band(runs["zf"])),
-        last=n, loss=compare("train_loss", loss["zf"], loss["off"]),
+        last=n,
+        loss=compare("train_loss", loss["zf"], loss["off"]),
         gpu_peak=compare("gpu_peak_allocated_mib", gpu["zf"], gpu["off"]) if on_gpu else None,
         host_peak=compare("host_peak_rss_mib", runs["zf"]["host_peak_rss_mib"], runs["off"]["host_peak_rss_mib"]),
-        start=first_loss_check(offload_dir, zenflow_dir))
+        start=first_loss_check(offload_dir, zenflow_dir),
+    )
 
 
 def plot_loss(runs: dict[str, str | Path], f: ZenFlow):
@@ -151,10 +162,18 @@ def plot_loss(runs: dict[str, str | Path], f: ZenFlow):
     for label, d in runs.items():
         log = train_log(d)
         ax.plot(log.index, log["loss"], marker=".", label=label)
-    ax.axvspan(log.index[-f.last] - 0.5, log.index[-1] + 0.5, color="grey", alpha=0.15,
-               label=f"last {f.last} steps (mean compared)")
-    ax.set(xlabel="optimizer step", ylabel="training loss (nats per labelled token)",
-           title="ZenFlow against plain CPU offload: the same data, settings and steps")
+    ax.axvspan(
+        log.index[-f.last] - 0.5,
+        log.index[-1] + 0.5,
+        color="grey",
+        alpha=0.15,
+        label=f"last {f.last} steps (mean compared)",
+    )
+    ax.set(
+        xlabel="optimizer step",
+        ylabel="training loss (nats per labelled token)",
+        title="ZenFlow against plain CPU offload: the same data, settings and steps",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

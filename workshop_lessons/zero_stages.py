@@ -13,8 +13,7 @@ from workshop_lib.results import hfu
 from workshop_lib.units import MiB
 
 from . import Comparison, compare
-from .baseline import (NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, number, nvml_split, peak,
-                       speed)
+from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, number, nvml_split, peak, speed
 
 STAGES = ["stage1", "stage2", "stage3"]
 LOSS_AGREE = 0.01  # relative spread of the ZeRO stages' train losses below which we call them in agreement
@@ -85,10 +84,16 @@ def figures(r: dict[str, dict]) -> ZeroStages:
     for s in STAGES:
         n, nb = nvml_split(r[s]), nvml_split(base)
         stages[s] = Stage(
-            s, compare_peak(r[s], base), _gpu(r[s], "gpu_states_allocated_mib"),
-            r[s]["estimated_model_states_gpu_mib"] or r[s]["estimated_model_states_cpu_mib"], r[s]["estimator"], n,
+            s,
+            compare_peak(r[s], base),
+            _gpu(r[s], "gpu_states_allocated_mib"),
+            r[s]["estimated_model_states_gpu_mib"] or r[s]["estimated_model_states_cpu_mib"],
+            r[s]["estimator"],
+            n,
             bool(n and nb and n.allocated_mib < nb.allocated_mib and n.nvml_mib > nb.nvml_mib),
-            compare_speed(r[s], base), compiled(r[s]))
+            compare_speed(r[s], base),
+            compiled(r[s]),
+        )
     speeds = {s: speed(r[s])[0] for s in ["baseline", *STAGES]}
     slow = min(speeds, key=speeds.get)
     others = [compare_speed(r[s], r[slow]) for s in speeds if s != slow]
@@ -98,22 +103,39 @@ def figures(r: dict[str, dict]) -> ZeroStages:
     ac_mfu, base_mfu = _gpu(ac, "mfu"), _gpu(base, "mfu")
     ac_hfu = hfu(ac)
     uncompiled = r.get("baseline_no_compile")
-    like = ("baseline" if compiled(base) == compiled(r["stage3"]) else
-            "baseline_no_compile" if uncompiled and not compiled(uncompiled) and not compiled(r["stage3"]) else None)
+    like = (
+        "baseline"
+        if compiled(base) == compiled(r["stage3"])
+        else "baseline_no_compile"
+        if uncompiled and not compiled(uncompiled) and not compiled(r["stage3"])
+        else None
+    )
     return ZeroStages(
-        on_gpu=_gpu(base, "gpu_peak_mib") is not None, peak_what=peak(base)[1], baseline_peak_mib=peak(base)[0],
-        baseline_states_mib=_gpu(base, "gpu_states_allocated_mib"), baseline_nvml=nvml_split(base), stages=stages,
-        slowest=slow, slowest_apart=all(c.verdict == "higher" for c in others), speed_kind=speed(base)[1],
+        on_gpu=_gpu(base, "gpu_peak_mib") is not None,
+        peak_what=peak(base)[1],
+        baseline_peak_mib=peak(base)[0],
+        baseline_states_mib=_gpu(base, "gpu_states_allocated_mib"),
+        baseline_nvml=nvml_split(base),
+        stages=stages,
+        slowest=slow,
+        slowest_apart=all(c.verdict == "higher" for c in others),
+        speed_kind=speed(base)[1],
         stage3_uncompiled=compiled(base) and not compiled(r["stage3"]),
-        stage3_like=like, stage3_like_peak=compare_peak(r["stage3"], r[like]) if like else None,
+        stage3_like=like,
+        stage3_like_peak=compare_peak(r["stage3"], r[like]) if like else None,
         stage3_like_speed=compare_speed(r["stage3"], r[like]) if like else None,
         compile_peak=compare_peak(base, uncompiled) if uncompiled else None,
         compile_speed=compare_speed(base, uncompiled) if uncompiled else None,
-        stage3_gpu_share=gpu_share(r["stage3"]), stage3_gpu_total_mib=gpu_total_mib(r["stage3"]),
-        losses=losses, loss_spread=max(ds) - min(ds), losses_agree=max(ds) - min(ds) <= LOSS_AGREE * min(ds),
-        ac_peak=compare_peak(ac, base), ac_speed=compare_speed(ac, base),
+        stage3_gpu_share=gpu_share(r["stage3"]),
+        stage3_gpu_total_mib=gpu_total_mib(r["stage3"]),
+        losses=losses,
+        loss_spread=max(ds) - min(ds),
+        losses_agree=max(ds) - min(ds) <= LOSS_AGREE * min(ds),
+        ac_peak=compare_peak(ac, base),
+        ac_speed=compare_speed(ac, base),
         ac_mfu=compare("mfu", ac_mfu, base_mfu) if ac_mfu is not None and base_mfu is not None else None,
-        ac_hfu_over_mfu=ac_hfu / ac_mfu if ac_hfu is not None and ac_mfu else None)
+        ac_hfu_over_mfu=ac_hfu / ac_mfu if ac_hfu is not None and ac_mfu else None,
+    )
 
 
 # What zero_optimization.overlap_comm changes at stage 2 (notebook 02's stage2_no_overlap), in DeepSpeed 0.19.8's
@@ -126,8 +148,11 @@ OVERLAP_COMM = (
     ("create_gradient_handling_hooks", 1372, "self.process_gradients(param, i)"),  # in each gradient's hook
     ("__init__", 267, "self.partition_gradients = partition_grads"),  # True at stage 2 (runtime/engine.py 2696)
     ("process_gradients", 2290, "if self.partition_gradients or self.overlap_comm:"),
-    ("reduce_independent_p_g_buckets_and_remove_grads", 1422,
-     "if bucket.elements + param.numel() > self.reduce_bucket_size:"),
+    (
+        "reduce_independent_p_g_buckets_and_remove_grads",
+        1422,
+        "if bucket.elements + param.numel() > self.reduce_bucket_size:",
+    ),
     ("reduce_independent_p_g_buckets_and_remove_grads", 1424, "self.reduce_ipg_grads(comm_dtype=comm_dtype)"),
     ("average_tensor", 1601, "stream = self.reduction_stream"),
     ("average_tensor", 1614, "stream = get_accelerator().current_stream()"),
@@ -219,11 +244,13 @@ def explain_states(rows: dict[str, dict]) -> str:
         return ", ".join(f"{k} {v:.3g}" for k, v in a.parts.items() if k not in skip)
 
     worst = max(acct, key=lambda n: acct[n].rest)
-    return (f"Why not 16 (lesson.account_states, from DeepSpeed 0.19.8's source): stages 1-2 keep {parts(one)} "
-            f"bytes/param ({one.predicted:.2f}) and free gradients and buckets after each backward pass; stage 3 also "
-            f"keeps {parts(three, one.parts)} from its start (a gradient for every parameter; one bucket of "
-            f"{z3['zero_optimization']['reduce_bucket_size']:,} elements, {gradient_bucket_mib(z3):,.1f} MiB): "
-            f"{three.predicted:.2f}; the baseline {parts(base)} ({base.predicted:.2f}).\n"
-            f"Beside them, what the process held before the run ({three.held_before * three.num_params / MiB:,.0f} "
-            f"MiB at stage 3, {three.held_before:.2f} bytes/param) and at most {acct[worst].rest_mib:,.1f} MiB "
-            f"({acct[worst].rest:.3f} bytes/param, {worst}) that the runs do not break down.")
+    return (
+        f"Why not 16 (lesson.account_states, from DeepSpeed 0.19.8's source): stages 1-2 keep {parts(one)} "
+        f"bytes/param ({one.predicted:.2f}) and free gradients and buckets after each backward pass; stage 3 also "
+        f"keeps {parts(three, one.parts)} from its start (a gradient for every parameter; one bucket of "
+        f"{z3['zero_optimization']['reduce_bucket_size']:,} elements, {gradient_bucket_mib(z3):,.1f} MiB): "
+        f"{three.predicted:.2f}; the baseline {parts(base)} ({base.predicted:.2f}).\n"
+        f"Beside them, what the process held before the run ({three.held_before * three.num_params / MiB:,.0f} "
+        f"MiB at stage 3, {three.held_before:.2f} bytes/param) and at most {acct[worst].rest_mib:,.1f} MiB "
+        f"({acct[worst].rest:.3f} bytes/param, {worst}) that the runs do not break down."
+    )

@@ -32,8 +32,19 @@ class StepLog(TrainerCallback):
     only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and only a window between such steps
     measures the GPU."""
 
-    FIELDS = ["step", "epoch", "time_s", "loss", "eval_loss", "learning_rate", "grad_norm", "step_time_s",
-              "tokens", "num_input_tokens_seen", "compiles"]
+    FIELDS = [
+        "step",
+        "epoch",
+        "time_s",
+        "loss",
+        "eval_loss",
+        "learning_rate",
+        "grad_norm",
+        "step_time_s",
+        "tokens",
+        "num_input_tokens_seen",
+        "compiles",
+    ]
 
     def __init__(self, path: Path, t0: float):
         self.path, self.t0 = path, t0
@@ -74,8 +85,11 @@ class StepLog(TrainerCallback):
             return
         row = logs | {"step": state.global_step, "time_s": round(time.perf_counter() - self.t0, 3)}
         if "loss" in logs and self.step_times:
-            row |= {"step_time_s": round(self.step_times[-1], 4), "tokens": self.step_tokens[-1],
-                    "compiles": self.step_compiles[-1]}
+            row |= {
+                "step_time_s": round(self.step_times[-1], 4),
+                "tokens": self.step_tokens[-1],
+                "compiles": self.step_compiles[-1],
+            }
         self.w.writerow(row)
         self.f.flush()
 
@@ -115,6 +129,7 @@ class MicroBatches(TrainerCallback):
         def end(module, positional, output):
             if module.training and self.rows:
                 self.rows[-1][-1] = clock()
+
         self.hooks = [model.register_forward_pre_hook(begin, with_kwargs=True), model.register_forward_hook(end)]
 
     def on_train_end(self, args, state, control, **kw):

@@ -50,14 +50,33 @@ from .units import MiB
 CHECKPOINTS = "checkpoints"  # OUTPUT_DIR/checkpoints/checkpoint-N
 RUN_CONFIG = "run_config.json"  # the settings a run started with (RunConfig + world_size), for --resume
 # Settings a resume may change: where and how often to write, and what happens after training.
-MAY_CHANGE = {"output_dir", "overwrite", "resume", "save_strategy", "save_steps", "save_total_limit",
-              "score_questions", "save_model", "dataloader_num_workers", "nvme_path", "allow_cpu", "logging_steps"}
+MAY_CHANGE = {
+    "output_dir",
+    "overwrite",
+    "resume",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "score_questions",
+    "save_model",
+    "dataloader_num_workers",
+    "nvme_path",
+    "allow_cpu",
+    "logging_steps",
+}
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
 # What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code (`code_in`)
-SAFE_GLOBALS = {"deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
-                "deepspeed.utils.tensor_fragment.fragment_address", "numpy.dtype", "numpy.ndarray",
-                "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.dtypes.UInt32DType"}
+SAFE_GLOBALS = {
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+    "numpy.dtype",
+    "numpy.ndarray",
+    "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray._reconstruct",
+    "numpy.dtypes.UInt32DType",
+}
 
 
 def _sha256(path: Path) -> str:
@@ -97,7 +116,8 @@ def write_manifest(ckpt: str | os.PathLike) -> Path:
         if f.is_file() and f.name != MANIFEST and not f.name.startswith(f".{MANIFEST}.tmp"):
             size = f.stat().st_size
             files[f.relative_to(ckpt).as_posix()] = {"bytes": size} | (
-                {"sha256": _sha256(f)} if size <= CHECKSUM_MAX_BYTES else {})
+                {"sha256": _sha256(f)} if size <= CHECKSUM_MAX_BYTES else {}
+            )
     rundir.write_json_atomic(ckpt / MANIFEST, {"step": _name_step(ckpt), "files": files})
     return ckpt / MANIFEST
 
@@ -138,8 +158,9 @@ def code_in(ckpt: str | os.PathLike) -> str | None:
     runs whatever callable a pickle names: a manifest whoever hands over a checkpoint can rewrite does not stop
     that; this check does, reading only each file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint)."""
     ckpt = Path(ckpt)
-    for tag, named in ((t.name, t.read_text().strip()) for t in (ckpt / "latest", ckpt / "latest_universal")
-                       if t.is_file()):
+    for tag, named in (
+        (t.name, t.read_text().strip()) for t in (ckpt / "latest", ckpt / "latest_universal") if t.is_file()
+    ):
         if (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
             return f"{tag} names {named!r}, a folder outside the checkpoint"
     for f in sorted(ckpt.rglob("*.pt")) + sorted(ckpt.rglob("*.pth")):
@@ -155,8 +176,10 @@ def code_in(ckpt: str | os.PathLike) -> str | None:
             except Exception:  # noqa: BLE001 - whatever stops torch's restricted unpickler: code, or a damaged file
                 pass
         if names:
-            return (f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
-                    "the workshop never loads code from a checkpoint")
+            return (
+                f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
+                "the workshop never loads code from a checkpoint"
+            )
     return None
 
 
@@ -166,8 +189,13 @@ def _enum_member(cls, name):
 
     Raises:
         pickle.UnpicklingError: not such a member."""
-    if (isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__
-            and f"{cls.__module__}.{cls.__qualname__}" in SAFE_GLOBALS):
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, enum.Enum)
+        and isinstance(name, str)
+        and name in cls.__members__
+        and f"{cls.__module__}.{cls.__qualname__}" in SAFE_GLOBALS
+    ):
         return cls[name]
     raise pickle.UnpicklingError(f"getattr({cls!r}, {name!r}) is no member of an allowed enum")
 
@@ -188,6 +216,7 @@ def weights_only_loads():
     def restricted(*args, **kwargs):
         with torch.serialization.safe_globals(allowed):
             return load(*args, **kwargs | {"weights_only": True})
+
     torch.load = restricted
     try:
         yield
@@ -242,8 +271,13 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     complete, incomplete = find_checkpoints(out)
     last = _name_step(complete[-1]) if complete else -1  # complete: already checked
     partial = [c for c in incomplete if _name_step(c) > last] + [out / ".model.tmp"]
-    what = ("the model (model/)" if partial[-1].exists() else
-            f"checkpoint {partial[0]}" if len(partial) > 1 else "the run's logs and results")
+    what = (
+        "the model (model/)"
+        if partial[-1].exists()
+        else f"checkpoint {partial[0]}"
+        if len(partial) > 1
+        else "the run's logs and results"
+    )
     for p in partial:
         shutil.rmtree(p, ignore_errors=True)
     for tmp in out.rglob(".*.tmp*"):
@@ -264,11 +298,13 @@ def check_resumable(run_dir: str | os.PathLike) -> None:
     # damaged: written to the end (a manifest, or the Trainer's state of its step), not interrupted while written
     damaged = [p for p in incomplete if (p / MANIFEST).exists() or _trainer_step(p) is not None]
     if damaged and not complete:
-        raise WorkshopError(f"{run_dir} holds no complete checkpoint to resume from: "
-                            + "; ".join(f"{p} is damaged: {why_incomplete(p)}" for p in damaged)
-                            + ". Nothing was changed.",
-                            "restore the damaged files from a copy and --resume again, or start the run again "
-                            "with --overwrite (which deletes it).")
+        raise WorkshopError(
+            f"{run_dir} holds no complete checkpoint to resume from: "
+            + "; ".join(f"{p} is damaged: {why_incomplete(p)}" for p in damaged)
+            + ". Nothing was changed.",
+            "restore the damaged files from a copy and --resume again, or start the run again "
+            "with --overwrite (which deletes it).",
+        )
 
 
 def last_checkpoint(path: str | os.PathLike) -> Path:
@@ -281,21 +317,28 @@ def last_checkpoint(path: str | os.PathLike) -> Path:
             use instead, if any); it holds no complete checkpoint."""
     path = Path(path)
     if not path.is_dir():
-        raise WorkshopError(f"{path} does not exist or is not a directory.",
-                            "give a run directory (runs/...) or one of its checkpoints/checkpoint-N.")
+        raise WorkshopError(
+            f"{path} does not exist or is not a directory.",
+            "give a run directory (runs/...) or one of its checkpoints/checkpoint-N.",
+        )
     run_dir, ckpt = (path.resolve().parent.parent, path) if _name_step(path) is not None else (path, None)
     complete, incomplete = find_checkpoints(run_dir)
     if ckpt is None and incomplete and (not complete or _name_step(incomplete[-1]) > _name_step(complete[-1])):
         ckpt = incomplete[-1]
     if ckpt is not None and (why := why_incomplete(ckpt)):
-        instead = (f"use {complete[-1]}, the run's last complete checkpoint (step {_name_step(complete[-1])})"
-                   if complete else "restore its files from a copy: the run holds no complete checkpoint")
+        instead = (
+            f"use {complete[-1]}, the run's last complete checkpoint (step {_name_step(complete[-1])})"
+            if complete
+            else "restore its files from a copy: the run holds no complete checkpoint"
+        )
         raise WorkshopError(f"{ckpt} is not a complete checkpoint: {why}. Nothing was written.", instead + ".")
     if ckpt is not None:
         return ckpt
     if not complete:
-        raise WorkshopError(f"{path} holds no complete checkpoint in {CHECKPOINTS}/.",
-                            "run with --save-strategy steps or epoch (the default), or give a checkpoint directory.")
+        raise WorkshopError(
+            f"{path} holds no complete checkpoint in {CHECKPOINTS}/.",
+            "run with --save-strategy steps or epoch (the default), or give a checkpoint directory.",
+        )
     return complete[-1]
 
 
@@ -324,11 +367,15 @@ def kept(out: str | os.PathLike, asked) -> str:
     out, complete = Path(out), find_checkpoints(out)[0]
     marked = f"marked unfinished ({out / rundir.MARKER})"
     if not complete:
-        return (f"kept no checkpoint, only what it logged in {out} (train_log.csv, memory.csv), {marked}. To "
-                f"start again: {run_command(asked, out, '--overwrite')}")
+        return (
+            f"kept no checkpoint, only what it logged in {out} (train_log.csv, memory.csv), {marked}. To "
+            f"start again: {run_command(asked, out, '--overwrite')}"
+        )
     names = ", ".join(f"{p} (step {_name_step(p)})" for p in complete)
-    return (f"kept {len(complete)} complete checkpoint{'s' * (len(complete) > 1)}: {names}; {marked}. To "
-            f"continue from step {_name_step(complete[-1])}: {run_command(asked, out, '--resume')}")
+    return (
+        f"kept {len(complete)} complete checkpoint{'s' * (len(complete) > 1)}: {names}; {marked}. To "
+        f"continue from step {_name_step(complete[-1])}: {run_command(asked, out, '--resume')}"
+    )
 
 
 # ---- Resume on another world size (DeepSpeed's Universal Checkpointing) ----------------------------------------
@@ -370,8 +417,10 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
             DeepSpeed's converter failed (its error named)."""
     ckpt = Path(ckpt)
     if not zero_partitions(ckpt):
-        raise WorkshopError(f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any "
-                            "number of ranks.", "resume from it as it is.")
+        raise WorkshopError(
+            f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any number of ranks.",
+            "resume from it as it is.",
+        )
     tag = (ckpt / "latest").read_text().strip()
     out, latest = ckpt / f"{tag}_universal", ckpt / UNIVERSAL
     if latest.is_file() and latest.read_text().strip() == out.name and out.is_dir():
@@ -384,21 +433,33 @@ def to_universal(ckpt: str | os.PathLike) -> Path:
     print(f"Converting {ckpt / tag} to a universal checkpoint in {out} (DeepSpeed's ds_to_universal) ...", flush=True)
     try:
         with weights_only_loads():
-            ds_to_universal.main(argparse.Namespace(
-                input_folder=str(ckpt / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
-                keep_temp_folder=False, strict=True, inject_missing_state=True))
+            ds_to_universal.main(
+                argparse.Namespace(
+                    input_folder=str(ckpt / tag),
+                    output_folder=str(out),
+                    num_extract_workers=1,
+                    num_merge_workers=1,
+                    keep_temp_folder=False,
+                    strict=True,
+                    inject_missing_state=True,
+                )
+            )
     except Exception as e:
         shutil.rmtree(out, ignore_errors=True)
-        raise WorkshopError(f"DeepSpeed's ds_to_universal could not convert {ckpt / tag} ({type(e).__name__}: "
-                            f"{e}); nothing of the conversion was kept.",
-                            f"resume on the {zero_partitions(ckpt)} ranks that wrote it.") from e
+        raise WorkshopError(
+            f"DeepSpeed's ds_to_universal could not convert {ckpt / tag} ({type(e).__name__}: "
+            f"{e}); nothing of the conversion was kept.",
+            f"resume on the {zero_partitions(ckpt)} ranks that wrote it.",
+        ) from e
     return out
 
 
 # How the data order of a run resumed on another world size compares with the uninterrupted run's, by batching.
-SAME_STEPS = ("every optimizer step takes the same {k} micro-batches as the uninterrupted run's step (their order "
-              "comes from the seed and the epoch alone), dealt out to {w1} rank(s) x {a1} accumulation step(s) "
-              "instead of {w0} x {a0}: the gradients are summed in another order, equal up to float rounding")
+SAME_STEPS = (
+    "every optimizer step takes the same {k} micro-batches as the uninterrupted run's step (their order "
+    "comes from the seed and the epoch alone), dealt out to {w1} rank(s) x {a1} accumulation step(s) "
+    "instead of {w0} x {a0}: the gradients are summed in another order, equal up to float rounding"
+)
 DATA_ORDER = {
     "token_budget": SAME_STEPS,
     "random": SAME_STEPS,  # the Trainer's SeedableRandomSampler (accelerate): a permutation of seed + epoch
@@ -406,15 +467,19 @@ DATA_ORDER = {
     # world size that saved it (rng_state_R.pth), and accelerate seeds it differently under one rank and several
     # (measured, tiny ZeRO-2 from 2 ranks to 1 at step 8 of 16: the steps after it 0.03-0.23 nats from the
     # uninterrupted run's; with "random" batching the same losses)
-    "group_by_length": ("the length-grouped order is drawn from torch's random state, which the Trainer restores "
-                        "only on the world size that saved it: from the resumed step on, the batches follow "
-                        "another permutation, so the rest of the interrupted epoch may repeat some questions and "
-                        "skip others"),
+    "group_by_length": (
+        "the length-grouped order is drawn from torch's random state, which the Trainer restores "
+        "only on the world size that saved it: from the resumed step on, the batches follow "
+        "another permutation, so the rest of the interrupted epoch may repeat some questions and "
+        "skip others"
+    ),
 }
-EPOCH_END = ("; where an epoch's micro-batches do not divide by the number of ranks, its last step differs too "
-             "(under several ranks accelerate repeats the epoch's first micro-batches so that every rank gets one, "
-             "even_batches); the ranks' RNG states are not restored (rng_state_R.pth belongs to the world size "
-             "that saved it): dropout would differ, and the workshop's models have none")
+EPOCH_END = (
+    "; where an epoch's micro-batches do not divide by the number of ranks, its last step differs too "
+    "(under several ranks accelerate repeats the epoch's first micro-batches so that every rank gets one, "
+    "even_batches); the ranks' RNG states are not restored (rng_state_R.pth belongs to the world size "
+    "that saved it): dropout would differ, and the workshop's models have none"
+)
 
 WORLD_SIZE_CHANGES = "world_size_changes.json"  # OUTPUT_DIR/: every resume on another world size, in order
 
@@ -423,8 +488,11 @@ def _started(out: str | os.PathLike) -> dict | None:
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return None
-    return read_json_object(path, "is damaged: the settings this run started with cannot be compared",
-                            "pass --overwrite to start the run again, or another --output-dir.")
+    return read_json_object(
+        path,
+        "is damaged: the settings this run started with cannot be compared",
+        "pass --overwrite to start the run again, or another --output-dir.",
+    )
 
 
 def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | None = None) -> int | None:
@@ -451,11 +519,16 @@ def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | No
     raise WorkshopError(
         f"{out} trains with {k} micro-batch(es) per optimizer step (gradient_accumulation_steps {a0} x {w0} "
         f"rank(s)), and a resume keeps that global batch; on {world_size} rank(s) "
-        + (f"--gradient-accumulation-steps {given} would make it {given * world_size}." if k % world_size == 0
-           else f"no whole accumulation does ({k} / {world_size}).") + " Nothing was changed.",
+        + (
+            f"--gradient-accumulation-steps {given} would make it {given * world_size}."
+            if k % world_size == 0
+            else f"no whole accumulation does ({k} / {world_size})."
+        )
+        + " Nothing was changed.",
         f"resume on {', '.join(map(str, fits))} rank(s) (torchrun --nproc_per_node N, or as many SLURM tasks) "
         f"without --gradient-accumulation-steps (the resume sets it to {k} / N), or start again on {world_size} "
-        "rank(s) with --overwrite.")
+        "rank(s) with --overwrite.",
+    )
 
 
 def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> dict | None:
@@ -488,22 +561,33 @@ def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> 
             f"{ckpt} was written by {w0} rank(s) with the optimizer states offloaded to NVMe, which DeepSpeed "
             "0.19.8 restores only on as many ranks (from each rank's swap files), never from a universal "
             "checkpoint. Nothing was changed.",
-            f"resume on {w0} rank(s), or start again on {world_size} rank(s) with --overwrite.")
+            f"resume on {w0} rank(s), or start again on {world_size} rank(s) with --overwrite.",
+        )
     order = DATA_ORDER[config["batching"]].format(k=k, w0=w0, a0=k // w0, w1=world_size, a1=a1)
-    return {"step": _name_step(ckpt) if ckpt else 0, "checkpoint": str(ckpt) if ckpt else None,
-            "world_size": [w0, world_size], "gradient_accumulation_steps": [k // w0, a1],
-            "micro_batches_per_step": k, "universal": universal, "data_order": order + EPOCH_END}
+    return {
+        "step": _name_step(ckpt) if ckpt else 0,
+        "checkpoint": str(ckpt) if ckpt else None,
+        "world_size": [w0, world_size],
+        "gradient_accumulation_steps": [k // w0, a1],
+        "micro_batches_per_step": k,
+        "universal": universal,
+        "data_order": order + EPOCH_END,
+    }
 
 
 def describe_world_size_change(change: dict) -> str:
     """One paragraph for the run's output on a `world_size_change`: what changed and what did not."""
     (w0, w1), (a0, a1) = change["world_size"], change["gradient_accumulation_steps"]
-    how = ("through DeepSpeed's universal checkpoint (ZeRO partitions of "
-           f"{w0} rank(s) re-sliced for {w1})" if change["universal"] else
-           "from states that are whole (no ZeRO partitions: they load on any number of ranks)")
-    return (f"Resuming on another world size: {w0} -> {w1} rank(s), gradient_accumulation_steps {a0} -> {a1}, "
-            f"the global batch kept ({change['micro_batches_per_step']} micro-batch(es) per optimizer step); "
-            f"from step {change['step']}, {how}. Data order: {change['data_order']}.")
+    how = (
+        f"through DeepSpeed's universal checkpoint (ZeRO partitions of {w0} rank(s) re-sliced for {w1})"
+        if change["universal"]
+        else "from states that are whole (no ZeRO partitions: they load on any number of ranks)"
+    )
+    return (
+        f"Resuming on another world size: {w0} -> {w1} rank(s), gradient_accumulation_steps {a0} -> {a1}, "
+        f"the global batch kept ({change['micro_batches_per_step']} micro-batch(es) per optimizer step); "
+        f"from step {change['step']}, {how}. Data order: {change['data_order']}."
+    )
 
 
 def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
@@ -523,8 +607,11 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
                 f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
         for b in broken:
             print(f"Skipped {b}: {why_incomplete(b)}; moved to {set_aside(b)}, never loaded.")
-        print(f"Resuming from {complete[-1]} (step {step})." if complete else
-              f"No complete checkpoint in {out / CHECKPOINTS}: training starts from step 0.")
+        print(
+            f"Resuming from {complete[-1]} (step {step})."
+            if complete
+            else f"No complete checkpoint in {out / CHECKPOINTS}: training starts from step 0."
+        )
         if change:
             print(describe_world_size_change(change), flush=True)
             changes = out / WORLD_SIZE_CHANGES
@@ -541,8 +628,10 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
     if failed:
         raise failed
     if change and change["universal"] and not (complete[-1] / UNIVERSAL).is_file():
-        raise WorkshopError(f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
-                            f"resume on the {change['world_size'][0]} rank(s) that wrote it.")
+        raise WorkshopError(
+            f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
+            f"resume on the {change['world_size'][0]} rank(s) that wrote it.",
+        )
     return complete[-1] if complete else None
 
 
@@ -565,18 +654,25 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
         return
     now = config | {"world_size": world_size}
     may_change = set(MAY_CHANGE)
-    per_step = [d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps")
-                else None for d in (before, now)]
+    per_step = [
+        d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps") else None
+        for d in (before, now)
+    ]
     if per_step[0] is not None and per_step[0] == per_step[1]:
         may_change |= {"world_size", "gradient_accumulation_steps"}
     before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
-    diff = [f"{k} {before.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
-            if k not in may_change and before.get(k) != now.get(k)]
+    diff = [
+        f"{k} {before.get(k)!r} then, {now.get(k)!r} now"
+        for k in sorted(set(before) | set(now))
+        if k not in may_change and before.get(k) != now.get(k)
+    ]
     if diff:
-        raise WorkshopError(f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
-                            "continue the same run. Nothing was changed.",
-                            f"resume with the settings in {Path(out) / RUN_CONFIG}, or pass another --output-dir, or --overwrite "
-                            "to start again.")
+        raise WorkshopError(
+            f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
+            "continue the same run. Nothing was changed.",
+            f"resume with the settings in {Path(out) / RUN_CONFIG}, or pass another --output-dir, or --overwrite "
+            "to start again.",
+        )
 
 
 def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -599,26 +695,41 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise WorkshopError(f"{out} exists and is not an empty directory; nothing was written.",
-                            "give a new directory to export into.")
+        raise WorkshopError(
+            f"{out} exists and is not an empty directory; nothing was written.", "give a new directory to export into."
+        )
     rundir.check_writable(out, "OUT")
     ckpt = last_checkpoint(source)
     if not zero_partitions(ckpt):
-        raise WorkshopError(f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
-                            f"its model.safetensors is the whole model: load {ckpt} with from_pretrained.")
-    check_no_custom_code(read_json_object(ckpt / "config.json", "is damaged: the checkpoint's architecture cannot be "
-                                          "read", f"export another checkpoint of the run, or restore {ckpt}."), str(ckpt))
+        raise WorkshopError(
+            f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
+            f"its model.safetensors is the whole model: load {ckpt} with from_pretrained.",
+        )
+    check_no_custom_code(
+        read_json_object(
+            ckpt / "config.json",
+            "is damaged: the checkpoint's architecture cannot be read",
+            f"export another checkpoint of the run, or restore {ckpt}.",
+        ),
+        str(ckpt),
+    )
     net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.float32)
-    with env.quiet_stderr(re.compile(r"^\s*$|(Loading checkpoint shards|Gathering sharded weights): ")), \
-            weights_only_loads():
+    with (
+        env.quiet_stderr(re.compile(r"^\s*$|(Loading checkpoint shards|Gathering sharded weights): ")),
+        weights_only_loads(),
+    ):
         net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)  # without its 2 bars
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
     with rundir.atomic_path(out) as tmp:
         net.save_pretrained(tmp)
         for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
-            if (f.is_file() and f.suffix in (".json", ".txt", ".model", ".jinja")
-                    and f.name not in ("trainer_state.json", MANIFEST) and not f.name.endswith(".index.json")):
+            if (
+                f.is_file()
+                and f.suffix in (".json", ".txt", ".model", ".jinja")
+                and f.name not in ("trainer_state.json", MANIFEST)
+                and not f.name.endswith(".index.json")
+            ):
                 shutil.copy2(f, tmp / f.name)
     return out
 

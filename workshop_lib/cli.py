@@ -33,19 +33,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed "
-                                "and measure memory and speed.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,eval,ask,download}",
-                           parser_class=_Parser)
+    p = _Parser(
+        prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed and measure memory and speed."
+    )
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="{run,report,export,eval,ask,download}", parser_class=_Parser
+    )
     # `run` and `eval` only name themselves here: their options are generated from their dataclasses
     # (config.RunConfig, EvalConfig) by config.parse_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
     rep = sub.add_parser("report", help="exercise tables and plots from finished runs")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them")
-    rep.add_argument("--out", metavar="DIR", help="where to write (default: report/ beside the runs: in the folder "
-                     "of runs given, beside the one run given, in the folder that holds the runs given)")
-    exp = sub.add_parser("export", help="a ZeRO checkpoint (any stage, any world size) -> a Hugging Face model "
-                         "directory, through DeepSpeed's zero_to_fp32")
+    rep.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to write (default: report/ beside the runs: in the folder "
+        "of runs given, beside the one run given, in the folder that holds the runs given)",
+    )
+    exp = sub.add_parser(
+        "export",
+        help="a ZeRO checkpoint (any stage, any world size) -> a Hugging Face model "
+        "directory, through DeepSpeed's zero_to_fp32",
+    )
     exp.add_argument("source", metavar="CHECKPOINT_OR_RUN_DIR", help="checkpoint-N, or a run (its last checkpoint)")
     exp.add_argument("out", metavar="OUT", help="new directory for the model")
     sub.add_parser("eval", help="generate answers for SQuAD dev questions; exact match and F1", add_help=False)
@@ -53,10 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("model", metavar="MODEL_OR_RUN_DIR")
     ask.add_argument("--question", required=True)
     ask.add_argument("--context", required=True, help="the paragraph that holds the answer")
-    dl = sub.add_parser("download", help="on a machine with internet: the recipes' models and SQuAD into the caches "
-                        "(HF_HOME) that runs read offline, then an offline run to check them")
-    dl.add_argument("--recipe", action="append", metavar="RECIPE", help="fetch this recipe's model (repeatable; "
-                    "default: the default recipe's)")
+    dl = sub.add_parser(
+        "download",
+        help="on a machine with internet: the recipes' models and SQuAD into the caches "
+        "(HF_HOME) that runs read offline, then an offline run to check them",
+    )
+    dl.add_argument(
+        "--recipe",
+        action="append",
+        metavar="RECIPE",
+        help="fetch this recipe's model (repeatable; default: the default recipe's)",
+    )
     dl.add_argument("--model", action="append", metavar="NAME", help="fetch this hub model instead (repeatable)")
     dl.add_argument("--no-check", action="store_true", help="skip the offline run after the download")
     return p
@@ -88,24 +104,31 @@ def run(argv: list[str]) -> int:
         return e.exit_code
     if world()[0] == 0:
         gpu = f"{res['gpu_peak_mib']:,.0f} MiB GPU peak" if res["gpu_peak_mib"] else "no GPU"
-        print(f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
-              + (f"{res['steady_train_tokens_per_second']:,.0f} tokens/s and "
-                 f"{res['steady_train_samples_per_second']:,.1f} questions/s steady, "
-                 if res["steady_train_tokens_per_second"] is not None else "")
-              + f"{gpu}, "
-              f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {Path(res['output_dir']) / 'results.json'}"
-              + (f", the model in {Path(res['output_dir']) / 'model'}" if res["config"]["save_model"] else ""))
+        print(
+            f"\n{res['experiment']}: train loss {res['train_loss']}, eval loss {res['eval_loss']}, "
+            + (
+                f"{res['steady_train_tokens_per_second']:,.0f} tokens/s and "
+                f"{res['steady_train_samples_per_second']:,.1f} questions/s steady, "
+                if res["steady_train_tokens_per_second"] is not None
+                else ""
+            )
+            + f"{gpu}, "
+            f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {Path(res['output_dir']) / 'results.json'}"
+            + (f", the model in {Path(res['output_dir']) / 'model'}" if res["config"]["save_model"] else "")
+        )
         if res["em"] is not None:
-            print(f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
-                  f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)")
+            print(
+                f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
+                f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)"
+            )
     _end_process_group()
     return 0
 
 
 def report(a: argparse.Namespace) -> int:
-    from .results import write_report
-
     import pandas as pd
+
+    from .results import write_report
 
     files = write_report(a.dirs, a.out or beside_runs(a.dirs))
     # for a terminal: one column per run, and only the figures this machine has (a CPU has no GPU columns);
@@ -142,7 +165,7 @@ def download(a: argparse.Namespace) -> int:
         models.setdefault(recipe_settings(r)["model"], r)
     for what, where, mib in hub.download(list(models)):
         print(f"fetched {what}: {mib:,.1f} MiB in {where}")
-    for model, recipe in ([] if a.no_check else models.items()):
+    for model, recipe in [] if a.no_check else models.items():
         print(f"checking that `workshop run` of {model} starts offline (HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1)...")
         hub.check_offline_run(model, recipe)
         print("ok: it loaded the model, the tokenizer and SQuAD from the caches and trained a step")
@@ -153,11 +176,19 @@ def evaluate(cfg) -> int:
     """`workshop eval` with its `config.EvalConfig`."""
     from .evaluation import evaluate_squad, model_caveat
 
-    s = evaluate_squad(cfg.model, cfg.output_dir, cfg.num_questions, eval_file=cfg.eval_file,
-                       batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
-    print(f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
-          f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
-          f"{cfg.output_dir or cfg.model}/predictions.jsonl and squad_scores.json")
+    s = evaluate_squad(
+        cfg.model,
+        cfg.output_dir,
+        cfg.num_questions,
+        eval_file=cfg.eval_file,
+        batch_size=cfg.batch_size,
+        max_new_tokens=cfg.max_new_tokens,
+    )
+    print(
+        f"{s['model']}: exact match {s['em']:.2f}, F1 {s['f1']:.2f} on {s['num_questions']} SQuAD "
+        f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
+        f"{cfg.output_dir or cfg.model}/predictions.jsonl and squad_scores.json"
+    )
     if caveat := model_caveat(cfg.model):
         print(caveat)
     return 0
@@ -196,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a disk that filled or turned read-only after the checks (`rundir.check_writable`)
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
             raise
-        err = WorkshopError(f"{e.filename or 'a file'} could not be written: {e.strerror}.",
-                            "free space on that disk (`df -h` shows it) or write elsewhere, then run the command again.")
+        err = WorkshopError(
+            f"{e.filename or 'a file'} could not be written: {e.strerror}.",
+            "free space on that disk (`df -h` shows it) or write elsewhere, then run the command again.",
+        )
         print(f"workshop: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before a run installed its own handler: nothing was written

@@ -28,8 +28,10 @@ from .rundir import write_json_atomic
 from .units import MiB
 
 COMMS_FILE = "comms.json"
-SOURCE = ("deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside the optimizer steps "
-          "(Trainer on_step_begin to on_step_end)")
+SOURCE = (
+    "deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside the optimizer steps "
+    "(Trainer on_step_begin to on_step_end)"
+)
 
 
 class Window(TrainerCallback):
@@ -75,12 +77,14 @@ def summary(raw: dict) -> dict:
     ops = {}
     for op, sizes in raw.items():
         count = sum(v["count"] for v in sizes.values())
-        ops[op] = {"count": count,
-                   "message_mib": round(sum(int(b) * v["count"] for b, v in sizes.items()) / MiB, 4),
-                   "latency_ms": round(sum(v["total_latency_ms"] for v in sizes.values()), 3),
-                   "algbw_gbps": round(sum(v["tput_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
-                   "busbw_gbps": round(sum(v["busbw_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
-                   "messages": {str(b): v["count"] for b, v in sorted(sizes.items())}}
+        ops[op] = {
+            "count": count,
+            "message_mib": round(sum(int(b) * v["count"] for b, v in sizes.items()) / MiB, 4),
+            "latency_ms": round(sum(v["total_latency_ms"] for v in sizes.values()), 3),
+            "algbw_gbps": round(sum(v["tput_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
+            "busbw_gbps": round(sum(v["busbw_avg_gbps"] * v["count"] for v in sizes.values()) / count, 4),
+            "messages": {str(b): v["count"] for b, v in sorted(sizes.items())},
+        }
     return ops
 
 
@@ -95,7 +99,13 @@ def write(out: Path, trainer) -> dict | None:
     ranks = env.gather(mine)  # torch.distributed's own gather: DeepSpeed's would log itself
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
-    data = {"source": SOURCE, "world_size": len(ranks), "backend": dist.get_backend() if dist.is_initialized() else None,
-            "optimizer_steps": window.steps, "ops": ranks[0], "per_rank": ranks}
+    data = {
+        "source": SOURCE,
+        "world_size": len(ranks),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "optimizer_steps": window.steps,
+        "ops": ranks[0],
+        "per_rank": ranks,
+    }
     write_json_atomic(Path(out) / COMMS_FILE, data)
     return data

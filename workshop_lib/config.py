@@ -32,26 +32,50 @@ from .errors import WorkshopError
 # leaves out takes the field's `base` value. Checked against RunConfig's fields and types at import (`check_overlay`).
 RECIPES: dict[str, dict] = {
     # The original workshop exactly: BLOOM-560m, prompts padded to 512 tokens, fp16, loss on every token.
-    "classic": dict(model="bigscience/bloom-560m", precision="fp16", attn_implementation="default",
-                    padding="max_length", batching="random", loss_on="all"),
+    "classic": dict(
+        model="bigscience/bloom-560m",
+        precision="fp16",
+        attn_implementation="default",
+        padding="max_length",
+        batching="random",
+        loss_on="all",
+    ),
     # Same data and optimizer, sized for a busy GPU: micro-batches of up to 32,768 tokens of similar-length
     # questions (no fixed padding, no attention mask), one per optimizer step; the LM head only where the
     # loss has targets (the answers); each transformer block compiled (GPU only); DeepSpeed's own gradient
     # bucket size instead of transformers' hidden_size²; bf16 without DeepSpeed's per-tensor overflow check
     # (bf16 has fp32's range: no loss scale to adjust); two data loader workers collating the next micro-batches
     # while the GPU trains; all the questions. Each lever is an A/B row of lab/bench.py (lab/findings/h100).
-    "default": dict(model="Qwen/Qwen3-0.6B", precision="bf16", attn_implementation="flash_attention_2",
-                    padding="longest", batching="token_budget", loss_on="answer", logits_on="labelled",
-                    torch_compile=True, drop_attention_mask=True, max_tokens_per_micro_batch=32768,
-                    gradient_accumulation_steps=1, reduce_bucket_size=500_000_000, check_grad_overflow=False,
-                    dataloader_num_workers=2, num_train_samples=None),
+    "default": dict(
+        model="Qwen/Qwen3-0.6B",
+        precision="bf16",
+        attn_implementation="flash_attention_2",
+        padding="longest",
+        batching="token_budget",
+        loss_on="answer",
+        logits_on="labelled",
+        torch_compile=True,
+        drop_attention_mask=True,
+        max_tokens_per_micro_batch=32768,
+        gradient_accumulation_steps=1,
+        reduce_bucket_size=500_000_000,
+        check_grad_overflow=False,
+        dataloader_num_workers=2,
+        num_train_samples=None,
+    ),
 }
 # --tiny: the same recipe on fewer questions, so a CPU finishes an experiment in seconds: micro-batches of
 # 6,144 tokens (~20 of the tiny tokenizer's ~280-token questions, some 4 steps an epoch); a larger learning
 # rate, since a 0.35M-parameter random model barely moves at 5e-5 in a few steps; collation in the training loop
 # (data loader workers take the cores a CPU trains on: lab/findings/h100/bench-collation-gc-loss).
-TINY = {"num_train_samples": 64, "num_eval_samples": 16, "epochs": 2, "learning_rate": 1e-3,
-        "max_tokens_per_micro_batch": 6144, "dataloader_num_workers": 0}
+TINY = {
+    "num_train_samples": 64,
+    "num_eval_samples": 16,
+    "epochs": 2,
+    "learning_rate": 1e-3,
+    "max_tokens_per_micro_batch": 6144,
+    "dataloader_num_workers": 0,
+}
 REQUIRED = object()  # the `base` of a recipe setting every recipe must give
 BASE: dict = {}  # recipe setting -> its value where a recipe leaves it out (REQUIRED: none); `_recipe_opt` fills it
 
@@ -75,114 +99,202 @@ class RunConfig:
     """One run's settings. Fields left None take the recipe's value (`RECIPES`), or `TINY`'s with --tiny;
     `resolve` fills them in and validates everything."""
 
-    experiment: str = field(metadata={"help": "one of: " + ", ".join(EXPERIMENTS) + " (or first, without --experiment)"})
+    experiment: str = field(
+        metadata={"help": "one of: " + ", ".join(EXPERIMENTS) + " (or first, without --experiment)"}
+    )
     recipe: str = field(default="default", metadata={"help": "one of: " + ", ".join(RECIPES)})
-    tiny: bool = field(default=False, metadata={
-        "help": "a ~0.35M-parameter model of the same family, 64 train / 16 eval questions (CPU-friendly)"})
+    tiny: bool = field(
+        default=False,
+        metadata={"help": "a ~0.35M-parameter model of the same family, 64 train / 16 eval questions (CPU-friendly)"},
+    )
     model: str | None = _recipe_opt("model", REQUIRED, "hub name or local directory")
-    random_weights: bool = field(default=False, metadata={
-        "help": "the published architecture with random weights (no download; for memory and speed)"})
+    random_weights: bool = field(
+        default=False,
+        metadata={"help": "the published architecture with random weights (no download; for memory and speed)"},
+    )
     train_file: str | None = _opt("SQuAD v1.1-format JSON to train on (default: SQuAD train)")
     eval_file: str | None = _opt("SQuAD v1.1-format JSON to evaluate on (default: SQuAD dev)")
-    num_train_samples: int | None = _recipe_opt("num_train_samples", 500, "questions to train on, the file's first N "
-                                                "(None: all)")
+    num_train_samples: int | None = _recipe_opt(
+        "num_train_samples", 500, "questions to train on, the file's first N (None: all)"
+    )
     num_eval_samples: int | None = _recipe_opt("num_eval_samples", 50, "questions to evaluate on")
     epochs: int | None = _recipe_opt("epochs", 3, "passes over the training questions")
     max_steps: int | None = _opt("stop after N optimizer steps (overrides epochs)")
     train_micro_batch_size_per_gpu: int | None = _recipe_opt(
-        "train_micro_batch_size_per_gpu", 4, "sequences per GPU per forward pass", aliases=["--micro-batch-size"])
-    gradient_accumulation_steps: int | None = _recipe_opt("gradient_accumulation_steps", 4, "forward passes per optimizer step")
+        "train_micro_batch_size_per_gpu", 4, "sequences per GPU per forward pass", aliases=["--micro-batch-size"]
+    )
+    gradient_accumulation_steps: int | None = _recipe_opt(
+        "gradient_accumulation_steps", 4, "forward passes per optimizer step"
+    )
     learning_rate: float | None = _recipe_opt("learning_rate", 5e-5, "peak learning rate, linear decay to 0")
     weight_decay: float | None = _recipe_opt("weight_decay", 0.01, "AdamW weight decay")
     max_length: int | None = _recipe_opt(
-        "max_length", 512, "tokens per sequence at most; longer contexts are cut around the answer")
-    loss_on: Literal["answer", "all"] | None = _recipe_opt("loss_on", REQUIRED, "answer: loss on the answer tokens; all: on every token")
+        "max_length", 512, "tokens per sequence at most; longer contexts are cut around the answer"
+    )
+    loss_on: Literal["answer", "all"] | None = _recipe_opt(
+        "loss_on", REQUIRED, "answer: loss on the answer tokens; all: on every token"
+    )
     precision: Literal["bf16", "fp16", "fp32"] | None = _recipe_opt(
-        "precision", REQUIRED, "16-bit type on a GPU (bf16 falls back to fp16 where unsupported); the CPU trains in fp32")
+        "precision",
+        REQUIRED,
+        "16-bit type on a GPU (bf16 falls back to fp16 where unsupported); the CPU trains in fp32",
+    )
     attn_implementation: Literal["default", "sdpa", "eager", "flash_attention_2"] | None = _recipe_opt(
-        "attn_implementation", REQUIRED, "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's")
-    padding: Literal["longest", "max_length"] | None = _recipe_opt("padding", REQUIRED, "pad per batch, or every sequence to max_length")
+        "attn_implementation",
+        REQUIRED,
+        "attention kernel; flash_attention_2 where installed (GPU, 16-bit), else the model's",
+    )
+    padding: Literal["longest", "max_length"] | None = _recipe_opt(
+        "padding", REQUIRED, "pad per batch, or every sequence to max_length"
+    )
     batching: Literal["random", "group_by_length", "token_budget"] | None = _recipe_opt(
-        "batching", REQUIRED, "random; group_by_length: similar lengths together; token_budget: micro-batches of similar "
-        "lengths sized by --max-tokens-per-micro-batch")
+        "batching",
+        REQUIRED,
+        "random; group_by_length: similar lengths together; token_budget: micro-batches of similar "
+        "lengths sized by --max-tokens-per-micro-batch",
+    )
     max_tokens_per_micro_batch: int | None = _recipe_opt(
-        "max_tokens_per_micro_batch", 16384, "padded tokens per micro-batch with --batching token_budget")
+        "max_tokens_per_micro_batch", 16384, "padded tokens per micro-batch with --batching token_budget"
+    )
     liger_kernel: bool | None = _recipe_opt(
-        "liger_kernel", False, "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, "
-        "where installed)")
+        "liger_kernel",
+        False,
+        "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, where installed)",
+    )
     logits_on: Literal["all", "labelled"] | None = _recipe_opt(
-        "logits_on", "all", "all: the LM head projects every position onto the vocabulary, as transformers does; "
-        "labelled: only the positions the loss has a target for (exact; with loss on the answers, a few of them)")
+        "logits_on",
+        "all",
+        "all: the LM head projects every position onto the vocabulary, as transformers does; "
+        "labelled: only the positions the loss has a target for (exact; with loss on the answers, a few of them)",
+    )
     torch_compile: bool | None = _recipe_opt(
-        "torch_compile", False, "true: torch.compile each transformer block (fuses its small kernels; GPU only, the "
-        "first steps compile)")
+        "torch_compile",
+        False,
+        "true: torch.compile each transformer block (fuses its small kernels; GPU only, the first steps compile)",
+    )
     dataloader_num_workers: int | None = _recipe_opt(
-        "dataloader_num_workers", 0, "processes collating micro-batches while the GPU trains (0: in the loop)")
+        "dataloader_num_workers", 0, "processes collating micro-batches while the GPU trains (0: in the loop)"
+    )
     reduce_bucket_size: int | None = _recipe_opt(
-        "reduce_bucket_size", 0, "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
-        "parameters; 0: transformers' auto, hidden_size²")
+        "reduce_bucket_size",
+        0,
+        "gradient elements DeepSpeed reduces at once (ZeRO 1-3), at most the model's "
+        "parameters; 0: transformers' auto, hidden_size²",
+    )
     check_grad_overflow: bool | None = _recipe_opt(
-        "check_grad_overflow", True, "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
-        "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)")
+        "check_grad_overflow",
+        True,
+        "bf16 under DeepSpeed: true checks every gradient tensor for inf/NaN before "
+        "each optimizer step and skips the step if one is found (DeepSpeed's default; fp16 always checks)",
+    )
     max_grad_norm: float | None = _recipe_opt(
-        "max_grad_norm", 1.0, "clip the global gradient norm to this (the Trainer's max_grad_norm, DeepSpeed's "
+        "max_grad_norm",
+        1.0,
+        "clip the global gradient norm to this (the Trainer's max_grad_norm, DeepSpeed's "
         "gradient_clipping); 0: no clipping, and no gradient norm under ZeRO-2 without offload "
-        "(zero_optimization.compute_grad_norm false: no per-tensor norms each step)")
+        "(zero_optimization.compute_grad_norm false: no per-tensor norms each step)",
+    )
     logging_steps: int | None = _recipe_opt(
-        "logging_steps", 1, "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
+        "logging_steps",
+        1,
+        "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
         "on one rank, the loss, gradient norm and tokens are read from the GPU at those steps only and batches "
-        "are copied to it without waiting: no host sync in between")
+        "are copied to it without waiting: no host sync in between",
+    )
     torch_compile_zero3: bool | None = _recipe_opt(
-        "torch_compile_zero3", False, "true: torch_compile under ZeRO-3 too (off by default: its parameter hooks "
-        "split each compiled block; an A/B row of the lab's benchmark (lab/bench.py))")
+        "torch_compile_zero3",
+        False,
+        "true: torch_compile under ZeRO-3 too (off by default: its parameter hooks "
+        "split each compiled block; an A/B row of the lab's benchmark (lab/bench.py))",
+    )
     drop_attention_mask: bool | None = _recipe_opt(
-        "drop_attention_mask", False, "true: no attention mask for right-padded batches (exact: causal attention never "
-        "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel")
+        "drop_attention_mask",
+        False,
+        "true: no attention mask for right-padded batches (exact: causal attention never "
+        "sees the pads after a sequence, and their labels are -100); lets SDPA use its flash kernel",
+    )
     activation_checkpointing: bool | None = _recipe_opt(
-        "activation_checkpointing", False, "true: recompute activations in the backward pass (less memory, slower)")
-    nvme_path: str | None = _opt("directory on a local NVMe drive, for experiments that offload to nvme (default: "
-                                 "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)")
+        "activation_checkpointing", False, "true: recompute activations in the backward pass (less memory, slower)"
+    )
+    nvme_path: str | None = _opt(
+        "directory on a local NVMe drive, for experiments that offload to nvme (default: "
+        "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)"
+    )
     ds_config: list[str] | None = _opt(
         "KEY=VALUE: set one key of the DeepSpeed config (dotted, e.g. zero_optimization.overlap_comm=false; the "
         "value is JSON: a number, true, false, a string); repeatable. Checked against DeepSpeed's own config "
         "classes before anything is written; written to ds_config.json (ds_config.explain says what each key does)",
-        metavar="KEY=VALUE", action="extend")
+        metavar="KEY=VALUE",
+        action="extend",
+    )
     output_dir: str | None = _opt("where to write (default runs/<experiment>[-tiny]-<date-time>)")
-    overwrite: bool = field(default=False, metadata={
-        "help": "remove the run (finished or killed) in --output-dir and start again"})
-    resume: bool = field(default=False, metadata={
-        "help": "continue the unfinished run in --output-dir from its last complete checkpoint (start fresh "
-        "when there is none); refused when a setting differs. On another number of ranks the gradient accumulation "
-        "changes to keep the global batch, and a ZeRO checkpoint is converted to DeepSpeed's universal checkpoint "
-        "(once)"})
-    save_strategy: Literal["no", "steps", "epoch"] = field(default="epoch", metadata={
-        "help": "when to write a checkpoint into OUTPUT_DIR/checkpoints (HF Trainer's save_strategy)"})
-    save_steps: int = field(default=100, metadata={
-        "help": "optimizer steps between checkpoints, with --save-strategy steps"})
-    save_total_limit: int = field(default=2, metadata={
-        "help": "checkpoints kept, the newest (each holds fp32 weights, Adam's moments and the model: 14-16 bytes/param)"})
-    save_model: bool = field(default=True, metadata={
-        "help": "write the fine-tuned model to OUTPUT_DIR/model at the end (16-bit weights, 2 bytes/param); false for "
-        "runs that only measure"})
-    score_questions: int = field(default=0, metadata={
-        "help": "SQuAD dev questions to answer by generation before and after training; results.json gets "
-        "em and f1 (0: none)"})
+    overwrite: bool = field(
+        default=False, metadata={"help": "remove the run (finished or killed) in --output-dir and start again"}
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "continue the unfinished run in --output-dir from its last complete checkpoint (start fresh "
+            "when there is none); refused when a setting differs. On another number of ranks the gradient accumulation "
+            "changes to keep the global batch, and a ZeRO checkpoint is converted to DeepSpeed's universal checkpoint "
+            "(once)"
+        },
+    )
+    save_strategy: Literal["no", "steps", "epoch"] = field(
+        default="epoch",
+        metadata={"help": "when to write a checkpoint into OUTPUT_DIR/checkpoints (HF Trainer's save_strategy)"},
+    )
+    save_steps: int = field(
+        default=100, metadata={"help": "optimizer steps between checkpoints, with --save-strategy steps"}
+    )
+    save_total_limit: int = field(
+        default=2,
+        metadata={
+            "help": "checkpoints kept, the newest (each holds fp32 weights, Adam's moments and the model: 14-16 bytes/param)"
+        },
+    )
+    save_model: bool = field(
+        default=True,
+        metadata={
+            "help": "write the fine-tuned model to OUTPUT_DIR/model at the end (16-bit weights, 2 bytes/param); false for "
+            "runs that only measure"
+        },
+    )
+    score_questions: int = field(
+        default=0,
+        metadata={
+            "help": "SQuAD dev questions to answer by generation before and after training; results.json gets "
+            "em and f1 (0: none)"
+        },
+    )
     allow_cpu: bool = field(default=False, metadata={"help": "run a full-size model without a GPU (slow)"})
     seed: int = field(default=42, metadata={"help": "random seed for the model's initialisation and the data order"})
-    comms_logger: bool = field(default=False, metadata={
-        "help": "DeepSpeed's communication logger on: every collective inside the optimizer steps is counted, sized "
-        "and timed, and OUTPUT_DIR/comms.json gets the totals per collective (ZeRO experiments; it synchronizes "
-        "after each collective, so the run's speed is not the real one)"})
+    comms_logger: bool = field(
+        default=False,
+        metadata={
+            "help": "DeepSpeed's communication logger on: every collective inside the optimizer steps is counted, sized "
+            "and timed, and OUTPUT_DIR/comms.json gets the totals per collective (ZeRO experiments; it synchronizes "
+            "after each collective, so the run's speed is not the real one)"
+        },
+    )
 
     def ds_settings(self, num_params: int | None = None, **known) -> Settings:
         """What this run's DeepSpeed config needs of its settings (`ds_config.Settings`; a resolved config), with
         `known` on top: the values known once the data and the model are loaded (train_micro_batch_size_per_gpu,
         world_size, the NVMe buffers, load_universal); reduce_bucket_size capped at `num_params`, the model's size."""
         bucket = min(self.reduce_bucket_size, num_params or self.reduce_bucket_size) or "auto"
-        return replace(Settings(
-            precision=self.precision, gradient_accumulation_steps=self.gradient_accumulation_steps,
-            nvme_path=self.nvme_path, reduce_bucket_size=bucket, check_grad_overflow=self.check_grad_overflow,
-            max_grad_norm=self.max_grad_norm, comms_logger=self.comms_logger), **known)
+        return replace(
+            Settings(
+                precision=self.precision,
+                gradient_accumulation_steps=self.gradient_accumulation_steps,
+                nvme_path=self.nvme_path,
+                reduce_bucket_size=bucket,
+                check_grad_overflow=self.check_grad_overflow,
+                max_grad_norm=self.max_grad_norm,
+                comms_logger=self.comms_logger,
+            ),
+            **known,
+        )
 
 
 RECIPE_FIELDS = list(BASE)
@@ -209,8 +321,10 @@ def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict
     allowed = RECIPE_FIELDS if recipe_only else [f.name for f in fields(RunConfig)]
     for name, value in settings.items():
         if name not in allowed:
-            raise WorkshopError(f"{where}: {name!r} is not a {'recipe setting' if recipe_only else 'RunConfig field'}.",
-                                f"use one of: {', '.join(allowed)}.")
+            raise WorkshopError(
+                f"{where}: {name!r} is not a {'recipe setting' if recipe_only else 'RunConfig field'}.",
+                f"use one of: {', '.join(allowed)}.",
+            )
         _check_type(name, value, where)
     return settings
 
@@ -232,19 +346,34 @@ def _check_type(name: str, value, where: str) -> None:
     kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for kind in kinds:
         origin = typing.get_origin(kind)
-        if (kind is type(None) and value is None
-                or origin is Literal and value in typing.get_args(kind)
-                or kind is bool and isinstance(value, bool)
-                or kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                or kind is float and isinstance(value, numbers.Real) and not isinstance(value, bool)
-                or kind is str and isinstance(value, str)
-                or origin is list and isinstance(value, (list, tuple, str))):
+        if (
+            kind is type(None)
+            and value is None
+            or origin is Literal
+            and value in typing.get_args(kind)
+            or kind is bool
+            and isinstance(value, bool)
+            or kind is int
+            and isinstance(value, numbers.Integral)
+            and not isinstance(value, bool)
+            or kind is float
+            and isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            or kind is str
+            and isinstance(value, str)
+            or origin is list
+            and isinstance(value, (list, tuple, str))
+        ):
             return
     choices = [c for k in kinds if typing.get_origin(k) is Literal for c in typing.get_args(k)]
-    expected = f"one of {', '.join(map(repr, choices))}" if choices else " or ".join(
-        "None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
-    raise WorkshopError(f"{where}: {name} must be {expected}, got {value!r}.",
-                        f"set {name} (--{name.replace('_', '-')}) to {expected}.")
+    expected = (
+        f"one of {', '.join(map(repr, choices))}"
+        if choices
+        else " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
+    )
+    raise WorkshopError(
+        f"{where}: {name} must be {expected}, got {value!r}.", f"set {name} (--{name.replace('_', '-')}) to {expected}."
+    )
 
 
 for _name, _recipe in RECIPES.items():  # a typo in a recipe fails here, at import, naming it
@@ -269,49 +398,80 @@ def resolve(cfg: RunConfig) -> RunConfig:
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for f in fields(RunConfig):
         _check_type(f.name, getattr(cfg, f.name), "RunConfig")
-    check_counts(cfg, ("num_train_samples", "num_eval_samples", "epochs", "train_micro_batch_size_per_gpu",
-                       "gradient_accumulation_steps", "max_length", "max_tokens_per_micro_batch"))
+    check_counts(
+        cfg,
+        (
+            "num_train_samples",
+            "num_eval_samples",
+            "epochs",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "max_length",
+            "max_tokens_per_micro_batch",
+        ),
+    )
     for name, least, fix in (
-            ("reduce_bucket_size", 0, "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0 (auto)."),
-            ("logging_steps", 1, "give --logging-steps 1 (a row per optimizer step) or more."),
-            ("max_grad_norm", 0, "give --max-grad-norm 1.0 (the default) or 0 (no clipping)."),
-            ("dataloader_num_workers", 0, "pass --dataloader-num-workers 0 (collate in the training loop) or a few."),
-            ("save_steps", 1, "pass --save-steps N with N >= 1 (or --save-strategy no)."),
-            ("save_total_limit", 1, "pass --save-total-limit N with N >= 1 (or --save-strategy no)."),
-            ("score_questions", 0, "pass --score-questions 0 (no scoring) or a number of dev questions."),
-            ("max_length", 32, "pass --max-length 32 or more, room for a question and its answer (recipes: 512).")):
+        ("reduce_bucket_size", 0, "pass --reduce-bucket-size 500000000 (DeepSpeed's default) or 0 (auto)."),
+        ("logging_steps", 1, "give --logging-steps 1 (a row per optimizer step) or more."),
+        ("max_grad_norm", 0, "give --max-grad-norm 1.0 (the default) or 0 (no clipping)."),
+        ("dataloader_num_workers", 0, "pass --dataloader-num-workers 0 (collate in the training loop) or a few."),
+        ("save_steps", 1, "pass --save-steps N with N >= 1 (or --save-strategy no)."),
+        ("save_total_limit", 1, "pass --save-total-limit N with N >= 1 (or --save-strategy no)."),
+        ("score_questions", 0, "pass --score-questions 0 (no scoring) or a number of dev questions."),
+        ("max_length", 32, "pass --max-length 32 or more, room for a question and its answer (recipes: 512)."),
+    ):
         if getattr(cfg, name) < least:
             raise WorkshopError(f"{name} must be {least} or more, got {getattr(cfg, name)}.", fix)
     if cfg.score_questions and not cfg.save_model:
-        raise WorkshopError("--score-questions answers with the saved model, and --save-model is false.",
-                            "pass --save-model true, or --score-questions 0.")
+        raise WorkshopError(
+            "--score-questions answers with the saved model, and --save-model is false.",
+            "pass --save-model true, or --score-questions 0.",
+        )
     if cfg.resume and cfg.overwrite:
-        raise WorkshopError("--resume continues the run in --output-dir and --overwrite discards it; choose one.",
-                            "drop --overwrite to continue the run, or --resume to start again.")
+        raise WorkshopError(
+            "--resume continues the run in --output-dir and --overwrite discards it; choose one.",
+            "drop --overwrite to continue the run, or --resume to start again.",
+        )
     if cfg.max_steps is not None and cfg.max_steps < 1:
-        raise WorkshopError(f"max_steps must be at least 1, got {cfg.max_steps}.",
-                            "leave --max-steps out to train for --epochs, or pass a number >= 1.")
-    if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0 and math.isfinite(cfg.weight_decay)
-            and cfg.weight_decay >= 0):  # NaN or inf would turn every weight into NaN
-        raise WorkshopError(f"learning_rate and weight_decay must be finite numbers, the first > 0 and the second "
-                            f">= 0, got {cfg.learning_rate} and {cfg.weight_decay}.",
-                            "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.")
+        raise WorkshopError(
+            f"max_steps must be at least 1, got {cfg.max_steps}.",
+            "leave --max-steps out to train for --epochs, or pass a number >= 1.",
+        )
+    if not (
+        math.isfinite(cfg.learning_rate)
+        and cfg.learning_rate > 0
+        and math.isfinite(cfg.weight_decay)
+        and cfg.weight_decay >= 0
+    ):  # NaN or inf would turn every weight into NaN
+        raise WorkshopError(
+            f"learning_rate and weight_decay must be finite numbers, the first > 0 and the second "
+            f">= 0, got {cfg.learning_rate} and {cfg.weight_decay}.",
+            "pass --learning-rate 5e-5 --weight-decay 0.01, the recipes' values.",
+        )
     if not 0 <= cfg.seed < 2**32:  # numpy's and DeepSpeed's seeds are unsigned 32-bit
-        raise WorkshopError(f"seed must be between 0 and 4,294,967,295 (2^32 - 1), got {cfg.seed}.",
-                            "pass --seed 42 (the default) or another number in that range.")
+        raise WorkshopError(
+            f"seed must be between 0 and 4,294,967,295 (2^32 - 1), got {cfg.seed}.",
+            "pass --seed 42 (the default) or another number in that range.",
+        )
     if cfg.liger_kernel and cfg.logits_on == "labelled":
-        raise WorkshopError("liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
-                            "pass --logits-on all with --liger-kernel true, or --liger-kernel false.")
+        raise WorkshopError(
+            "liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
+            "pass --logits-on all with --liger-kernel true, or --liger-kernel false.",
+        )
     exp = EXPERIMENTS[cfg.experiment]
     if cfg.comms_logger and not exp.deepspeed:
-        raise WorkshopError(f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
-                            "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.")
+        raise WorkshopError(
+            f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
+            "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.",
+        )
     if exp.offloads_to_nvme:
         if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
             cfg = replace(cfg, nvme_path=variables.nvme_path_default())
         if not Path(cfg.nvme_path).is_dir():
-            raise WorkshopError(f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
-                                "pass --nvme-path DIR, a directory on a local NVMe drive.")
+            raise WorkshopError(
+                f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
+                "pass --nvme-path DIR, a directory on a local NVMe drive.",
+            )
         rundir.check_writable(Path(cfg.nvme_path), "--nvme-path")
     if cfg.ds_config:
         cfg = replace(cfg, ds_config=[cfg.ds_config] if isinstance(cfg.ds_config, str) else list(cfg.ds_config))
@@ -325,20 +485,26 @@ def resolve(cfg: RunConfig) -> RunConfig:
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if cfg.output_dir is None:
         if world_size > 1:
-            raise WorkshopError("Several ranks need one output directory, and none was given.",
-                                "pass --output-dir DIR (the batch scripts pass runs/<job name>-<job id>).")
+            raise WorkshopError(
+                "Several ranks need one output directory, and none was given.",
+                "pass --output-dir DIR (the batch scripts pass runs/<job name>-<job id>).",
+            )
         from datetime import datetime
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
     out = Path(cfg.output_dir).expanduser().absolute()
     if not cfg.output_dir.strip() or out in (Path.cwd(), Path.home(), Path(out.anchor)):
-        raise WorkshopError(f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
-                            "not a folder of the run's own; nothing was changed.",
-                            "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.")
+        raise WorkshopError(
+            f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
+            "not a folder of the run's own; nothing was changed.",
+            "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.",
+        )
     if out.exists() and not out.is_dir():
-        raise WorkshopError(f"output_dir {out} is a file, not a directory; nothing was changed.",
-                            "pass --output-dir with a directory path (it is created if missing).")
+        raise WorkshopError(
+            f"output_dir {out} is a file, not a directory; nothing was changed.",
+            "pass --output-dir with a directory path (it is created if missing).",
+        )
     rundir.check_writable(out, "--output-dir")
     return cfg
 
@@ -352,8 +518,10 @@ def _check_ds_config(cfg: RunConfig, exp: Experiment) -> None:
         WorkshopError: the experiment does not use DeepSpeed, or an override is refused (`ds_config.check_overrides`).
     """
     if not exp.deepspeed:
-        raise WorkshopError(f"--ds-config sets DeepSpeed keys, and {cfg.experiment} does not use DeepSpeed.",
-                            "pick a DeepSpeed experiment (stage0 ... stage3_nvme), or drop --ds-config.")
+        raise WorkshopError(
+            f"--ds-config sets DeepSpeed keys, and {cfg.experiment} does not use DeepSpeed.",
+            "pick a DeepSpeed experiment (stage0 ... stage3_nvme), or drop --ds-config.",
+        )
     apply_overrides(build_ds_config(exp, cfg.ds_settings()), cfg.ds_config)
 
 
@@ -362,22 +530,36 @@ class EvalConfig:
     """`workshop eval`'s settings: answers generated for SQuAD dev questions, scored by exact match and F1
     (`evaluation.evaluate_squad`)."""
 
-    model: str = field(metadata={"help": "a run directory (its model/), a model directory or a hub name",
-                                 "metavar": "MODEL_OR_RUN_DIR"})
+    model: str = field(
+        metadata={
+            "help": "a run directory (its model/), a model directory or a hub name",
+            "metavar": "MODEL_OR_RUN_DIR",
+        }
+    )
     num_questions: int = field(default=500, metadata={"help": "the first N dev questions", "metavar": "N"})
-    output_dir: str | None = _opt("where predictions.jsonl and squad_scores.json go (default: MODEL_OR_RUN_DIR)",
-                                  metavar="DIR")
+    output_dir: str | None = _opt(
+        "where predictions.jsonl and squad_scores.json go (default: MODEL_OR_RUN_DIR)", metavar="DIR"
+    )
     eval_file: str | None = _opt("SQuAD v1.1-format JSON (default: SQuAD dev)", metavar="JSON")
     batch_size: int = field(default=16, metadata={"help": "prompts per generate call", "metavar": "N"})
     max_new_tokens: int = field(default=32, metadata={"help": "answer length cap, tokens", "metavar": "N"})
 
 
 COMMANDS = {  # `workshop COMMAND`: its settings, the positional field, one line of description
-    "run": (RunConfig, "experiment", "Run one experiment; write results.json, memory.csv, train_log.csv and, with "
-            "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
-            + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values()) + "."),
-    "eval": (EvalConfig, "model", "Generate answers for SQuAD dev questions; exact match and F1 (SQuAD v1.1's "
-             "official normalisation); predictions.jsonl and squad_scores.json into the output directory."),
+    "run": (
+        RunConfig,
+        "experiment",
+        "Run one experiment; write results.json, memory.csv, train_log.csv and, with "
+        "DeepSpeed, ds_config.json into the output directory. EXPERIMENT: "
+        + "; ".join(f"{e.name} ({e.summary})" for e in EXPERIMENTS.values())
+        + ".",
+    ),
+    "eval": (
+        EvalConfig,
+        "model",
+        "Generate answers for SQuAD dev questions; exact match and F1 (SQuAD v1.1's "
+        "official normalisation); predictions.jsonl and squad_scores.json into the output directory.",
+    ),
 }
 
 
@@ -398,7 +580,9 @@ def parse_args(command: str, argv: list[str]):
 
     class Help(argparse.ArgumentDefaultsHelpFormatter):  # "(default: X)" only where X says something
         def _get_help_string(self, action):
-            return action.help if action.default in (None, False, argparse.SUPPRESS) else super()._get_help_string(action)
+            return (
+                action.help if action.default in (None, False, argparse.SUPPRESS) else super()._get_help_string(action)
+            )
 
         def _format_action_invocation(self, action):  # each option once: --max-steps, not --max_steps too
             shown = copy.copy(action)
@@ -427,8 +611,10 @@ def check_counts(cfg, names=None) -> None:
     BenchConfig) below 1, with the fix; a None value passes."""
     for name in names or [name for name, kind in field_types(type(cfg)).items() if kind is int]:
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise WorkshopError(f"{name} must be at least 1, got {getattr(cfg, name)}.",
-                                f"pass --{name.replace('_', '-')} N with N >= 1.")
+            raise WorkshopError(
+                f"{name} must be at least 1, got {getattr(cfg, name)}.",
+                f"pass --{name.replace('_', '-')} N with N >= 1.",
+            )
 
 
 def parse_run_args(argv: list[str]) -> RunConfig:

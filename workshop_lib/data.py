@@ -30,8 +30,7 @@ from .hub import SQUAD, hub_reachable
 from .units import MiB, ceil_div
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
-BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json",
-                 "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
+BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json", "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
 # Memory to read a SQuAD JSON file, as a multiple of its size: json.loads peaks at about 5x (tests/test_data.py
 # measures it on the bundled train set), the rows then copied into a Dataset
 PARSE_FACTOR = 6
@@ -68,19 +67,27 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
             take more memory than this machine has available (`PARSE_FACTOR`); the fix names `option`."""
     path = Path(path)
     if path.is_dir():
-        raise WorkshopError(f"Data file {path} is a directory, not a SQuAD JSON file.",
-                            f"give the file itself, e.g. {option} {path / 'train-v1.1.json'}.")
+        raise WorkshopError(
+            f"Data file {path} is a directory, not a SQuAD JSON file.",
+            f"give the file itself, e.g. {option} {path / 'train-v1.1.json'}.",
+        )
     if path.exists() and not path.is_file():
-        raise WorkshopError(f"Data file {path} is not a regular file (a pipe, a socket or a device).",
-                            f"give the path of a SQuAD v1.1 JSON file saved on disk to {option}.")
+        raise WorkshopError(
+            f"Data file {path} is not a regular file (a pipe, a socket or a device).",
+            f"give the path of a SQuAD v1.1 JSON file saved on disk to {option}.",
+        )
     if not path.is_file():
-        raise WorkshopError(f"Data file {path} does not exist.",
-                            f"give the path of a SQuAD v1.1 JSON file, or leave {option} out to use SQuAD itself.")
+        raise WorkshopError(
+            f"Data file {path} does not exist.",
+            f"give the path of a SQuAD v1.1 JSON file, or leave {option} out to use SQuAD itself.",
+        )
     need, free = PARSE_FACTOR * path.stat().st_size / MiB, psutil.virtual_memory().available / MiB
     if need > free:
-        raise WorkshopError(f"Data file {path} holds {path.stat().st_size / MiB:,.0f} MiB: reading it would take "
-                            f"about {need:,.0f} MiB of memory, and this machine has {free:,.0f} MiB available.",
-                            f"give {option} a smaller file (SQuAD v1.1's train set is 29 MiB), or split this one.")
+        raise WorkshopError(
+            f"Data file {path} holds {path.stat().st_size / MiB:,.0f} MiB: reading it would take "
+            f"about {need:,.0f} MiB of memory, and this machine has {free:,.0f} MiB available.",
+            f"give {option} a smaller file (SQuAD v1.1's train set is 29 MiB), or split this one.",
+        )
     return path
 
 
@@ -97,29 +104,37 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
             answer_start, lists for data, paragraphs, qas and answers), or holds a question without an answer
             (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text."""
     path = check_squad_path(path, option)
-    layout = ('the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
-              '"answers": [{"text", "answer_start"}]}]}]}]}')
+    layout = (
+        'the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
+        '"answers": [{"text", "answer_start"}]}]}]}]}'
+    )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         articles = raw["data"]
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # nested past Python's limit
-        raise WorkshopError(f"{path} is not valid JSON ({e}).",
-                            "check the file is a complete SQuAD JSON file (re-download or re-export it).") from e
+        raise WorkshopError(
+            f"{path} is not valid JSON ({e}).",
+            "check the file is a complete SQuAD JSON file (re-download or re-export it).",
+        ) from e
     except (KeyError, TypeError) as e:
-        raise WorkshopError(f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.",
-                            f"use {layout}.") from e
+        raise WorkshopError(
+            f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.", f"use {layout}."
+        ) from e
 
     def field(record, key: str, kind, where: str, need: str):
         """record[key], checked to be of `kind` (bool is no int), or a WorkshopError naming the record."""
         if not isinstance(record, dict):
-            raise WorkshopError(f"{path}: {where} is {type(record).__name__} {str(record)[:40]!r}, not an object.",
-                                f"use {layout}.")
+            raise WorkshopError(
+                f"{path}: {where} is {type(record).__name__} {str(record)[:40]!r}, not an object.", f"use {layout}."
+            )
         if key not in record:
             raise WorkshopError(f"{path}: {where} lacks the field {key!r} of the SQuAD layout.", f"use {layout}.")
         value = record[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise WorkshopError(f"{path}: {where} has {key} {str(value)[:40]!r} ({type(value).__name__}), "
-                                f"not {need}.", f"give every {key} as {need}: {layout}.")
+            raise WorkshopError(
+                f"{path}: {where} has {key} {str(value)[:40]!r} ({type(value).__name__}), not {need}.",
+                f"give every {key} as {need}: {layout}.",
+            )
         return value
 
     if not isinstance(articles, list):
@@ -136,30 +151,41 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
                 if not answers:
                     raise WorkshopError(
                         f"{path}: question {qid!r} ({question[:60]!r}) has no answer.",
-                        "every question needs at least one answer {\"text\", \"answer_start\"}; remove "
-                        "unanswerable (SQuAD v2 'is_impossible') questions from the file.")
+                        'every question needs at least one answer {"text", "answer_start"}; remove '
+                        "unanswerable (SQuAD v2 'is_impossible') questions from the file.",
+                    )
                 for ans in answers:
                     text = ans.get("text") if isinstance(ans, dict) else ans
                     if not (isinstance(text, str) and text.strip()):
                         raise WorkshopError(
                             f"{path}: question {qid!r} has an answer text {text!r}, not a non-empty string.",
-                            "give every answer its text as it appears in the context, or remove the question.")
+                            "give every answer its text as it appears in the context, or remove the question.",
+                        )
                     if field(ans, "answer_start", int, f"{where}'s answer {text[:30]!r}", "a whole number") < 0:
-                        raise WorkshopError(f"{path}: {where}'s answer {text[:30]!r} starts at {ans['answer_start']}, "
-                                            "before the context.", "give answer_start as a character offset >= 0.")
+                        raise WorkshopError(
+                            f"{path}: {where}'s answer {text[:30]!r} starts at {ans['answer_start']}, "
+                            "before the context.",
+                            "give answer_start as a character offset >= 0.",
+                        )
                 rows["id"].append(str(qid))
                 rows["title"].append(str(article.get("title", "")))
                 rows["context"].append(context)
                 rows["question"].append(question)
-                rows["answers"].append({"text": [x["text"] for x in answers],
-                                        "answer_start": [x["answer_start"] for x in answers]})
+                rows["answers"].append(
+                    {"text": [x["text"] for x in answers], "answer_start": [x["answer_start"] for x in answers]}
+                )
     if not rows["id"]:
         raise WorkshopError(f"{path} holds no questions.", "give a SQuAD file with at least one question.")
     return datasets.Dataset.from_dict(rows)
 
 
-def load_squad(split: str = "train", num_samples: int | None = None, data_file: str | None = None,
-               verbose: bool = True, count_option: str | None = None) -> datasets.Dataset:
+def load_squad(
+    split: str = "train",
+    num_samples: int | None = None,
+    data_file: str | None = None,
+    verbose: bool = True,
+    count_option: str | None = None,
+) -> datasets.Dataset:
     """The first `num_samples` SQuAD questions of `split` ("train" or "validation"). `count_option` is the
     calling command's option that sets `num_samples`, which the fix of a bad count names (default
     `workshop run`'s: --num-train-samples or --num-eval-samples).
@@ -193,8 +219,10 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
         if num_samples < 1:
             raise WorkshopError(f"num_samples must be at least 1, got {num_samples}.", f"pass {option} N with N >= 1.")
         if num_samples > len(ds):
-            raise WorkshopError(f"{num_samples:,} {split} questions asked for; the {source} holds {len(ds):,}.",
-                                f"pass {option} {len(ds)} or fewer, or a larger file.")
+            raise WorkshopError(
+                f"{num_samples:,} {split} questions asked for; the {source} holds {len(ds):,}.",
+                f"pass {option} {len(ds)} or fewer, or a larger file.",
+            )
         ds = ds.select(range(num_samples))
     ds.info.description = source  # where the rows came from; results.json's data_stats record it
     if verbose:
@@ -205,7 +233,7 @@ def load_squad(split: str = "train", num_samples: int | None = None, data_file: 
 def locate_answer(context: str, answer: str, start: int) -> int | None:
     """Character offset of `answer` in `context`: `start` when it points there, else the occurrence nearest
     to `start`, else None (the context does not contain the answer)."""
-    if context[start:start + len(answer)] == answer:
+    if context[start : start + len(answer)] == answer:
         return start
     found, i = [], context.find(answer)
     while i >= 0:
@@ -223,7 +251,7 @@ def prompt_ids(question: str, context: str, tokenizer, max_length: int = 512) ->
     generating the answer: at most `max_length` tokens, the context cut at its end where longer (the answer's
     position is unknown at generation time)."""
     head, tail = _ids(tokenizer, PROMPT_HEAD.format(question=question)), _ids(tokenizer, PROMPT_TAIL)
-    return head + _ids(tokenizer, f" {context}")[:max(0, max_length - len(head) - len(tail))] + tail
+    return head + _ids(tokenizer, f" {context}")[: max(0, max_length - len(head) - len(tail))] + tail
 
 
 def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str = "answer") -> dict | None:
@@ -232,8 +260,10 @@ def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str
     Returns {"input_ids": list[int], "labels": list[int], "shortened": bool}, both lists of the same length
     L <= max_length; labels are -100 where no loss is taken."""
     if loss_on not in ("answer", "all"):
-        raise WorkshopError(f"loss_on must be 'answer' or 'all', got {loss_on!r}.",
-                            "use 'answer' (loss on the answer tokens) or 'all' (every token).")
+        raise WorkshopError(
+            f"loss_on must be 'answer' or 'all', got {loss_on!r}.",
+            "use 'answer' (loss on the answer tokens) or 'all' (every token).",
+        )
     answer, start = example["answers"]["text"][0], example["answers"]["answer_start"][0]
     head = _ids(tokenizer, PROMPT_HEAD.format(question=example["question"]))
     tail = _ids(tokenizer, PROMPT_TAIL)
@@ -252,15 +282,16 @@ def encode_example(example: dict, tokenizer, max_length: int = 512, loss_on: str
         inside = [i for i, (s, e) in enumerate(offsets) if e > a0 and s < a1] or [0]
         centre = (inside[0] + inside[-1]) // 2
         lo = max(0, min(centre - budget // 2, len(ctx_ids) - budget))
-        ctx_ids, shortened = ctx_ids[lo:lo + budget], True
+        ctx_ids, shortened = ctx_ids[lo : lo + budget], True
     prompt = head + ctx_ids + tail
     input_ids = prompt + answer_ids
     labels = ([-100] * len(prompt) + answer_ids) if loss_on == "answer" else list(input_ids)
     return {"input_ids": input_ids, "labels": labels, "shortened": shortened}
 
 
-def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
-                   loss_on: str = "answer") -> tuple[datasets.Dataset, DataStats]:
+def tokenize_squad(
+    ds: datasets.Dataset, tokenizer, max_length: int = 512, loss_on: str = "answer"
+) -> tuple[datasets.Dataset, DataStats]:
     """Tokenise SQuAD rows into {"input_ids", "attention_mask", "labels"} (unpadded, each of length L_i).
 
     Returns the tokenised dataset and its `DataStats` (total, used, dropped, context_shortened,
@@ -268,8 +299,9 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
     (`make_collator`). The result is kept for the process (keyed by the questions' ids, the tokenizer's
     vocabulary and the settings), so the experiments of one notebook or benchmark tokenise once."""
     vocab = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else str(tokenizer.get_vocab())
-    key = hashlib.sha256("\n".join([ds.info.description or "", vocab, str(max_length), loss_on,
-                                     *ds["id"]]).encode()).hexdigest()
+    key = hashlib.sha256(
+        "\n".join([ds.info.description or "", vocab, str(max_length), loss_on, *ds["id"]]).encode()
+    ).hexdigest()
     if key not in _TOKENIZED:
         if len(_TOKENIZED) >= 4:  # a train and an eval split of two settings at most
             _TOKENIZED.pop(next(iter(_TOKENIZED)))
@@ -281,7 +313,9 @@ def tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int = 512,
 _TOKENIZED: dict = {}
 
 
-def _tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int, loss_on: str) -> tuple[datasets.Dataset, DataStats]:
+def _tokenize_squad(
+    ds: datasets.Dataset, tokenizer, max_length: int, loss_on: str
+) -> tuple[datasets.Dataset, DataStats]:
     stats = DataStats(source=ds.info.description or "", total=len(ds))
     out = {"input_ids": [], "attention_mask": [], "labels": []}
     for ex in ds:
@@ -306,16 +340,24 @@ def _tokenize_squad(ds: datasets.Dataset, tokenizer, max_length: int, loss_on: s
         out["attention_mask"].append([1] * len(enc["input_ids"]))
         out["labels"].append(enc["labels"])
     if not stats.used:
-        raise WorkshopError(f"No example fits in max_length={max_length} tokens, or none has its answer in its "
-                            "context.", "raise --max-length, or check the file's answers.")
+        raise WorkshopError(
+            f"No example fits in max_length={max_length} tokens, or none has its answer in its context.",
+            "raise --max-length, or check the file's answers.",
+        )
     return datasets.Dataset.from_dict(out), stats
 
 
 TOKENS_KEY = "num_tokens"  # make_collator(count_tokens=True): the batch's non-padding tokens, a Python int
 
 
-def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, attention_mask: bool = True,
-                  labelled_positions: bool = False, count_tokens: bool = False):
+def make_collator(
+    tokenizer,
+    padding: str = "longest",
+    max_length: int = 512,
+    attention_mask: bool = True,
+    labelled_positions: bool = False,
+    count_tokens: bool = False,
+):
     """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per batch to
     a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length` tokens for
     "max_length" (the classic recipe). Batches are {"input_ids", "attention_mask", "labels"}: [B, L] int64; without
@@ -336,8 +378,11 @@ def make_collator(tokenizer, padding: str = "longest", max_length: int = 512, at
     def collate(features):
         batch = pad(features)
         if count_tokens:
-            batch[TOKENS_KEY] = int(batch["attention_mask"].sum() if "attention_mask" in batch else
-                                    (batch["input_ids"] != tokenizer.pad_token_id).sum())
+            batch[TOKENS_KEY] = int(
+                batch["attention_mask"].sum()
+                if "attention_mask" in batch
+                else (batch["input_ids"] != tokenizer.pad_token_id).sum()
+            )
         if not attention_mask:
             del batch["attention_mask"]
         if labelled_positions:
@@ -370,7 +415,7 @@ class TokenBudgetBatchSampler:
         self.batches: list[list[int]] = []
         for i in range(0, len(order), chunk):
             batch, longest = [], 0
-            for j in sorted(order[i:i + chunk], key=lambda k: lengths[k], reverse=True):
+            for j in sorted(order[i : i + chunk], key=lambda k: lengths[k], reverse=True):
                 if batch and ceil_div(max(longest, lengths[j]), 8) * 8 * (len(batch) + 1) > max_tokens:
                     self.batches.append(batch)
                     batch, longest = [], 0
@@ -379,7 +424,7 @@ class TokenBudgetBatchSampler:
             self.batches.append(batch)
 
     @classmethod
-    def for_dataset(cls, ds, max_tokens: int, seed: int, per_step: int = 1) -> "TokenBudgetBatchSampler":
+    def for_dataset(cls, ds, max_tokens: int, seed: int, per_step: int = 1) -> TokenBudgetBatchSampler:
         """The sampler of a tokenised dataset (`tokenize_squad`'s): the one place that reads its lengths, so the
         training loop, the step counts in results.json and the lab's benchmark (lab/bench.py) see the same batches."""
         return cls([len(x) for x in ds["input_ids"]], max_tokens, seed, per_step=per_step)
@@ -397,7 +442,7 @@ class TokenBudgetBatchSampler:
         # torch's DataLoader with workers makes two and discards the first (`_MultiProcessingDataLoaderIter`):
         # advanced at once, the pass used would be the next epoch's (workers changed the batch order).
         n = self.per_step
-        groups = [self.batches[i:i + n] for i in range(0, len(self.batches), n)]
+        groups = [self.batches[i : i + n] for i in range(0, len(self.batches), n)]
         partial = groups.pop() if groups and len(groups[-1]) < n else []
         random.Random(self.seed + 1 + self.epoch).shuffle(groups)  # seed itself made the batches
         self.epoch += 1  # the next pass, where nothing calls set_epoch

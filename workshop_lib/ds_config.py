@@ -29,8 +29,9 @@ Auto = str  # the literal "auto": the HF Trainer integration fills it from Train
 Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
 
 
-def check_combination(zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none",
-                      zenflow: bool = False) -> None:
+def check_combination(
+    zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none", zenflow: bool = False
+) -> None:
     """The legal experiments, in one place (an `Experiment` and `fit.estimate` check theirs here): `zero_stage`
     None (the HF Trainer alone) or 0-3; optimizer offload ("cpu", "nvme") at stages 1-3, parameter offload at
     stage 3, NVMe at stage 3, ZenFlow with the optimizer on the CPU.
@@ -39,26 +40,36 @@ def check_combination(zero_stage: int | None, offload_optimizer: str = "none", o
         WorkshopError: an unknown stage or device, or a combination DeepSpeed cannot run.
     """
     if zero_stage not in (None, 0, 1, 2, 3):
-        raise WorkshopError(f"zero_stage must be None, 0, 1, 2 or 3, got {zero_stage!r}: not an option.",
-                            "pick None (the HF Trainer alone) or a ZeRO stage 0-3.")
+        raise WorkshopError(
+            f"zero_stage must be None, 0, 1, 2 or 3, got {zero_stage!r}: not an option.",
+            "pick None (the HF Trainer alone) or a ZeRO stage 0-3.",
+        )
     for device in (offload_optimizer, offload_param):
         if device not in typing.get_args(Offload):
             raise WorkshopError(f"Unknown offload device {device!r}: not an option.", "use none, cpu or nvme.")
     if offload_optimizer != "none" and zero_stage in (None, 0):
         who = "The HF Trainer alone" if zero_stage is None else "ZeRO-0"
-        raise WorkshopError(f"{who} offloads nothing: optimizer offload needs ZeRO stage 1, 2 or 3, which partition "
-                            "the optimizer states.", "use stage1_offload, stage2_offload or stage3_offload, or no "
-                            "offload.")
+        raise WorkshopError(
+            f"{who} offloads nothing: optimizer offload needs ZeRO stage 1, 2 or 3, which partition "
+            "the optimizer states.",
+            "use stage1_offload, stage2_offload or stage3_offload, or no offload.",
+        )
     if offload_param != "none" and zero_stage != 3:
-        raise WorkshopError("Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
-                            "use stage3_offload, or offload the optimizer only.")
+        raise WorkshopError(
+            "Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
+            "use stage3_offload, or offload the optimizer only.",
+        )
     if "nvme" in (offload_optimizer, offload_param) and zero_stage != 3:
-        raise WorkshopError(f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer "
-                            "to the CPU only.", "use stage3_nvme (zero_stage 3, offload nvme), or offload to the CPU.")
+        raise WorkshopError(
+            f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer to the CPU only.",
+            "use stage3_nvme (zero_stage 3, offload nvme), or offload to the CPU.",
+        )
     if zenflow and offload_optimizer != "cpu":
-        raise WorkshopError("ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
-                            f"offloaded to the CPU, not {offload_optimizer!r}.",
-                            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).")
+        raise WorkshopError(
+            "ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
+            f"offloaded to the CPU, not {offload_optimizer!r}.",
+            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).",
+        )
 
 
 @dataclass(frozen=True)
@@ -107,24 +118,38 @@ class Experiment:
 # tenth of the gradient columns with the largest norms, chosen every 4 optimizer steps, updated on the GPU each step;
 # the rest go to the CPU's Adam every 4 (update_interval <= select_interval, as DeepSpeed requires). All written
 # out: the Trainer fills none of ZenFlow's "auto"s. `overlap_step` is added per machine (`zenflow_overlap_step`).
-ZENFLOW = {"topk_ratio": 0.1, "select_strategy": "step", "select_interval": 4, "update_interval": 4,
-           "full_warm_up_rounds": 0}
+ZENFLOW = {
+    "topk_ratio": 0.1,
+    "select_strategy": "step",
+    "select_interval": 4,
+    "update_interval": 4,
+    "full_warm_up_rounds": 0,
+}
 
-EXPERIMENTS = {e.name: e for e in [
-    Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
-    Experiment("stage0", 0, summary="DeepSpeed's engine, nothing partitioned"),
-    Experiment("stage1", 1, summary="optimizer states partitioned across GPUs"),
-    Experiment("stage2", 2, summary="+ gradients partitioned"),
-    Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
-    Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
-    Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
-    Experiment("stage2_zenflow", 2, "cpu", overlay={"zero_optimization.zenflow": ZENFLOW},
-               summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient columns updated on the GPU every step, the "
-                       "rest on the CPU every few steps, unawaited (a few steps stale)"),
-    Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
-    Experiment("stage3_nvme", 3, "nvme", "nvme",
-               summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"),
-]}
+EXPERIMENTS = {
+    e.name: e
+    for e in [
+        Experiment("baseline", None, summary="HF Trainer + torch AdamW: everything on the GPU"),
+        Experiment("stage0", 0, summary="DeepSpeed's engine, nothing partitioned"),
+        Experiment("stage1", 1, summary="optimizer states partitioned across GPUs"),
+        Experiment("stage2", 2, summary="+ gradients partitioned"),
+        Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
+        Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
+        Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
+        Experiment(
+            "stage2_zenflow",
+            2,
+            "cpu",
+            overlay={"zero_optimization.zenflow": ZENFLOW},
+            summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient columns updated on the GPU every step, the "
+            "rest on the CPU every few steps, unawaited (a few steps stale)",
+        ),
+        Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
+        Experiment(
+            "stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"
+        ),
+    ]
+}
 
 
 def experiment_named(name: str) -> Experiment:
@@ -184,16 +209,21 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
     """
     exp, s = experiment if isinstance(experiment, Experiment) else experiment_named(experiment), settings
     if not exp.deepspeed:
-        raise WorkshopError(f"{exp.name} does not use DeepSpeed: it has no DeepSpeed config.",
-                            "pick a DeepSpeed experiment (stage0 ... stage3_nvme).")
+        raise WorkshopError(
+            f"{exp.name} does not use DeepSpeed: it has no DeepSpeed config.",
+            "pick a DeepSpeed experiment (stage0 ... stage3_nvme).",
+        )
     if exp.offloads_to_nvme and not s.nvme_path:
-        raise WorkshopError(f"{exp.name}: NVMe offload (ZeRO-Infinity) needs an nvme_path.",
-                            "pass --nvme-path DIR on a local NVMe drive.")
+        raise WorkshopError(
+            f"{exp.name}: NVMe offload (ZeRO-Infinity) needs an nvme_path.",
+            "pass --nvme-path DIR on a local NVMe drive.",
+        )
     if s.precision not in ("auto", "bf16", "fp16", "fp32"):
         raise WorkshopError(f"Unknown precision {s.precision!r}.", "use bf16, fp16, fp32 or auto.")
     stage, micro, accum = exp.zero_stage, s.train_micro_batch_size_per_gpu, s.gradient_accumulation_steps
-    batch = micro * accum * s.world_size if s.world_size and isinstance(micro, int) and isinstance(accum, int) \
-        else "auto"
+    batch = (
+        micro * accum * s.world_size if s.world_size and isinstance(micro, int) and isinstance(accum, int) else "auto"
+    )
     zero: dict = {"stage": stage}
     if stage >= 1:
         zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": s.reduce_bucket_size}
@@ -202,12 +232,16 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
     if stage == 3:
         # Prefetch DeepSpeed's default 5e7 elements: HF's "auto" (0.9 x hidden², 943,718 for Qwen3-0.6B) is less
         # than one of its matrices, and each layer waits for its gather (lab/findings/h200/zero3-prefetch)
-        zero |= {"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": "auto",
-                 "stage3_gather_16bit_weights_on_model_save": True}
+        zero |= {
+            "stage3_prefetch_bucket_size": 50_000_000,
+            "stage3_param_persistence_threshold": "auto",
+            "stage3_gather_16bit_weights_on_model_save": True,
+        }
     for key, device in (("offload_optimizer", exp.offload_optimizer), ("offload_param", exp.offload_param)):
         if device != "none":
             zero[key] = {"device": device, "pin_memory": True} | (
-                {"nvme_path": s.nvme_path} if device == "nvme" else {})
+                {"nvme_path": s.nvme_path} if device == "nvme" else {}
+            )
     if exp.offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
         zero["offload_param"] |= {"buffer_count": s.nvme_buffer_count, "buffer_size": s.nvme_buffer_size}
         # Prefetched or reused parameters hold their buffers: with the defaults, Qwen3-1.7B on an H100 stopped with
@@ -215,26 +249,43 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
         zero |= {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
     # DeepSpeed's asynchronous I/O to the drive: its defaults, written out to be tuned (`ds_nvme_tune`); 0.19.8 reads
     # "intra_op_parallelism" (swap_tensor/aio_config.py), and ignores a "thread_count" key
-    aio = {"aio": {"block_size": 1_048_576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
-                   "overlap_events": True}} if exp.offloads_to_nvme else {}
+    aio = (
+        {
+            "aio": {
+                "block_size": 1_048_576,
+                "queue_depth": 8,
+                "intra_op_parallelism": 1,
+                "single_submit": False,
+                "overlap_events": True,
+            }
+        }
+        if exp.offloads_to_nvme
+        else {}
+    )
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
     fp16, bf16 = half[s.precision]
-    cfg = {
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": accum,
-        "train_batch_size": batch,  # = micro x accumulation x world_size
-        "gradient_clipping": "auto",
-        # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
-        "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
-        "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
-        "optimizer": {"type": "AdamW",
-                      "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
-        # no "scheduler": the Trainer's own (the baseline's linear decay); WarmupDecayLR would waste step 1 at lr 0
-        "zero_optimization": zero,
-        "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
-        "wall_clock_breakdown": False,
-    } | aio | ({"comms_logger": COMMS_LOGGER} if s.comms_logger else {}) | (
-        {"checkpoint": {"load_universal": True}} if s.load_universal else {})
+    cfg = (
+        {
+            "train_micro_batch_size_per_gpu": micro,
+            "gradient_accumulation_steps": accum,
+            "train_batch_size": batch,  # = micro x accumulation x world_size
+            "gradient_clipping": "auto",
+            # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
+            "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+            "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+            },
+            # no "scheduler": the Trainer's own (the baseline's linear decay); WarmupDecayLR would waste step 1 at lr 0
+            "zero_optimization": zero,
+            "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
+            "wall_clock_breakdown": False,
+        }
+        | aio
+        | ({"comms_logger": COMMS_LOGGER} if s.comms_logger else {})
+        | ({"checkpoint": {"load_universal": True}} if s.load_universal else {})
+    )
     for key, value in exp.overlay.items():
         _set(cfg, key, copy.deepcopy(value))
     if exp.zenflow:
@@ -260,8 +311,10 @@ def _set(cfg: dict, key: str, value) -> None:
     parts, node = key.split("."), cfg
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p, {}), dict):
-            raise WorkshopError(f"--ds-config {key}: {p} is a value ({node[p]!r}), not a section.",
-                                f"set {'.'.join(parts[:i + 1])} itself.")
+            raise WorkshopError(
+                f"--ds-config {key}: {p} is a value ({node[p]!r}), not a section.",
+                f"set {'.'.join(parts[: i + 1])} itself.",
+            )
         node = node.setdefault(p, {})
     node[parts[-1]] = value
 
@@ -272,9 +325,15 @@ COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": Fa
 
 
 # The files shipped for Trainer-script users: name -> experiment.
-SHIPPED = {"ds_zero0.json": "stage0", "ds_zero1.json": "stage1", "ds_zero2.json": "stage2", "ds_zero3.json": "stage3",
-           "ds_zero1_offload.json": "stage1_offload", "ds_zero2_offload.json": "stage2_offload",
-           "ds_zero3_offload.json": "stage3_offload"}
+SHIPPED = {
+    "ds_zero0.json": "stage0",
+    "ds_zero1.json": "stage1",
+    "ds_zero2.json": "stage2",
+    "ds_zero3.json": "stage3",
+    "ds_zero1_offload.json": "stage1_offload",
+    "ds_zero2_offload.json": "stage2_offload",
+    "ds_zero3_offload.json": "stage3_offload",
+}
 # No ZenFlow file: under a plain Trainer script, accelerate decides ZenFlow's update boundaries and every step
 # becomes a CPU update (`workshop_lib.zenflow`); `workshop run stage2_zenflow` runs it as DeepSpeed schedules it.
 
@@ -308,8 +367,10 @@ def _trainer(arg: str) -> str:
 
 
 def _hidden(expr: str) -> str:
-    return (f'HF Trainer: "auto" <- {expr} from the model\'s hidden_size (trainer_config_finalize); absent: '
-            "DeepSpeed's default")
+    return (
+        f'HF Trainer: "auto" <- {expr} from the model\'s hidden_size (trainer_config_finalize); absent: '
+        "DeepSpeed's default"
+    )
 
 
 _DEFAULT = "DeepSpeed's default (the workshop does not write it)"
@@ -320,147 +381,242 @@ KEYS: dict[str, Key] = {
         "sequences per GPU in one forward and backward pass. With --batching token_budget the micro-batches vary "
         "in size and this is their mean, rounded: DeepSpeed uses it only to check train_batch_size",
         "workshop: the run's micro-batch; " + _trainer("per_device_train_batch_size"),
-        "pass --train-micro-batch-size-per-gpu, or --max-tokens-per-micro-batch with token_budget batching"),
+        "pass --train-micro-batch-size-per-gpu, or --max-tokens-per-micro-batch with token_budget batching",
+    ),
     "gradient_accumulation_steps": Key(
         "micro-batches (forward + backward passes) per optimizer step",
         "workshop: --gradient-accumulation-steps; " + _trainer("gradient_accumulation_steps"),
-        "pass --gradient-accumulation-steps"),
+        "pass --gradient-accumulation-steps",
+    ),
     "train_batch_size": Key(
         "sequences per optimizer step over all GPUs = micro-batch x accumulation x world_size; DeepSpeed refuses "
         "a config where the three disagree",
         "workshop: the product; " + _trainer("world_size x per_device_train_batch_size x gradient_accumulation_steps"),
-        "change the micro-batch, the accumulation or the number of GPUs"),
+        "change the micro-batch, the accumulation or the number of GPUs",
+    ),
     "gradient_clipping": Key(
         "largest global L2 norm of the gradients: a larger norm is scaled down to it before the step (0: none)",
-        _trainer("max_grad_norm") + " (workshop: --max-grad-norm, 1.0)", "give --max-grad-norm (0: no clipping)"),
+        _trainer("max_grad_norm") + " (workshop: --max-grad-norm, 1.0)",
+        "give --max-grad-norm (0: no clipping)",
+    ),
     "fp16.enabled": Key(
         "fp16 training: 16-bit weights, activations and gradients, fp32 master weights and Adam moments, the loss "
-        "scaled against underflow", _trainer("fp16"), "pass --precision fp16"),
-    "fp16.loss_scale": Key("0: dynamic loss scaling (the scale halves on an overflow and grows after a run of "
-                           "clean steps); > 0: that fixed scale", "workshop (fp16 only uses it)"),
+        "scaled against underflow",
+        _trainer("fp16"),
+        "pass --precision fp16",
+    ),
+    "fp16.loss_scale": Key(
+        "0: dynamic loss scaling (the scale halves on an overflow and grows after a run of "
+        "clean steps); > 0: that fixed scale",
+        "workshop (fp16 only uses it)",
+    ),
     "fp16.initial_scale_power": Key("the dynamic loss scale starts at 2^this (16: 65,536)", "workshop"),
-    "fp16.hysteresis": Key("overflowing steps tolerated before the loss scale is lowered (a delayed shift)",
-                           "workshop"),
+    "fp16.hysteresis": Key(
+        "overflowing steps tolerated before the loss scale is lowered (a delayed shift)", "workshop"
+    ),
     "fp16.min_loss_scale": Key("the dynamic loss scale never goes below this", "workshop"),
     "bf16.enabled": Key(
         "bf16 training: bf16 weights, activations and gradients, fp32 master weights and Adam moments; no loss "
-        "scale (bf16 has fp32's exponent range)", _trainer("bf16"), "pass --precision bf16"),
+        "scale (bf16 has fp32's exponent range)",
+        _trainer("bf16"),
+        "pass --precision bf16",
+    ),
     "bf16.check_grad_overflow": Key(
         "check every gradient for inf/NaN before each optimizer step and skip the step if one is found",
-        "workshop: --check-grad-overflow (written only when false)", "pass --check-grad-overflow true/false"),
-    "optimizer.type": Key("the optimizer DeepSpeed builds: AdamW runs as DeepSpeed's FusedAdam, or DeepSpeedCPUAdam "
-                          "when the optimizer is offloaded", "workshop",
-                          "keep AdamW: every experiment uses it, so that the runs compare"),
+        "workshop: --check-grad-overflow (written only when false)",
+        "pass --check-grad-overflow true/false",
+    ),
+    "optimizer.type": Key(
+        "the optimizer DeepSpeed builds: AdamW runs as DeepSpeed's FusedAdam, or DeepSpeedCPUAdam "
+        "when the optimizer is offloaded",
+        "workshop",
+        "keep AdamW: every experiment uses it, so that the runs compare",
+    ),
     "optimizer.params.lr": Key("peak learning rate; " + _LR, _trainer("learning_rate"), "pass --learning-rate"),
-    "optimizer.params.betas": Key("Adam's decay rates of its two moment estimates, [beta1, beta2]",
-                                  _trainer("adam_beta1, adam_beta2"),
-                                  "keep the Trainer's (0.9, 0.999); `workshop run` does not change them"),
-    "optimizer.params.eps": Key("Adam's epsilon, added to the denominator", _trainer("adam_epsilon"),
-                                "keep the Trainer's 1e-8; `workshop run` does not change it"),
-    "optimizer.params.weight_decay": Key("AdamW's decoupled weight decay", _trainer("weight_decay"),
-                                         "pass --weight-decay"),
+    "optimizer.params.betas": Key(
+        "Adam's decay rates of its two moment estimates, [beta1, beta2]",
+        _trainer("adam_beta1, adam_beta2"),
+        "keep the Trainer's (0.9, 0.999); `workshop run` does not change them",
+    ),
+    "optimizer.params.eps": Key(
+        "Adam's epsilon, added to the denominator",
+        _trainer("adam_epsilon"),
+        "keep the Trainer's 1e-8; `workshop run` does not change it",
+    ),
+    "optimizer.params.weight_decay": Key(
+        "AdamW's decoupled weight decay", _trainer("weight_decay"), "pass --weight-decay"
+    ),
     "zero_optimization.stage": Key(
         "0: nothing partitioned (DeepSpeed's engine only); 1: the optimizer states partitioned across the "
         "data-parallel GPUs; 2: + the gradients; 3: + the 16-bit parameters, gathered just before each use",
-        "workshop: the experiment", "pick another experiment (stage0, stage1, stage2, stage3, *_offload)"),
+        "workshop: the experiment",
+        "pick another experiment (stage0, stage1, stage2, stage3, *_offload)",
+    ),
     "zero_optimization.overlap_comm": Key(
         "reduce the gradients while the backward pass goes on. At stages 1-2 it doubles the gradient bucket (two "
-        "buffers of reduce_bucket_size elements). Absent: true at stage 3, false below", "workshop: true",
-        stages=(1, 2, 3)),
+        "buffers of reduce_bucket_size elements). Absent: true at stage 3, false below",
+        "workshop: true",
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.compute_grad_norm": Key(
         "compute the global gradient norm at each optimizer step (one norm per gradient tensor, then their sum). "
         "Absent: true. False needs gradient_clipping 0 and no optimizer offload (stages 1-2)",
-        "workshop: false where --max-grad-norm is 0 at stage 2 without offload", "give --max-grad-norm 0 (no "
-        "clipping) at stage 2", stages=(1, 2)),
+        "workshop: false where --max-grad-norm is 0 at stage 2 without offload",
+        "give --max-grad-norm 0 (no clipping) at stage 2",
+        stages=(1, 2),
+    ),
     "zero_optimization.contiguous_gradients": Key(
         "copy each gradient into a contiguous buffer as it is produced: less fragmentation (stages 1-2: the "
-        "buffer of reduce_bucket_size elements)", "workshop: true", stages=(1, 2, 3)),
+        "buffer of reduce_bucket_size elements)",
+        "workshop: true",
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.reduce_bucket_size": Key(
         "ELEMENTS (not bytes) of gradients reduced in one collective. Stages 1-2 allocate a buffer of this many "
         "elements in the reduction dtype, two with overlap_comm: 5e8 bf16 elements = 1 GB each",
         "workshop: --reduce-bucket-size, at most the model's parameters; " + _hidden("hidden_size²"),
-        "pass --reduce-bucket-size N (elements; 0: auto)", stages=(1, 2, 3)),
+        "pass --reduce-bucket-size N (elements; 0: auto)",
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.allgather_bucket_size": Key(
         "ELEMENTS of updated parameters all-gathered in one collective after the optimizer step (stages 1-2)",
-        _DEFAULT, stages=(1, 2)),
+        _DEFAULT,
+        stages=(1, 2),
+    ),
     "zero_optimization.stage3_prefetch_bucket_size": Key(
         "ELEMENTS of parameters gathered ahead of the layer that needs them (stage 3); 0: no prefetching",
-        "workshop: 50,000,000 (DeepSpeed's default), 0 with NVMe parameter offload", stages=(3,)),
+        "workshop: 50,000,000 (DeepSpeed's default), 0 with NVMe parameter offload",
+        stages=(3,),
+    ),
     "zero_optimization.stage3_param_persistence_threshold": Key(
         "parameters of fewer ELEMENTS than this are not partitioned: every GPU keeps them whole and they are never "
-        "gathered (fewer small, latency-bound gathers; more memory)", _hidden("10 x hidden_size"), stages=(3,)),
+        "gathered (fewer small, latency-bound gathers; more memory)",
+        _hidden("10 x hidden_size"),
+        stages=(3,),
+    ),
     "zero_optimization.stage3_max_live_parameters": Key(
-        "ELEMENTS of gathered parameters a GPU may hold before it releases some (stage 3)", _DEFAULT, stages=(3,)),
+        "ELEMENTS of gathered parameters a GPU may hold before it releases some (stage 3)", _DEFAULT, stages=(3,)
+    ),
     "zero_optimization.stage3_max_reuse_distance": Key(
         "a gathered parameter used again within this many ELEMENTS of parameters is kept, not released "
-        "(stage 3); 0: released at once", "workshop: 0 with NVMe parameter offload (it holds buffers); else "
-        + _DEFAULT, stages=(3,)),
+        "(stage 3); 0: released at once",
+        "workshop: 0 with NVMe parameter offload (it holds buffers); else " + _DEFAULT,
+        stages=(3,),
+    ),
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": Key(
         "stage 3: gather the partitioned 16-bit weights into one state dict when the model is saved (the Trainer's "
         "save_model writes a loadable model); false: accelerate refuses that save, and only a ZeRO checkpoint "
-        "(zero_to_fp32) holds the weights", "workshop: true", stages=(3,)),
+        "(zero_to_fp32) holds the weights",
+        "workshop: true",
+        stages=(3,),
+    ),
     "zero_optimization.offload_optimizer.device": Key(
         "where the partitioned optimizer states live: none (the GPU), cpu (host memory) or nvme; with cpu or nvme "
-        "the Adam step runs on the CPU", "workshop: the experiment",
-        "pick an offload experiment (stage1_offload, stage2_offload, stage3_offload, stage3_nvme)", stages=(1, 2, 3)),
+        "the Adam step runs on the CPU",
+        "workshop: the experiment",
+        "pick an offload experiment (stage1_offload, stage2_offload, stage3_offload, stage3_nvme)",
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.offload_optimizer.pin_memory": Key(
         "keep the offloaded states in page-locked host memory: faster, asynchronous copies between GPU and CPU, "
-        "but memory the OS cannot page out", "workshop: true", stages=(1, 2, 3)),
-    "zero_optimization.offload_optimizer.nvme_path": Key("directory the optimizer states are swapped to (nvme)",
-                                                         "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)),
+        "but memory the OS cannot page out",
+        "workshop: true",
+        stages=(1, 2, 3),
+    ),
+    "zero_optimization.offload_optimizer.nvme_path": Key(
+        "directory the optimizer states are swapped to (nvme)",
+        "workshop: --nvme-path",
+        "pass --nvme-path DIR",
+        stages=(3,),
+    ),
     "zero_optimization.offload_param.device": Key(
         "where the partitioned 16-bit parameters live between uses: none (the GPU), cpu or nvme (stage 3 only)",
-        "workshop: the experiment", "pick stage3_offload or stage3_nvme", stages=(3,)),
+        "workshop: the experiment",
+        "pick stage3_offload or stage3_nvme",
+        stages=(3,),
+    ),
     "zero_optimization.offload_param.pin_memory": Key(
         "keep the offloaded parameters in page-locked host memory (see offload_optimizer.pin_memory)",
-        "workshop: true", stages=(3,)),
-    "zero_optimization.offload_param.nvme_path": Key("directory the parameters are swapped to (nvme)",
-                                                     "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)),
+        "workshop: true",
+        stages=(3,),
+    ),
+    "zero_optimization.offload_param.nvme_path": Key(
+        "directory the parameters are swapped to (nvme)", "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)
+    ),
     "zero_optimization.offload_param.buffer_count": Key(
         "NVMe parameter offload: host buffers the parameters are read into, one per tensor in use at once",
-        "workshop: sized for the model (nvme.nvme_buffers)", stages=(3,)),
+        "workshop: sized for the model (nvme.nvme_buffers)",
+        stages=(3,),
+    ),
     "zero_optimization.offload_param.buffer_size": Key(
-        "ELEMENTS per such buffer: at least the largest parameter tensor", "workshop: sized for the model "
-        "(nvme.nvme_buffers)", stages=(3,)),
+        "ELEMENTS per such buffer: at least the largest parameter tensor",
+        "workshop: sized for the model (nvme.nvme_buffers)",
+        stages=(3,),
+    ),
     "zero_optimization.zenflow.topk_ratio": Key(
         "ZenFlow: share of each weight matrix's gradient columns, those with the largest norms, updated on the GPU at "
-        "every step (their Adam states stay on the GPU)", _ZENFLOW, stages=(1, 2, 3)),
+        "every step (their Adam states stay on the GPU)",
+        _ZENFLOW,
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.zenflow.select_strategy": Key(
         'ZenFlow: what select_interval counts, "step" (optimizer steps) or "epoch"; "auto" is not filled by the '
-        "HF Trainer", _ZENFLOW, stages=(1, 2, 3)),
+        "HF Trainer",
+        _ZENFLOW,
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.zenflow.select_interval": Key(
         "ZenFlow: optimizer steps (or epochs) between two selections of the top columns; at least update_interval",
-        _ZENFLOW, stages=(1, 2, 3)),
+        _ZENFLOW,
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.zenflow.update_interval": Key(
         "ZenFlow: optimizer steps between two CPU updates of the other columns, whose gradients accumulate meanwhile: "
-        "those columns' update is up to this many steps late", _ZENFLOW, stages=(1, 2, 3)),
+        "those columns' update is up to this many steps late",
+        _ZENFLOW,
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.zenflow.full_warm_up_rounds": Key(
         "ZenFlow: optimizer steps at the start that update every column (no selection) before ZenFlow begins",
-        _ZENFLOW, stages=(1, 2, 3)),
+        _ZENFLOW,
+        stages=(1, 2, 3),
+    ),
     "zero_optimization.zenflow.overlap_step": Key(
         "ZenFlow: run the CPU update in a process of its own while the GPU goes on with the next steps (true), or "
-        "wait for it (false)", "workshop: true where CUDA is available (ds_config.zenflow_overlap_step)",
-        stages=(1, 2, 3)),
-    "steps_per_print": Key("DeepSpeed prints its progress every this many steps (1e6: practically never)",
-                           "workshop: the Trainer logs instead"),
-    "wall_clock_breakdown": Key("time the forward, backward and optimizer step apart in every step and print it",
-                                "workshop: false"),
-    "aio.block_size": Key("NVMe offload: BYTES per asynchronous read or write request", "workshop: DeepSpeed's "
-                          "value, written out to tune (ds_nvme_tune measures a drive's best)"),
+        "wait for it (false)",
+        "workshop: true where CUDA is available (ds_config.zenflow_overlap_step)",
+        stages=(1, 2, 3),
+    ),
+    "steps_per_print": Key(
+        "DeepSpeed prints its progress every this many steps (1e6: practically never)",
+        "workshop: the Trainer logs instead",
+    ),
+    "wall_clock_breakdown": Key(
+        "time the forward, backward and optimizer step apart in every step and print it", "workshop: false"
+    ),
+    "aio.block_size": Key(
+        "NVMe offload: BYTES per asynchronous read or write request",
+        "workshop: DeepSpeed's value, written out to tune (ds_nvme_tune measures a drive's best)",
+    ),
     "checkpoint.load_universal": Key(
         "true: load_checkpoint reads the universal checkpoint that the file latest_universal names (every "
         "parameter's fp32 weights and Adam moments whole, ds_to_universal's output) and slices it for this "
         "world size, instead of the ZeRO partitions that `latest` names, which load on the world size that wrote "
         "them only (DeepSpeed tutorial 'Universal Checkpointing')",
         "workshop: true when --resume runs on another number of ranks than the checkpoint's (checkpoint.to_universal)",
-        "resume on another number of ranks; the workshop converts the checkpoint and sets it", stages=(1, 2, 3)),
+        "resume on another number of ranks; the workshop converts the checkpoint and sets it",
+        stages=(1, 2, 3),
+    ),
     "aio.queue_depth": Key("NVMe offload: read/write requests in flight at once", "workshop: as aio.block_size"),
-    "aio.intra_op_parallelism": Key("NVMe offload: threads that share one read or write",
-                                    "workshop: as aio.block_size"),
-    "aio.single_submit": Key("NVMe offload: submit requests one by one instead of in batches",
-                             "workshop: as aio.block_size"),
-    "aio.overlap_events": Key("NVMe offload: submit new requests while waiting for earlier ones",
-                              "workshop: as aio.block_size"),
+    "aio.intra_op_parallelism": Key(
+        "NVMe offload: threads that share one read or write", "workshop: as aio.block_size"
+    ),
+    "aio.single_submit": Key(
+        "NVMe offload: submit requests one by one instead of in batches", "workshop: as aio.block_size"
+    ),
+    "aio.overlap_events": Key(
+        "NVMe offload: submit new requests while waiting for earlier ones", "workshop: as aio.block_size"
+    ),
 }
 
 
@@ -484,8 +640,13 @@ def _models() -> dict:
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    return {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config,
-            "comms_logger": CommsLoggerConfig, "compile": CompileConfig}
+    return {
+        "zero_optimization": DeepSpeedZeroConfig,
+        "bf16": DeepSpeedBF16Config,
+        "fp16": DeepSpeedFP16Config,
+        "comms_logger": CommsLoggerConfig,
+        "compile": CompileConfig,
+    }
 
 
 def _field(model, name: str):
@@ -540,13 +701,21 @@ def explain(cfg: dict, absent: bool = True):
     rows, unknown = [], Key("(not in workshop_lib.ds_config.KEYS)", "an override (--ds-config)")
     leaves = flatten(cfg)
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
-    keys = list(leaves) + [k for k, v in KEYS.items() if absent and k not in leaves and stage in v.stages
-                           and v.set_by == _DEFAULT]
+    keys = list(leaves) + [
+        k for k, v in KEYS.items() if absent and k not in leaves and stage in v.stages and v.set_by == _DEFAULT
+    ]
     for k in keys:
         info = KEYS.get(k, unknown)
         default = deepspeed_default(k)
-        rows.append({"key": k, "value": leaves.get(k, "(absent)"), "meaning": info.meaning, "set by": info.set_by,
-                     "DeepSpeed default": "" if default is None else default})
+        rows.append(
+            {
+                "key": k,
+                "value": leaves.get(k, "(absent)"),
+                "meaning": info.meaning,
+                "set by": info.set_by,
+                "DeepSpeed default": "" if default is None else default,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -557,9 +726,18 @@ def diff(a: dict, b: dict, names: tuple[str, str] = ("a", "b")):
 
     fa, fb = flatten(a), flatten(b)
     keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k, "(absent)") != fb.get(k, "(absent)")]
-    return pd.DataFrame([{"key": k, names[0]: fa.get(k, "(absent)"), names[1]: fb.get(k, "(absent)"),
-                          "meaning": KEYS[k].meaning if k in KEYS else ""} for k in keys],
-                        columns=["key", *names, "meaning"])
+    return pd.DataFrame(
+        [
+            {
+                "key": k,
+                names[0]: fa.get(k, "(absent)"),
+                names[1]: fb.get(k, "(absent)"),
+                "meaning": KEYS[k].meaning if k in KEYS else "",
+            }
+            for k in keys
+        ],
+        columns=["key", *names, "meaning"],
+    )
 
 
 def gradient_bucket_mib(cfg: dict) -> float | None:
@@ -582,7 +760,7 @@ def gradient_bucket_mib(cfg: dict) -> float | None:
 
 
 def parse_override(text: str) -> tuple[str, object]:
-    """"zero_optimization.reduce_bucket_size=5e7" -> ("zero_optimization.reduce_bucket_size", 50000000): a
+    """ "zero_optimization.reduce_bucket_size=5e7" -> ("zero_optimization.reduce_bucket_size", 50000000): a
     dotted key and a JSON value (a number, true/false, null, a string, a list); text that is not JSON stays a
     string; a whole float becomes an int.
 
@@ -590,9 +768,10 @@ def parse_override(text: str) -> tuple[str, object]:
         WorkshopError: no "=", or an empty key part."""
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not p for p in key.split(".")):
-        raise WorkshopError(f"--ds-config {text!r} is not KEY=VALUE.",
-                            "write the dotted key, '=' and the value, e.g. --ds-config "
-                            "zero_optimization.overlap_comm=false")
+        raise WorkshopError(
+            f"--ds-config {text!r} is not KEY=VALUE.",
+            "write the dotted key, '=' and the value, e.g. --ds-config zero_optimization.overlap_comm=false",
+        )
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
@@ -651,11 +830,16 @@ class _Reads(dict):
 def _where(parent: str) -> str:
     """Where DeepSpeed lists the valid keys of section `parent` ("" for the top level)."""
     model = _model_at(parent.split(".")) if parent else None
-    cls = (f"{model.__module__}.{model.__name__}" if model
-           else "deepspeed.runtime.config.DeepSpeedConfig._initialize_params")
-    return (f"the valid keys {'of ' + parent if parent else 'at the top level'} are those DeepSpeed reads in {cls}, "
-            "documented at https://www.deepspeed.ai/docs/config-json/; the workshop's own, explained: "
-            "workshop_lib.ds_config.KEYS")
+    cls = (
+        f"{model.__module__}.{model.__name__}"
+        if model
+        else "deepspeed.runtime.config.DeepSpeedConfig._initialize_params"
+    )
+    return (
+        f"the valid keys {'of ' + parent if parent else 'at the top level'} are those DeepSpeed reads in {cls}, "
+        "documented at https://www.deepspeed.ai/docs/config-json/; the workshop's own, explained: "
+        "workshop_lib.ds_config.KEYS"
+    )
 
 
 def _unknown(key: str, candidates: set[str], silently: bool) -> WorkshopError:
@@ -663,8 +847,11 @@ def _unknown(key: str, candidates: set[str], silently: bool) -> WorkshopError:
     near = difflib.get_close_matches(name, sorted(candidates), n=3, cutoff=0.6)
     where = f"in {parent}" if parent else "at the top level"
     fix = (f"use {' or '.join((parent + '.' if parent else '') + n for n in near)}; " if near else "") + _where(parent)
-    return WorkshopError(f"--ds-config {key}: DeepSpeed has no key {name!r} {where}"
-                         + (" (it would ignore it silently)." if silently else "."), fix + ".")
+    return WorkshopError(
+        f"--ds-config {key}: DeepSpeed has no key {name!r} {where}"
+        + (" (it would ignore it silently)." if silently else "."),
+        fix + ".",
+    )
 
 
 def check_overrides(cfg: dict, keys: list[str]) -> None:
@@ -679,8 +866,9 @@ def check_overrides(cfg: dict, keys: list[str]) -> None:
             is listed; or DeepSpeed's own message for a bad value, with its type and default."""
     for key in keys:
         if key in KEYS and KEYS[key].fix:
-            raise WorkshopError(f"--ds-config {key}: not for an override; it is set by {KEYS[key].set_by}.",
-                                f"{KEYS[key].fix}.")
+            raise WorkshopError(
+                f"--ds-config {key}: not for an override; it is set by {KEYS[key].set_by}.", f"{KEYS[key].fix}."
+            )
     check_keys(cfg, keys)
 
 
@@ -700,11 +888,15 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
     try:  # optional here: a config is built without DeepSpeed
         from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
     except ImportError as e:
-        raise WorkshopError(f"--ds-config needs DeepSpeed to check the keys, and it is not installed ({e}).",
-                            "pip install deepspeed (or `pip install -e .` in the workshop folder).") from e
+        raise WorkshopError(
+            f"--ds-config needs DeepSpeed to check the keys, and it is not installed ({e}).",
+            "pip install deepspeed (or `pip install -e .` in the workshop folder).",
+        ) from e
     filled = {k: v for k, v in cfg.items() if k not in ("train_batch_size", "gradient_accumulation_steps")}
-    filled |= {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0 if cfg.get("gradient_clipping") in
-               (None, "auto") else cfg["gradient_clipping"]}
+    filled |= {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_clipping": 1.0 if cfg.get("gradient_clipping") in (None, "auto") else cfg["gradient_clipping"],
+    }
     seen: set[str] = set()
     try:
         DeepSpeedConfig(_Reads(filled, seen))
@@ -721,20 +913,24 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
         if f is not None:
             kind = f.annotation.__name__ if isinstance(f.annotation, type) else str(f.annotation).replace("typing.", "")
             hint = f" ({kind}; DeepSpeed's default: {json.dumps(deepspeed_default(key))})"
-        raise WorkshopError(f"--ds-config {key}={err.get('input')!r}: DeepSpeed refuses it: {err['msg']}.",
-                            f"give {key} a valid value{hint}; {_where(key.rpartition('.')[0])}.") from None
+        raise WorkshopError(
+            f"--ds-config {key}={err.get('input')!r}: DeepSpeed refuses it: {err['msg']}.",
+            f"give {key} a valid value{hint}; {_where(key.rpartition('.')[0])}.",
+        ) from None
     except (DeepSpeedConfigError, AssertionError, ValueError, TypeError) as e:
-        raise WorkshopError(f"--ds-config {', '.join(keys)}: DeepSpeed refuses the config: {e}",
-                            f"change or drop that override; {_where('')}.") from None
+        raise WorkshopError(
+            f"--ds-config {', '.join(keys)}: DeepSpeed refuses the config: {e}",
+            f"change or drop that override; {_where('')}.",
+        ) from None
     for key in keys:  # the first part of each key that DeepSpeed neither reads nor validates with a class
         parts = key.split(".")
         if any(key.startswith(f"{section}.") for section in PASSED_ON):
             continue
         for i in range(1, len(parts) + 1):
-            path, model = ".".join(parts[:i]), _model_at(parts[:i - 1])
+            path, model = ".".join(parts[:i]), _model_at(parts[: i - 1])
             if path in seen or (model is not None and _field(model, parts[i - 1])):
                 continue
-            parent = ".".join(parts[:i - 1])
+            parent = ".".join(parts[: i - 1])
             siblings = {s.rpartition(".")[2] for s in seen if s.rpartition(".")[0] == parent}
             if model is not None:
                 siblings |= {n for f_name, f in model.model_fields.items() for n in (f_name, f.alias) if n}

@@ -43,9 +43,15 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 # DeepSpeed's JIT-built ops, one cache per environment: two environments with the same torch on one machine would
 # share ~/.cache/torch_extensions/pyXY_cu and rebuild each other's ops at every switch. A value already set wins.
 if "TORCH_EXTENSIONS_DIR" not in os.environ:
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(Path.home() / ".cache" / "torch_extensions" / (
-        f"{Path(sys.prefix).parent.name}-{Path(sys.prefix).name.lstrip('.')}-"
-        f"{hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]}"))
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(
+        Path.home()
+        / ".cache"
+        / "torch_extensions"
+        / (
+            f"{Path(sys.prefix).parent.name}-{Path(sys.prefix).name.lstrip('.')}-"
+            f"{hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]}"
+        )
+    )
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +80,8 @@ def pick_attention(requested: str, precision: str) -> str | None:
     if requested == "default":
         return None
     if requested == "flash_attention_2" and not (
-            torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()):
+        torch.cuda.is_available() and precision in ("bf16", "fp16") and is_flash_attn_2_available()
+    ):
         return None
     return requested
 
@@ -137,8 +144,13 @@ def ensure_distributed_env() -> None:
     (torchrun, deepspeed, srun) RANK and WORLD_SIZE are already set and nothing changes. In a world of one,
     DeepSpeed's shared-memory collectives are not compiled (`skip_unused_deepspeed_ops`)."""
     if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()),
+        )
     skip_unused_deepspeed_ops(int(os.environ["WORLD_SIZE"]))
 
 
@@ -232,10 +244,12 @@ def check_deepspeed_version(version: str) -> None:
     Raises:
         WorkshopError: the installed version, why, and the fix."""
     if Version(version) < Version(DEEPSPEED_FLOOR):
-        raise WorkshopError(f"DeepSpeed {version} is installed, older than {DEEPSPEED_FLOOR}, the release this workshop "
-                            "is tested with; earlier releases have known ZeRO defects (wrong ZeRO-2 gradients, NaN "
-                            "under torch.compile: docs/deepspeed_versions.md).",
-                            f"pip install -U 'deepspeed>={DEEPSPEED_FLOOR}'.")
+        raise WorkshopError(
+            f"DeepSpeed {version} is installed, older than {DEEPSPEED_FLOOR}, the release this workshop "
+            "is tested with; earlier releases have known ZeRO defects (wrong ZeRO-2 gradients, NaN "
+            "under torch.compile: docs/deepspeed_versions.md).",
+            f"pip install -U 'deepspeed>={DEEPSPEED_FLOOR}'.",
+        )
 
 
 def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_size: int = 1) -> list[str]:
@@ -249,7 +263,9 @@ def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_siz
 
 # What DeepSpeed's op probes print when an op's library is missing: the test program for async_io links with
 # -laio (`OpBuilder.has_function`), and without libaio the linker says so on the process's stderr.
-LINK_PROBE_NOISE = re.compile(r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^collect2: error: ld returned \d+ exit status")
+LINK_PROBE_NOISE = re.compile(
+    r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^collect2: error: ld returned \d+ exit status"
+)
 
 
 @contextlib.contextmanager
@@ -274,8 +290,11 @@ def quiet_stderr(noise: re.Pattern = LINK_PROBE_NOISE):
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
-            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
-                    if not noise.search(line)]
+            kept = [
+                line
+                for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                if not noise.search(line)
+            ]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
@@ -329,13 +348,21 @@ def check_deepspeed_ops(names: list[str]) -> None:
         with quiet_stderr():
             compatible = builder.is_compatible(verbose=False)
         if not compatible:
-            fix = ("install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
-                   "conda install -c conda-forge libaio), then run again: DeepSpeed compiles the op at first use"
-                   if builder.name == "async_io" else
-                   "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
-                   "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment")
-            raise WorkshopError(f"DeepSpeed's {builder.name} op cannot be built on this machine (see `ds_report`).",
-                                fix + ".")
+            fix = (
+                "install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
+                "conda install -c conda-forge libaio), then run again: DeepSpeed compiles the op at first use"
+                if builder.name == "async_io"
+                else "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
+                "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment"
+            )
+            raise WorkshopError(
+                f"DeepSpeed's {builder.name} op cannot be built on this machine (see `ds_report`).", fix + "."
+            )
+
+
+def _say_compiling(said: list, name: str, note: str, stdout) -> None:
+    said.append(True)
+    print(f"Compiling DeepSpeed's {name} op ({note}; minutes) ...", file=stdout, flush=True)
 
 
 def build_deepspeed_ops(names: list[str]) -> None:
@@ -349,18 +376,19 @@ def build_deepspeed_ops(names: list[str]) -> None:
             WORKSHOP_OP_LOCK_TIMEOUT_S seconds, default 600)."""
     for builder in _builders(names):
         build_dir = Path(_get_build_directory(builder.name, verbose=False))
-        wait_for_file_lock(build_dir / "lock", f"DeepSpeed's {builder.name} op",
-                           timeout_s=variables.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600.0))
+        wait_for_file_lock(
+            build_dir / "lock",
+            f"DeepSpeed's {builder.name} op",
+            timeout_s=variables.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600.0),
+        )
         cached = any(build_dir.glob("*.so"))
-        note = ("its cached build is from another torch installation or compiler" if cached else
-                "once per machine and torch")
-        said, stdout = [], sys.stdout  # DeepSpeed's own "... built successfully" line is silenced below
-
-        def say():
-            said.append(True)
-            print(f"Compiling DeepSpeed's {builder.name} op ({note}; minutes) ...", file=stdout, flush=True)
-
-        announce = threading.Timer(3.0 if cached else 0.0, say)
+        note = (
+            "its cached build is from another torch installation or compiler"
+            if cached
+            else "once per machine and torch"
+        )
+        said = []  # DeepSpeed's own "... built successfully" line is silenced below
+        announce = threading.Timer(3.0 if cached else 0.0, _say_compiling, args=(said, builder.name, note, sys.stdout))
         t0 = time.perf_counter()
         announce.start()
         try:
@@ -374,8 +402,9 @@ def build_deepspeed_ops(names: list[str]) -> None:
             print(f"  compiled in {time.perf_counter() - t0:.0f} s, cached in {build_dir} for later runs.", flush=True)
 
 
-def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10,
-                       poll_s: float = 1.0) -> None:
+def wait_for_file_lock(
+    lock: str | os.PathLike, what: str, timeout_s: float = 600, notice_after_s: float = 10, poll_s: float = 1.0
+) -> None:
     """Wait while `lock` (torch's JIT-build lock for a DeepSpeed op) exists and a process builds in its folder
     (torch runs ninja and the compilers there), saying so after `notice_after_s` seconds. torch's lock records no
     owner: a build killed midway leaves it, and every later build of that op would wait on it, silently.
@@ -390,13 +419,18 @@ def wait_for_file_lock(lock: str | os.PathLike, what: str, timeout_s: float = 60
         now = time.monotonic()
         seen = now if building_in(lock.parent) else seen
         if now - seen > notice_after_s:
-            raise WorkshopError(f"{lock} blocks the build of {what}, and no process is building there: a build "
-                                "killed midway left this lock behind.", fix)
+            raise WorkshopError(
+                f"{lock} blocks the build of {what}, and no process is building there: a build "
+                "killed midway left this lock behind.",
+                fix,
+            )
         if now - t0 > timeout_s:
             raise WorkshopError(f"{lock} has blocked the build of {what} for {now - t0:.0f} s.", fix)
         if now - t0 > notice_after_s and not told:
-            print(f"Waiting for {lock}: another process is building {what}. Giving up after {timeout_s:.0f} s.",
-                  flush=True)
+            print(
+                f"Waiting for {lock}: another process is building {what}. Giving up after {timeout_s:.0f} s.",
+                flush=True,
+            )
             told = True
         time.sleep(poll_s)
 
@@ -421,17 +455,24 @@ def quiet_libraries() -> None:
     DeepSpeed's SSD-wear notice on NVMe offload (03c tells it). Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
-    warnings.filterwarnings("ignore", message=r"barrier\(\): using the device under current context", category=UserWarning)
+    warnings.filterwarnings(
+        "ignore", message=r"barrier\(\): using the device under current context", category=UserWarning
+    )
     warnings.filterwarnings("ignore", message=r"`torch\._utils\.is_compiling` is deprecated", module=r"deepspeed\.ops")
-    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
-                            module=r"deepspeed\.runtime\.zenflow")
-    for name, words in (("accelerate.accelerator", "Gradient accumulation steps mismatch"),
-                        ("DeepSpeed", "Offloading to NVMe can generate heavy write traffic")):  # 03c's prose says it
+    warnings.filterwarnings(
+        "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before", module=r"deepspeed\.runtime\.zenflow"
+    )
+    for name, words in (
+        ("accelerate.accelerator", "Gradient accumulation steps mismatch"),
+        ("DeepSpeed", "Offloading to NVMe can generate heavy write traffic"),
+    ):  # 03c's prose says it
         logging.getLogger(name).addFilter(lambda r, w=words: w not in r.getMessage())
     # a kernel's run without DeepSpeed after one with it: transformers takes the world of one still up for a launch
     logging.getLogger("transformers.training_args").addFilter(
-        lambda r: not (world()[2] == 1 and r.getMessage().startswith("torch.distributed process group is initialized")))
+        lambda r: not (world()[2] == 1 and r.getMessage().startswith("torch.distributed process group is initialized"))
+    )
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
+
         def no_shard_bar(factory, args, kwargs, previous=None):
             if kwargs.get("desc") == "Writing model shards":  # save_pretrained's, one shard: "0%" then done
                 return hf_logging.EmptyTqdm(*args, **kwargs)
@@ -468,8 +509,10 @@ def gpu_memory_fraction() -> float | None:
     if fraction is None:
         return None
     if not 0 < fraction <= 1:
-        raise WorkshopError(f"WORKSHOP_GPU_MEMORY_FRACTION={fraction!r} is not a share of the GPU's memory.",
-                            "set it to a number above 0 and at most 1 (0.5: half the GPU), or unset it.")
+        raise WorkshopError(
+            f"WORKSHOP_GPU_MEMORY_FRACTION={fraction!r} is not a share of the GPU's memory.",
+            "set it to a number above 0 and at most 1 (0.5: half the GPU), or unset it.",
+        )
     if not torch.cuda.is_available():
         return None
     torch.cuda.set_per_process_memory_fraction(fraction)

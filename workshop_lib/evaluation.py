@@ -56,13 +56,19 @@ def model_caveat(path: str | os.PathLike) -> str | None:
             except (OSError, ValueError):
                 continue
             cfg = data.get("config", data)
-            what = ("the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
-                    if cfg.get("tiny") else "a model trained from random weights (--random-weights), not a "
-                    "pretrained one" if cfg.get("random_weights") else None)
+            what = (
+                "the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
+                if cfg.get("tiny")
+                else "a model trained from random weights (--random-weights), not a pretrained one"
+                if cfg.get("random_weights")
+                else None
+            )
             if what:
-                return (f"Note: {path} holds {what}: its answers are not meant to be right, and exact match "
-                        "near 0 is what it scores. The mechanics are what it shows; a pretrained model "
-                        "fine-tuned on a GPU gives real answers.")
+                return (
+                    f"Note: {path} holds {what}: its answers are not meant to be right, and exact match "
+                    "near 0 is what it scores. The mechanics are what it shows; a pretrained model "
+                    "fine-tuned on a GPU gives real answers."
+                )
     return None
 
 
@@ -86,16 +92,33 @@ def eval_loss(net, tokenizer, config: dict) -> float:
     rows = load_squad("validation", config["num_eval_samples"], config["eval_file"], verbose=False)
     ds, _ = tokenize_squad(rows, tokenizer, config["max_length"], config["loss_on"])
     with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(output_dir=tmp, per_device_eval_batch_size=EVAL_BATCH_SIZE, report_to="none",
-                                 use_cpu=not torch.cuda.is_available(), prediction_loss_only=True)
-        trainer = Trainer(model=net, args=args, eval_dataset=ds,
-                          data_collator=make_collator(tokenizer, config["padding"], config["max_length"]))
+        args = TrainingArguments(
+            output_dir=tmp,
+            per_device_eval_batch_size=EVAL_BATCH_SIZE,
+            report_to="none",
+            use_cpu=not torch.cuda.is_available(),
+            prediction_loss_only=True,
+        )
+        trainer = Trainer(
+            model=net,
+            args=args,
+            eval_dataset=ds,
+            data_collator=make_collator(tokenizer, config["padding"], config["max_length"]),
+        )
         return trainer.evaluate()["eval_loss"]
 
 
 @torch.no_grad()
-def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], batch_size: int = 16,
-                     max_new_tokens: int = 32, max_length: int = 512, progress: bool = True) -> list[str]:
+def generate_answers(
+    net,
+    tokenizer,
+    questions: list[str],
+    contexts: list[str],
+    batch_size: int = 16,
+    max_new_tokens: int = 32,
+    max_length: int = 512,
+    progress: bool = True,
+) -> list[str]:
     """Answer each question from its context by greedy generation after its training prompt without the
     answer ("Question: q Context: c Answer:", `data.prompt_ids`): batches of `batch_size` prompts padded on
     the left, at most `max_new_tokens` new tokens, stopped at EOS; the answer is the first line of the new
@@ -104,12 +127,19 @@ def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], 
     answers = []
     try:
         for i in tqdm(range(0, len(questions), batch_size), desc="generating answers", disable=not progress):
-            ids = [prompt_ids(q, c, tokenizer, max_length - max_new_tokens)
-                   for q, c in zip(questions[i:i + batch_size], contexts[i:i + batch_size])]
+            ids = [
+                prompt_ids(q, c, tokenizer, max_length - max_new_tokens)
+                for q, c in zip(questions[i : i + batch_size], contexts[i : i + batch_size])
+            ]
             batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(net.device)
-            out = net.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = net.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
             answers += [t.strip().split("\n")[0].strip() for t in texts]
     finally:
         tokenizer.padding_side = side
@@ -119,26 +149,36 @@ def generate_answers(net, tokenizer, questions: list[str], contexts: list[str], 
 def squad_scores(predictions: list[str], answers: list[list[str]]) -> dict:
     """SQuAD v1.1 exact match and F1 of `predictions` against each question's gold `answers` (torchmetrics' `SQuAD`, the
     official definition: see the module's docstring). Returns {"em", "f1" (percent, 0-100), "num_questions"}."""
-    scores = SQuAD()([{"prediction_text": p, "id": str(i)} for i, p in enumerate(predictions)],
-                     [{"answers": {"answer_start": [0] * len(a), "text": a}, "id": str(i)} for i, a in enumerate(answers)])
-    return {"em": round(scores["exact_match"].item(), 2), "f1": round(scores["f1"].item(), 2),
-            "num_questions": len(predictions)}
+    scores = SQuAD()(
+        [{"prediction_text": p, "id": str(i)} for i, p in enumerate(predictions)],
+        [{"answers": {"answer_start": [0] * len(a), "text": a}, "id": str(i)} for i, a in enumerate(answers)],
+    )
+    return {
+        "em": round(scores["exact_match"].item(), 2),
+        "f1": round(scores["f1"].item(), 2),
+        "num_questions": len(predictions),
+    }
 
 
-def score_model(net, tokenizer, rows, batch_size: int = 16, max_new_tokens: int = 32,
-                max_length: int = 512) -> tuple[dict, list[dict]]:
+def score_model(
+    net, tokenizer, rows, batch_size: int = 16, max_new_tokens: int = 32, max_length: int = 512
+) -> tuple[dict, list[dict]]:
     """Generate answers for SQuAD questions `rows` (`data.load_squad`'s dataset: id, question, context, answers) and
     score them. Returns (scores as `squad_scores`, one record per question: id, question, prediction, answers)."""
-    predictions = generate_answers(net, tokenizer, rows["question"], rows["context"], batch_size, max_new_tokens,
-                                   max_length)
+    predictions = generate_answers(
+        net, tokenizer, rows["question"], rows["context"], batch_size, max_new_tokens, max_length
+    )
     golds = [a["text"] for a in rows["answers"]]
-    records = [{"id": i, "question": q, "prediction": p, "answers": a}
-               for i, q, p, a in zip(rows["id"], rows["question"], predictions, golds)]
+    records = [
+        {"id": i, "question": q, "prediction": p, "answers": a}
+        for i, q, p, a in zip(rows["id"], rows["question"], predictions, golds)
+    ]
     return squad_scores(predictions, golds), records
 
 
-def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None = None, num_questions: int = 500,
-                   **options) -> dict:
+def evaluate_squad(
+    path: str | os.PathLike, output_dir: str | os.PathLike | None = None, num_questions: int = 500, **options
+) -> dict:
     """`workshop eval`: score the model of a run directory (its model/), a model directory or a hub name on
     the first `num_questions` SQuAD dev questions (`options`: eval_file, another SQuAD v1.1 JSON; the rest
     passed on to `score_model`), and write into `output_dir` (default: `path`)
@@ -151,8 +191,10 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
     """
     source = model_dir(path)  # a missing local path is named as such, before the question of where to write
     if output_dir is None and not Path(path).is_dir():
-        raise WorkshopError(f"{path} is a hub model: there is no directory of its own to write the scores into.",
-                            "pass --output-dir DIR.")
+        raise WorkshopError(
+            f"{path} is a hub model: there is no directory of its own to write the scores into.",
+            "pass --output-dir DIR.",
+        )
     check_writable(output_dir or path, "--output-dir")
     rows = load_squad("validation", num_questions, options.pop("eval_file", None), count_option="--num-questions")
     net, tokenizer = load_model(source)
@@ -169,7 +211,9 @@ def evaluate_squad(path: str | os.PathLike, output_dir: str | os.PathLike | None
 def ask(path: str | os.PathLike, question: str, context: str, max_new_tokens: int = 32) -> str:
     """`workshop ask`: the model's answer to one question about `context` (`generate_answers`)."""
     if not question.strip() or not context.strip():
-        raise WorkshopError("The question and the context must both hold text.",
-                            'pass --question "..." --context "..." (the paragraph the answer is in).')
+        raise WorkshopError(
+            "The question and the context must both hold text.",
+            'pass --question "..." --context "..." (the paragraph the answer is in).',
+        )
     net, tokenizer = load_model(path)
     return generate_answers(net, tokenizer, [question], [context], 1, max_new_tokens, progress=False)[0]

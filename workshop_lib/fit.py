@@ -19,8 +19,8 @@ from .ds_config import check_combination
 from .errors import WorkshopError
 from .gpus import MEMORY_MIB
 from .memory import DRIVE_MARGIN, estimate_model_states, estimate_nvme_swap
-from .units import MiB
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
+from .units import MiB
 
 MODELS = [m for m in SHIPPED_CONFIGS if m.startswith("Qwen/Qwen3-")]
 GPUS = MEMORY_MIB  # name -> total memory (MiB), from the one GPU table (`gpus.CATALOGUE`)
@@ -37,14 +37,15 @@ PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
 HEADROOM = 0.15
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_shape(model: str) -> dict:
     """`count_params(model)` plus the widths the activations depend on (cached: each model is counted on the
     meta device once per process). Keys: num_params, largest_layer_params, num_layers, hidden_size,
     vocab_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size."""
     c = architecture_config(model)
-    return count_params(model) | {k: getattr(c, k) for k in (
-        "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")}
+    return count_params(model) | {
+        k: getattr(c, k) for k in ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+    }
 
 
 def layer_activation_bytes(s: int, b: int, h: int, a: int, constants=PAPER_CONSTANTS, flash_attention=True) -> float:
@@ -83,8 +84,9 @@ def qwen3_constants(shape: dict, flash_attention: bool = True) -> tuple[float, f
     return (norms + qk_norms + attention + mlp) / h, 6
 
 
-def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
-                     activation_checkpointing=False) -> tuple[float, str]:
+def activation_bytes(
+    shape: dict, s: int, b: int, flash_attention=True, activation_checkpointing=False
+) -> tuple[float, str]:
     """(bytes of activations on one GPU, the formula as a string) for a micro-batch of b sequences of s tokens.
     Without checkpointing: every layer's eq. 1. With it (paper sections 4-5, full recomputation): each layer
     keeps only its input, 2·s·b·h, and the backward pass recomputes one layer at a time, adding one layer's
@@ -101,15 +103,27 @@ def activation_bytes(shape: dict, s: int, b: int, flash_attention=True,
     return total + 8 * s * b * h, f"{formula}, s={s} b={b} h={h} (Korthikanti et al. 2022 eq. 1, Qwen3, {attn})"
 
 
-def model_states(counts: dict, zero_stage: int | None, offload_optimizer: bool, offload_param: bool,
-                 gpus_per_node: int = 1, nodes: int = 1) -> dict:
+def model_states(
+    counts: dict,
+    zero_stage: int | None,
+    offload_optimizer: bool,
+    offload_param: bool,
+    gpus_per_node: int = 1,
+    nodes: int = 1,
+) -> dict:
     """The model states (parameters, gradients, Adam states) of a model with `counts` (`model.count_params`'s num_params
     and largest_layer_params) per GPU and per node's host, MiB: DeepSpeed's estimate (`memory.estimate_model_states`).
     `estimate` and the run's preflight (`preflight.check_states_fit`) both take their figure from here. Returns
     {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}."""
-    return estimate_model_states(counts["num_params"], counts["largest_layer_params"], zero_stage,
-                                 offload_optimizer=offload_optimizer, offload_param=offload_param,
-                                 num_gpus_per_node=gpus_per_node, num_nodes=nodes)
+    return estimate_model_states(
+        counts["num_params"],
+        counts["largest_layer_params"],
+        zero_stage,
+        offload_optimizer=offload_optimizer,
+        offload_param=offload_param,
+        num_gpus_per_node=gpus_per_node,
+        num_nodes=nodes,
+    )
 
 
 def states_fit(states_gpu_mib: float, gpu_memory_mib: float) -> bool:
@@ -123,8 +137,11 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_fre
     if model not in MODELS:
         raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
     if gpu not in GPUS:
-        raise WorkshopError(f"Unknown GPU {gpu!r}.", f"use one of {', '.join(GPUS)}, or add yours to gpus.CATALOGUE "
-                            "(memory in MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).")
+        raise WorkshopError(
+            f"Unknown GPU {gpu!r}.",
+            f"use one of {', '.join(GPUS)}, or add yours to gpus.CATALOGUE "
+            "(memory in MiB, as `nvidia-smi --query-gpu=memory.total --format=csv` prints it).",
+        )
     check_combination(zero_stage, offload, offload if zero_stage == 3 else "none")
     if logits_on not in ("all", "labelled"):
         raise WorkshopError(f"logits_on={logits_on!r}: not an option.", "give logits_on 'all' or 'labelled'.")
@@ -134,11 +151,21 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_fre
             raise WorkshopError(f"{name}={v!r}: must be a positive number.", f"give {name} as 1 or more.")
 
 
-def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: str = "cpu", gpus_per_node: int = 1,
-             nodes: int = 1, train_micro_batch_size_per_gpu: int = 1, max_length: int = 4096,
-             activation_checkpointing: bool = False, logits_on: str = "labelled", gpu: str = "H100 80GB",
-             host_memory_mib: float | None = None, flash_attention: bool = True,
-             nvme_free_mib: float | None = None) -> dict:
+def estimate(
+    model: str = "Qwen/Qwen3-4B",
+    zero_stage: int | None = 3,
+    offload: str = "cpu",
+    gpus_per_node: int = 1,
+    nodes: int = 1,
+    train_micro_batch_size_per_gpu: int = 1,
+    max_length: int = 4096,
+    activation_checkpointing: bool = False,
+    logits_on: str = "labelled",
+    gpu: str = "H100 80GB",
+    host_memory_mib: float | None = None,
+    flash_attention: bool = True,
+    nvme_free_mib: float | None = None,
+) -> dict:
     """Memory per GPU (and per node's host) of fine-tuning `model` with Adam, in MiB rounded to 0.1.
 
     Args:
@@ -170,8 +197,19 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
         WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
             a size below 1."""
     config = dict(locals())  # the arguments, for explain and smallest_fix
-    _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, gpus_per_node=gpus_per_node,
-           nodes=nodes, train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu, max_length=max_length)
+    _check(
+        model,
+        zero_stage,
+        offload,
+        gpu,
+        logits_on,
+        host_memory_mib,
+        nvme_free_mib,
+        gpus_per_node=gpus_per_node,
+        nodes=nodes,
+        train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu,
+        max_length=max_length,
+    )
     shape = model_shape(model)
     offloads = offload != "none"  # the optimizer states; at stage 3 the parameters too (stage3_offload)
     states = model_states(shape, zero_stage, offloads, offloads and zero_stage == 3, gpus_per_node, nodes)
@@ -187,19 +225,32 @@ def estimate(model: str = "Qwen/Qwen3-4B", zero_stage: int | None = 3, offload: 
     host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
     drive_ok = nvme is None or nvme_free_mib is None or nvme <= DRIVE_MARGIN * nvme_free_mib
     fits = total <= usable and host_ok and drive_ok  # states_fit too: the states are part of the total
-    return {"num_params": shape["num_params"], "model_states_gpu_mib": gpu_states, "model_states_cpu_mib": cpu_states,
-            "nvme_mib": nvme, "activations_gpu_mib": round(act / MiB, 1), "logits_gpu_mib": round(logits / MiB, 1),
-            "total_gpu_mib": round(total, 1), "gpu_memory_mib": memory, "usable_gpu_mib": round(usable, 1),
-            "spare_mib": round(usable - total, 1), "fits": fits, "estimator": states["estimator"],
-            "activation_formula": formula, "config": config}
+    return {
+        "num_params": shape["num_params"],
+        "model_states_gpu_mib": gpu_states,
+        "model_states_cpu_mib": cpu_states,
+        "nvme_mib": nvme,
+        "activations_gpu_mib": round(act / MiB, 1),
+        "logits_gpu_mib": round(logits / MiB, 1),
+        "total_gpu_mib": round(total, 1),
+        "gpu_memory_mib": memory,
+        "usable_gpu_mib": round(usable, 1),
+        "spare_mib": round(usable - total, 1),
+        "fits": fits,
+        "estimator": states["estimator"],
+        "activation_formula": formula,
+        "config": config,
+    }
 
 
 def setup(config: dict, where: bool = False) -> str:
     """The run's memory setup in words: "ZeRO-3 + CPU offload + activation checkpointing[ on 2 x H100 80GB]"."""
     c = config
-    s = ("HF Trainer (torch AdamW)" if c["zero_stage"] is None else f"ZeRO-{c['zero_stage']}") + \
-        {"none": "", "cpu": " + CPU offload", "nvme": " + NVMe offload"}[c["offload"]] + \
-        (" + activation checkpointing" if c["activation_checkpointing"] else "")
+    s = (
+        ("HF Trainer (torch AdamW)" if c["zero_stage"] is None else f"ZeRO-{c['zero_stage']}")
+        + {"none": "", "cpu": " + CPU offload", "nvme": " + NVMe offload"}[c["offload"]]
+        + (" + activation checkpointing" if c["activation_checkpointing"] else "")
+    )
     gpus = f"{c['nodes']} nodes x {c['gpus_per_node']}" if c["nodes"] > 1 else str(c["gpus_per_node"])
     return s + (f" on {gpus} x {c['gpu']}" if where else "")
 
@@ -209,8 +260,16 @@ def setup(config: dict, where: bool = False) -> str:
 # before any offload (CPU Adam and PCIe copies, the slowest in the reference runs: 03c's ratios, tests/test_docs.py),
 # CPU before NVMe; each rung keeps what the ones before it added. HF's DeepSpeed guide also starts small but tries
 # ZeRO-2 + CPU offload before ZeRO-3 and adds hardware only at its last step. Shorter sequences come last: new data.
-LADDER = ["smaller micro-batch", "activation checkpointing", "ZeRO-2", "ZeRO-3", "ZeRO-2 + CPU offload",
-          "ZeRO-3 + CPU offload", "ZeRO-3 + NVMe offload", "shorter sequences"]
+LADDER = [
+    "smaller micro-batch",
+    "activation checkpointing",
+    "ZeRO-2",
+    "ZeRO-3",
+    "ZeRO-2 + CPU offload",
+    "ZeRO-3 + CPU offload",
+    "ZeRO-3 + NVMe offload",
+    "shorter sequences",
+]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
 
 
@@ -228,8 +287,11 @@ def ladder(config: dict) -> list[dict]:
     groups = [[(z, "none") for z in stages], [(z, "cpu") for z in stages] + [(3, "nvme")]]  # rungs 2 and 3
     for group in groups:
         for g, n in worlds:
-            out += [dict(ac, zero_stage=z, offload=o, gpus_per_node=g, nodes=n, train_micro_batch_size_per_gpu=x)
-                    for z, o in group for x in batches]
+            out += [
+                dict(ac, zero_stage=z, offload=o, gpus_per_node=g, nodes=n, train_micro_batch_size_per_gpu=x)
+                for z, o in group
+                for x in batches
+            ]
     top, s = dict(ac, zero_stage=3, offload="cpu", train_micro_batch_size_per_gpu=1), c["max_length"]
     return out + [dict(top, max_length=s >> k) for k in range(1, 7) if s >> k >= 256]
 
@@ -241,9 +303,13 @@ def _first_fit(config: dict, candidates) -> dict | None:
             b, s = c["train_micro_batch_size_per_gpu"], c["max_length"]
             smaller = (b, s) != (config["train_micro_batch_size_per_gpu"], config["max_length"])
             unchecked = c["offload"] == "nvme" and c["nvme_free_mib"] is None
-            return {"change": setup(c, where=world) + (f", micro-batch {b} x {s} tokens" if smaller else "")
-                    + (" (if the drive holds the swap files: its free space not given)" if unchecked else ""),
-                    "config": c, "estimate": e}
+            return {
+                "change": setup(c, where=world)
+                + (f", micro-batch {b} x {s} tokens" if smaller else "")
+                + (" (if the drive holds the swap files: its free space not given)" if unchecked else ""),
+                "config": c,
+                "estimate": e,
+            }
     return None
 
 
@@ -271,29 +337,38 @@ def explain(est: dict) -> str:
     does (`smallest_fix`), and where that change takes more GPUs, the change that fits on the run's own GPUs
     (`fix_on_these_gpus`: offload, with slower steps)."""
     c = est["config"]
-    s = (f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
-         f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
-         f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of the "
-         f"{_mib(est['usable_gpu_mib'])} a run may fill ({1 - HEADROOM:.0%} of {_mib(est['gpu_memory_mib'])})")
+    s = (
+        f"{c['model']} with {setup(c, where=True)} {'fits' if est['fits'] else 'does not fit'}: "
+        f"~{_mib(est['total_gpu_mib'])} per GPU (model states {est['model_states_gpu_mib']:,.0f}, activations "
+        f"{est['activations_gpu_mib']:,.0f}, logits {est['logits_gpu_mib']:,.0f}) of the "
+        f"{_mib(est['usable_gpu_mib'])} a run may fill ({1 - HEADROOM:.0%} of {_mib(est['gpu_memory_mib'])})"
+    )
     if est["model_states_cpu_mib"]:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
-            f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else "")
+            f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else ""
+        )
     if est["nvme_mib"]:
         s += f", and {_mib(est['nvme_mib'])} of swap files on each node's NVMe drive" + (
             f" ({DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free: "
             f"{'room' if est['nvme_mib'] <= DRIVE_MARGIN * c['nvme_free_mib'] else 'no room'})"
-            if c["nvme_free_mib"] else " (the drive's free space not checked: give nvme_free_mib)")
+            if c["nvme_free_mib"]
+            else " (the drive's free space not checked: give nvme_free_mib)"
+        )
     if est["fits"]:
         return s + f"; {_mib(est['spare_mib'])} to spare."
     fix = smallest_fix(est)
     if fix is None:
-        return s + (". Nothing on the ladder fits (up to ZeRO-3 + offload + activation checkpointing, 128 GPUs, "
-                    "micro-batch 1 of 256 tokens): a GPU with more memory, or a smaller model.")
+        return s + (
+            ". Nothing on the ladder fits (up to ZeRO-3 + offload + activation checkpointing, 128 GPUs, "
+            "micro-batch 1 of 256 tokens): a GPU with more memory, or a smaller model."
+        )
     s += f". Smallest change that fits: {fix['change']} (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)"
     here = (c["gpus_per_node"], c["nodes"])
     if (fix["config"]["gpus_per_node"], fix["config"]["nodes"]) != here and (alt := fix_on_these_gpus(est)):
-        s += (f"; on the {here[0] * here[1]} GPU{'s' if here[0] * here[1] > 1 else ''} you have, {alt['change']} "
-              f"(~{_mib(alt['estimate']['total_gpu_mib'])} per GPU, slower steps)")
+        s += (
+            f"; on the {here[0] * here[1]} GPU{'s' if here[0] * here[1] > 1 else ''} you have, {alt['change']} "
+            f"(~{_mib(alt['estimate']['total_gpu_mib'])} per GPU, slower steps)"
+        )
     return s + "."
 
 
@@ -308,28 +383,44 @@ def check_fits(**kw) -> dict:
     if est["total_gpu_mib"] > est["usable_gpu_mib"]:
         parts = f"model states {est['model_states_gpu_mib']:,.0f} + activations {est['activations_gpu_mib']:,.0f}"
         parts += f" + logits {est['logits_gpu_mib']:,.0f}" if est["logits_gpu_mib"] >= 1 else ""
-        problem = (f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), more than {1 - HEADROOM:.0%} of the "
-                   f"{c['gpu']}'s {_mib(est['gpu_memory_mib'])} ({HEADROOM:.0%} kept as headroom).")
+        problem = (
+            f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), more than {1 - HEADROOM:.0%} of the "
+            f"{c['gpu']}'s {_mib(est['gpu_memory_mib'])} ({HEADROOM:.0%} kept as headroom)."
+        )
     elif est["nvme_mib"] is not None and c["nvme_free_mib"] and est["nvme_mib"] > DRIVE_MARGIN * c["nvme_free_mib"]:
-        problem = (f"{who} needs ~{_mib(est['nvme_mib'])} of swap files on each node's drive, more than "
-                   f"{DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free.")
+        problem = (
+            f"{who} needs ~{_mib(est['nvme_mib'])} of swap files on each node's drive, more than "
+            f"{DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free."
+        )
     else:
-        problem = (f"{who} needs ~{_mib(est['model_states_cpu_mib'])} of host memory per node for its model states, "
-                   f"the node has {_mib(c['host_memory_mib'])}.")
+        problem = (
+            f"{who} needs ~{_mib(est['model_states_cpu_mib'])} of host memory per node for its model states, "
+            f"the node has {_mib(c['host_memory_mib'])}."
+        )
     fix = smallest_fix(est)
-    raise WorkshopError(problem, f"{fix['change']} fits (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)." if fix
-                        else "nothing on the ladder fits: a GPU with more memory, or a smaller model.")
+    raise WorkshopError(
+        problem,
+        f"{fix['change']} fits (~{_mib(fix['estimate']['total_gpu_mib'])} per GPU)."
+        if fix
+        else "nothing on the ladder fits: a GPU with more memory, or a smaller model.",
+    )
 
 
 def table(est: dict):
     """The estimate as a pandas DataFrame: one row per quantity, columns MiB and GiB (None where not estimated)."""
     import pandas as pd
 
-    rows = {"model states, GPU": est["model_states_gpu_mib"], "activations": est["activations_gpu_mib"],
-            "logits": est["logits_gpu_mib"], "total per GPU": est["total_gpu_mib"],
-            "GPU memory": est["gpu_memory_mib"], f"usable ({1 - HEADROOM:.0%})": est["usable_gpu_mib"],
-            "to spare": est["spare_mib"],
-            "model states, host per node": est["model_states_cpu_mib"], "on NVMe per node": est["nvme_mib"]}
+    rows = {
+        "model states, GPU": est["model_states_gpu_mib"],
+        "activations": est["activations_gpu_mib"],
+        "logits": est["logits_gpu_mib"],
+        "total per GPU": est["total_gpu_mib"],
+        "GPU memory": est["gpu_memory_mib"],
+        f"usable ({1 - HEADROOM:.0%})": est["usable_gpu_mib"],
+        "to spare": est["spare_mib"],
+        "model states, host per node": est["model_states_cpu_mib"],
+        "on NVMe per node": est["nvme_mib"],
+    }
     return pd.DataFrame({"MiB": rows, "GiB": {k: None if v is None else round(v / 1024, 1) for k, v in rows.items()}})
 
 
@@ -342,25 +433,42 @@ def plot(est: dict, ax=None):
     ax = ax if ax is not None else plt.subplots(figsize=(10, 2.6))[1]
     c, gib = est["config"], (lambda mib: (mib or 0) / 1024)
     left = 0.0
-    for label, key, color in (("model states", "model_states_gpu_mib", "tab:blue"),
-                              ("activations", "activations_gpu_mib", "tab:orange"),
-                              ("logits", "logits_gpu_mib", "tab:green")):
+    for label, key, color in (
+        ("model states", "model_states_gpu_mib", "tab:blue"),
+        ("activations", "activations_gpu_mib", "tab:orange"),
+        ("logits", "logits_gpu_mib", "tab:green"),
+    ):
         ax.barh(0, gib(est[key]), left=left, color=color, label=label)
         left += gib(est[key])
-    ax.vlines(gib(est["usable_gpu_mib"]), -0.45, 0.45, colors="black", linestyles="--",
-              label=f"{1 - HEADROOM:.0%} of the {c['gpu']}'s memory ({HEADROOM:.0%} headroom)")
+    ax.vlines(
+        gib(est["usable_gpu_mib"]),
+        -0.45,
+        0.45,
+        colors="black",
+        linestyles="--",
+        label=f"{1 - HEADROOM:.0%} of the {c['gpu']}'s memory ({HEADROOM:.0%} headroom)",
+    )
     ticks = ["each GPU"]
     for label, key in (("host, per node", "model_states_cpu_mib"), ("NVMe, per node", "nvme_mib")):
         if est[key]:
-            ax.barh(len(ticks), gib(est[key]), color="tab:purple", label=None if len(ticks) > 1 else
-                    "model states off the GPU (host: DeepSpeed's CPU column; NVMe: swap files)")
+            ax.barh(
+                len(ticks),
+                gib(est[key]),
+                color="tab:purple",
+                label=None
+                if len(ticks) > 1
+                else "model states off the GPU (host: DeepSpeed's CPU column; NVMe: swap files)",
+            )
             ticks.append(label)
     if est["model_states_cpu_mib"] and c["host_memory_mib"]:
         ax.vlines(gib(c["host_memory_mib"]), 0.55, 1.45, colors="gray", linestyles="--", label="host memory")
     ax.set_yticks(range(len(ticks)), ticks)
     ax.set_xlabel("memory (GiB = 1024 MiB)")
-    ax.set_title(f"{c['model']}, {setup(c)}: {'fits' if est['fits'] else 'does not fit'} "
-                 f"({gib(est['total_gpu_mib']):.1f} of {gib(est['usable_gpu_mib']):.1f} GiB per GPU)", fontsize=9)
+    ax.set_title(
+        f"{c['model']}, {setup(c)}: {'fits' if est['fits'] else 'does not fit'} "
+        f"({gib(est['total_gpu_mib']):.1f} of {gib(est['usable_gpu_mib']):.1f} GiB per GPU)",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not over them
     if own:
         ax.figure.tight_layout()
@@ -382,19 +490,26 @@ class Budget:
     def line(self, runs: str = "every run") -> str:
         """One line: what was chosen and why, for a notebook to print."""
         if self.tokens is None:
-            return (f"Even micro-batches of {self.least:,} tokens need ~"
-                    f"{self.estimate_mib:,.0f} MiB ({self.setup}), more than {1 - HEADROOM:.0%} of this GPU's "
-                    f"{self.free_mib:,.0f} MiB free.")
-        why = (f"fit.estimate of {runs} stays within {1 - HEADROOM:.0%} of this GPU's {self.free_mib:,.0f} MiB free: "
-               f"the largest, {self.setup}, needs ~{self.estimate_mib:,.0f} MiB")
+            return (
+                f"Even micro-batches of {self.least:,} tokens need ~"
+                f"{self.estimate_mib:,.0f} MiB ({self.setup}), more than {1 - HEADROOM:.0%} of this GPU's "
+                f"{self.free_mib:,.0f} MiB free."
+            )
+        why = (
+            f"fit.estimate of {runs} stays within {1 - HEADROOM:.0%} of this GPU's {self.free_mib:,.0f} MiB free: "
+            f"the largest, {self.setup}, needs ~{self.estimate_mib:,.0f} MiB"
+        )
         if self.above_mib is None:
             return f"Micro-batches of up to {self.tokens:,} tokens, the recipe's: {why}."
-        return (f"Micro-batches of up to {self.tokens:,} tokens, the recipe's {self.most:,} halved until {why} "
-                f"(~{self.above_mib:,.0f} MiB at {2 * self.tokens:,}).")
+        return (
+            f"Micro-batches of up to {self.tokens:,} tokens, the recipe's {self.most:,} halved until {why} "
+            f"(~{self.above_mib:,.0f} MiB at {2 * self.tokens:,})."
+        )
 
 
-def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, most: int = 32768,
-                       least: int = 512) -> Budget:
+def micro_batch_budget(
+    model: str, setups: dict[str, dict], free_mib: float, most: int = 32768, least: int = 512
+) -> Budget:
     """The largest micro-batch token budget, `most` halved down to `least`, at which `estimate` of every setup fits
     1 - `HEADROOM` of `free_mib`, estimated as one sequence of T tokens (with flash attention, activations and logits
     grow with a micro-batch's tokens, not with how they are split into sequences).
@@ -407,8 +522,13 @@ def micro_batch_budget(model: str, setups: dict[str, dict], free_mib: float, mos
     Returns: `Budget`. Raises: WorkshopError from `estimate` (an unknown model, an impossible setup).
     """
     tried = [most >> k for k in range(16) if most >> k >= least]
-    at = {t: max(((estimate(model, max_length=t, **kw)["total_gpu_mib"], name) for name, kw in setups.items()),
-                 key=lambda x: x[0]) for t in tried}  # the first setup of the largest estimate
+    at = {
+        t: max(
+            ((estimate(model, max_length=t, **kw)["total_gpu_mib"], name) for name, kw in setups.items()),
+            key=lambda x: x[0],
+        )
+        for t in tried
+    }  # the first setup of the largest estimate
     fits = [t for t in tried if at[t][0] <= (1 - HEADROOM) * free_mib]
     tokens = fits[0] if fits else None
     mib, name = at[tokens if tokens else tried[-1]]

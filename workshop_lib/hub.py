@@ -38,10 +38,12 @@ def download(models: list[str]) -> list[tuple[str, str, float]]:
         WorkshopError: the hub is not reachable (or HF_HUB_OFFLINE=1), or a model or SQuAD cannot be fetched.
     """
     if not hub_reachable():
-        raise WorkshopError(f"The hub ({os.environ.get('HF_ENDPOINT') or 'huggingface.co'}) is not reachable from "
-                            "here, or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set.",
-                            "run `workshop download` on a machine with internet (a login node) with the HF_HOME the "
-                            "runs use, and unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE for it.")
+        raise WorkshopError(
+            f"The hub ({os.environ.get('HF_ENDPOINT') or 'huggingface.co'}) is not reachable from "
+            "here, or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set.",
+            "run `workshop download` on a machine with internet (a login node) with the HF_HOME the "
+            "runs use, and unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE for it.",
+        )
     import datasets
     from huggingface_hub import snapshot_download
 
@@ -55,12 +57,20 @@ def download(models: list[str]) -> list[tuple[str, str, float]]:
         name = "SQuAD"
         squad = [datasets.load_dataset(SQUAD, split=s) for s in ("train", "validation")]
     except (OSError, ValueError) as e:  # huggingface_hub's HTTP errors are OSErrors: no such repository, gated, network
-        raise WorkshopError(f"{name} could not be fetched: {type(e).__name__}: {str(e).splitlines()[0]}",
-                            "check the name (org/name on the hub) and the network; a gated model needs `hf auth "
-                            "login` and its terms accepted on its page.") from e
+        raise WorkshopError(
+            f"{name} could not be fetched: {type(e).__name__}: {str(e).splitlines()[0]}",
+            "check the name (org/name on the hub) and the network; a gated model needs `hf auth "
+            "login` and its terms accepted on its page.",
+        ) from e
     size = sum(os.path.getsize(f["filename"]) for d in squad for f in d.cache_files) / MiB
-    return [*rows, (f"SQuAD ({len(squad[0]):,} train, {len(squad[1]):,} validation questions)",
-                    datasets.config.HF_DATASETS_CACHE, size)]
+    return [
+        *rows,
+        (
+            f"SQuAD ({len(squad[0]):,} train, {len(squad[1]):,} validation questions)",
+            datasets.config.HF_DATASETS_CACHE,
+            size,
+        ),
+    ]
 
 
 def check_offline_run(model: str, recipe: str) -> None:
@@ -71,13 +81,32 @@ def check_offline_run(model: str, recipe: str) -> None:
     import sys
     import tempfile
 
-    args = ("run baseline --num-train-samples 4 --num-eval-samples 2 --max-steps 1 --gradient-accumulation-steps 1 "
-            "--save-strategy no --save-model false --allow-cpu").split()
+    args = (
+        "run baseline --num-train-samples 4 --num-eval-samples 2 --max-steps 1 --gradient-accumulation-steps 1 "
+        "--save-strategy no --save-model false --allow-cpu"
+    ).split()
     with tempfile.TemporaryDirectory(prefix="workshop-download-") as tmp:
-        p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", *args, "--recipe", recipe, "--model", model,
-                            "--output-dir", f"{tmp}/run"], env={**os.environ, **OFFLINE}, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "workshop_lib.cli",
+                *args,
+                "--recipe",
+                recipe,
+                "--model",
+                model,
+                "--output-dir",
+                f"{tmp}/run",
+            ],
+            env={**os.environ, **OFFLINE},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     if p.returncode:
-        raise WorkshopError(f"An offline run of {model} (recipe {recipe}) failed, exit status {p.returncode}; its last "
-                            "lines:\n" + "\n".join(p.stdout.strip().splitlines()[-12:]) + "\n",
-                            "see those lines; the files were fetched into the caches listed above.")
+        raise WorkshopError(
+            f"An offline run of {model} (recipe {recipe}) failed, exit status {p.returncode}; its last "
+            "lines:\n" + "\n".join(p.stdout.strip().splitlines()[-12:]) + "\n",
+            "see those lines; the files were fetched into the caches listed above.",
+        )

@@ -84,8 +84,13 @@ class MemorySampler:
     def sample(self) -> dict:
         """One row of readings (MiB), taken now."""
         rss = self._proc.memory_info().rss  # this rank alone: not the compilers of a JIT op build
-        row = {"time_s": round(time.perf_counter() - self._t0, 3), "gpu_used_mib": None,
-               "torch_allocated_mib": None, "host_rss_mib": round(rss / MiB, 1), "gpu_util_pct": None}
+        row = {
+            "time_s": round(time.perf_counter() - self._t0, 3),
+            "gpu_used_mib": None,
+            "torch_allocated_mib": None,
+            "host_rss_mib": round(rss / MiB, 1),
+            "gpu_util_pct": None,
+        }
         if self.gpu:
             import pynvml  # only on a GPU: NVML needs its driver
 
@@ -143,8 +148,10 @@ class MemorySampler:
             torch.cuda.reset_peak_memory_stats(self.device)
         if event == "states":
             row = self.sample()
-            self.states = {"gpu_states_allocated_mib": row["torch_allocated_mib"],
-                           "host_states_rss_mib": row["host_rss_mib"]}
+            self.states = {
+                "gpu_states_allocated_mib": row["torch_allocated_mib"],
+                "host_states_rss_mib": row["host_rss_mib"],
+            }
 
     def summary(self) -> dict:
         """The run's memory by phase, in MiB (GPU values None without a GPU):
@@ -157,13 +164,25 @@ class MemorySampler:
         holds; 0 for a run alone in its process)."""
         t0, t1 = self.marks.get("train_begin", 0.0), self.marks.get("train_end", float("inf"))
         window = [r for r in self.rows if t0 <= r["time_s"] <= t1] or self.rows
-        gpu = {k: round(f(self.device) / MiB, 1) if self.gpu else None
-               for k, f in (("gpu_peak_allocated_mib", torch.cuda.max_memory_allocated),
-                            ("gpu_peak_reserved_mib", torch.cuda.max_memory_reserved))}
+        gpu = {
+            k: round(f(self.device) / MiB, 1) if self.gpu else None
+            for k, f in (
+                ("gpu_peak_allocated_mib", torch.cuda.max_memory_allocated),
+                ("gpu_peak_reserved_mib", torch.cuda.max_memory_reserved),
+            )
+        }
         start = self.rows[0]["torch_allocated_mib"] if self.rows else None  # held before this run began
-        return summarize(window) | gpu | {"gpu_allocated_at_start_mib": start} | \
-            self.states | {"setup_seconds": self.marks.get("train_begin"), "train_begin_s": self.marks.get("train_begin"),
-                           "train_end_s": self.marks.get("train_end")}
+        return (
+            summarize(window)
+            | gpu
+            | {"gpu_allocated_at_start_mib": start}
+            | self.states
+            | {
+                "setup_seconds": self.marks.get("train_begin"),
+                "train_begin_s": self.marks.get("train_begin"),
+                "train_end_s": self.marks.get("train_end"),
+            }
+        )
 
 
 TRAINER_ESTIMATE = "HF Trainer + torch AdamW: 16 bytes/param (fp32 weights 4, fp32 gradients 4, Adam m and v 8)"
@@ -172,8 +191,11 @@ TRAINER_ESTIMATE = "HF Trainer + torch AdamW: 16 bytes/param (fp32 weights 4, fp
 def mean_gpu_util(rows: list[dict], t_from: float = 0.0, t_to: float = float("inf")) -> float | None:
     """Mean NVML GPU utilisation, percent, of the samples taken between t_from and t_to seconds (None
     without a GPU or without samples there)."""
-    util = [float(r["gpu_util_pct"]) for r in rows if r.get("gpu_util_pct") not in (None, "")
-            and t_from <= float(r["time_s"]) <= t_to]
+    util = [
+        float(r["gpu_util_pct"])
+        for r in rows
+        if r.get("gpu_util_pct") not in (None, "") and t_from <= float(r["time_s"]) <= t_to
+    ]
     return round(sum(util) / len(util), 1) if util else None
 
 
@@ -181,10 +203,12 @@ def summarize(rows: list[dict]) -> dict:
     """Peak, mean and min of gpu_used_mib, and the peak of host_rss_mib, over rows of the sampler's CSV."""
     gpu = [float(r["gpu_used_mib"]) for r in rows if r.get("gpu_used_mib") not in (None, "")]
     host = [float(r["host_rss_mib"]) for r in rows if r.get("host_rss_mib") not in (None, "")]
-    return {"gpu_peak_mib": max(gpu) if gpu else None,
-            "gpu_mean_mib": round(sum(gpu) / len(gpu), 1) if gpu else None,
-            "gpu_min_mib": min(gpu) if gpu else None,
-            "host_peak_rss_mib": max(host) if host else None}
+    return {
+        "gpu_peak_mib": max(gpu) if gpu else None,
+        "gpu_mean_mib": round(sum(gpu) / len(gpu), 1) if gpu else None,
+        "gpu_min_mib": min(gpu) if gpu else None,
+        "host_peak_rss_mib": max(host) if host else None,
+    }
 
 
 def zero_bytes_per_param(stage: int, n: int, offload_optimizer: bool = False, offload_param: bool = False) -> float:
@@ -208,8 +232,9 @@ NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
 DRIVE_MARGIN = 0.95
 
 
-def estimate_nvme_swap(num_params: int, offload_optimizer: bool, offload_param: bool, num_nodes: int = 1,
-                       precision: str = "bf16") -> float:
+def estimate_nvme_swap(
+    num_params: int, offload_optimizer: bool, offload_param: bool, num_nodes: int = 1, precision: str = "bf16"
+) -> float:
     """MiB of ZeRO-Infinity's swap files on each node's drive: the model's parameters (`NVME_PARAM_BYTES` in 16
     bits, twice that in an fp32 run's `precision`) and optimizer states (`NVME_OPTIMIZER_BYTES`) that go to NVMe,
     partitioned over the nodes (each rank swaps its own partition to its node's drive). DeepSpeed has no
@@ -219,9 +244,15 @@ def estimate_nvme_swap(num_params: int, offload_optimizer: bool, offload_param: 
     return round(num_params * per_param / num_nodes / MiB, 1)
 
 
-def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage: int | None,
-                          offload_optimizer: bool = False, offload_param: bool = False,
-                          num_gpus_per_node: int = 1, num_nodes: int = 1) -> dict:
+def estimate_model_states(
+    num_params: int,
+    largest_layer_params: int,
+    zero_stage: int | None,
+    offload_optimizer: bool = False,
+    offload_param: bool = False,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+) -> dict:
     """The memory for model states (parameters, gradients, Adam states) per GPU and per node's CPU, in MiB.
 
     zero_stage None (the HF Trainer alone, torch AdamW): what the Trainer holds, 16 bytes/param on the GPU:
@@ -238,23 +269,37 @@ def estimate_model_states(num_params: int, largest_layer_params: int, zero_stage
     Returns {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}.
     """
     if zero_stage is None:
-        return {"estimated_model_states_gpu_mib": round(zero_bytes_per_param(0, 1) * num_params / MiB, 1),
-                "estimated_model_states_cpu_mib": 0.0, "estimator": TRAINER_ESTIMATE}
+        return {
+            "estimated_model_states_gpu_mib": round(zero_bytes_per_param(0, 1) * num_params / MiB, 1),
+            "estimated_model_states_cpu_mib": 0.0,
+            "estimator": TRAINER_ESTIMATE,
+        }
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
     if zero_stage == 3:
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
-            num_params, largest_layer_params, num_gpus_per_node, num_nodes, cpu_offload=offload_optimizer,
-            cpu_offload_params=offload_param, zero_init=True, additional_buffer_factor=1.5)
+            num_params,
+            largest_layer_params,
+            num_gpus_per_node,
+            num_nodes,
+            cpu_offload=offload_optimizer,
+            cpu_offload_params=offload_param,
+            zero_init=True,
+            additional_buffer_factor=1.5,
+        )
         name = "estimate_zero3_model_states_mem_needs"
     else:
         # Stages 0 and 1 have no estimator of their own. Stage 0 partitions nothing:
         # the stage-2 formula with one GPU. Stage 1 leaves the gradients whole, so stage 2's is a lower bound.
         gpus = (num_gpus_per_node, num_nodes) if zero_stage in (1, 2) else (1, 1)
         cpu, gpu = estimate_zero2_model_states_mem_needs(
-            num_params, *gpus, cpu_offload=offload_optimizer, additional_buffer_factor=1.5)
+            num_params, *gpus, cpu_offload=offload_optimizer, additional_buffer_factor=1.5
+        )
         name = "estimate_zero2_model_states_mem_needs"
-    return {"estimated_model_states_gpu_mib": round(gpu / MiB, 1),
-            "estimated_model_states_cpu_mib": round(cpu / MiB, 1), "estimator": name}
+    return {
+        "estimated_model_states_gpu_mib": round(gpu / MiB, 1),
+        "estimated_model_states_cpu_mib": round(cpu / MiB, 1),
+        "estimator": name,
+    }

@@ -36,7 +36,7 @@ def steady_steps(step_times_s: list[float], step_tokens: list[int], compiles: li
     if n < 3:
         return list(range(n))
     cost = [t / max(k, 1) for t, k in zip(step_times_s, step_tokens)]  # seconds per token: batches differ in size
-    settled = statistics.median(cost[n // 2:])
+    settled = statistics.median(cost[n // 2 :])
     compiled = compiles or [c > COMPILING * settled for c in cost]
     first = 1
     while first < n // 2 and (compiled[first] or cost[first] > SETTLED * settled):
@@ -44,8 +44,9 @@ def steady_steps(step_times_s: list[float], step_tokens: list[int], compiles: li
     return [i for i in range(first, n) if not compiled[i]]
 
 
-def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch_size: float,
-                 compiles: list[int] | None = None) -> dict:
+def steady_state(
+    step_times_s: list[float], step_tokens: list[int], global_batch_size: float, compiles: list[int] | None = None
+) -> dict:
     """Throughput once warm, the one steady-state figure of every table, verdict, band and scaling efficiency:
     the steady steps (`steady_steps`: after the warm-up, without compilations), all their tokens over all their time.
     Stalls count (the job's wall time pays them); unlike steps are measured as a whole. Why: docs/guide.md, "One
@@ -60,18 +61,31 @@ def steady_state(step_times_s: list[float], step_tokens: list[int], global_batch
     """
     steady = steady_steps(step_times_s, step_tokens, compiles)
     times, tokens = [step_times_s[i] for i in steady], [step_tokens[i] for i in steady]
-    out = {"warmup_steps": steady[0] if steady else len(step_times_s), "steady_steps": len(times),
-           "steady_step_time_s": None, "steady_train_samples_per_second": None, "steady_train_tokens_per_second": None}
+    out = {
+        "warmup_steps": steady[0] if steady else len(step_times_s),
+        "steady_steps": len(times),
+        "steady_step_time_s": None,
+        "steady_train_samples_per_second": None,
+        "steady_train_tokens_per_second": None,
+    }
     if times:
         step = sum(times) / len(times)
-        out |= {"steady_step_time_s": round(step, 4),
-                "steady_train_samples_per_second": round(global_batch_size / step, 2),
-                "steady_train_tokens_per_second": round(sum(tokens) / sum(times), 1)}
+        out |= {
+            "steady_step_time_s": round(step, 4),
+            "steady_train_samples_per_second": round(global_batch_size / step, 2),
+            "steady_train_tokens_per_second": round(sum(tokens) / sum(times), 1),
+        }
     return out
 
 
-def flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float,
-                    lm_head_params: int = 0, logits_fraction: float = 1.0) -> float:
+def flops_per_token(
+    num_params: int,
+    num_layers: int,
+    attention_width: int,
+    seq_len: float,
+    lm_head_params: int = 0,
+    logits_fraction: float = 1.0,
+) -> float:
     """Model FLOPs to train on one token: 6N for the forward and backward matmuls (N counts a tied embedding once: it is
     the LM head's matmul) + 12·L·H·Q·T for the attention scores and their use (Chowdhery et al. 2022, PaLM, appendix B),
     with H·Q = `attention_width` = heads x head dim (Qwen3-0.6B: 16 x 128 = 2,048, not its hidden size 1,024) and T =
@@ -82,8 +96,9 @@ def flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_
     return 6 * (num_params - (1 - logits_fraction) * lm_head_params) + 12 * num_layers * attention_width * seq_len
 
 
-def recompute_flops_per_token(num_params: int, num_layers: int, attention_width: int, seq_len: float,
-                              lm_head_params: int = 0) -> float:
+def recompute_flops_per_token(
+    num_params: int, num_layers: int, attention_width: int, seq_len: float, lm_head_params: int = 0
+) -> float:
     """FLOPs per token that full activation checkpointing adds: one more forward pass of the checkpointed
     transformer blocks, 2 x their parameters (N less the LM head's vocabulary x hidden, which is outside the
     blocks and not recomputed) + 4·L·H·Q·T for attention (a third of `flops_per_token`'s 12·L·H·Q·T). Hardware
@@ -91,9 +106,17 @@ def recompute_flops_per_token(num_params: int, num_layers: int, attention_width:
     return 2 * (num_params - lm_head_params) + 4 * num_layers * attention_width * seq_len
 
 
-def run_flops_per_token(num_params: int, num_layers: int, attention_width: int, lm_head_params: int, tokens: int,
-                        sequences: int, labelled_tokens: int, logits_on_labelled: bool,
-                        activation_checkpointing: bool) -> tuple[float, float]:
+def run_flops_per_token(
+    num_params: int,
+    num_layers: int,
+    attention_width: int,
+    lm_head_params: int,
+    tokens: int,
+    sequences: int,
+    labelled_tokens: int,
+    logits_on_labelled: bool,
+    activation_checkpointing: bool,
+) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) per token of a run: `flops_per_token` at the data's mean sequence length
     (tokens / sequences, padding excluded), the LM head counted at the labelled share of positions where the run
     computes logits there only; hardware adds `recompute_flops_per_token` under activation checkpointing.
@@ -103,8 +126,9 @@ def run_flops_per_token(num_params: int, num_layers: int, attention_width: int, 
     return model, model + (recompute_flops_per_token(*shape, lm_head_params) if activation_checkpointing else 0)
 
 
-def mfu(tokens_per_second: float | None, flops_per_token: float, peak_flops_per_gpu: float | None,
-        world_size: int) -> float | None:
+def mfu(
+    tokens_per_second: float | None, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int
+) -> float | None:
     """Model FLOPs utilisation, a fraction: tokens/s x FLOPs/token / (peak FLOP/s per GPU x GPUs); None
     where the peak is unknown (the CPU, an unlisted GPU) or there is no throughput."""
     if not peak_flops_per_gpu or tokens_per_second is None:

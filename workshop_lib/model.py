@@ -34,12 +34,21 @@ from .rundir import atomic_path, check_writable
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 CLASSIC_MODEL = "bigscience/bloom-560m"  # the original workshop's model
 CONFIG_DIR = Path(__file__).parent / "configs" / "models"
-SHIPPED_CONFIGS = {**{f"Qwen/Qwen3-{s}": CONFIG_DIR / f"Qwen3-{s}.json" for s in ("0.6B", "1.7B", "4B", "8B")},
-                   "bigscience/bloom-560m": CONFIG_DIR / "bloom-560m.json"}
+SHIPPED_CONFIGS = {
+    **{f"Qwen/Qwen3-{s}": CONFIG_DIR / f"Qwen3-{s}.json" for s in ("0.6B", "1.7B", "4B", "8B")},
+    "bigscience/bloom-560m": CONFIG_DIR / "bloom-560m.json",
+}
 TINY_VOCAB, LOCAL_VOCAB = 4096, 32000
 # Tiny dims: 2 layers x 64 wide, 4 heads of 16; about 0.35M parameters with a 4096-token vocabulary.
-TINY_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 128, "head_dim": 16, "max_position_embeddings": 1024}
+TINY_DIMS = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "head_dim": 16,
+    "max_position_embeddings": 1024,
+}
 CACHE_DIR = Path(variables.get("WORKSHOP_CACHE", Path.home() / ".cache" / "workshop_lib"))
 
 
@@ -62,8 +71,9 @@ def local_tokenizer(vocab_size: int = TINY_VOCAB):
         texts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
         texts += [q["question"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
         bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
-                                show_progress=False)
+        bpe.train_from_iterator(
+            texts, vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"], show_progress=False
+        )
         tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|pad|>")
         path.parent.mkdir(parents=True, exist_ok=True)
         # atomic: no rank reads a half-written tokenizer; one that loses the race keeps the winner's, identical copy
@@ -94,7 +104,7 @@ def tiny_config(model_name: str, vocab_size: int):
         if hasattr(cfg, k) or k in getattr(cfg, "attribute_map", {}):
             setattr(cfg, k, v)
     if getattr(cfg, "layer_types", None):  # one entry per layer (Qwen3): keep the first layers' kinds
-        cfg.layer_types = cfg.layer_types[:cfg.num_hidden_layers]
+        cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
     cfg.vocab_size = vocab_size
     return cfg
 
@@ -106,12 +116,14 @@ def _not_cached(model_name: str, tiny: bool = False) -> WorkshopError:
             f"--tiny builds a small model from {model_name!r}'s config, which is not in the Hugging Face cache, "
             "and the hub is not reachable (or HF_HUB_OFFLINE=1).",
             f"use a model whose config is shipped ({shipped}), or on a machine with internet run "
-            f"`hf download {model_name} config.json` (same HF_HOME as here).")
+            f"`hf download {model_name} config.json` (same HF_HOME as here).",
+        )
     return WorkshopError(
         f"Model {model_name!r} is not in the Hugging Face cache, and the hub is not reachable (or HF_HUB_OFFLINE=1).",
         f"on a machine with internet run `workshop download --model {model_name}` (same HF_HOME as here), or pass "
         f"--random-weights to build the published architecture with random weights (shipped for {shipped}), "
-        "or --tiny.")
+        "or --tiny.",
+    )
 
 
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -120,8 +132,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 def is_local_path(model_name: str) -> bool:
     """True when `model_name` names a directory rather than a hub repository ("org/name")."""
-    return (Path(model_name).expanduser().exists() or model_name.startswith((".", "/", "~"))
-            or model_name.count("/") > 1)
+    return Path(model_name).expanduser().exists() or model_name.startswith((".", "/", "~")) or model_name.count("/") > 1
 
 
 def check_model_source(model_name: str, tiny: bool = False, random_weights: bool = False) -> None:
@@ -138,36 +149,53 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
     if is_local_path(model_name):
         path = Path(model_name).expanduser()
         if not path.is_dir():
-            raise WorkshopError(f"Model directory {model_name} does not exist{' (it is a file)' if path.exists() else ''}.",
-                                "give a directory written by save_pretrained (config.json, weights, tokenizer), "
-                                f"or a hub name such as {DEFAULT_MODEL}" + (f"; {builds}." if tiny else "."))
+            raise WorkshopError(
+                f"Model directory {model_name} does not exist{' (it is a file)' if path.exists() else ''}.",
+                "give a directory written by save_pretrained (config.json, weights, tokenizer), "
+                f"or a hub name such as {DEFAULT_MODEL}" + (f"; {builds}." if tiny else "."),
+            )
         config = path / "config.json"
         if not config.is_file():
-            raise WorkshopError(f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
-                                "give the directory that model.save_pretrained(...) wrote.")
-        cfg = read_json_object(config, "is not a valid model config",
-                               "give the directory that model.save_pretrained(...) wrote, with its config.json "
-                               "whole (copy it again if it was cut short).")
+            raise WorkshopError(
+                f"{model_name} has no config.json, so it is not a Hugging Face model directory.",
+                "give the directory that model.save_pretrained(...) wrote.",
+            )
+        cfg = read_json_object(
+            config,
+            "is not a valid model config",
+            "give the directory that model.save_pretrained(...) wrote, with its config.json "
+            "whole (copy it again if it was cut short).",
+        )
         check_no_custom_code(cfg, model_name)
         if tiny:
             return
         has_tokenizer = any((path / t).is_file() for t in TOKENIZER_FILES)
         if random_weights and not has_tokenizer and cfg.get("vocab_size", LOCAL_VOCAB) < LOCAL_VOCAB:
-            raise WorkshopError(f"{model_name} has no tokenizer, and its vocab_size {cfg['vocab_size']:,} is below the "
-                                f"{LOCAL_VOCAB:,} tokens of the local tokenizer a random model then gets.",
-                                f"set vocab_size to {LOCAL_VOCAB} or more in its config.json, or save a tokenizer "
-                                "there (tokenizer.save_pretrained).")
+            raise WorkshopError(
+                f"{model_name} has no tokenizer, and its vocab_size {cfg['vocab_size']:,} is below the "
+                f"{LOCAL_VOCAB:,} tokens of the local tokenizer a random model then gets.",
+                f"set vocab_size to {LOCAL_VOCAB} or more in its config.json, or save a tokenizer "
+                "there (tokenizer.save_pretrained).",
+            )
         weights = [f for w in WEIGHTS for f in path.glob(w)]
         bad = [f.name for f in weights if not os.access(f, os.R_OK) or f.stat().st_size == 0]
         if not random_weights and (bad or not weights):
-            raise WorkshopError(f"{model_name} has a config.json but " + (
-                f"weights that are empty or cannot be read: {', '.join(bad)}." if bad else
-                "no weights (*.safetensors or pytorch_model*.bin)."), "copy the weights there again (model."
-                "save_pretrained writes them), or pass --random-weights to train its architecture from random weights.")
+            raise WorkshopError(
+                f"{model_name} has a config.json but "
+                + (
+                    f"weights that are empty or cannot be read: {', '.join(bad)}."
+                    if bad
+                    else "no weights (*.safetensors or pytorch_model*.bin)."
+                ),
+                "copy the weights there again (model."
+                "save_pretrained writes them), or pass --random-weights to train its architecture from random weights.",
+            )
         if not random_weights and not has_tokenizer:
-            raise WorkshopError(f"{model_name} has weights but no tokenizer ({', '.join(TOKENIZER_FILES)}).",
-                                f"save the tokenizer there too: AutoTokenizer.from_pretrained(<source>)"
-                                f".save_pretrained('{model_name}').")
+            raise WorkshopError(
+                f"{model_name} has weights but no tokenizer ({', '.join(TOKENIZER_FILES)}).",
+                f"save the tokenizer there too: AutoTokenizer.from_pretrained(<source>)"
+                f".save_pretrained('{model_name}').",
+            )
         return
     if model_name in SHIPPED_CONFIGS and (tiny or random_weights):
         return
@@ -175,8 +203,14 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         cached = try_to_load_from_cache(model_name, "config.json")
         if not isinstance(cached, str):
             raise _not_cached(model_name, tiny)
-        check_no_custom_code(read_json_object(cached, "is not a valid model config", "delete that cached file and "
-                                              "download the model again (`workshop download`)."), model_name)
+        check_no_custom_code(
+            read_json_object(
+                cached,
+                "is not a valid model config",
+                "delete that cached file and download the model again (`workshop download`).",
+            ),
+            model_name,
+        )
 
 
 def check_no_custom_code(config: dict, model_name: str) -> None:
@@ -188,13 +222,22 @@ def check_no_custom_code(config: dict, model_name: str) -> None:
     if config.get("model_type") not in CONFIG_MAPPING_NAMES:
         raise WorkshopError(
             f"{model_name} is a {config.get('model_type')!r} model, which transformers does not implement"
-            + (" (its config.json points to the model's own Python code, auto_map); the workshop never runs "
-               "downloaded code (trust_remote_code stays off)." if "auto_map" in config else "."),
-            f"use a model whose architecture transformers supports natively, such as {DEFAULT_MODEL}.")
+            + (
+                " (its config.json points to the model's own Python code, auto_map); the workshop never runs "
+                "downloaded code (trust_remote_code stays off)."
+                if "auto_map" in config
+                else "."
+            ),
+            f"use a model whose architecture transformers supports natively, such as {DEFAULT_MODEL}.",
+        )
 
 
-def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False, random_weights: bool = False,
-                             attn_implementation: str | None = None):
+def load_model_and_tokenizer(
+    model_name: str = DEFAULT_MODEL,
+    tiny: bool = False,
+    random_weights: bool = False,
+    attn_implementation: str | None = None,
+):
     """Return (model, tokenizer, info) for fine-tuning, model in fp32 on the CPU (the Trainer moves it).
 
     fp32 whatever the checkpoint's dtype: mixed precision keeps fp32 master weights (AMP or DeepSpeed casts).
@@ -219,8 +262,9 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     elif random_weights:
         config = architecture_config(model_name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=not hub_reachable(),
-                                                      trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_name, local_files_only=not hub_reachable(), trust_remote_code=False
+            )
             tok_source = model_name
             # transformers 5 builds an empty tokenizer (1 token, every text encoded to []) from a directory
             # with a config.json and no tokenizer files, rather than raising: every example would be 1 token
@@ -232,9 +276,13 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
         offline = not hub_reachable()  # fail at once from the cache instead of retrying the network
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=offline, trust_remote_code=False)
-            model = AutoModelForCausalLM.from_pretrained(model_name, attn_implementation=attn_implementation,
-                                                         dtype=torch.float32, local_files_only=offline,
-                                                         trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(
+                model_name,
+                attn_implementation=attn_implementation,
+                dtype=torch.float32,
+                local_files_only=offline,
+                trust_remote_code=False,
+            )
             tok_source = model_name
         except OSError as e:
             raise _not_cached(model_name) from e
@@ -252,11 +300,16 @@ def load_model_and_tokenizer(model_name: str = DEFAULT_MODEL, tiny: bool = False
     largest = max(p.numel() for p in model.parameters())  # the embedding matrix, for these models
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    info = {"num_params": sum(p.numel() for p in model.parameters()), "largest_layer_params": largest,
-            "num_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
-            "attention_width": c.num_attention_heads * head_dim,
-            "lm_head_params": model.get_output_embeddings().weight.numel(),
-            "attn_implementation": model.config._attn_implementation, "tokenizer": tok_source}
+    info = {
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "largest_layer_params": largest,
+        "num_layers": c.num_hidden_layers,
+        "hidden_size": c.hidden_size,
+        "attention_width": c.num_attention_heads * head_dim,
+        "lm_head_params": model.get_output_embeddings().weight.numel(),
+        "attn_implementation": model.config._attn_implementation,
+        "tokenizer": tok_source,
+    }
     return model, tokenizer, info
 
 
@@ -270,13 +323,17 @@ def check_model_fits_data(net, tokenizer, max_length: int, model_name: str) -> N
         WorkshopError: the limit, the value asked for and the fix."""
     positions = getattr(net.config, "max_position_embeddings", None)
     if positions and max_length > positions:
-        raise WorkshopError(f"--max-length {max_length} is longer than {model_name} has positions for: it has "
-                            f"{positions} positions.", f"pass --max-length {positions} or less.")
+        raise WorkshopError(
+            f"--max-length {max_length} is longer than {model_name} has positions for: it has {positions} positions.",
+            f"pass --max-length {positions} or less.",
+        )
     rows = net.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
-        raise WorkshopError(f"{model_name}'s embedding has {rows:,} rows and its tokenizer {len(tokenizer):,} ids: "
-                            f"every id from {rows:,} on would fail at the first step.",
-                            "use the tokenizer saved with the model, or a model whose vocab_size covers the tokenizer.")
+        raise WorkshopError(
+            f"{model_name}'s embedding has {rows:,} rows and its tokenizer {len(tokenizer):,} ids: "
+            f"every id from {rows:,} on would fail at the first step.",
+            "use the tokenizer saved with the model, or a model whose vocab_size covers the tokenizer.",
+        )
 
 
 def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
@@ -288,9 +345,13 @@ def count_params(model_name: str = DEFAULT_MODEL, tiny: bool = False) -> dict:
     cfg = tiny_config(model_name, len(local_tokenizer(TINY_VOCAB))) if tiny else architecture_config(model_name)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    return {"num_params": sum(p.numel() for p in model.parameters()),
-            "largest_layer_params": max(p.numel() for p in model.parameters()),
-            "num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size}
+    return {
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "largest_layer_params": max(p.numel() for p in model.parameters()),
+        "num_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "vocab_size": cfg.vocab_size,
+    }
 
 
 def compute_logits_where_labelled(model) -> None:
@@ -308,8 +369,15 @@ def compute_logits_where_labelled(model) -> None:
     `last_hidden_state` and whose output embedding is the LM head (Qwen3, Llama, BLOOM, GPT-2)."""
     own_forward = model.forward
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None,
-                labelled_positions=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        labels=None,
+        num_items_in_batch=None,
+        labelled_positions=None,
+        **kwargs,
+    ):
         if labels is None:
             return own_forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         kwargs.setdefault("use_cache", False)  # a loss needs no KV cache (and a cache recompiles compiled blocks)
@@ -334,6 +402,7 @@ def compile_layers(model) -> int:
     The blocks are the classes the model lists in `_no_split_modules`; their inputs' sequences and length are
     marked dynamic at once, so one graph serves every micro-batch shape (else a static graph for the first shape,
     then a second compile). Returns how many blocks were compiled. GPU only; the first step compiles."""
+
     @torch.compiler.disable  # runs before the compiled graph, not inside it
     def mark_dynamic(block, args, kwargs):
         for t in [*args, *kwargs.values(), *(kwargs.get("position_embeddings") or ())]:

@@ -30,8 +30,10 @@ def nvme_buffers(net) -> dict:
     arguments."""
     layers = next((m for m in net.modules() if isinstance(m, torch.nn.ModuleList)), [])
     per_layer = max((len(list(layer.parameters())) for layer in layers), default=5)
-    return {"nvme_buffer_count": 2 * per_layer + 2,
-            "nvme_buffer_size": max(2**20, max(p.numel() for p in net.parameters()))}  # aio: 1 MiB at least
+    return {
+        "nvme_buffer_count": 2 * per_layer + 2,
+        "nvme_buffer_size": max(2**20, max(p.numel() for p in net.parameters())),
+    }  # aio: 1 MiB at least
 
 
 def nvme_swap_dir(cfg: RunConfig) -> Path:
@@ -61,13 +63,15 @@ def check_nvme_space(cfg: RunConfig, exp: Experiment, num_params: int, world_siz
     Returns: the swap files' estimate for this node, MiB. Raises: WorkshopError with both figures and the fix."""
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, max(torch.cuda.device_count(), 1)))
     nodes = max(1, world_size // per_node)  # ranks of one node share its drive
-    need = memory.estimate_nvme_swap(num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes,
-                                     cfg.precision)
+    need = memory.estimate_nvme_swap(
+        num_params, exp.offload_optimizer == "nvme", exp.offload_param == "nvme", nodes, cfg.precision
+    )
     free = shutil.disk_usage(cfg.nvme_path).free / MiB
     if need > memory.DRIVE_MARGIN * free:
         raise WorkshopError(
             f"{cfg.experiment} would write about {need:,.0f} MiB of swap files for {cfg.model} "
             f"({num_params / 1e9:.2f}B parameters) to {cfg.nvme_path}, which has {free:,.0f} MiB free.",
             "pass --nvme-path DIR on a drive with more free space (or set WORKSHOP_NVME_PATH), use more nodes, "
-            "or CPU offload (stage3_offload) where the host's memory holds the states.")
+            "or CPU offload (stage3_offload) where the host's memory holds the states.",
+        )
     return need

@@ -41,17 +41,21 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
             cannot be built here (a compiler and ninja; with a GPU the CUDA toolkit; for NVMe libaio).
     """
     if not torch.cuda.is_available() and not (cfg.tiny or cfg.allow_cpu):
-        raise WorkshopError("No CUDA GPU is visible, and a full-size model on the CPU would take hours.",
-                            "add --tiny to run the tiny model on the CPU, or run on a GPU node "
-                            "(check `nvidia-smi` and CUDA_VISIBLE_DEVICES).")
+        raise WorkshopError(
+            "No CUDA GPU is visible, and a full-size model on the CPU would take hours.",
+            "add --tiny to run the tiny model on the CPU, or run on a GPU node "
+            "(check `nvidia-smi` and CUDA_VISIBLE_DEVICES).",
+        )
     if exp.deepspeed:
         env.sanitize_cuda_arch_list()
         try:  # here, not at the top: DeepSpeed is optional (the baseline runs without it), and reads
             import deepspeed  # TORCH_CUDA_ARCH_LIST, which the line above cleans first
         except ImportError as e:
-            raise WorkshopError(f"DeepSpeed is not installed ({e}).",
-                                "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
-                                "the baseline experiment, which does not use DeepSpeed.") from e
+            raise WorkshopError(
+                f"DeepSpeed is not installed ({e}).",
+                "pip install deepspeed (or `pip install -e .` in the workshop folder), or run "
+                "the baseline experiment, which does not use DeepSpeed.",
+            ) from e
         env.check_deepspeed_version(deepspeed.__version__)
         env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, env.world()[2]))
         env.ensure_distributed_env()
@@ -64,12 +68,18 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     if compile_ and (exp.zero_stage or 0) >= 3 and not cfg.torch_compile_zero3:
         compile_ = False
         if env.world()[0] == 0:
-            print("torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                  "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
-                  "--torch-compile-zero3 true compiles anyway).")
-    return replace(cfg, precision=precision, liger_kernel=cfg.liger_kernel and env.liger_available(),
-                   torch_compile=compile_,
-                   attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default")
+            print(
+                "torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
+                "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
+                "--torch-compile-zero3 true compiles anyway)."
+            )
+    return replace(
+        cfg,
+        precision=precision,
+        liger_kernel=cfg.liger_kernel and env.liger_available(),
+        torch_compile=compile_,
+        attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default",
+    )
 
 
 def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunConfig, dict | None]:
@@ -113,8 +123,14 @@ def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
     """`fit.model_states` for this experiment on `world_size` ranks, as many per node as this machine has GPUs
     (one without a GPU). `counts`: `model.count_params`'s. Returns memory.estimate_model_states's dict, MiB."""
     gpus_per_node = max(torch.cuda.device_count(), 1)
-    return fit.model_states(counts, exp.zero_stage, exp.offload_optimizer != "none", exp.offload_param != "none",
-                            gpus_per_node=min(world_size, gpus_per_node), nodes=max(1, world_size // gpus_per_node))
+    return fit.model_states(
+        counts,
+        exp.zero_stage,
+        exp.offload_optimizer != "none",
+        exp.offload_param != "none",
+        gpus_per_node=min(world_size, gpus_per_node),
+        nodes=max(1, world_size // gpus_per_node),
+    )
 
 
 def recorded_states(counts: dict, exp: Experiment, world_size: int) -> dict:
@@ -123,10 +139,13 @@ def recorded_states(counts: dict, exp: Experiment, world_size: int) -> dict:
     estimate = model_states(counts, exp, world_size)
     if torch.cuda.is_available():
         return estimate
-    return {"estimated_model_states_gpu_mib": None,
-            "estimated_model_states_cpu_mib": round(estimate["estimated_model_states_gpu_mib"]
-                                                    + estimate["estimated_model_states_cpu_mib"], 1),
-            "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)"}
+    return {
+        "estimated_model_states_gpu_mib": None,
+        "estimated_model_states_cpu_mib": round(
+            estimate["estimated_model_states_gpu_mib"] + estimate["estimated_model_states_cpu_mib"], 1
+        ),
+        "estimator": f"{estimate['estimator']}, its GPU and CPU parts together (no GPU: host memory)",
+    }
 
 
 def gpu_memory_mib(local_rank: int) -> float:
@@ -146,7 +165,8 @@ def check_states_fit(cfg: RunConfig, exp: Experiment, counts: dict, world_size: 
             f"{cfg.model} needs about {states_mib:,.0f} MiB per GPU for its model states alone under "
             f"{cfg.experiment} (DeepSpeed's estimate), more than {1 - fit.HEADROOM:.0%} of this GPU's "
             f"{gpu_mib:,.0f} MiB ({fit.HEADROOM:.0%} kept as headroom).",
-            "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.")
+            "use more ZeRO (stage3), CPU offload (stage2_offload, stage3_offload), more GPUs, or a smaller model.",
+        )
     return states_mib
 
 
@@ -169,8 +189,9 @@ def sized_micro_batch(argv: list[str]) -> int | None:
     if cfg.batching != "token_budget" or cfg.model not in fit.MODELS:
         return None
     setup = {cfg.experiment: experiment_named(cfg.experiment).fit_setup | {"logits_on": cfg.logits_on}}
-    budget = fit.micro_batch_budget(cfg.model, setup, env.gpu_free_mib(), cfg.max_tokens_per_micro_batch,
-                                    cfg.max_length)
+    budget = fit.micro_batch_budget(
+        cfg.model, setup, env.gpu_free_mib(), cfg.max_tokens_per_micro_batch, cfg.max_length
+    )
     print(budget.line(f"this {cfg.experiment} run"), file=sys.stderr)
     return budget.tokens
 

@@ -16,6 +16,7 @@ from . import rundir
 from .errors import WorkshopError
 from .units import ceil_div
 
+
 @dataclass(frozen=True)
 class Column:
     """How the tables show one results.json key: `title`, the unit in it where it has one ("torch peak alloc
@@ -31,30 +32,40 @@ class Column:
 # The one home of the titles and units of results.json's figures: every table, plot and verdict takes them from
 # here (`title`, `unit`), in this order in the exercise table. Adding a figure: its RunResults field, a line here.
 COLUMNS = {
-    "experiment": Column("experiment"), "model": Column("model"), "recipe": Column("recipe"),
-    "precision": Column("precision"), "world_size": Column("world size"),
-    "micro_batch_size_per_gpu": Column("micro-batch"), "global_batch_size": Column("global batch (questions)"),
-    "tokens_per_step": Column("tokens/step"), "steps_per_epoch": Column("steps/epoch"),
-    "train_loss": Column("train loss", "nats"), "eval_loss": Column("eval loss per epoch", "nats"),
+    "experiment": Column("experiment"),
+    "model": Column("model"),
+    "recipe": Column("recipe"),
+    "precision": Column("precision"),
+    "world_size": Column("world size"),
+    "micro_batch_size_per_gpu": Column("micro-batch"),
+    "global_batch_size": Column("global batch (questions)"),
+    "tokens_per_step": Column("tokens/step"),
+    "steps_per_epoch": Column("steps/epoch"),
+    "train_loss": Column("train loss", "nats"),
+    "eval_loss": Column("eval loss per epoch", "nats"),
     "train_tokens_per_second": Column("tokens/s", "tokens/s"),
     "steady_train_tokens_per_second": Column("steady tokens/s", "tokens/s"),
     "steady_train_samples_per_second": Column("steady questions/s", "questions/s"),
     "steady_step_time_s": Column("steady s/step", "s"),
-    "mfu": Column("MFU", "fraction"), "hfu": Column("HFU", "fraction"), "gpu_util_pct": Column("GPU util %", "%"),
+    "mfu": Column("MFU", "fraction"),
+    "hfu": Column("HFU", "fraction"),
+    "gpu_util_pct": Column("GPU util %", "%"),
     "gpu_states_allocated_mib": Column("model states MiB (measured)", "MiB"),
     "estimated_model_states_gpu_mib": Column("est. model states GPU MiB", "MiB"),
     "estimated_model_states_cpu_mib": Column("est. model states CPU MiB", "MiB"),
     "gpu_peak_allocated_mib": Column("torch peak alloc MiB", "MiB"),
     "gpu_peak_reserved_mib": Column("torch peak reserved MiB", "MiB"),
     "gpu_peak_mib": Column("GPU peak MiB", "MiB"),  # NVML: all of the GPU's memory in use
-    "gpu_mean_mib": Column("GPU mean MiB", "MiB"), "gpu_min_mib": Column("GPU min MiB", "MiB"),
+    "gpu_mean_mib": Column("GPU mean MiB", "MiB"),
+    "gpu_min_mib": Column("GPU min MiB", "MiB"),
     "host_states_rss_mib": Column("host RSS after step 1 MiB", "MiB"),
     "host_peak_rss_mib": Column("host peak RSS MiB", "MiB"),
     # shown only where a table names them
     "train_samples_per_second": Column("samples/s", "samples/s", default=False),
     "num_params": Column("parameters", "parameters", default=False),
     "nvme_swap_mib": Column("NVMe swap MiB", "MiB", default=False),  # params + optimizer swap files
-    "em": Column("exact match (%)", "%", default=False), "f1": Column("F1 (%)", "%", default=False),  # SQuAD v1.1
+    "em": Column("exact match (%)", "%", default=False),
+    "f1": Column("F1 (%)", "%", default=False),  # SQuAD v1.1
 }
 
 
@@ -167,8 +178,9 @@ def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
     for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
         if not p.exists():
             raise WorkshopError(f"{p} does not exist.", "give run directories (e.g. runs/*) or folders holding them.")
-        found = {f.parent for pattern in ("", "*/", "*/*/") for name in rundir.RUN_FILES
-                 for f in p.glob(pattern + name)}
+        found = {
+            f.parent for pattern in ("", "*/", "*/*/") for name in rundir.RUN_FILES for f in p.glob(pattern + name)
+        }
         for d in sorted(found):
             what, info = rundir.state(d)
             if what == "finished":
@@ -233,8 +245,12 @@ def fmt(value, metric: str) -> str:
     return f"{value:,.4f}" if u in ("nats", "s") else f"{value:,.0f}"
 
 
-def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference: pd.DataFrame | None = None,
-                   bands: dict[str, float | None] | None = None) -> pd.DataFrame:
+def exercise_table(
+    df: pd.DataFrame,
+    columns: list[str] | None = None,
+    reference: pd.DataFrame | None = None,
+    bands: dict[str, float | None] | None = None,
+) -> pd.DataFrame:
     """The exercise table: one row per run of `df` (`load_results`), the `columns` (results.json keys; default every
     `default` key of `COLUMNS` the runs have) under their titles, units in them (losses in nats, memory in MiB). The
     micro-batch is in sequences, or in tokens for a token-budget run; HFU is filled in for older runs (`hfu`).
@@ -250,10 +266,14 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     titles = {k: COLUMNS[k].title if k in COLUMNS else k for k in keys}
     t = df[keys].copy()
     if "config" in df and "micro_batch_size_per_gpu" in t:
-        t["micro_batch_size_per_gpu"] = [_micro_batch(c, mb) for c, mb in zip(df["config"], t["micro_batch_size_per_gpu"])]
+        t["micro_batch_size_per_gpu"] = [
+            _micro_batch(c, mb) for c, mb in zip(df["config"], t["micro_batch_size_per_gpu"])
+        ]
     if reference is None:
         if "eval_loss" in t:
-            t["eval_loss"] = t["eval_loss"].map(lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v)
+            t["eval_loss"] = t["eval_loss"].map(
+                lambda v: " / ".join(f"{x:.3f}" for x in v) if isinstance(v, list) else v
+            )
         for k in [k for k in keys if COLUMNS.get(k, Column(k)).unit == "fraction"]:  # MFU, HFU: percentages
             t[k] = t[k].map(lambda v: f"{v:.1%}" if v is not None and pd.notna(v) else "n/a")
         return t.rename(columns=titles)
@@ -262,8 +282,10 @@ def exercise_table(df: pd.DataFrame, columns: list[str] | None = None, reference
     rows = []
     for i, name in enumerate(names):
         mine = df.iloc[i]
-        rows.append({"run": name, "measured": "yours", "weights": weights(mine)}
-                    | {titles[k]: fmt(t[k].iloc[i], k) for k in keys})
+        rows.append(
+            {"run": name, "measured": "yours", "weights": weights(mine)}
+            | {titles[k]: fmt(t[k].iloc[i], k) for k in keys}
+        )
         if name in ref.index:
             other = ref.loc[name]
             apart = not_comparable(mine, other)
@@ -315,18 +337,25 @@ def _labels(df: pd.DataFrame) -> list[str]:
     """Short run names: the experiment, plus what differs between the runs (model, recipe, micro-batch, world
     size); where two runs would still share a name, the run directory's name instead ("baseline_ac"), or beside
     it where the directory's name does not contain it ("stage2 (x)")."""
-    parts = [("model", lambda v: str(v).split("/")[-1]), ("recipe", str),
-             ("micro_batch_size_per_gpu", str), ("world_size", lambda v: f"x{v}")]
+    parts = [
+        ("model", lambda v: str(v).split("/")[-1]),
+        ("recipe", str),
+        ("micro_batch_size_per_gpu", str),
+        ("world_size", lambda v: f"x{v}"),
+    ]
     varying = [(k, f) for k, f in parts if k in df and df[k].astype(str).nunique() > 1]
     df = df.copy()
     if "micro_batch_size_per_gpu" in df:  # in tokens for a token-budget run: its sequences vary in number
         df["micro_batch_size_per_gpu"] = [
             "mb" + _micro_batch(c, v).replace(" seqs", "").replace(",", "").replace("≤", "")
-            for c, v in zip(df["config"] if "config" in df else [None] * len(df), df["micro_batch_size_per_gpu"])]
+            for c, v in zip(df["config"] if "config" in df else [None] * len(df), df["micro_batch_size_per_gpu"])
+        ]
     labels = [" ".join([str(r["experiment"]), *(f(r[k]) for k, f in varying)]) for _, r in df.iterrows()]
     if len(set(labels)) < len(labels) and "run_dir" in df:
-        labels = [Path(d).name if label in Path(d).name else f"{label} ({Path(d).name})"
-                  for label, d in zip(labels, df["run_dir"])]
+        labels = [
+            Path(d).name if label in Path(d).name else f"{label} ({Path(d).name})"
+            for label, d in zip(labels, df["run_dir"])
+        ]
     return labels
 
 
@@ -351,9 +380,11 @@ def cpu_memory_note(df: pd.DataFrame) -> str:
         return ""
     states = df["estimated_model_states_cpu_mib"].max() if "estimated_model_states_cpu_mib" in df else float("nan")
     peak = df["host_peak_rss_mib"].min()
-    return (f"Not meaningful on a CPU: the model states (at most {states:,.1f} MiB estimated) are "
-            f"{states / peak:.1%} of the process's {peak:,.0f} MiB, so what a ZeRO stage or offload saves cannot "
-            "show here. The GPU reference shows it.")
+    return (
+        f"Not meaningful on a CPU: the model states (at most {states:,.1f} MiB estimated) are "
+        f"{states / peak:.1%} of the process's {peak:,.0f} MiB, so what a ZeRO stage or offload saves cannot "
+        "show here. The GPU reference shows it."
+    )
 
 
 def _has_gpu(df: pd.DataFrame) -> bool:
@@ -365,12 +396,16 @@ def plot_memory_over_time(df: pd.DataFrame):
     (MiB), or host RSS (MiB) on a CPU-only machine. Time 0 is the first training step (the end of model and
     engine set-up, the same event in every run; negative: set-up); the training window is shaded."""
     gpu = _has_gpu(df)
-    cols = [("gpu_used_mib", "GPU in use (NVML)"), ("torch_allocated_mib", "torch allocated")] if gpu else \
-        [("host_rss_mib", "host RSS")]
+    cols = (
+        [("gpu_used_mib", "GPU in use (NVML)"), ("torch_allocated_mib", "torch allocated")]
+        if gpu
+        else [("host_rss_mib", "host RSS")]
+    )
     n = len(df)
     per_row, rows = min(n, 4), ceil_div(n, min(n, 4))  # one panel per run, 4 a row
-    fig, grid = plt.subplots(rows, per_row, figsize=(4.0 * per_row, 3.2 * rows + 0.6), squeeze=False, sharey=True,
-                             layout="constrained")
+    fig, grid = plt.subplots(
+        rows, per_row, figsize=(4.0 * per_row, 3.2 * rows + 0.6), squeeze=False, sharey=True, layout="constrained"
+    )
     for ax in grid.flat[n:]:
         ax.set_visible(False)
     axes = list(grid.flat[:n])
@@ -391,8 +426,13 @@ def plot_memory_over_time(df: pd.DataFrame):
     axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
     axes[0].legend(fontsize=7)
     banner = cpu_memory_note(df)
-    fig.suptitle(f"Memory over time, {_source(df)}" + ("" if gpu else " (no GPU: host memory)") + _tiny_note(df)
-                 + (f"\n{textwrap.fill(banner, 45 * per_row)}" if banner else ""), fontsize=9)
+    fig.suptitle(
+        f"Memory over time, {_source(df)}"
+        + ("" if gpu else " (no GPU: host memory)")
+        + _tiny_note(df)
+        + (f"\n{textwrap.fill(banner, 45 * per_row)}" if banner else ""),
+        fontsize=9,
+    )
     return fig
 
 
@@ -403,7 +443,7 @@ def plot_loss(df: pd.DataFrame):
     for label, (_, row) in zip(_labels(df), df.iterrows()):
         log = pd.read_csv(Path(row["run_dir"]) / "train_log.csv")
         train = log.dropna(subset=["loss"])
-        line, = ax.plot(train["step"], train["loss"], label=f"{label} (train)")
+        (line,) = ax.plot(train["step"], train["loss"], label=f"{label} (train)")
         ev = log.dropna(subset=["eval_loss"])
         ax.plot(ev["step"], ev["eval_loss"], "o", color=line.get_color(), label=f"{label} (eval)")
     ax.set(xlabel="optimizer step", ylabel="loss, nats per label token", title="Training and eval loss")
@@ -423,19 +463,38 @@ def plot_memory_and_throughput(df: pd.DataFrame):
     labels = _labels(df)
     x = range(len(df))
     if _has_gpu(df):
-        bars = [(k, title(k)) for k in ("gpu_states_allocated_mib", "gpu_peak_allocated_mib",
-                                         "gpu_peak_reserved_mib", "gpu_peak_mib") if k in df]
+        bars = [
+            (k, title(k))
+            for k in ("gpu_states_allocated_mib", "gpu_peak_allocated_mib", "gpu_peak_reserved_mib", "gpu_peak_mib")
+            if k in df
+        ]
         w = 0.8 / len(bars)
         for i, (key, name) in enumerate(bars):
             a.bar([j + (i - (len(bars) - 1) / 2) * w for j in x], df[key], w, label=name)
-        a.bar(x, df["estimated_model_states_gpu_mib"], 0.8, fill=False, edgecolor="k", ls="--",
-              label="estimated model states")
+        a.bar(
+            x,
+            df["estimated_model_states_gpu_mib"],
+            0.8,
+            fill=False,
+            edgecolor="k",
+            ls="--",
+            label="estimated model states",
+        )
         a.set(ylabel="GPU memory, MiB", title="GPU memory per run (training window)")
     else:
         a.bar(x, df["host_peak_rss_mib"], label="host peak RSS")
         a.set(ylabel="host memory, MiB", title="Memory per run (no GPU: host)")
-        a.text(0.5, 0.5, "\n".join(textwrap.wrap(cpu_memory_note(df), 48)), transform=a.transAxes, ha="center",
-               va="center", fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "tab:red"})
+        a.text(
+            0.5,
+            0.5,
+            "\n".join(textwrap.wrap(cpu_memory_note(df), 48)),
+            transform=a.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="tab:red",
+            bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "tab:red"},
+        )
     a.legend(fontsize=8)
     steady = df["steady_train_tokens_per_second"] if "steady_train_tokens_per_second" in df else None
     speed = steady.fillna(df["train_tokens_per_second"]) if steady is not None else df["train_tokens_per_second"]
@@ -484,18 +543,27 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame | None:
     speed = "tok_per_gpu" if steady else "per_gpu"
     base = t.groupby(["model", "recipe", "experiment"])[speed].transform("first")
     gpu = df["gpu_peak_mib"].notna().any()
-    cols = {"experiment": t["experiment"], "model": t["model"], "recipe": t["recipe"], "GPUs": t["world_size"],
-            title("global_batch_size"): t["global_batch_size"], title(questions): t[questions],
-            per_gpu(questions): t["per_gpu"].round(2)}
+    cols = {
+        "experiment": t["experiment"],
+        "model": t["model"],
+        "recipe": t["recipe"],
+        "GPUs": t["world_size"],
+        title("global_batch_size"): t["global_batch_size"],
+        title(questions): t[questions],
+        per_gpu(questions): t["per_gpu"].round(2),
+    }
     if steady:
         tokens = "steady_train_tokens_per_second"
         cols |= {title(tokens): t[tokens], per_gpu(tokens): t["tok_per_gpu"].round(1)}
-    return pd.DataFrame(cols | {
-        "scaling efficiency": (t[speed] / base).map("{:.0%}".format),
-        (PEAK_PER_GPU if gpu else PEAK_PER_RANK): t["peak"],
-        title("estimated_model_states_gpu_mib"): t["estimated_model_states_gpu_mib"],
-        title("train_loss"): t["train_loss"],
-    })
+    return pd.DataFrame(
+        cols
+        | {
+            "scaling efficiency": (t[speed] / base).map("{:.0%}".format),
+            (PEAK_PER_GPU if gpu else PEAK_PER_RANK): t["peak"],
+            title("estimated_model_states_gpu_mib"): t["estimated_model_states_gpu_mib"],
+            title("train_loss"): t["train_loss"],
+        }
+    )
 
 
 def plot_scaling(df: pd.DataFrame):
@@ -508,7 +576,7 @@ def plot_scaling(df: pd.DataFrame):
     est = title("estimated_model_states_gpu_mib")
     for label, g in t.groupby(_labels(t)):  # one line per experiment (and model, recipe where they vary)
         a.plot(g["GPUs"], g[speed], marker="o", label=label)
-        line, = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
+        (line,) = b.plot(g["GPUs"], g[mem_col], marker="o", label=label)
         if g[est].notna().all() and mem_col == PEAK_PER_GPU:
             b.plot(g["GPUs"], g[est], ls="--", color=line.get_color(), label=f"{label}: est. model states")
     a.set(xlabel="GPUs (ranks)", ylabel=speed, title="Throughput per GPU")
@@ -533,10 +601,23 @@ def write_report(paths, out_dir: str | Path = "report") -> dict[str, Path]:
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise WorkshopError(f"--out {out} is a file, not a directory; nothing was written.",
-                            "pass --out with a directory path (it is created if missing).")
-    rundir.refuse_links(out, ("report.md", "report.csv", "memory_over_time.png", "memory_throughput.png",
-                              "scaling.md", "scaling.csv", "scaling.png"), "--out")
+        raise WorkshopError(
+            f"--out {out} is a file, not a directory; nothing was written.",
+            "pass --out with a directory path (it is created if missing).",
+        )
+    rundir.refuse_links(
+        out,
+        (
+            "report.md",
+            "report.csv",
+            "memory_over_time.png",
+            "memory_throughput.png",
+            "scaling.md",
+            "scaling.csv",
+            "scaling.png",
+        ),
+        "--out",
+    )
     rundir.check_writable(out, "--out")
     df = load_results(paths)
     out.mkdir(parents=True, exist_ok=True)

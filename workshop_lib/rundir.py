@@ -40,15 +40,30 @@ RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of th
 # Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
 # patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
 # checkpoints (DAMAGED) are never removed; a folder holding anything else is not a run's to overwrite.
-RUN_OUTPUTS = RUN_FILES + (STOP_FILE, "memory.*.csv", "micro_batches*.csv", "ds_config.json", "run_config.json",
-                           "launch.log", "model", ".model.tmp", "checkpoints", "predictions.jsonl", "squad_scores.json",
-                           "comms.json", "world_size_changes.json", ".*.tmp*")
+RUN_OUTPUTS = RUN_FILES + (
+    STOP_FILE,
+    "memory.*.csv",
+    "micro_batches*.csv",
+    "ds_config.json",
+    "run_config.json",
+    "launch.log",
+    "model",
+    ".model.tmp",
+    "checkpoints",
+    "predictions.jsonl",
+    "squad_scores.json",
+    "comms.json",
+    "world_size_changes.json",
+    ".*.tmp*",
+)
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 
 
 def _entries(folder: Path, patterns) -> list[Path]:
     """The entries of `folder` (links included, never followed) whose names match one of `patterns`."""
-    return sorted(p for p in folder.iterdir() if any(fnmatch(p.name, pat) for pat in patterns)) if folder.is_dir() else []
+    return (
+        sorted(p for p in folder.iterdir() if any(fnmatch(p.name, pat) for pat in patterns)) if folder.is_dir() else []
+    )
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -163,7 +178,9 @@ def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
     """True when the error `e` is a full disk: `e` or an exception it was raised from is OSError ENOSPC or says
     "No space left on device" (safetensors: "... (os error 28)"), or the disk holding `out` has less than
     DISK_FULL_FREE_MIB MiB free (torch.save's writer reports only "unexpected pos N vs M")."""
-    if any((isinstance(c, OSError) and c.errno == errno.ENOSPC) or "No space left on device" in str(c) for c in causes(e)):
+    if any(
+        (isinstance(c, OSError) and c.errno == errno.ENOSPC) or "No space left on device" in str(c) for c in causes(e)
+    ):
         return True
     try:
         return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * MiB
@@ -203,8 +220,9 @@ def _marker_alive(info: dict) -> bool:
     """`alive` for a marker's pid, host and process start; a pid that is no number (a damaged marker) belongs
     to no process. Markers written before `pid_created` was recorded are checked by pid alone."""
     pid, created = str(info.get("pid", 0)), info.get("pid_created")
-    return pid.isdigit() and alive(int(pid), str(info.get("host", "")),
-                                    created if isinstance(created, (int, float)) else None)
+    return pid.isdigit() and alive(
+        int(pid), str(info.get("host", "")), created if isinstance(created, (int, float)) else None
+    )
 
 
 def state(out: str | os.PathLike) -> tuple[str, dict]:
@@ -253,27 +271,38 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     what, info = state(out)
     held = [p.name for p in _entries(out, RUN_OUTPUTS) if p.name != "launch.log"]  # the launcher's, written first
     if what == "empty" and held and not resume:
-        raise WorkshopError(f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
-                            "results.json); nothing was changed.", "move them, or pass another --output-dir.")
+        raise WorkshopError(
+            f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
+            "results.json); nothing was changed.",
+            "move them, or pass another --output-dir.",
+        )
     others = sorted(set(_entries(out, ["*"])) - set(_entries(out, (*RUN_OUTPUTS, DAMAGED))))  # what no run writes
     if others and what != "empty" and overwrite and not resume:
-        raise WorkshopError(f"{out} holds a run and files no run writes ({', '.join(p.name for p in others)}); "
-                            "--overwrite removes only a run's files, and nothing was changed.",
-                            "move those files out of the folder, or pass another --output-dir.")
+        raise WorkshopError(
+            f"{out} holds a run and files no run writes ({', '.join(p.name for p in others)}); "
+            "--overwrite removes only a run's files, and nothing was changed.",
+            "move those files out of the folder, or pass another --output-dir.",
+        )
     if what == "finished" and not overwrite:
-        raise WorkshopError(f"{out} already holds a finished run (results.json); nothing was changed."
-                            + (" There is nothing to resume." if resume else ""),
-                            "pass another --output-dir, or --overwrite to replace it.")
+        raise WorkshopError(
+            f"{out} already holds a finished run (results.json); nothing was changed."
+            + (" There is nothing to resume." if resume else ""),
+            "pass another --output-dir, or --overwrite to replace it.",
+        )
     if what == "unfinished":
         if info.get("status") == "running" and _marker_alive(info):
-            raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
-                                f"wait for it to end, or stop it (kill {info.get('pid')}), or pass another "
-                                f"--output-dir. If process {info.get('pid')} is no workshop run of this directory, "
-                                f"remove {out / MARKER} and run again with --resume or --overwrite.")
+            raise WorkshopError(
+                f"{out} holds {describe_unfinished(info)}; nothing was changed.",
+                f"wait for it to end, or stop it (kill {info.get('pid')}), or pass another "
+                f"--output-dir. If process {info.get('pid')} is no workshop run of this directory, "
+                f"remove {out / MARKER} and run again with --resume or --overwrite.",
+            )
         if not (overwrite or resume):
-            raise WorkshopError(f"{out} holds {describe_unfinished(info)}; nothing was changed.",
-                                "pass --resume to continue it from its last checkpoint, --overwrite to discard it "
-                                "and start again, or another --output-dir.")
+            raise WorkshopError(
+                f"{out} holds {describe_unfinished(info)}; nothing was changed.",
+                "pass --resume to continue it from its last checkpoint, --overwrite to discard it "
+                "and start again, or another --output-dir.",
+            )
 
 
 def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
@@ -285,10 +314,13 @@ def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
     folder = Path(folder)
     links = [folder] if folder.is_symlink() else [p for p in _entries(folder, names) if p.is_symlink()]
     if links:
-        raise WorkshopError(f"{', '.join(map(str, links))}: a symbolic link where the workshop would write; it "
-                            "never writes through a link, and nothing was changed.",
-                            f"pass the link's target ({links[0].resolve()}) or another {flag}" if links[0] == folder
-                            else f"remove {'that link' if len(links) == 1 else 'those links'}, or pass another {flag}.")
+        raise WorkshopError(
+            f"{', '.join(map(str, links))}: a symbolic link where the workshop would write; it "
+            "never writes through a link, and nothing was changed.",
+            f"pass the link's target ({links[0].resolve()}) or another {flag}"
+            if links[0] == folder
+            else f"remove {'that link' if len(links) == 1 else 'those links'}, or pass another {flag}.",
+        )
 
 
 def check_writable(path: str | os.PathLike, option: str) -> None:
@@ -301,8 +333,10 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as e:
-        raise WorkshopError(f"{option} {path} cannot be written here ({probe}: {e.strerror}); nothing was written.",
-                            f"pass {option} a directory you can write to (your home or scratch directory).") from e
+        raise WorkshopError(
+            f"{option} {path} cannot be written here ({probe}: {e.strerror}); nothing was written.",
+            f"pass {option} a directory you can write to (your home or scratch directory).",
+        ) from e
 
 
 def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None:
@@ -321,9 +355,16 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
         print(f"Removed the previous run's files in {out} (--overwrite): {', '.join(p.name for p in removed)}.")
     out.mkdir(parents=True, exist_ok=True)
     (out / STOP_FILE).unlink(missing_ok=True)  # the last attempt's stop request, already obeyed
-    write_json_atomic(out / MARKER, {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
-                                     "pid_created": psutil.Process().create_time(),
-                                     "started": datetime.now().isoformat(timespec="seconds")})
+    write_json_atomic(
+        out / MARKER,
+        {
+            "status": "running",
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "pid_created": psutil.Process().create_time(),
+            "started": datetime.now().isoformat(timespec="seconds"),
+        },
+    )
 
 
 def mark_ended(out: str | os.PathLike, **how) -> None:
@@ -331,8 +372,9 @@ def mark_ended(out: str | os.PathLike, **how) -> None:
     marker = Path(out) / MARKER
     if marker.is_file():
         try:
-            write_json_atomic(marker, json.loads(marker.read_text()) | how |
-                              {"ended": datetime.now().isoformat(timespec="seconds")})
+            write_json_atomic(
+                marker, json.loads(marker.read_text()) | how | {"ended": datetime.now().isoformat(timespec="seconds")}
+            )
         except OSError as e:  # a full disk: the marker still says "running", for a process that is gone
             print(f"Could not record in {marker} how the run ended ({e}); it names a process that has ended.")
 
@@ -349,6 +391,7 @@ def interruptible():
     SIGTERM and SIGUSR1 while `StopRequest.training` or `.ending`: those are recorded in `StopRequest.signum` for the
     training loop to stop at the next step boundary with a checkpoint. Restores the previous handlers after.
     Elsewhere than the main thread it changes nothing."""
+
     def raise_interrupted(signum, frame):
         if signum != signal.SIGINT and (StopRequest.training or StopRequest.ending):
             StopRequest.signum = signum  # the training loop checkpoints and stops at the next step boundary

@@ -22,8 +22,17 @@ from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 # The variables a launcher sets per process (torchrun, deepspeed, srun via slurm/common.sh), and that
 # `env.ensure_distributed_env` (a world of one) and accelerate (on the CPU) set in a plain process.
-DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-             "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+DIST_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 @contextlib.contextmanager

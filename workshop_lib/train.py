@@ -44,21 +44,33 @@ from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
 from .errors import WorkshopError, causes
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
-from .model import (check_model_fits_data, check_model_source, compile_layers, compute_logits_where_labelled,
-                    load_model_and_tokenizer)
+from .model import (
+    check_model_fits_data,
+    check_model_source,
+    compile_layers,
+    compute_logits_where_labelled,
+    load_model_and_tokenizer,
+)
 from .nvme import nvme_buffers, nvme_swap_dir
 from .record import record
 from .units import MiB
 
 # Liger-Kernel's fused linear + cross-entropy alone (an option): torch.compile fuses its other kernels by default
-LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
-                   "fused_linear_cross_entropy": True}
+LIGER_FLCE_ONLY = {
+    "rope": False,
+    "rms_norm": False,
+    "swiglu": False,
+    "cross_entropy": False,
+    "fused_linear_cross_entropy": True,
+}
 
 
 # Seen on the CPU (DeepSpeed 0.19.8): a tiny stage2_zenflow run resumed at step 4 logged step 6's loss 5e-3 nats from
 # the unstopped run's, where the other experiments resume with the same losses (tests/test_cli.py)
-ZENFLOW_RESUME = ("ZenFlow: a resumed run does not repeat a run never stopped exactly; its losses differ slightly "
-                  "from a step or two after the checkpoint.")
+ZENFLOW_RESUME = (
+    "ZenFlow: a resumed run does not repeat a run never stopped exactly; its losses differ slightly "
+    "from a step or two after the checkpoint."
+)
 
 
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
@@ -118,8 +130,16 @@ def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | 
     if not (term or any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e))):
         return None
     deadline = time.monotonic() + (0 if term else wait_s)
-    while not (gone := [r for r, (host, pid, created) in enumerate(env.rank_processes())
-                        if r != rank and not rundir.alive(pid, host, created)]) and time.monotonic() < deadline:
+    while (
+        not (
+            gone := [
+                r
+                for r, (host, pid, created) in enumerate(env.rank_processes())
+                if r != rank and not rundir.alive(pid, host, created)
+            ]
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     return None if term and not gone else gone
 
@@ -130,14 +150,19 @@ def peer_lost_error(run: Run, lost: list[int], step: int | None = None) -> Works
     procs = env.rank_processes()
     who = " and ".join(f"rank {r} (pid {procs[r][1]} on {procs[r][0]})" for r in lost)
     return WorkshopError(
-        (f"Lost {who}: its process ended" if lost else f"Another of the {run.world_size} ranks stopped answering (on "
-         "another host, or hung)") + (f" at step {step}" if step is not None else " before training started") +
-        f" ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. " + (
-            f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}" if step is not None else "Nothing was written."),
+        (
+            f"Lost {who}: its process ended"
+            if lost
+            else f"Another of the {run.world_size} ranks stopped answering (on another host, or hung)"
+        )
+        + (f" at step {step}" if step is not None else " before training started")
+        + f" ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. "
+        + (f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}" if step is not None else "Nothing was written."),
         f"read {'rank ' + str(lost[0]) if lost else 'every rank'}'s own output for why it ended (its lines start "
         "with [rankN]: under torchrun; a batch job's are in logs/<job name>-<job id>.out); none means it was killed "
         f"(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the {'same ' * (step is None)}"
-        f"command {'again' if step is None else 'above'}.")
+        f"command {'again' if step is None else 'above'}.",
+    )
 
 
 def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
@@ -157,7 +182,8 @@ def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: Run
         f"{usage.total / MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
         + (f"Complete checkpoints kept: {', '.join(map(str, complete))}." if complete else "No checkpoint was kept."),
         f"free space on {mount} (`du -sh {mount}/*` shows what holds it) or copy the run to a larger disk, then "
-        f"{go_on}")
+        f"{go_on}",
+    )
 
 
 @dataclass
@@ -274,7 +300,8 @@ def load_model(run: Run) -> None:
     set_seed(cfg.seed)
     attn = None if cfg.attn_implementation == "default" else cfg.attn_implementation
     run.net, run.tokenizer, run.info = load_model_and_tokenizer(
-        cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights, attn_implementation=attn)
+        cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights, attn_implementation=attn
+    )
     check_model_fits_data(run.net, run.tokenizer, cfg.max_length, cfg.model)
     if cfg.score_questions and run.rank == 0:
         run.scores_before = score_before_training(run.net, run.tokenizer, cfg)
@@ -332,12 +359,22 @@ def mark_ended(run: Run, e: BaseException) -> tuple[int, WorkshopError | None]:
         elif full:  # what was half-written goes first: it frees the space the marker needs
             per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
             cleared = checkpoint.clear_partial_writes(out) | {
-                "estimate_mib": run.info["num_params"] * per_param / MiB, "keep": cfg.save_total_limit}
+                "estimate_mib": run.info["num_params"] * per_param / MiB,
+                "keep": cfg.save_total_limit,
+            }
             rundir.mark_ended(out, status="failed", error=f"disk full, writing {cleared['what']}", step=step)
             error = disk_full_error(out, cleared, step, run.asked)
         else:
-            rundir.mark_ended(out, status="failed", step=step, **({"error": f"{type(e).__name__}: {e}"} if error is None
-                              else {"error": error.problem.split(";")[0], "cause": f"{type(e).__name__}: {e}"}))
+            rundir.mark_ended(
+                out,
+                status="failed",
+                step=step,
+                **(
+                    {"error": f"{type(e).__name__}: {e}"}
+                    if error is None
+                    else {"error": error.problem.split(";")[0], "cause": f"{type(e).__name__}: {e}"}
+                ),
+            )
     return step, error
 
 
@@ -358,8 +395,10 @@ def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
     rows = load_squad("validation", cfg.score_questions, cfg.eval_file, verbose=False, count_option="--score-questions")
     scores = score_model(net.eval(), tokenizer, rows, max_length=cfg.max_length)[0]
     net.to("cpu").train()
-    print(f"Before fine-tuning: exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on {scores['num_questions']} "
-          "SQuAD questions.")
+    print(
+        f"Before fine-tuning: exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on {scores['num_questions']} "
+        "SQuAD questions."
+    )
     return scores
 
 
@@ -402,41 +441,76 @@ def build_trainer(run: Run):
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds, run.world_size)
     run.batches, micro = batches, trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
-        ds_config = build_ds_config(exp, cfg.ds_settings(
-            train_micro_batch_size_per_gpu=micro, world_size=world_size, load_universal=load_universal,
-            nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None, **nvme_buffers(net),
-            num_params=sum(p.numel() for p in net.parameters())))
+        ds_config = build_ds_config(
+            exp,
+            cfg.ds_settings(
+                train_micro_batch_size_per_gpu=micro,
+                world_size=world_size,
+                load_universal=load_universal,
+                nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
+                **nvme_buffers(net),
+                num_params=sum(p.numel() for p in net.parameters()),
+            ),
+        )
         if cfg.ds_config:  # --ds-config KEY=VALUE: set last, checked against DeepSpeed as config.resolve did
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
     unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (WorkshopTrainer)
     args = TrainingArguments(
-        output_dir=str(out / checkpoint.CHECKPOINTS), per_device_train_batch_size=micro,
-        per_device_eval_batch_size=EVAL_BATCH_SIZE, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, eval_strategy="epoch", logging_steps=cfg.logging_steps, report_to="none",
-        max_grad_norm=cfg.max_grad_norm, accelerator_config={"non_blocking": unsynced},
-        save_strategy=cfg.save_strategy, save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
+        output_dir=str(out / checkpoint.CHECKPOINTS),
+        per_device_train_batch_size=micro,
+        per_device_eval_batch_size=EVAL_BATCH_SIZE,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps or -1,
+        eval_strategy="epoch",
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        max_grad_norm=cfg.max_grad_norm,
+        accelerator_config={"non_blocking": unsynced},
+        save_strategy=cfg.save_strategy,
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
         prediction_loss_only=True,  # the eval loss is all the runs use; no logits kept
-        bf16=cfg.precision == "bf16", fp16=cfg.precision == "fp16", use_cpu=not torch.cuda.is_available(),
-        deepspeed=ds_config, seed=cfg.seed,
-        dataloader_num_workers=cfg.dataloader_num_workers, include_num_input_tokens_seen="non_padding",
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        use_cpu=not torch.cuda.is_available(),
+        deepspeed=ds_config,
+        seed=cfg.seed,
+        dataloader_num_workers=cfg.dataloader_num_workers,
+        include_num_input_tokens_seen="non_padding",
         ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
-        use_liger_kernel=cfg.liger_kernel, liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
-        **_activation_checkpointing(cfg.activation_checkpointing))
+        use_liger_kernel=cfg.liger_kernel,
+        liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
+        **_activation_checkpointing(cfg.activation_checkpointing),
+    )
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
         callbacks.append(EpochOrder(batches))
     if exp.deepspeed:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
         callbacks.append(comms.Window(cfg.comms_logger))
     run.trainer = WorkshopTrainer(
-        model=net, args=args, train_dataset=run.train_ds, eval_dataset=run.eval_ds, callbacks=callbacks,
-        data_collator=make_collator(run.tokenizer, cfg.padding, cfg.max_length,
-                                    attention_mask=not cfg.drop_attention_mask,
-                                    labelled_positions=cfg.logits_on == "labelled", count_tokens=unsynced),
-        processing_class=run.tokenizer, batches=batches, unsynced=unsynced)
+        model=net,
+        args=args,
+        train_dataset=run.train_ds,
+        eval_dataset=run.eval_ds,
+        callbacks=callbacks,
+        data_collator=make_collator(
+            run.tokenizer,
+            cfg.padding,
+            cfg.max_length,
+            attention_mask=not cfg.drop_attention_mask,
+            labelled_positions=cfg.logits_on == "labelled",
+            count_tokens=unsynced,
+        ),
+        processing_class=run.tokenizer,
+        batches=batches,
+        unsynced=unsynced,
+    )
     return run.trainer
 
 
@@ -458,9 +532,15 @@ class WorkshopTrainer(Trainer):
     def get_train_dataloader(self):
         if self.batches is None:
             return super().get_train_dataloader()
-        return self.accelerator.prepare(DataLoader(
-            self.train_dataset, batch_sampler=self.batches, collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
+        return self.accelerator.prepare(
+            DataLoader(
+                self.train_dataset,
+                batch_sampler=self.batches,
+                collate_fn=self.data_collator,
+                num_workers=self.args.dataloader_num_workers,
+                pin_memory=self.args.dataloader_pin_memory,
+            )
+        )
 
     def training_step(self, model, inputs, *args, **kwargs):
         if self.unsynced:
@@ -523,11 +603,13 @@ def train(run: Run) -> None:
         if not any("eval_loss" in h for h in trainer.state.log_history):
             trainer.evaluate()
     except torch.cuda.OutOfMemoryError as e:
-        raise WorkshopError(f"The GPU ran out of memory during {run.cfg.experiment} ({e}). memory.csv and "
-                            "train_log.csv in the output directory show how far it got.",
-                            "lower --max-tokens-per-micro-batch or --micro-batch-size (and raise "
-                            "--gradient-accumulation-steps to keep the global batch), turn on "
-                            "--activation-checkpointing, or use CPU offload (stage2_offload, stage3_offload).") from e
+        raise WorkshopError(
+            f"The GPU ran out of memory during {run.cfg.experiment} ({e}). memory.csv and "
+            "train_log.csv in the output directory show how far it got.",
+            "lower --max-tokens-per-micro-batch or --micro-batch-size (and raise "
+            "--gradient-accumulation-steps to keep the global batch), turn on "
+            "--activation-checkpointing, or use CPU offload (stage2_offload, stage3_offload).",
+        ) from e
     run.train_out, run.steps, run.wall = train_out, steps, time.perf_counter() - mem.t0
 
 
@@ -548,8 +630,9 @@ def token_budget_batches(cfg: RunConfig, train_ds, world_size: int = 1) -> Token
     accumulation: what the training loop iterates), or None when `cfg.batching` is not "token_budget"."""
     if cfg.batching != "token_budget":
         return None
-    return TokenBudgetBatchSampler.for_dataset(train_ds, cfg.max_tokens_per_micro_batch, cfg.seed,
-                                               world_size * cfg.gradient_accumulation_steps)
+    return TokenBudgetBatchSampler.for_dataset(
+        train_ds, cfg.max_tokens_per_micro_batch, cfg.seed, world_size * cfg.gradient_accumulation_steps
+    )
 
 
 def trainer_micro_batch(cfg: RunConfig, batches: TokenBudgetBatchSampler | None) -> int:

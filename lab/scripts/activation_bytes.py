@@ -62,8 +62,13 @@ def main() -> None:
     a = p.parse_args()
     import transformers
 
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "transformers": transformers.__version__, "seq": a.seq, "models": {}}
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "seq": a.seq,
+        "models": {},
+    }
     for model in a.models:
         h = model_shape(model)["hidden_size"]
         rows = {}

@@ -30,8 +30,13 @@ def main() -> None:
     reset = os.environ.get("RESET") == "1"
     runs = os.environ.get("RUNS", "stage2,baseline,stage1,stage3,baseline_no_compile,stage2,stage3").split(",")
     warm, out = int(os.environ.get("WARM_UP", 0)), os.environ.get("OUT")
-    common = {"random_weights": True, "overwrite": True, "max_steps": int(os.environ.get("STEPS", 16)),
-              "max_tokens_per_micro_batch": 16384, "save_model": False}
+    common = {
+        "random_weights": True,
+        "overwrite": True,
+        "max_steps": int(os.environ.get("STEPS", 16)),
+        "max_tokens_per_micro_batch": 16384,
+        "save_model": False,
+    }
     root = Path(f"/tmp/first_run{int(reset)}_{warm}")
     if warm:
         t = time.time()
@@ -42,8 +47,16 @@ def main() -> None:
             torch._dynamo.reset()
         t = time.time()
         r = run_experiment(lessons.run_config("02_zero_stages", name, root / str(i), **common))
-        print("DIAG", i, name, round(r["steady_train_tokens_per_second"]), round(r["steady_step_time_s"], 4),
-              round(time.time() - t), dict(counters["stats"]), flush=True)
+        print(
+            "DIAG",
+            i,
+            name,
+            round(r["steady_train_tokens_per_second"]),
+            round(r["steady_step_time_s"], 4),
+            round(time.time() - t),
+            dict(counters["stats"]),
+            flush=True,
+        )
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
             shutil.copy(root / str(i) / name / "train_log.csv", Path(out) / f"{i}_{name}.csv")

@@ -39,13 +39,13 @@ class Steps(TrainerCallback):
     def on_step_begin(self, args, state, control, **kw):
         self.segments = stats().get("segment.all.allocated", 0)
         if first <= state.global_step + 1 <= last:
-            self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                           torch.profiler.ProfilerActivity.CUDA])
+            self.prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            )
             self.prof.start()
 
     def on_step_end(self, args, state, control, **kw):
-        row = {"step": state.global_step, "new_segments": stats().get("segment.all.allocated", 0)
-               - self.segments}
+        row = {"step": state.global_step, "new_segments": stats().get("segment.all.allocated", 0) - self.segments}
         if self.prof:
             self.prof.stop()
             ka = self.prof.key_averages()
@@ -68,15 +68,24 @@ def main(out: Path) -> None:
     df = mb.merge(pd.DataFrame(steps.rows), on="step", how="left")
     df.to_csv(out / "new_shapes.csv", index=False)
     steady = df[df.step > 3]
-    by = steady.groupby("new_shape").agg(micro_batches=("step", "size"), forward_ms=("forward_ms", "median"),
-                                         us_per_token=("us_per_token", "median"),
-                                         new_segments=("new_segments", "mean"))
-    settings = {k: os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "TORCHINDUCTOR_COMPILE_THREADS", "SDPA_CUDNN")}
-    text = (f"{env.device_name()}, {settings}; steady tokens/s {r['steady_train_tokens_per_second']:,.0f}"
-            f"\n\nsteps 4-: medians by whether the shape is new to the process\n{by.to_string()}\n\n"
-            + df.to_string(index=False) + "\n\n"
-            + "\n\n".join(f"step {s} (shape new: {bool(df.loc[df.step == s, 'new_shape'].any())})\n{t}"
-                          for s, t in steps.tables))
+    by = steady.groupby("new_shape").agg(
+        micro_batches=("step", "size"),
+        forward_ms=("forward_ms", "median"),
+        us_per_token=("us_per_token", "median"),
+        new_segments=("new_segments", "mean"),
+    )
+    settings = {
+        k: os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "TORCHINDUCTOR_COMPILE_THREADS", "SDPA_CUDNN")
+    }
+    text = (
+        f"{env.device_name()}, {settings}; steady tokens/s {r['steady_train_tokens_per_second']:,.0f}"
+        f"\n\nsteps 4-: medians by whether the shape is new to the process\n{by.to_string()}\n\n"
+        + df.to_string(index=False)
+        + "\n\n"
+        + "\n\n".join(
+            f"step {s} (shape new: {bool(df.loc[df.step == s, 'new_shape'].any())})\n{t}" for s, t in steps.tables
+        )
+    )
     (out / "new_shapes.txt").write_text(text)
     print(text[:3000])
 

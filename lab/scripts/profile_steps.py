@@ -6,6 +6,7 @@ STEPS: the optimizer steps profiled, counted from 1 (default 12,13,14), the step
 one table over all of them, or with PER_STEP=1 one per step. Writes OUT_DIR/profile.txt (per step: its wall time, the
 GPU's busy time and copies, the host time of DeepSpeed's engine.forward/backward/step; then the operators by GPU time
 and by CPU time) and a Chrome trace per table (trace-STEPS.json)."""
+
 import json
 import os
 import sys
@@ -47,6 +48,7 @@ def timed(name: str):
     def wrapper(*args, **kwargs):
         with torch.profiler.record_function(f"engine.{name}"):
             return method(*args, **kwargs)
+
     setattr(DeepSpeedEngine, name, wrapper)
 
 
@@ -79,8 +81,10 @@ def timeline(trace: str) -> str:
                 phases[e["name"]] = phases.get(e["name"], 0.0) + e["dur"] / 1e3
         step = int(s["name"].removeprefix("ProfilerStep#")) + 1  # the profiler counts from 0, `action` from 1
         host = ", ".join(f"{k} {v:.1f} ms" for k, v in phases.items())
-        lines.append(f"step {step}: wall {s['dur'] / 1e3:.1f} ms, GPU busy {busy_ms(gpu, lo, hi):.1f} ms, copies "
-                     f"{busy_ms(copies, lo, hi):.1f} ms; host {host}")
+        lines.append(
+            f"step {step}: wall {s['dur'] / 1e3:.1f} ms, GPU busy {busy_ms(gpu, lo, hi):.1f} ms, copies "
+            f"{busy_ms(copies, lo, hi):.1f} ms; host {host}"
+        )
     return "\n".join(lines)
 
 
@@ -88,14 +92,19 @@ def report(p) -> None:
     label = ",".join(map(str, tables[len(text)]))
     ka = p.key_averages()
     p.export_chrome_trace(f"{out}/trace-{label}.json")
-    text.append(f"== step {label}\n\n{timeline(f'{out}/trace-{label}.json')}\n\nby GPU time\n"
-                + ka.table(sort_by="self_cuda_time_total", row_limit=30)
-                + "\n\nby CPU time\n" + ka.table(sort_by="self_cpu_time_total", row_limit=30))
+    text.append(
+        f"== step {label}\n\n{timeline(f'{out}/trace-{label}.json')}\n\nby GPU time\n"
+        + ka.table(sort_by="self_cuda_time_total", row_limit=30)
+        + "\n\nby CPU time\n"
+        + ka.table(sort_by="self_cpu_time_total", row_limit=30)
+    )
 
 
-prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-                              schedule=action,
-                              on_trace_ready=report)
+prof = torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+    schedule=action,
+    on_trace_ready=report,
+)
 
 
 class Profile(TrainerCallback):
@@ -111,9 +120,18 @@ class Profile(TrainerCallback):
 
 Path(out).mkdir(parents=True, exist_ok=True)
 with packing.packed() if os.environ.get("PACKED") == "1" else nullcontext():
-    r = run_experiment(replace(parse_run_args(run_args), random_weights=True, max_steps=max(STEPS) + 2,
-                               output_dir=f"{out}/run", overwrite=True),
-                       callbacks=[Profile()] + ([LigerLayers()] if os.environ.get("LIGER") == "1" else []))
-Path(out, "profile.txt").write_text(f"steady step time {r['steady_step_time_s']} s, "
-                                    f"{r['steady_train_tokens_per_second']} tokens/s\n\n" + "\n\n".join(text))
+    r = run_experiment(
+        replace(
+            parse_run_args(run_args),
+            random_weights=True,
+            max_steps=max(STEPS) + 2,
+            output_dir=f"{out}/run",
+            overwrite=True,
+        ),
+        callbacks=[Profile()] + ([LigerLayers()] if os.environ.get("LIGER") == "1" else []),
+    )
+Path(out, "profile.txt").write_text(
+    f"steady step time {r['steady_step_time_s']} s, "
+    f"{r['steady_train_tokens_per_second']} tokens/s\n\n" + "\n\n".join(text)
+)
 print(Path(out, "profile.txt").read_text())

@@ -20,7 +20,9 @@ from workshop_lib.data import TokenBudgetBatchSampler  # noqa: E402
 
 def unbalanced():
     build = TokenBudgetBatchSampler.for_dataset.__func__
-    TokenBudgetBatchSampler.for_dataset = classmethod(lambda cls, ds, tokens, seed, per_step=1: build(cls, ds, tokens, seed))
+    TokenBudgetBatchSampler.for_dataset = classmethod(
+        lambda cls, ds, tokens, seed, per_step=1: build(cls, ds, tokens, seed)
+    )
 
 
 def dynamic():
@@ -30,6 +32,7 @@ def dynamic():
         for block in blocks:
             block.compile(dynamic=True)
         return len(blocks)
+
     model.compile_layers = train.compile_layers = compile_layers
 
 

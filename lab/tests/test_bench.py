@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def bench(*args):
-    return subprocess.run([sys.executable, "-m", "lab.bench", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, env=os.environ | {"HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "lab.bench", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )
 
 
 PEERS = ["HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"]
@@ -26,8 +32,9 @@ PEERS = ["HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"]
 def steady_tokens_per_s(run_dir):
     """The steady tokens/s of a row's own step log (train_log.csv), by the bench's one definition."""
     log = pd.read_csv(run_dir / "train_log.csv").dropna(subset=["step_time_s"])
-    return metrics.steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1,
-                                log["compiles"].astype(int).tolist())["steady_train_tokens_per_second"]
+    return metrics.steady_state(
+        log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1, log["compiles"].astype(int).tolist()
+    )["steady_train_tokens_per_second"]
 
 
 @pytest.mark.slow
@@ -36,8 +43,9 @@ def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
     and both ceilings in one call, real DeepSpeed on the CPU; each figure is its own train_log.csv's steady state."""
     from lab.bench import CEILING, CEILING_PACKED, PACKED, run_dir_name
 
-    p = bench("--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", PACKED, CEILING_PACKED,
-              *PEERS)
+    p = bench(
+        "--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", PACKED, CEILING_PACKED, *PEERS
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     table = pd.read_csv(tmp_path / "bench.csv").set_index("row")
     # the ceilings first: the peers' Liger-Kernel patches the model classes of every later row
@@ -54,8 +62,10 @@ def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
     assert f"- default ZeRO-2 / {PEERS[0]} (steady tokens/s): " in md and "plain PyTorch" in md
     assert (f"- default ZeRO-2 / {PEERS[1]} (steady tokens/s): " in md) == trl
     if not trl:
-        assert table.loc[PEERS[1], "error"] == ("WorkshopError: TRL is not installed (No module named 'trl'): its "
-                                                "row is skipped. To fix: pip install trl (1.16.0 measured) to run it.")
+        assert table.loc[PEERS[1], "error"] == (
+            "WorkshopError: TRL is not installed (No module named 'trl'): its "
+            "row is skipped. To fix: pip install trl (1.16.0 measured) to run it."
+        )
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -79,8 +89,17 @@ def test_the_chunked_loss_row_trains_with_deepspeeds_loss_and_the_same_objective
     from lab.bench import ChunkedLoss
 
     torch.manual_seed(0)
-    net = Qwen3ForCausalLM(Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+    net = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+        )
+    )
     ids = torch.randint(0, 96, (2, 12))
     labels = ids.clone()
     labels[:, :7] = -100  # the prompt: no target
@@ -96,7 +115,7 @@ def test_the_chunked_loss_row_trains_with_deepspeeds_loss_and_the_same_objective
     torch.testing.assert_close(net.lm_head.weight.grad, grad, rtol=1e-4, atol=1e-6)
 
 
-BUCKET_HOOKS_CHECK = '''
+BUCKET_HOOKS_CHECK = """
 import os, sys, torch, deepspeed
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from lab.bench import bucket_hooks
@@ -125,7 +144,7 @@ def train(bucketed):
 (l0, p0, _), (l1, p1, buckets) = train(False), train(True)
 assert buckets > 2 and l0 == l1 and all(torch.equal(a, b) for a, b in zip(p0, p1)), (buckets, l0, l1)
 print(f"rank {rank}: identical over {buckets} buckets, losses {l0}")
-'''
+"""
 
 
 def test_one_gradient_hook_per_bucket_gives_deepspeeds_gradients(tmp_path):
@@ -135,7 +154,13 @@ def test_one_gradient_hook_per_bucket_gives_deepspeeds_gradients(tmp_path):
     script = tmp_path / "check.py"
     script.write_text(BUCKET_HOOKS_CHECK)
     env = os.environ | {"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert all(f"rank {r}: identical over" in p.stdout for r in (0, 1)), p.stdout[-2000:]

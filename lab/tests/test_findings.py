@@ -16,7 +16,7 @@ FINDINGS = ROOT / "lab" / "findings" / "h100"
 def _window_tokens_per_second(run: Path) -> float:
     """All the tokens of a run's steady steps over their summed step times (train_log.csv, results.json's warm-up)."""
     log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
-    steady = log.iloc[json.loads((run / "results.json").read_text())["warmup_steps"]:]
+    steady = log.iloc[json.loads((run / "results.json").read_text())["warmup_steps"] :]
     return steady["tokens"].sum() / steady["step_time_s"].sum()
 
 
@@ -34,8 +34,10 @@ def _band_then() -> float:
     root = lessons.REFERENCE_DIR
     repeated = sorted(d.name for d in (root / "repeat").iterdir() if (d / "results.json").is_file())
     assert repeated == sorted(lessons._repeats(root))  # the pairs `lessons.band` takes, no earlier repeat beside
-    spreads = [abs(a - b) / ((a + b) / 2) for a, b in
-               ((median_step(root / "runs" / n), median_step(root / "repeat" / n)) for n in repeated)]
+    spreads = [
+        abs(a - b) / ((a + b) / 2)
+        for a, b in ((median_step(root / "runs" / n), median_step(root / "repeat" / n)) for n in repeated)
+    ]
     return max(spreads)
 
 
@@ -57,18 +59,25 @@ def _profile(path: Path) -> tuple[list[list[float]], dict, dict]:
     """profile_steps.py's profile.txt: its per-step lines ([wall, GPU busy, copies, forward, backward, step] ms each)
     and its two operator tables ({name: {column: cell}}, by GPU time and by CPU time, first row of a name kept)."""
     text = path.read_text()
-    steps = [[float(v) for v in re.findall(r"([\d.]+) ms", line)] for line in text.splitlines()
-             if re.match(r"step \d+: wall", line)]
+    steps = [
+        [float(v) for v in re.findall(r"([\d.]+) ms", line)]
+        for line in text.splitlines()
+        if re.match(r"step \d+: wall", line)
+    ]
 
     def table(section: str) -> dict:
-        lines = [line for line in text.split(section)[1].split("\n\n")[0].splitlines()
-                 if line.strip() and not line.startswith("-")]
+        lines = [
+            line
+            for line in text.split(section)[1].split("\n\n")[0].splitlines()
+            if line.strip() and not line.startswith("-")
+        ]
         head, rows = re.split(r"\s{2,}", lines[0].strip()), {}
         for line in lines[1:]:
             cells = re.split(r"\s{2,}", line.strip())
             if len(cells) == len(head):
                 rows.setdefault(cells[0], dict(zip(head, cells)))
         return rows
+
     return steps, table("by GPU time\n"), table("by CPU time\n")
 
 
@@ -90,8 +99,11 @@ def test_h100_bench_table_matches_its_runs(name, rows_expected):
     for _, row in rows.iterrows():
         r = json.loads((bench / "runs" / run_dir_name(row["row"]) / "results.json").read_text())
         assert r["device"].startswith("NVIDIA H100") and r["max_steps"] == 24 and r["warmup_steps"] == 8
-        assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == \
-               (r["steady_train_tokens_per_second"], r["mfu"], r["gpu_util_pct"])
+        assert (row["steady tokens/s"], row["MFU"], row["GPU util %"]) == (
+            r["steady_train_tokens_per_second"],
+            r["mfu"],
+            r["gpu_util_pct"],
+        )
 
 
 def test_the_bench_readme_states_its_runs():
@@ -110,24 +122,31 @@ def test_the_bench_readme_states_its_runs():
             assert abs(w[row] - _window_tokens_per_second(run)) < 0.01 * w[row]
     z2, z3, off = w["default ZeRO-2"], w["default ZeRO-3"], w["default ZeRO-2 + CPU offload"]
     ceiling = w["plain PyTorch (ceiling)"]
-    assert f"| 0.9x of the plain PyTorch ceiling | {z2 / ceiling:.2f}x; the three levers together " \
-           f"{w['A/B: ZeRO-2, all three'] / ceiling:.2f}x | no |" in text.replace("default ZeRO-2 at least ", "| ")
+    assert (
+        f"| 0.9x of the plain PyTorch ceiling | {z2 / ceiling:.2f}x; the three levers together "
+        f"{w['A/B: ZeRO-2, all three'] / ceiling:.2f}x | no |" in text.replace("default ZeRO-2 at least ", "| ")
+    )
     assert f"| {z3 / z2:.2f}x | no |" in text and z3 / z2 < 0.6
     acc4 = w["A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)"]
     assert f"| {acc4 / z2:.2f}x (accumulation 4: four times the global batch); {off / z2:.2f}x at the same" in text
     assert max(w[[r for r in w.index if "offload" in r.lower()]]) == acc4 and acc4 / z2 < 0.7
     band = _band_then()  # the band when these runs were made (lessons.band's now is under today's definition)
     assert f"±{100 * band:.0f}%" in text
-    levers = {"no gradient norm (max_grad_norm 0: no clipping)": "no gradient norm", "overlap_comm off (one GPU)":
-              "overlap_comm off", "no per-step host syncs (logging every 8 steps)": "no per-step host syncs",
-              "all three": "all three", "2 data loader workers": "2 data loader workers",
-              "bf16 overflow check (DeepSpeed's default)": "overflow check back on"}
+    levers = {
+        "no gradient norm (max_grad_norm 0: no clipping)": "no gradient norm",
+        "overlap_comm off (one GPU)": "overlap_comm off",
+        "no per-step host syncs (logging every 8 steps)": "no per-step host syncs",
+        "all three": "all three",
+        "2 data loader workers": "2 data loader workers",
+        "bf16 overflow check (DeepSpeed's default)": "overflow check back on",
+    }
     for row, words in levers.items():
         ratio = w[f"A/B: ZeRO-2, {row}"] / z2
         assert abs(ratio - 1) <= band, row  # "Each is within the noise"
         assert re.search(re.escape(words) + r"[^;.]*: " + re.escape(f"{ratio:.2f}x"), text), (row, ratio)
-    persistent, compiled = (w[f"A/B: ZeRO-3, {r}"] / z3 for r in ("every parameter persistent (one GPU)",
-                                                                  "torch.compile"))
+    persistent, compiled = (
+        w[f"A/B: ZeRO-3, {r}"] / z3 for r in ("every parameter persistent (one GPU)", "torch.compile")
+    )
     assert f"{persistent:.2f}x of default ZeRO-3, within the noise" in text and abs(persistent - 1) <= band
     assert f"(`--torch-compile-zero3 true`) {compiled:.2f}x, slower" in text and compiled < 1 - band
     bound = w["A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"] / off
@@ -136,8 +155,10 @@ def test_the_bench_readme_states_its_runs():
     zf = "A/B: ZeRO-2 + CPU offload, ZenFlow"
     assert f"{w[zf] / off:.2f}x of plain offload over the window" in text and w[zf] / off < 1 - band
     assert f"figure reads {med[zf] / med['default ZeRO-2 + CPU offload']:.2f}x" in text
-    first = {r: pd.read_csv(bench / "runs" / run_dir_name(r) / "train_log.csv")["loss"].iloc[0]
-             for r in (zf, "default ZeRO-2 + CPU offload", "default ZeRO-2")}
+    first = {
+        r: pd.read_csv(bench / "runs" / run_dir_name(r) / "train_log.csv")["loss"].iloc[0]
+        for r in (zf, "default ZeRO-2 + CPU offload", "default ZeRO-2")
+    }
     assert f"{first[zf]:.4f} against {first['default ZeRO-2 + CPU offload']:.4f} for plain offload" in text
     assert first["default ZeRO-2 + CPU offload"] == first["default ZeRO-2"] != first[zf]  # same batch, same model
 
@@ -154,16 +175,20 @@ def test_the_bench_profiles_state_where_zero2s_step_goes():
         row = by_cpu | by_gpu  # an operator in both tables: its row by GPU time; CPU totals agree in both
         cpu = lambda op: _ms(row[op]["CPU total"]) / 3  # noqa: E731, B023 - CPU total per step
         norms = row.get("aten::linalg_vector_norm")
-        got[name] = {"gpu": float(re.search(r"Self CUDA time total: ([\d.]+)ms", path.read_text()).group(1)) / 3,
-                     "acc": cpu("torch::autograd::AccumulateGrad"),
-                     "calls": int(row["torch::autograd::AccumulateGrad"]["# of Calls"]) // 3,
-                     "collate": cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter._..."),
-                     "norms": int(norms["# of Calls"]) // 3 if norms else 0,
-                     "syncs": "cudaStreamSynchronize" in row}
+        got[name] = {
+            "gpu": float(re.search(r"Self CUDA time total: ([\d.]+)ms", path.read_text()).group(1)) / 3,
+            "acc": cpu("torch::autograd::AccumulateGrad"),
+            "calls": int(row["torch::autograd::AccumulateGrad"]["# of Calls"]) // 3,
+            "collate": cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter._..."),
+            "norms": int(norms["# of Calls"]) // 3 if norms else 0,
+            "syncs": "cudaStreamSynchronize" in row,
+        }
     d, lv = got["default"], got["levers"]
     ceiling = pd.read_csv(bench / "bench.csv").set_index("row").loc["plain PyTorch (ceiling)", "steady s/step"]
-    assert f"GPU kernels: {d['gpu']:.1f} ms for default ZeRO-2, {lv['gpu']:.1f} ms with the levers; the ceiling's " \
-           f"whole step in the table is {1000 * ceiling:.0f} ms" in text
+    assert (
+        f"GPU kernels: {d['gpu']:.1f} ms for default ZeRO-2, {lv['gpu']:.1f} ms with the levers; the ceiling's "
+        f"whole step in the table is {1000 * ceiling:.0f} ms" in text
+    )
     assert f"the {d['norms']} per-tensor gradient norms" in text and lv["norms"] == 0 and d["syncs"] and not lv["syncs"]
     assert f"{d['calls']} `AccumulateGrad` calls" in text and lv["calls"] == d["calls"]
     assert f"{d['acc']:.1f} ms of host time, {lv['acc']:.1f} ms with the levers" in text
@@ -180,26 +205,40 @@ def test_the_gap_readme_states_its_runs():
     window = {n: _window_tokens_per_second(d) for n, d in runs.items()}
     table = pd.read_csv(gap / "bench.csv").set_index("row")
     z2, off = window["default_ZeRO-2"], window["default_ZeRO-2_plus_CPU_offload"]
-    zf, acc4 = window["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"], window[
-        "A_B_ZeRO-2_plus_CPU_offload_4_x_32k_tokens_accumulation_4"]
+    zf, acc4 = (
+        window["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"],
+        window["A_B_ZeRO-2_plus_CPU_offload_4_x_32k_tokens_accumulation_4"],
+    )
     ceiling = table.loc["default ZeRO-2", "steady tokens/s"] / table.loc["plain PyTorch (ceiling)", "steady tokens/s"]
     assert f"| default ZeRO-2 at least 0.9x of the plain PyTorch ceiling | {ceiling:.2f}x | no |" in text
     assert f"| default ZeRO-3 at least 0.6x of default ZeRO-2 | {window['default_ZeRO-3'] / z2:.2f}x | no |" in text
     assert f"| {max(acc4, zf, off) / z2:.2f}x (accumulation 4" in text and f"{off / z2:.2f}x at the same global" in text
-    assert f"1.{round(100 * window['A_B_ZeRO-3_every_parameter_persistent_one_GPU'] / window['default_ZeRO-3']) - 100:02d}x of default ZeRO-3, within the noise" in text
-    steps = sorted(pd.read_csv(runs["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"] / "train_log.csv")
-                   .dropna(subset=["step_time_s"])["step_time_s"].iloc[8:])
+    assert (
+        f"1.{round(100 * window['A_B_ZeRO-3_every_parameter_persistent_one_GPU'] / window['default_ZeRO-3']) - 100:02d}x of default ZeRO-3, within the noise"
+        in text
+    )
+    steps = sorted(
+        pd.read_csv(runs["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"] / "train_log.csv")
+        .dropna(subset=["step_time_s"])["step_time_s"]
+        .iloc[8:]
+    )
     fast, slow = statistics.median(steps[:8]), statistics.median(steps[8:])
     assert slow > 2.5 * fast and f"(median {fast:.2f} s)" in text and f"(median {slow:.2f} s)" in text
-    r_zf, r_off = (json.loads((runs[n] / "results.json").read_text())
-                   for n in ("A_B_ZeRO-2_plus_CPU_offload_ZenFlow", "default_ZeRO-2_plus_CPU_offload"))
+    r_zf, r_off = (
+        json.loads((runs[n] / "results.json").read_text())
+        for n in ("A_B_ZeRO-2_plus_CPU_offload_ZenFlow", "default_ZeRO-2_plus_CPU_offload")
+    )
     assert f"median-based {r_zf['steady_train_tokens_per_second']:,.0f} tokens/s" in text
-    assert (f"{zf / off:.2f}x as fast as plain offload, with a train loss "
-            f"{r_zf['train_loss'] - r_off['train_loss']:.2f} nats higher and a host peak RSS "
-            f"{r_zf['host_peak_rss_mib'] / r_off['host_peak_rss_mib']:.2f}x as large") in text
+    assert (
+        f"{zf / off:.2f}x as fast as plain offload, with a train loss "
+        f"{r_zf['train_loss'] - r_off['train_loss']:.2f} nats higher and a host peak RSS "
+        f"{r_zf['host_peak_rss_mib'] / r_off['host_peak_rss_mib']:.2f}x as large"
+    ) in text
     assert f"{acc4 / off:.2f}x plain offload over the window" in text
-    cb = {n: json.loads((gap / "core-binding" / n / "results.json").read_text())["steady_train_tokens_per_second"]
-          for n in ("plain", "bound", "plain2")}
+    cb = {
+        n: json.loads((gap / "core-binding" / n / "results.json").read_text())["steady_train_tokens_per_second"]
+        for n in ("plain", "bound", "plain2")
+    }
     assert min(cb["plain"], cb["plain2"]) <= cb["bound"] <= max(cb["plain"], cb["plain2"])
     assert f"{cb['plain']:,.0f}, {cb['bound']:,.0f} and {cb['plain2']:,.0f}" in text
     assert f"differed by {max(cb['plain'], cb['plain2']) / min(cb['plain'], cb['plain2']):.2f}x" in text
@@ -209,10 +248,16 @@ def test_the_gap_readme_states_its_runs():
     row = by_gpu | by_cpu  # an operator in both tables: its row by CPU time, the table the old parse ended on
     per_step = lambda name: _ms(row[name]["CPU total"]) / 3  # noqa: E731 - 3 steps profiled
     gpu = float(re.search(r"Self CUDA time total: ([\d.]+)ms", path.read_text()).group(1)) / 3
-    assert f"{gpu:.0f} ms of GPU kernels" in text and f"({1000 * table.loc['plain PyTorch (ceiling)', 'steady s/step']:.0f} ms" in text
+    assert (
+        f"{gpu:.0f} ms of GPU kernels" in text
+        and f"({1000 * table.loc['plain PyTorch (ceiling)', 'steady s/step']:.0f} ms" in text
+    )
     assert f"collation {per_step('enumerate(DataLoader)#_SingleProcessDataLoaderIter._...'):.1f} ms" in text
     acc = row["torch::autograd::AccumulateGrad"]
-    assert f"{int(acc['# of Calls']) // 3} `AccumulateGrad` calls (ZeRO-2's per-parameter gradient hooks) {per_step('torch::autograd::AccumulateGrad'):.1f} ms" in text
+    assert (
+        f"{int(acc['# of Calls']) // 3} `AccumulateGrad` calls (ZeRO-2's per-parameter gradient hooks) {per_step('torch::autograd::AccumulateGrad'):.1f} ms"
+        in text
+    )
     assert f"{int(row['aten::linalg_vector_norm']['# of Calls']) // 3} per-tensor gradient norms" in text
 
 
@@ -240,16 +285,21 @@ def test_the_warm_up_the_readme_states_is_the_logs():
         assert run[2] == "stage2"
         speed[steps] = int(run[3])
     assert speed[4] / speed[24] < 0.7
-    assert f"after 4 steps of warm-up, stage2 ran at {speed[4]:,} tokens/s, after 24 at {speed[24]:,}: " \
-           f"{speed[4] / speed[24]:.2f}x" in text.lower()
+    assert (
+        f"after 4 steps of warm-up, stage2 ran at {speed[4]:,} tokens/s, after 24 at {speed[24]:,}: "
+        f"{speed[4] / speed[24]:.2f}x" in text.lower()
+    )
 
 
 def test_the_zenflow_readme_says_what_its_summary_shows():
     """lab/findings/h100/zenflow: ZenFlow slower than ZeRO-2 + CPU offload with both overlap settings, with more host
     memory, and a higher loss at every step after the first (about a nat on average), as its README says."""
     summary = (FINDINGS / "zenflow" / "summary.md").read_text()
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| ---")}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in summary.splitlines()
+        if line.startswith("| ") and not line.startswith("| ---")
+    }
     speed, host = rows["steady_train_tokens_per_second"], rows["host_peak_rss_mib"]
     assert float(speed[1]) < float(speed[0]) and float(speed[3]) < float(speed[0])
     assert float(host[1]) > float(host[0]) and float(host[3]) > float(host[0])
@@ -283,8 +333,10 @@ def test_the_deepcompile_findings_are_the_logs():
     d = ROOT / "lab/findings/h100/deepcompile"
 
     def steps(name):
-        return [(float(t), a == "True") for t, a in
-                re.findall(r"^step \d+: ([\d.]+) s, deepcompile active: (\w+)", (d / name).read_text(), re.M)]
+        return [
+            (float(t), a == "True")
+            for t, a in re.findall(r"^step \d+: ([\d.]+) s, deepcompile active: (\w+)", (d / name).read_text(), re.M)
+        ]
 
     assert all(not active for log in ("key_only.log", "ab_key_only.log") for _, active in steps(log))
     compiled = steps("trainer_compile.log")
@@ -315,18 +367,26 @@ def test_the_new_shapes_readme_states_its_runs():
     profile = (d / "default" / "new_shapes.txt").read_text()
 
     def host_ms(step, op):
-        block = profile[profile.index(f"step {step} (shape"):]
-        block = block[:block.index("Self CUDA time total")]
+        block = profile[profile.index(f"step {step} (shape") :]
+        block = block[: block.index("Self CUDA time total")]
         found = re.search(re.escape(op) + r"\s+\S+%\s+([\d.]+)ms", block)
-        return float(found.group(1)) if found else None, float(re.search(r"Self CPU time total: ([\d.]+)ms", block).group(1))
+        return float(found.group(1)) if found else None, float(
+            re.search(r"Self CPU time total: ([\d.]+)ms", block).group(1)
+        )
 
     bwd, total11 = host_ms(11, "aten::_cudnn_attention_backward")
     fwd, _ = host_ms(11, "aten::_cudnn_attention_forward")
-    assert host_ms(12, "aten::_cudnn_attention_backward")[0] is None and host_ms(12, "aten::_cudnn_attention_forward")[0] is None
+    assert (
+        host_ms(12, "aten::_cudnn_attention_backward")[0] is None
+        and host_ms(12, "aten::_cudnn_attention_forward")[0] is None
+    )
     assert f"backward` {bwd:.1f} ms and `aten::_cudnn_attention_forward` {fwd:.1f} ms" in text
     assert f"{total11:.1f} ms against {host_ms(12, 'aten::_cudnn_attention_backward')[1]:.1f} ms" in text
-    assert float(pd.read_csv(d / "flash" / "new_shapes.csv")["forward_ms"].iloc[0]) < 2000 < float(
-        pd.read_csv(d / "default" / "new_shapes.csv")["forward_ms"].iloc[0])
+    assert (
+        float(pd.read_csv(d / "flash" / "new_shapes.csv")["forward_ms"].iloc[0])
+        < 2000
+        < float(pd.read_csv(d / "default" / "new_shapes.csv")["forward_ms"].iloc[0])
+    )
 
 
 def test_the_bench_after_the_flash_fix_states_its_runs():
@@ -382,7 +442,9 @@ def test_the_h200_prefetch_bench_readme_states_its_runs():
     tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
     runs = _bench_runs(d, tps, "NVIDIA H200", 24, ["default ZeRO-2", "default ZeRO-3"])
     assert all(r["device"] == "NVIDIA H200" for r in runs.values())
-    zero3 = json.loads((d / "runs" / run_dir_name("default ZeRO-3") / "ds_config.json").read_text())["zero_optimization"]
+    zero3 = json.loads((d / "runs" / run_dir_name("default ZeRO-3") / "ds_config.json").read_text())[
+        "zero_optimization"
+    ]
     assert zero3["stage3_prefetch_bucket_size"] == 50_000_000
     z2 = tps["default ZeRO-2"]
     assert f"ceiling | {z2 / tps['plain PyTorch (ceiling)']:.2f}x | no |" in text
@@ -404,15 +466,23 @@ def test_zero3_prefetch_figures_come_from_the_logs():
     spread = max(abs(a - b) / ((a + b) / 2) for a, b in (recipe, prefetch))
     gain = statistics.mean(prefetch) / statistics.mean(recipe)
     assert min(prefetch) > max(recipe) and gain - 1 > spread  # beyond the noise
-    efficiency = {arm: statistics.mean(two) / (2 * tps[f"x1-{arm}-alone"])
-                  for arm, two in (("recipe", recipe), ("prefetch", prefetch))}
+    efficiency = {
+        arm: statistics.mean(two) / (2 * tps[f"x1-{arm}-alone"])
+        for arm, two in (("recipe", recipe), ("prefetch", prefetch))
+    }
     readme = (logs.parent / "README.md").read_text()
-    for figure in (f"{gain:.2f}x", f"±{spread:.1%}", f"{tps['x1-prefetch-alone'] / tps['x1-recipe-alone']:.2f}x",
-                   f"{efficiency['recipe']:.0%}", f"{efficiency['prefetch']:.0%}"):
+    for figure in (
+        f"{gain:.2f}x",
+        f"±{spread:.1%}",
+        f"{tps['x1-prefetch-alone'] / tps['x1-recipe-alone']:.2f}x",
+        f"{efficiency['recipe']:.0%}",
+        f"{efficiency['prefetch']:.0%}",
+    ):
         assert figure in readme, figure
     peaks = {p.stem: _steady(p)[1] for p in logs.glob("x2-*.log")}
-    grew = statistics.mean(v for k, v in peaks.items() if "prefetch" in k) - \
-        statistics.mean(v for k, v in peaks.items() if "recipe" in k)
+    grew = statistics.mean(v for k, v in peaks.items() if "prefetch" in k) - statistics.mean(
+        v for k, v in peaks.items() if "recipe" in k
+    )
     assert f"{grew:,.0f} MiB" in readme
 
 
@@ -436,7 +506,7 @@ def test_the_collation_gc_and_chunked_loss_levers_state_their_runs():
         ceiling = tps["plain PyTorch (ceiling)"]
         gains.append(tps[workers] / tps[z2])
         assert f"| {k} | {tps[z2] / ceiling:.2f}x | {gains[-1]:.2f}x | {tps[workers] / ceiling:.2f}x |" in text
-    assert f"1.08-1.10x, in each of three processes" in text and f"{min(gains):.2f}-{max(gains):.2f}x" in text
+    assert "1.08-1.10x, in each of three processes" in text and f"{min(gains):.2f}-{max(gains):.2f}x" in text
     runs = {row: [t[k].loc[row, "steady tokens/s"] for k in ("levers", "repeat2", "repeat3")] for row in (workers, z2)}
     spread = {row: (max(v) - min(v)) / statistics.mean(v) for row, v in runs.items()}
     assert f"spread by {spread[workers]:.1%}, the default's by {spread[z2]:.1%}" in text
@@ -490,7 +560,9 @@ def test_the_bucket_hooks_finding_states_its_runs():
     with torch.device("meta"):  # the bench's model, in the order its gradients come
         params = [(0, p) for p in AutoModelForCausalLM.from_config(architecture_config("Qwen/Qwen3-0.6B")).parameters()]
     assert f"of Qwen3-0.6B's {len(params)} parameters" in text
-    assert f"50,000,000 elements, in the backward's order: {len(hook_buckets(params[::-1], 50_000_000))} buckets" in text
+    assert (
+        f"50,000,000 elements, in the backward's order: {len(hook_buckets(params[::-1], 50_000_000))} buckets" in text
+    )
     z2, ceiling = "default ZeRO-2", "plain PyTorch (ceiling)"
     t = {k: pd.read_csv(d / k / "bench.csv").set_index("row") for k in ("process1", "process2")}
     ratios, shorter = [], []
@@ -500,8 +572,10 @@ def test_the_bucket_hooks_finding_states_its_runs():
         _bench_runs(d / k, tps, "NVIDIA H100", 40)
         ratios.append(tps[BUCKETED] / tps[z2])
         shorter.append(1000 * (step[z2] - step[BUCKETED]))
-        assert (f"| {k} | {tps[ceiling]:,.0f} | {tps[z2]:,.0f} | {tps[BUCKETED]:,.0f} | {ratios[-1]:.3f}x | "
-                f"{tps[z2] / tps[ceiling]:.2f}x | {tps[BUCKETED] / tps[ceiling]:.2f}x |") in text
+        assert (
+            f"| {k} | {tps[ceiling]:,.0f} | {tps[z2]:,.0f} | {tps[BUCKETED]:,.0f} | {ratios[-1]:.3f}x | "
+            f"{tps[z2] / tps[ceiling]:.2f}x | {tps[BUCKETED] / tps[ceiling]:.2f}x |"
+        ) in text
         util, mib = table["GPU util %"], table["torch peak alloc MiB"]
         assert f"{util[z2]:.1f}% to {util[BUCKETED]:.1f}%" in text
         assert f"{mib[BUCKETED]:,.0f} MiB against {mib[z2]:,.0f} MiB" in text
@@ -511,13 +585,19 @@ def test_the_bucket_hooks_finding_states_its_runs():
     assert f"default rows spread by {spread:.1%}" in text
     assert max(ratios) - 1 < 0.014  # below the row's spread over three processes (bench-collation-gc-loss)
     step = t["process1"]["steady s/step"]
-    assert f"about {min(shorter):.0f} ms of ZeRO-2's {step[z2]:.3f} s step (process1), against a {step[ceiling]:.3f}" in text
+    assert (
+        f"about {min(shorter):.0f} ms of ZeRO-2's {step[z2]:.3f} s step (process1), against a {step[ceiling]:.3f}"
+        in text
+    )
 
     def log(k, row):
         return pd.read_csv(d / k / "runs" / run_dir_name(row) / "train_log.csv").dropna(subset=["loss"]).reset_index()
-    pairs = {"per bucket vs default": (log("process1", BUCKETED), log("process1", z2)),
-             "default vs default": (log("process1", z2), log("process2", z2)),
-             "per bucket vs per bucket": (log("process1", BUCKETED), log("process2", BUCKETED))}
+
+    pairs = {
+        "per bucket vs default": (log("process1", BUCKETED), log("process1", z2)),
+        "default vs default": (log("process1", z2), log("process2", z2)),
+        "per bucket vs per bucket": (log("process1", BUCKETED), log("process2", BUCKETED)),
+    }
     gap = {name: (a["loss"] - b["loss"]).abs().max() for name, (a, b) in pairs.items()}
     assert f"at most {gap['per bucket vs default']:.5f} in a step's loss" in text
     assert f"differ by as much ({gap['default vs default']:.5f})" in text
@@ -532,8 +612,17 @@ def test_the_packed_finding_states_its_runs():
 
     d = FINDINGS / "bench-packed"
     text = " ".join((d / "README.md").read_text().split())
-    z2, folders = "default ZeRO-2", ["before-fix/process1", "before-fix/process2", "before-fix/process3",
-                                     "before-fix/process4", "before-fix/long", "after-fix"]
+    z2, folders = (
+        "default ZeRO-2",
+        [
+            "before-fix/process1",
+            "before-fix/process2",
+            "before-fix/process3",
+            "before-fix/process4",
+            "before-fix/long",
+            "after-fix",
+        ],
+    )
     lift, default_vs_ceiling, packed_ceiling, stalls = [], [], [], {}
     for k in folders:
         tps = pd.read_csv(d / k / "bench.csv").set_index("row")["steady tokens/s"]
@@ -541,15 +630,21 @@ def test_the_packed_finding_states_its_runs():
         _bench_runs(d / k, tps, "NVIDIA H100", 100 if k.endswith("long") else 40, rows=[z2, PACKED])
         lift.append(f"{tps[CEILING_PACKED] / tps[CEILING]:.2f}x")
         default_vs_ceiling.append(tps[z2] / tps[CEILING])
-        assert (f"| {k} | {tps[CEILING]:,.0f} | {tps[CEILING_PACKED]:,.0f} | {lift[-1]} | {tps[z2]:,.0f} | "
-                f"{tps[PACKED]:,.0f} | {tps[PACKED] / tps[z2]:.2f}x | {default_vs_ceiling[-1]:.2f}x | "
-                f"{tps[PACKED] / tps[CEILING]:.2f}x | {tps[PACKED] / tps[CEILING_PACKED]:.2f}x |") in text
+        assert (
+            f"| {k} | {tps[CEILING]:,.0f} | {tps[CEILING_PACKED]:,.0f} | {lift[-1]} | {tps[z2]:,.0f} | "
+            f"{tps[PACKED]:,.0f} | {tps[PACKED] / tps[z2]:.2f}x | {default_vs_ceiling[-1]:.2f}x | "
+            f"{tps[PACKED] / tps[CEILING]:.2f}x | {tps[PACKED] / tps[CEILING_PACKED]:.2f}x |"
+        ) in text
         for row in (PACKED, PACKED_NO_GC):
             if row in tps.index:
                 log = pd.read_csv(d / k / "runs" / run_dir_name(row) / "train_log.csv").dropna(subset=["step_time_s"])
                 slow = log[(log["step"] > 1) & (log["step_time_s"] > 0.5)]
-                stalls[k, row] = (slow["step"].tolist(), set(slow["tokens"]), slow["step_time_s"].tolist(),
-                                  log.set_index("step").loc[18])
+                stalls[k, row] = (
+                    slow["step"].tolist(),
+                    set(slow["tokens"]),
+                    slow["step_time_s"].tolist(),
+                    log.set_index("step").loc[18],
+                )
     assert sorted(set(lift)) == ["1.09x", "1.10x"] and "by 1.09x or 1.10x" in text
     assert f"{min(default_vs_ceiling):.2f}x-{max(default_vs_ceiling):.2f}x of the ceiling in these six" in text
     before = {key: v for key, v in stalls.items() if key[0].startswith("before")}
@@ -562,7 +657,9 @@ def test_the_packed_finding_states_its_runs():
     assert {f"{t:.2f}" for t in off} == {"0.80"} and "0.80 s in both processes" in text
     after = stalls["after-fix", PACKED]
     assert after[0] == [] and after[3]["tokens"] == 8479 and f"step 18 took {after[3]['step_time_s']:.3f} s" in text
-    assert f"({packed_ceiling[-1]:,.0f} after, {min(packed_ceiling[:-1]):,.0f} to {max(packed_ceiling[:-1]):,.0f}" in text
+    assert (
+        f"({packed_ceiling[-1]:,.0f} after, {min(packed_ceiling[:-1]):,.0f} to {max(packed_ceiling[:-1]):,.0f}" in text
+    )
 
     def flex_ms(step: int) -> dict:
         """Self CUDA ms of FlexAttention's forward and backward kernels in the profile's table for `step`."""
@@ -573,9 +670,12 @@ def test_the_packed_finding_states_its_runs():
                 kind = "backward" if "flex_attention_backward" in line else "forward"
                 ms[kind] = float(line.split()[6].removesuffix("ms"))  # Name, 5 CPU columns, Self CUDA
         return ms
+
     s17, s18 = flex_ms(17), flex_ms(18)
-    assert (f"backward kernels took {s18['backward']:.1f} ms of GPU time and its forward kernels {s18['forward']:.1f} ms, "
-            f"against {s17['backward']:.1f} ms and {s17['forward']:.1f} ms in step 17") in text
+    assert (
+        f"backward kernels took {s18['backward']:.1f} ms of GPU time and its forward kernels {s18['forward']:.1f} ms, "
+        f"against {s17['backward']:.1f} ms and {s17['forward']:.1f} ms in step 17"
+    ) in text
     micro = pd.read_csv(d / "profile" / "train_log.csv").set_index("step")
     assert micro.loc[18, "tokens"] == 8479
 
@@ -587,8 +687,12 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
 
     d = FINDINGS / "bench-zero3-offload"
     text = " ".join((d / "README.md").read_text().split())
-    names = {"stage2": "default ZeRO-2", "stage3": "default ZeRO-3", "stage3-liger": "ZeRO-3, Liger-Kernel's layers",
-             "stage2_offload": "ZeRO-2 + CPU offload"}
+    names = {
+        "stage2": "default ZeRO-2",
+        "stage3": "default ZeRO-3",
+        "stage3-liger": "ZeRO-3, Liger-Kernel's layers",
+        "stage2_offload": "ZeRO-2 + CPU offload",
+    }
     prof = {k: _profile(d / "profile" / k / "profile.txt") for k in names}
     for k, (steps, _, _) in prof.items():
         assert len(steps) == 3 and all(len(s) == 6 for s in steps), k
@@ -597,21 +701,30 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
     gpu = lambda k, op: _ms(prof[k][1][op]["Self CUDA"]) / 3  # noqa: E731 - per step
     cpu = lambda k, op, col="Self CPU": _ms(prof[k][2][op][col]) / 3  # noqa: E731
     calls = lambda k, table, op: int(prof[k][table][op]["# of Calls"]) // 3  # noqa: E731
-    assert f"`aten::mm` takes {gpu('stage3', 'aten::mm'):.1f} ms a step under ZeRO-3 and " \
-           f"{gpu('stage2', 'aten::mm'):.1f} ms under ZeRO-2" in text
-    assert (f"`aten::mul` {gpu('stage3', 'aten::mul'):.1f} ms, `aten::copy_` {gpu('stage3', 'aten::copy_'):.1f} ms, "
-            f"`aten::add_` {gpu('stage3', 'aten::add_'):.1f} ms, `aten::sum` {gpu('stage3', 'aten::sum'):.1f} ms and "
-            f"`aten::pow` {gpu('stage3', 'aten::pow'):.1f} ms") in text
-    assert f"`aten::copy_` falls to {gpu('stage3-liger', 'aten::copy_'):.1f} ms and `aten::add_` to " \
-           f"{gpu('stage3-liger', 'aten::add_'):.1f} ms" in text
-    pre, post = (cpu("stage3-liger", op) for op in ("PreBackwardFunctionForModuleBackward",
-                                                    "PostBackwardFunctionModuleBackward"))
+    assert (
+        f"`aten::mm` takes {gpu('stage3', 'aten::mm'):.1f} ms a step under ZeRO-3 and "
+        f"{gpu('stage2', 'aten::mm'):.1f} ms under ZeRO-2" in text
+    )
+    assert (
+        f"`aten::mul` {gpu('stage3', 'aten::mul'):.1f} ms, `aten::copy_` {gpu('stage3', 'aten::copy_'):.1f} ms, "
+        f"`aten::add_` {gpu('stage3', 'aten::add_'):.1f} ms, `aten::sum` {gpu('stage3', 'aten::sum'):.1f} ms and "
+        f"`aten::pow` {gpu('stage3', 'aten::pow'):.1f} ms"
+    ) in text
+    assert (
+        f"`aten::copy_` falls to {gpu('stage3-liger', 'aten::copy_'):.1f} ms and `aten::add_` to "
+        f"{gpu('stage3-liger', 'aten::add_'):.1f} ms" in text
+    )
+    pre, post = (
+        cpu("stage3-liger", op) for op in ("PreBackwardFunctionForModuleBackward", "PostBackwardFunctionModuleBackward")
+    )
     assert f"took {pre:.1f} ms (`PreBackwardFunctionForModuleBackward`) and {post:.1f}" in text
     hooks = cpu("stage3-liger", "torch::autograd::AccumulateGrad", "CPU total")
     assert f"(`AccumulateGrad`) took {hooks:.1f} ms" in text
-    assert f"{cpu('stage3-liger', 'LigerRopeFunction'):.1f} ms a step forward and " \
-           f"{cpu('stage3-liger', 'LigerRopeFunctionBackward'):.1f} ms backward, for " \
-           f"{calls('stage3-liger', 2, 'LigerRopeFunction')} calls each" in text
+    assert (
+        f"{cpu('stage3-liger', 'LigerRopeFunction'):.1f} ms a step forward and "
+        f"{cpu('stage3-liger', 'LigerRopeFunctionBackward'):.1f} ms backward, for "
+        f"{calls('stage3-liger', 2, 'LigerRopeFunction')} calls each" in text
+    )
     o = "stage2_offload"
     assert f"`DeepSpeedCPUAdam` takes {cpu(o, 'Optimizer.step#DeepSpeedCPUAdam.step'):.1f} ms" in text
     assert f"(`aten::mul_`, {calls(o, 2, 'aten::mul_')} calls) takes {cpu(o, 'aten::mul_'):.1f} ms" in text
@@ -622,24 +735,33 @@ def test_the_zero3_and_offload_profiles_state_their_runs():
     assert f"take {cpu(o, 'torch::autograd::AccumulateGrad', 'CPU total'):.1f} ms of host time" in text
     mean = lambda k, i: statistics.mean(s[i] for s in prof[k][0])  # noqa: E731
     bound = mean("stage2", 0) - mean("stage2", 5) + mean(o, 5)
-    assert (f"ZeRO-2's profiled step, {mean('stage2', 0):.1f} ms on average. Replace its GPU optimizer step "
-            f"({mean('stage2', 5):.1f} ms) with offload's CPU step ({mean(o, 5):.1f} ms)") in text
+    assert (
+        f"ZeRO-2's profiled step, {mean('stage2', 0):.1f} ms on average. Replace its GPU optimizer step "
+        f"({mean('stage2', 5):.1f} ms) with offload's CPU step ({mean(o, 5):.1f} ms)"
+    ) in text
     assert f"That gives {bound:.1f} ms, so offload could reach at most {mean('stage2', 0) / bound:.2f}x" in text
     tps = pd.read_csv(d / "bench.csv").set_index("row")
     runs = _bench_runs(d, tps["steady tokens/s"], "NVIDIA H100", 40)
     z2, z3, lg = (runs[r] for r in ("default ZeRO-2", "default ZeRO-3", LIGER_LAYERS))
     rate = lambda r: r["steady_train_tokens_per_second"]  # noqa: E731
-    assert f"made {rate(lg):,.0f} tokens/s against default ZeRO-3's {rate(z3):,.0f}: {rate(lg) / rate(z3):.2f}x, " \
-           "within the noise" in text and abs(rate(lg) / rate(z3) - 1) < 0.15
+    assert (
+        f"made {rate(lg):,.0f} tokens/s against default ZeRO-3's {rate(z3):,.0f}: {rate(lg) / rate(z3):.2f}x, "
+        "within the noise"
+        in text
+        and abs(rate(lg) / rate(z3) - 1) < 0.15
+    )
     assert f"from {z3['gpu_util_pct']:.1f}% to {lg['gpu_util_pct']:.1f}%" in text
     assert f"from {z3['gpu_peak_allocated_mib']:,.0f} to {lg['gpu_peak_allocated_mib']:,.0f} MiB" in text
     assert f"{lg['train_loss']:.4f} against {z3['train_loss']:.4f}" in text
-    assert f"made {rate(z3) / rate(z2):.2f}x of default ZeRO-2 in the bench, and with Liger's layers " \
-           f"{rate(lg) / rate(z2):.2f}x" in text
+    assert (
+        f"made {rate(z3) / rate(z2):.2f}x of default ZeRO-2 in the bench, and with Liger's layers "
+        f"{rate(lg) / rate(z2):.2f}x" in text
+    )
     # the summaries in the bench's and the peers' READMEs
     work = f"{mean('stage3', 1) / mean('stage2', 1):.1f} times ZeRO-2's work"
-    summaries = {other: " ".join((FINDINGS / other / "README.md").read_text().split())
-                 for other in ("bench", "bench-peers")}
+    summaries = {
+        other: " ".join((FINDINGS / other / "README.md").read_text().split()) for other in ("bench", "bench-peers")
+    }
     for other, summary in summaries.items():
         assert work in summary and f"{mean('stage2', 0) / bound:.2f}x of ZeRO-2" in summary, other
     assert f"({rate(lg) / rate(z3):.2f}x, within the noise)" in summaries["bench"]
