@@ -1,7 +1,7 @@
 """What the notebooks share: the runs each one makes, the GPU reference runs beside the learner's own, and
 the tolerance band of those references (used by every notebook 01-04). Each notebook's figures and verdicts,
 computed from its runs, come from this package's modules (`setup`, `baseline`, `zero_stages`, `offload`,
-`fine_tuned`, `large_models`, `drills`, `zenflow`, `multi_gpu`) as typed records; the sentences that answer an
+`fine_tuned`, `large_models`, `drills`, `multi_gpu`) as typed records; the sentences that answer an
 exercise are written in the solution notebook, from those records.
 
 - `COURSE_RUNS`: per notebook, run name -> (experiment, settings). The notebooks and the reference command
@@ -92,11 +92,6 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage3": ("stage3", {}),
         "stage3_offload": ("stage3_offload", {}),
     },
-    # the ZenFlow appendix: ZeRO-2 offload with ZenFlow beside plain ZeRO-2 offload, the same settings and steps
-    "03e_zenflow": {
-        "stage2_offload": ("stage2_offload", {}),
-        "stage2_zenflow": ("stage2_zenflow", {}),
-    },
 }
 # The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log),
 # the tiny CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
@@ -131,13 +126,6 @@ COLUMNS = {
         "gpu_peak_allocated_mib",
         "gpu_peak_mib",
         "host_states_rss_mib",
-        "host_peak_rss_mib",
-    ],
-    "03e_zenflow": [
-        "train_loss",
-        "steady_train_tokens_per_second",
-        "steady_step_time_s",
-        "gpu_peak_allocated_mib",
         "host_peak_rss_mib",
     ],
 }
