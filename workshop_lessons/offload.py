@@ -11,8 +11,8 @@ from pathlib import Path
 from workshop_lib.config import recipe_settings
 from workshop_lib.units import MiB
 
-from . import Comparison, compare, gpu_results
 from .baseline import compare_peak, compare_speed, number
+from .comparisons import Comparison, compare, gpu_results
 from .zero_stages import compiled
 
 RUNS = ("stage2", "stage2_offload", "stage3", "stage3_offload")
