@@ -121,5 +121,3 @@ if MINE:
 # - Offload frees the model states on the GPU, not what the steps add; the host holds at least 12 more bytes per
 #   parameter, and each step waits for the CPU.
 # - Use it when the model states do not fit otherwise.
-# - Appendix `03e_zenflow` (optional): ZenFlow, offload that does not wait for the CPU, and a DeepSpeed defect it
-#   shows.

@@ -12,7 +12,7 @@ skipped, with the reason, where TRL is not installed). From the repository's roo
 Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log (a peer's
 in train_log.csv's columns, as every run's), and any step that compiled are left out, then all the steady steps'
 tokens over their summed time, the one figure of the table, the ratios under it and the plot (it measures a row
-whose steps are not alike, ZenFlow's, or not each synced with the GPU, `logging_steps`, as a whole). Speeds are
+whose steps are not each synced with the GPU, `logging_steps`, as a whole). Speeds are
 comparable only within one benchmark call. Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a
 "window tokens/s" column and a median-step "steady tokens/s": the definition then.
 """
@@ -112,8 +112,6 @@ VARIANTS = [
         "A/B: ZeRO-3, every parameter persistent (one GPU)",
         dict(experiment="stage3", ds_config=["zero_optimization.stage3_param_persistence_threshold=1000000000"]),
     ),
-    # ZenFlow on ZeRO-2 + CPU offload: the stage2_zenflow experiment (`ds_config.ZENFLOW`, overlap_step on a GPU)
-    ("A/B: ZeRO-2 + CPU offload, ZenFlow", dict(experiment="stage2_zenflow")),
     (
         "A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)",
         dict(experiment="stage2_offload", gradient_accumulation_steps=4),

@@ -36,7 +36,6 @@ def test_offload_sections():
         ((2, "nvme"), "needs ZeRO-3"),
         ((2, "gpu"), "Unknown offload device"),
         ((4,), "0, 1, 2 or 3"),
-        ((2, "none", "none", "", {"zero_optimization.zenflow": {}}), "ZenFlow .* needs the optimizer offloaded"),
     ],
 )
 def test_an_impossible_experiment_cannot_be_made(args, expected):
@@ -109,8 +108,8 @@ BUILT = [
 ]
 
 
-def _built(stage, opt, par, overlay=None, **kw):
-    experiment = Experiment("x", stage, opt, par, overlay=overlay or {})
+def _built(stage, opt, par, **kw):
+    experiment = Experiment("x", stage, opt, par)
     return build_ds_config(experiment, Settings(nvme_path="/tmp", check_grad_overflow=False, **kw))
 
 
@@ -147,28 +146,6 @@ def test_every_experiments_config_is_explained_and_read_by_deepspeed(name):
     cfg = build_ds_config(name, Settings(precision="bf16", nvme_path="/tmp"))
     assert set(flatten(cfg)) <= set(KEYS), set(flatten(cfg)) - set(KEYS)
     check_keys(cfg, list(flatten(cfg)))
-
-
-def test_zenflow_block_is_explained_read_by_deepspeed_and_needs_cpu_offload():
-    """stage2_zenflow's block: every value written out (the Trainer fills none of ZenFlow's "auto" ones),
-    select_interval >= update_interval, overlap_step only with CUDA; each key explained and one DeepSpeed reads;
-    refused without CPU optimizer offload."""
-    import torch
-
-    from workshop_lib.ds_config import KEYS, ZENFLOW, check_keys, explain, flatten
-
-    cfg = _built(2, "cpu", "none", EXPERIMENTS["stage2_zenflow"].overlay, precision="bf16")
-    zf = cfg["zero_optimization"]["zenflow"]
-    assert zf == ZENFLOW | {"overlap_step": torch.cuda.is_available()} and "auto" not in zf.values()
-    assert zf["select_interval"] >= zf["update_interval"]
-    assert set(flatten(cfg)) <= set(KEYS) and "(not in workshop_lib.ds_config.KEYS)" not in set(explain(cfg)["meaning"])
-    check_keys(cfg, list(flatten(cfg)))
-    assert "zenflow" not in build_ds_config("stage2_offload")["zero_optimization"]
-    for stage, offload in ((2, "none"), (3, "nvme")):
-        with pytest.raises(WorkshopError, match="ZenFlow .* needs the optimizer offloaded to the CPU"):
-            Experiment(
-                "x", stage, offload, offload if stage == 3 else "none", overlay=EXPERIMENTS["stage2_zenflow"].overlay
-            )
 
 
 def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():

@@ -32,7 +32,6 @@ LAYERS = [
         "teardown",
         "nvme",
         "preflight",
-        "zenflow",
     },
     {"train", "record"},
     {"cli"},

@@ -58,7 +58,7 @@ def test_a_warm_up_shows_op_builds_at_once_and_holds_the_rest():
     import contextlib
     import io
 
-    from workshop_lessons import _Held
+    from workshop_lessons.warmup import _Held
 
     shown = io.StringIO()
     held = _Held(shown)

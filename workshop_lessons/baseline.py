@@ -17,7 +17,8 @@ from workshop_lib.model import count_params
 from workshop_lib.preflight import check_machine
 from workshop_lib.units import MiB
 
-from . import Comparison, band, compare, cpu_band
+from .comparisons import Comparison, compare
+from .references import band, cpu_band
 
 # Settings as a run ran them (results.json's own key, else its config's), beside the data and batching that
 # exercises 2-3 count: what else differs between the recipes' runs without DeepSpeed

@@ -22,7 +22,7 @@ from workshop_lib.errors import WorkshopError
 from workshop_lib.results import title, unit
 from workshop_lib.units import MiB, ceil_div
 
-from . import Comparison, compare
+from .comparisons import Comparison, compare
 
 # what each file of a Trainer + DeepSpeed checkpoint holds, by a part of its name
 HOLDS = {

@@ -35,8 +35,10 @@ from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
 
-from . import REFERENCE, Comparison, compare, notebook_run_options
 from .baseline import compare_speed
+from .comparisons import Comparison, compare
+from .registry import REFERENCE
+from .runs import notebook_run_options
 
 REFERENCES = {
     "one H100 80GB, 128 GiB host": REFERENCE / "h100" / "large-models",

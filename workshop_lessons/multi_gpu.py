@@ -18,7 +18,9 @@ from workshop_lib.memory import zero_bytes_per_param
 from workshop_lib.results import PEAK_PER_GPU, PEAK_PER_RANK, per_gpu, scaling_table, title, unit
 from workshop_lib.units import MiB
 
-from . import Comparison, band, compare, notebook_run_options
+from .comparisons import Comparison, compare
+from .references import band
+from .runs import notebook_run_options
 
 # Bytes per parameter of the model states per GPU with N GPUs (Rajbhandari et al. 2020): stage -> f(N).
 PER_GPU = {0: lambda n: 16, 1: lambda n: 4 + 12 / n, 2: lambda n: 2 + 14 / n, 3: lambda n: 16 / n}

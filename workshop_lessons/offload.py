@@ -1,8 +1,7 @@
 """Notebook 03's figures and verdicts, computed from its runs (results.json dicts by run name): stage2,
 stage2_offload, stage3 and stage3_offload (`figures`), and for why ZeRO-3 peaks above ZeRO-2, notebook 02's runs
 that show compilation apart (`compile_runs`); the figures of its own-key exercise with pageable buffers (`pinning`).
-The solution notebook writes the answers from them. ZenFlow's run against stage2_offload is the appendix's, 03e
-(`workshop_lessons.zenflow`)."""
+The solution notebook writes the answers from them."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ from pathlib import Path
 from workshop_lib.config import recipe_settings
 from workshop_lib.units import MiB
 
-from . import Comparison, compare, gpu_results
 from .baseline import compare_peak, compare_speed, number
+from .comparisons import Comparison, compare, gpu_results
 from .zero_stages import compiled
 
 RUNS = ("stage2", "stage2_offload", "stage3", "stage3_offload")

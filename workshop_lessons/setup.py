@@ -10,7 +10,7 @@ import pandas as pd
 
 from workshop_lib.model import count_params
 
-from . import Comparison, compare
+from .comparisons import Comparison, compare
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from workshop_lib.ds_config import EXPERIMENTS, apply_overrides, build_ds_config
 from workshop_lib.results import hfu
 from workshop_lib.units import MiB
 
-from . import Comparison, compare
 from .baseline import NvmlSplit, compare_peak, compare_speed, gpu_share, gpu_total_mib, number, nvml_split, peak, speed
+from .comparisons import Comparison, compare
 
 STAGES = ["stage1", "stage2", "stage3"]
 LOSS_AGREE = 0.01  # relative spread of the ZeRO stages' train losses below which we call them in agreement

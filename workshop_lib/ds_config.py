@@ -29,12 +29,10 @@ Auto = str  # the literal "auto": the HF Trainer integration fills it from Train
 Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
 
 
-def check_combination(
-    zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none", zenflow: bool = False
-) -> None:
+def check_combination(zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none") -> None:
     """The legal experiments, in one place (an `Experiment` and `fit.estimate` check theirs here): `zero_stage`
     None (the HF Trainer alone) or 0-3; optimizer offload ("cpu", "nvme") at stages 1-3, parameter offload at
-    stage 3, NVMe at stage 3, ZenFlow with the optimizer on the CPU.
+    stage 3, NVMe at stage 3.
 
     Raises:
         WorkshopError: an unknown stage or device, or a combination DeepSpeed cannot run.
@@ -64,12 +62,6 @@ def check_combination(
             f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer to the CPU only.",
             "use stage3_nvme (zero_stage 3, offload nvme), or offload to the CPU.",
         )
-    if zenflow and offload_optimizer != "cpu":
-        raise WorkshopError(
-            "ZenFlow updates the less important gradient columns on the CPU: it needs the optimizer "
-            f"offloaded to the CPU, not {offload_optimizer!r}.",
-            "use the stage2_zenflow experiment (ZeRO-2, offload_optimizer cpu).",
-        )
 
 
 @dataclass(frozen=True)
@@ -88,16 +80,11 @@ class Experiment:
     overlay: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        check_combination(self.zero_stage, self.offload_optimizer, self.offload_param, self.zenflow)
+        check_combination(self.zero_stage, self.offload_optimizer, self.offload_param)
 
     @property
     def deepspeed(self) -> bool:
         return self.zero_stage is not None
-
-    @property
-    def zenflow(self) -> bool:
-        """DeepSpeed's ZenFlow on top of CPU optimizer offload (`ZENFLOW`)."""
-        return any(k.startswith("zero_optimization.zenflow") for k in self.overlay)
 
     @property
     def offloads_to_nvme(self) -> bool:
@@ -108,23 +95,9 @@ class Experiment:
     def fit_setup(self) -> dict:
         """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
         "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
-        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it). ZenFlow's
-        experiment is estimated as its offload without ZenFlow: the optimizer states of its top-k gradient columns
-        that stay on the GPU (`topk_ratio` of them) are not in the estimate."""
+        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it)."""
         return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
 
-
-# ZenFlow's settings (DeepSpeed's ZenFlow tutorial; zenflow_config.py), measured in lab/findings/h100/bench-gap: the
-# tenth of the gradient columns with the largest norms, chosen every 4 optimizer steps, updated on the GPU each step;
-# the rest go to the CPU's Adam every 4 (update_interval <= select_interval, as DeepSpeed requires). All written
-# out: the Trainer fills none of ZenFlow's "auto"s. `overlap_step` is added per machine (`zenflow_overlap_step`).
-ZENFLOW = {
-    "topk_ratio": 0.1,
-    "select_strategy": "step",
-    "select_interval": 4,
-    "update_interval": 4,
-    "full_warm_up_rounds": 0,
-}
 
 EXPERIMENTS = {
     e.name: e
@@ -136,14 +109,6 @@ EXPERIMENTS = {
         Experiment("stage3", 3, summary="+ parameters partitioned, gathered per layer"),
         Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
         Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
-        Experiment(
-            "stage2_zenflow",
-            2,
-            "cpu",
-            overlay={"zero_optimization.zenflow": ZENFLOW},
-            summary="ZeRO-2 + CPU offload + ZenFlow: the top gradient columns updated on the GPU every step, the "
-            "rest on the CPU every few steps, unawaited (a few steps stale)",
-        ),
         Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
         Experiment(
             "stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"
@@ -288,18 +253,7 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
     )
     for key, value in exp.overlay.items():
         _set(cfg, key, copy.deepcopy(value))
-    if exp.zenflow:
-        cfg["zero_optimization"]["zenflow"]["overlap_step"] = zenflow_overlap_step()
     return cfg
-
-
-def zenflow_overlap_step() -> bool:
-    """ZenFlow's `overlap_step`: True where CUDA is available. It runs the CPU update in a process of its own
-    (multiprocessing "spawn": a script must guard its code with `if __name__ == "__main__"`, or it runs twice)
-    while the GPU goes on; on a CPU there is nothing to overlap with, and a run with it hung."""
-    import torch  # here only: building a config needs no torch otherwise
-
-    return torch.cuda.is_available()
 
 
 def _set(cfg: dict, key: str, value) -> None:
@@ -334,8 +288,6 @@ SHIPPED = {
     "ds_zero2_offload.json": "stage2_offload",
     "ds_zero3_offload.json": "stage3_offload",
 }
-# No ZenFlow file: under a plain Trainer script, accelerate decides ZenFlow's update boundaries and every step
-# becomes a CPU update (`workshop_lib.zenflow`); `workshop run stage2_zenflow` runs it as DeepSpeed schedules it.
 
 
 def shipped_configs() -> dict[str, str]:
@@ -375,7 +327,6 @@ def _hidden(expr: str) -> str:
 
 _DEFAULT = "DeepSpeed's default (the workshop does not write it)"
 _LR = "the HF Trainer's linear schedule drives it (no scheduler section)"
-_ZENFLOW = "workshop: the experiment (stage2_zenflow, ds_config.ZENFLOW); an override tunes it"
 KEYS: dict[str, Key] = {
     "train_micro_batch_size_per_gpu": Key(
         "sequences per GPU in one forward and backward pass. With --batching token_budget the micro-batches vary "
@@ -552,40 +503,6 @@ KEYS: dict[str, Key] = {
         "ELEMENTS per such buffer: at least the largest parameter tensor",
         "workshop: sized for the model (nvme.nvme_buffers)",
         stages=(3,),
-    ),
-    "zero_optimization.zenflow.topk_ratio": Key(
-        "ZenFlow: share of each weight matrix's gradient columns, those with the largest norms, updated on the GPU at "
-        "every step (their Adam states stay on the GPU)",
-        _ZENFLOW,
-        stages=(1, 2, 3),
-    ),
-    "zero_optimization.zenflow.select_strategy": Key(
-        'ZenFlow: what select_interval counts, "step" (optimizer steps) or "epoch"; "auto" is not filled by the '
-        "HF Trainer",
-        _ZENFLOW,
-        stages=(1, 2, 3),
-    ),
-    "zero_optimization.zenflow.select_interval": Key(
-        "ZenFlow: optimizer steps (or epochs) between two selections of the top columns; at least update_interval",
-        _ZENFLOW,
-        stages=(1, 2, 3),
-    ),
-    "zero_optimization.zenflow.update_interval": Key(
-        "ZenFlow: optimizer steps between two CPU updates of the other columns, whose gradients accumulate meanwhile: "
-        "those columns' update is up to this many steps late",
-        _ZENFLOW,
-        stages=(1, 2, 3),
-    ),
-    "zero_optimization.zenflow.full_warm_up_rounds": Key(
-        "ZenFlow: optimizer steps at the start that update every column (no selection) before ZenFlow begins",
-        _ZENFLOW,
-        stages=(1, 2, 3),
-    ),
-    "zero_optimization.zenflow.overlap_step": Key(
-        "ZenFlow: run the CPU update in a process of its own while the GPU goes on with the next steps (true), or "
-        "wait for it (false)",
-        "workshop: true where CUDA is available (ds_config.zenflow_overlap_step)",
-        stages=(1, 2, 3),
     ),
     "steps_per_print": Key(
         "DeepSpeed prints its progress every this many steps (1e6: practically never)",

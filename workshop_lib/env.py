@@ -451,16 +451,11 @@ def quiet_libraries() -> None:
     notice, accelerate's OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard, shown at 0% in a
     notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for a world of one; a
-    resume's expected notes are `checkpoint.quiet_resume_notes`', ZenFlow's deprecation and scheduler-order warnings,
-    DeepSpeed's SSD-wear notice on NVMe offload (03c tells it). Everything else, errors included, still shows."""
+    resume's expected notes are `checkpoint.quiet_resume_notes`', DeepSpeed's SSD-wear notice on NVMe offload (03c tells it). Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings(
         "ignore", message=r"barrier\(\): using the device under current context", category=UserWarning
-    )
-    warnings.filterwarnings("ignore", message=r"`torch\._utils\.is_compiling` is deprecated", module=r"deepspeed\.ops")
-    warnings.filterwarnings(
-        "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before", module=r"deepspeed\.runtime\.zenflow"
     )
     for name, words in (
         ("accelerate.accelerator", "Gradient accumulation steps mismatch"),

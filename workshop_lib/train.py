@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
-from . import checkpoint, comms, env, preflight, rundir, teardown, zenflow
+from . import checkpoint, comms, env, preflight, rundir, teardown
 from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
 from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
@@ -63,14 +63,6 @@ LIGER_FLCE_ONLY = {
     "cross_entropy": False,
     "fused_linear_cross_entropy": True,
 }
-
-
-# Seen on the CPU (DeepSpeed 0.19.8): a tiny stage2_zenflow run resumed at step 4 logged step 6's loss 5e-3 nats from
-# the unstopped run's, where the other experiments resume with the same losses (tests/test_cli.py)
-ZENFLOW_RESUME = (
-    "ZenFlow: a resumed run does not repeat a run never stopped exactly; its losses differ slightly "
-    "from a step or two after the checkpoint."
-)
 
 
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
@@ -251,8 +243,6 @@ def _run(run: Run) -> dict:
     try:
         if cfg.resume:  # inside: a universal conversion that fails marks the run failed
             run.resume_from = checkpoint.resume_point(run.out, rank, run.change)
-            if run.exp.zenflow and run.resume_from and rank == 0:
-                print(ZENFLOW_RESUME, flush=True)
         # sampled from before the Trainer is built: the set-up phase is the same whoever (Trainer, DeepSpeed) does it
         with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
             build_trainer(run)
@@ -594,7 +584,7 @@ def train(run: Run) -> None:
             trainer.add_callback(callback)
         rundir.StopRequest.training = True
         try:
-            with zenflow.own_update_boundaries(), checkpoint.weights_only_loads():  # a resume's DeepSpeed loads
+            with checkpoint.weights_only_loads():  # a resume's DeepSpeed loads
                 train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
             rundir.StopRequest.training = False

@@ -1,0 +1,143 @@
+"""The GPU reference runs beside the learner's own and the tolerance band of those references.
+
+- `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h100/course/runs/NAME/results.json) of a
+  notebook's runs.
+- `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
+  |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
+  on another H100, workshop_lessons/reference/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction
+  (0.05 = +-5%).
+- `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
+  (workshop_lessons/reference/cpu/run_order.csv), the band of a CPU run's speed verdicts.
+- `table(notebook, runs_dir)`: the learner's exercise table (`results.exercise_table`) with the reference and its
+  band beside each figure: what every learner notebook shows under its runs."""
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from workshop_lib.results import exercise_table, find_runs, load_results, title
+
+from .registry import COLUMNS, COURSE_RUNS, REFERENCE, REFERENCE_DIR
+
+# Reference runs measured again: the same model, recipe, data, steps and experiment in workshop_lessons/reference/h100/runs
+# (scripts/gpu_benchmark.sh with MAX_STEPS=24, another call on another H100 instance).
+REPEATS = {
+    "baseline": REFERENCE / "h100/runs/Qwen3-0.6B-default-baseline",
+    "stage2": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2",
+    "stage2_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2_offload",
+    "stage3_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage3_offload",
+    "baseline_classic": REFERENCE / "h100/runs/bloom-560m-classic-baseline",
+}
+# What those earlier runs measured as the reference runs do; their memory was taken over another window (set-up
+# included), so memory has no band until a run is repeated with `--repeat`.
+REPEATS_METRICS = {"steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct", "train_loss"}
+
+
+def _load(root: Path) -> pd.DataFrame:
+    if not root.is_dir() or not find_runs(root)[0]:
+        return pd.DataFrame()
+    df = load_results(root)
+    df["run"] = [Path(d).name for d in df["run_dir"]]
+    return df.set_index("run")
+
+
+def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.DataFrame:
+    """The reference runs (one row per run name, indexed by it; results.json columns) of `notebook`'s runs,
+    or all of them; an empty frame where none are on file (a copy of the lessons without their reference/)."""
+    df = _load(root / "runs")
+    if df.empty or notebook is None:
+        return df
+    return df.loc[[n for n in COURSE_RUNS[notebook] if n in df.index]]
+
+
+def _repeats(root: Path) -> dict[str, dict]:
+    """name -> results.json of the runs measured again: root/repeat/NAME, and `REPEATS` for the committed reference."""
+    earlier = {n: d for n, d in REPEATS.items() if (d / "results.json").is_file()} if root == REFERENCE_DIR else {}
+    found = {
+        n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
+        for n, d in earlier.items()
+    }
+    return found | {
+        d.name: json.loads((d / "results.json").read_text())
+        for d in (root / "repeat").glob("*")
+        if (d / "results.json").is_file()
+    }
+
+
+def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
+    """The largest relative spread |a - b| / mean(a, b) of `metric` over the reference runs measured again
+    (`_repeats`), a fraction; None where no run was repeated or the metric is missing in the repeats."""
+    first, spreads = _load(root / "runs"), []
+    for name, again in _repeats(root).items():
+        a = first.at[name, metric] if name in first.index and metric in first else None
+        b = again.get(metric)
+        if a is not None and b is not None and pd.notna(a) and pd.notna(b) and (a + b):
+            spreads.append(abs(a - b) / ((a + b) / 2))
+    return max(spreads) if spreads else None
+
+
+CPU_RUN_ORDER = REFERENCE / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
+
+
+def cpu_band(measured: pd.DataFrame | None = None) -> float | None:
+    """The band of a CPU run's speed verdicts: how much one of notebook 02's runs, relative to the baseline of its
+    own process, varied between processes made after the warm-up (`CPU_RUN_ORDER`, or `measured` with its
+    columns): the largest |a - b| / mean(a, b) of a run's tokens/s over its process's baseline's, a fraction;
+    None where not measured. The notebooks compare runs of one kernel, whose machine load they share, so the
+    spread of the ratio is the noise of a comparison; a shared 2-core machine's is far wider than an H100's
+    (`band`)."""
+    if measured is None:
+        if not CPU_RUN_ORDER.is_file():
+            return None
+        measured = pd.read_csv(CPU_RUN_ORDER)
+    tps = title("steady_train_tokens_per_second")
+    warm = measured[measured["warm-up"].astype(bool)].copy()
+    process = warm.groupby(["round", "order"])[tps]
+    warm["ratio"] = warm[tps] / process.transform(lambda v: v[warm.loc[v.index, "run"] == "baseline"].iloc[0])
+    spreads = [
+        (v.max() - v.min()) / ((v.max() + v.min()) / 2)
+        for run, v in warm.groupby("run")["ratio"]
+        if run != "baseline" and len(v) > 1
+    ]
+    return max(spreads) if spreads else None
+
+
+def reference_note(root: Path = REFERENCE_DIR) -> str:
+    """One line naming the machine, model and steps the reference figures come from, and how bands are measured."""
+    df = _load(root / "runs")
+    if df.empty:
+        return f"No GPU reference runs on file ({root} is missing): only your own figures are shown."
+    r = df.iloc[0]
+    repeated = sorted(set(df.index) & set(_repeats(root)))
+    where = root.relative_to(REFERENCE.parents[1]) if root.is_relative_to(REFERENCE.parents[1]) else root
+    budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
+    return (
+        f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
+        + (f"micro-batches of up to {budget:,} tokens, " if budget else "")
+        + f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
+        f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
+        f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
+        "figures without a band were measured once."
+    )
+
+
+def table(
+    notebook: str,
+    runs_dir: str | os.PathLike,
+    columns: list[str] | None = None,
+    root: Path = REFERENCE_DIR,
+    runs: list[str] | None = None,
+) -> pd.DataFrame:
+    """The learner's exercise table for `notebook`: each of its runs (`runs`, default `COURSE_RUNS`) found finished in
+    runs_dir/NAME, in that order, the `columns` (default `COLUMNS[notebook]`) with each figure's reference and
+    band beside it (`results.exercise_table`). Data, not answers: the notebook shows it, the learner interprets it.
+
+    Raises:
+        WorkshopError: none of the notebook's runs has finished in runs_dir.
+    """
+    cols = columns or COLUMNS[notebook]
+    dirs = [Path(runs_dir) / n for n in (runs or COURSE_RUNS[notebook]) if (Path(runs_dir) / n).is_dir()]
+    df = load_results(dirs or [Path(runs_dir)])
+    return exercise_table(df, cols, reference(notebook, root), {m: band(m, root) for m in cols})
