@@ -23,6 +23,7 @@ from pathlib import Path
 
 import datasets
 import psutil
+import pyarrow
 from transformers import DataCollatorForSeq2Seq
 
 from .errors import WorkshopError
@@ -176,7 +177,7 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
                 )
     if not rows["id"]:
         raise WorkshopError(f"{path} holds no questions.", "give a SQuAD file with at least one question.")
-    return datasets.Dataset.from_dict(rows)
+    return in_memory_dataset(rows)
 
 
 def load_squad(
@@ -344,7 +345,16 @@ def _tokenize_squad(
             f"No example fits in max_length={max_length} tokens, or none has its answer in its context.",
             "raise --max-length, or check the file's answers.",
         )
-    return datasets.Dataset.from_dict(out), stats
+    return in_memory_dataset(out), stats
+
+
+def in_memory_dataset(columns: dict[str, list]) -> datasets.Dataset:
+    """`datasets.Dataset.from_dict(columns)` with its fingerprint given: the SHA-256 of the columns as JSON.
+    from_dict computes one by pickling the Arrow table with dill, which pickles pyarrow by value when it is
+    installed outside a folder named site-packages (`pip install --target`, a cluster's module tree) and then fails
+    on pyarrow's MonthDayNano (datasets >= 5.0.1, any pyarrow)."""
+    digest = hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()[:16]
+    return datasets.Dataset(pyarrow.Table.from_pydict(columns), fingerprint=digest)
 
 
 TOKENS_KEY = "num_tokens"  # make_collator(count_tokens=True): the batch's non-padding tokens, a Python int
