@@ -1,8 +1,11 @@
 """Write the figures the docs and the lab's findings state, computed from the runs' own files (results.json,
 bench.csv, train_log.csv, profiles, logs), between markers in each page: its figures table between
 `<!-- figures -->` and `<!-- /figures -->` (the text names a figure by its key, in brackets, and types no figure of
-its own), and each measured table the page shows between `<!-- NAME -->` and `<!-- /NAME -->`. CI checks that every
-page is current (`python scripts/make_figures.py --check`); change the runs or this script, never the tables.
+its own), and each measured table the page shows between `<!-- NAME -->` and `<!-- /NAME -->`. A notebook's
+figures (solutions/03b and 03c, whose learner versions scripts/make_course.py writes) stand inline between
+`<!--fig:NAME-->` and `<!--/fig:NAME-->` (hidden in the rendered markdown; one word with its figure, so the
+notebook's word count, scripts/make_timetable.py's, holds), from the code's constants and the
+reference runs. CI checks that every page is current (`python scripts/make_figures.py --check`); change the runs or this script, never the tables.
 The tests test the data (tests/test_docs.py, lab/tests/test_findings.py), not the sentences.
 
     python scripts/make_figures.py            # write every page's tables
@@ -33,7 +36,7 @@ class Page:
     """A page's figures ({key: value}, in order) and measured tables ({name: markdown lines})."""
 
     def __init__(self):
-        self.figures, self.tables = {}, {}
+        self.figures, self.tables, self.inline = {}, {}, {}
 
     def __call__(self, key: str, value: str) -> None:
         assert key not in self.figures and "|" not in key and "]" not in key, key
@@ -972,6 +975,21 @@ def x2_h200_27(p: Page) -> None:
 
 
 def guide(p: Page) -> None:
+    from workshop_lib.variables import markdown_table
+
+    p.tables["variables"] = markdown_table().splitlines()  # every WORKSHOP_* variable, from workshop_lib.variables
+    import workshop_lessons as lessons
+    from workshop_lib.fit import GPUS, HEADROOM
+
+    p("share of the GPU's free memory", f"{1 - HEADROOM:.0%}")
+    p("fit.HEADROOM", f"{HEADROOM:.0%}")
+    for gpu, name in (
+        ("H200 141GB", "H200"),
+        ("H100 80GB", "80 GB"),
+        ("A100 40GB", "40-48 GB"),
+        ("RTX 4090 24GB", "24 GB"),
+    ):
+        p(f"micro-batch tokens, {name}", n(lessons.course_budget(GPUS[gpu]).tokens))
     rows = [
         line.split()
         for line in (ROOT / "docs/h100/gpu40/peaks.txt").read_text().splitlines()
@@ -981,7 +999,57 @@ def guide(p: Page) -> None:
     p("baseline micro-batch tokens", n(max(int(r[2]) for r in rows if r[1] == "baseline")))
 
 
+def notebook_03b(p: Page) -> None:
+    from workshop_lib import checkpoint
+    from workshop_lib.config import RunConfig
+    from workshop_lib.units import MiB
+
+    p.inline["checksum-mib"] = f"{checkpoint.CHECKSUM_MAX_BYTES / MiB:g}"
+    p.inline["save-total-limit"] = str(RunConfig("stage3_offload").save_total_limit)
+    p.inline["optimizer-bytes"] = str(checkpoint.OPTIMIZER_BYTES)
+    p.inline["checkpoint-bytes"] = str(checkpoint.bytes_per_param(True, "bf16"))
+
+
+def notebook_03c(p: Page) -> None:
+    from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
+
+    from workshop_lessons import large_models as lm
+    from workshop_lib import fit, memory
+    from workshop_lib.ds_config import Settings, build_ds_config
+    from workshop_lib.units import MiB
+
+    tokens = {
+        json.loads(q.read_text())["max_tokens_per_micro_batch"] for q in REF.glob("h*/large-models*/**/run_config.json")
+    }
+    assert tokens == {lm.LARGE["max_tokens_per_micro_batch"]}, tokens  # the reference runs' are the notebook's
+    p.inline["reference-tokens"] = f"{tokens.pop():,}"
+    p.inline["verdict-share"] = f"{1 - fit.HEADROOM:.0%}"
+    p.inline["headroom"] = f"{fit.HEADROOM:.0%}"
+    p.inline["trainer-bytes"] = f"{memory.zero_bytes_per_param(0, 1):g}"
+    # DeepSpeed swaps a tensor to the drive from max(MIN_AIO_BYTES, aio block_size) bytes (swap_tensor/
+    # partitioned_param_swapper.py, optimizer_utils.py): the block size is the one build_ds_config writes
+    aio = build_ds_config("stage3_nvme", Settings(nvme_path="/nvme"))["aio"]["block_size"]
+    p.inline["swap-min-mib"] = f"{max(MIN_AIO_BYTES, aio) / MiB:g}"
+    p.inline["nvme-bytes"] = str(memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES)
+    # DeepSpeed's host estimate for ZeRO-3 + CPU offload, split as bytes/param x its buffer factor
+    n, factor = 10**9, 1.5
+    host = memory.estimate_model_states(n, 10**7, 3, offload_optimizer=True, offload_param=True)
+    per_param = round(host["estimated_model_states_cpu_mib"] * MiB / n / factor)
+    assert host["estimated_model_states_cpu_mib"] == round(n * per_param * factor / MiB, 1), host
+    p.inline["host-bytes"], p.inline["buffer-factor"] = str(per_param), f"{factor:g}"
+    p.inline["reference-gpu"] = lm.REFERENCE_GPU.split()[0]
+    p.inline["reference-host-gib"] = f"{lm.REFERENCE_HOST_MIB / 1024:g}"
+    # the ladder's order, from the reference runs: offload the slowest
+    x2 = lm.reference_runs(lm.REFERENCES[lm.X2]).set_index("experiment")
+    p.inline["zero3-vs-offload-8b"] = x(
+        x2.at["stage3", "steady tokens/s"] / x2.at["stage3_offload", "steady tokens/s"], 1
+    )
+    p.inline["checkpointing-vs-offload-4b"] = x(lm.checkpointing_against_offload().tokens_per_second.ratio, 1)
+
+
 PAGES = {
+    "solutions/03b_the_fine_tuned_model.py": notebook_03b,
+    "solutions/03c_models_that_do_not_fit.py": notebook_03c,
     "lab/findings/h100/bench/README.md": bench,
     "lab/findings/h100/bench-zero3-offload/README.md": bench_zero3_offload,
     "lab/findings/h100/bench-gap/README.md": bench_gap,
@@ -1015,8 +1083,13 @@ def page(rel: str) -> Page:
 
 def written(rel: str, root: Path = ROOT) -> str:
     """The page's text with each block between its markers as this script writes it."""
-    text = (root / rel).read_text()
-    for name, block in page(rel).blocks().items():
+    text, p = (root / rel).read_text(), page(rel)
+    for name, value in p.inline.items():
+        found = re.compile(rf"(<!--fig:{re.escape(name)}-->).*?(<!--/fig:{re.escape(name)}-->)")
+        if not found.search(text):
+            raise SystemExit(f"{rel} names no <!--fig:{name}-->...<!--/fig:{name}--> figure.")
+        text = found.sub(lambda m, v=value: m.group(1) + v + m.group(2), text)
+    for name, block in p.blocks().items():
         begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
         if text.count(begin) != 1 or text.count(end) != 1:
             raise SystemExit(f"{rel} needs one {begin} and one {end} line, the place of its {name} table.")
