@@ -975,6 +975,63 @@ def x2_h200_27(p: Page) -> None:
 
 
 def guide(p: Page) -> None:
+    from workshop_lib.results import exercise_table, load_results, scaling_table
+
+    t = exercise_table(load_results(REF / "h100" / "runs"))
+    order = ["baseline", "stage2", "stage2_offload", "stage3_offload"]
+    t = t[t["experiment"].isin(order)]
+    t = t.assign(o=t["recipe"].map({"default": 0, "classic": 1}), e=t["experiment"].map(order.index)).sort_values(
+        ["o", "e"]
+    )
+    p.table(
+        "h100-runs",
+        [
+            "experiment",
+            "model, recipe",
+            "steady tokens/s",
+            "MFU",
+            "GPU peak MiB",
+            "torch peak alloc MiB",
+            "DeepSpeed est. model states MiB",
+            "host peak RSS MiB",
+        ],
+        [
+            [
+                r["experiment"],
+                f"{r['model'].split('/')[-1]}, {r['recipe']}",
+                n(r["steady tokens/s"]),
+                r["MFU"],
+                n(r["GPU peak MiB"]),
+                n(r["torch peak alloc MiB"]),
+                n(r["est. model states GPU MiB"]),
+                n(r["host peak RSS MiB"]),
+            ]
+            for _, r in t.iterrows()
+        ],
+    )
+    st = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
+    p.table(
+        "h200-runs",
+        [
+            "experiment",
+            "GPUs",
+            "steady tokens/s per GPU",
+            "scaling efficiency",
+            "peak GPU MiB per GPU",
+            "DeepSpeed est. model states MiB",
+        ],
+        [
+            [
+                r["experiment"],
+                r["GPUs"],
+                n(r["steady tokens/s per GPU"]),
+                r["scaling efficiency"],
+                n(r["peak GPU MiB per GPU"]),
+                n(r["est. model states GPU MiB"]),
+            ]
+            for _, r in st.iterrows()
+        ],
+    )
     from workshop_lib.variables import markdown_table
 
     p.tables["variables"] = markdown_table().splitlines()  # every WORKSHOP_* variable, from workshop_lib.variables
@@ -1047,7 +1104,43 @@ def notebook_03c(p: Page) -> None:
     p.inline["checkpointing-vs-offload-4b"] = x(lm.checkpointing_against_offload().tokens_per_second.ratio, 1)
 
 
+def h200_scaling(p: Page) -> None:
+    from workshop_lib.results import load_results, scaling_table
+
+    for machine in ("x4", "x2"):
+        st = scaling_table(load_results(ROOT / "docs" / "h200" / machine / "runs"))
+        p.table(
+            f"scaling-{machine}",
+            [
+                "experiment",
+                "GPUs",
+                "global batch",
+                "samples/s",
+                "samples/s per GPU",
+                "scaling efficiency",
+                "peak GPU MiB per GPU",
+                "DS est. model states GPU MiB",
+                "train loss",
+            ],
+            [
+                [
+                    r["experiment"],
+                    r["GPUs"],
+                    f"{r['global batch (questions)']:g}",
+                    f"{r['samples/s']:.2f}",
+                    f"{r['samples/s per GPU']:.2f}",
+                    r["scaling efficiency"],
+                    n(r["peak GPU MiB per GPU"]),
+                    n(r["est. model states GPU MiB"]),
+                    f"{r['train loss']:.4f}",
+                ]
+                for _, r in st.iterrows()
+            ],
+        )
+
+
 PAGES = {
+    "docs/h200/README.md": h200_scaling,
     "solutions/03b_the_fine_tuned_model.py": notebook_03b,
     "solutions/03c_models_that_do_not_fit.py": notebook_03c,
     "lab/findings/h100/bench/README.md": bench,

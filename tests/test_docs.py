@@ -1,6 +1,8 @@
-"""Figures in the docs come from committed runs: the README's H100 excerpt, docs/h100/report.csv and the
-H200 scaling tables must match the results.json files they were made from. The README's layout and the
-package docstring name every file and module there is, and nothing that is not."""
+"""Figures in the docs come from committed runs: scripts/make_figures.py writes every figure and measured table of
+the guide, docs/ and the references' READMEs from the files beside them (its --check in CI, and here), and these
+tests check the data those pages' conclusions rest on (docs/h100/report.csv and the scaling tables against the
+results.json files they were made from, the runs against each other), not the sentences. The README's layout and
+the package docstring name every file and module there is, and nothing that is not."""
 
 import importlib.util
 import json
@@ -68,38 +70,15 @@ def test_token_budget_tables_count_questions_not_micro_batches():
     assert one.at["stage3", "steady tokens/s"] < one.at["stage2", "steady tokens/s"]
 
 
-def test_readme_excerpt_matches_the_runs():
-    readme = GUIDE.read_text()
-    rows = re.findall(
-        r"^\| (baseline|stage2|stage2_offload|stage3_offload) \| ([\w.-]+), (\w+) \| ([\d,]+) \| [\d.]+% \| "
-        r"([\d,]+) \|",
-        readme,
-        re.M,
-    )
-    assert len(rows) == 8
-    for exp, model, recipe, tps, peak in rows:
-        r = json.loads((REF / "h100" / "runs" / f"{model}-{recipe}-{exp}" / "results.json").read_text())
-        assert abs(int(tps.replace(",", "")) - r["steady_train_tokens_per_second"]) < 1
-        assert abs(int(peak.replace(",", "")) - r["gpu_peak_mib"]) < 1
-
-
 def test_h200_scaling_tables_match_the_committed_runs():
-    """Each row of docs/h200/README.md's tables against the scaling table `workshop report` makes from the runs."""
-    text = (H200 / "README.md").read_text()
+    """docs/h200/x4 and x2: the committed scaling.csv is the scaling table `workshop report` makes from the runs
+    (docs/h200/README.md's tables are scripts/make_figures.py's, from the same runs)."""
     for machine, n_rows in (("x4", 6), ("x2", 4)):
-        section = text.split(f"## {machine[1]} x H200")[1].split("##")[0]
-        rows = re.findall(
-            r"^\| (stage[23]) \| (\d) \| \d+ \| ([\d.]+) \| ([\d.]+) \| (\d+)% \| ([\d,]+) \|", section, re.M
-        )
         scaling = scaling_table(load_results(H200 / machine / "runs"))
         committed = pd.read_csv(H200 / machine / "scaling.csv")
-        assert len(rows) == len(scaling) == len(committed) == n_rows
+        assert len(scaling) == len(committed) == n_rows
         assert list(scaling["samples/s per GPU"]) == list(committed["samples/s per GPU"])
-        for exp, gpus, sps, per_gpu, eff, peak in rows:
-            r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
-            assert abs(float(sps) - r["samples/s"]) < 0.006 and abs(float(per_gpu) - r["samples/s per GPU"]) < 0.006
-            assert f"{eff}%" == r["scaling efficiency"]
-            assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) < 1
+        assert list(scaling["scaling efficiency"]) == list(committed["scaling efficiency"])
 
 
 def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
@@ -113,20 +92,6 @@ def test_h200_default_recipe_scaling_is_regenerated_from_its_runs():
     }  # stage3_offload x4: the call's time ran out
     for col in ("steady tokens/s per GPU", "scaling efficiency", "peak GPU MiB per GPU"):
         assert list(scaling[col]) == list(committed[col])
-
-
-def test_readme_h200_excerpt_matches_the_runs():
-    readme = GUIDE.read_text()
-    rows = re.findall(r"^\| (stage[23]\w*) \| (\d) \| ([\d,]+) \| (\d+%) \| ([\d,]+) \| ([\d,]+) \|", readme, re.M)
-    scaling = scaling_table(load_results(REF / "h200" / "default-x4" / "runs"))
-    assert len(rows) == len(scaling) == 8
-    for exp, gpus, per_gpu, eff, peak, est in rows:
-        r = scaling[(scaling["experiment"] == exp) & (scaling["GPUs"] == int(gpus))].iloc[0]
-        assert (
-            abs(int(per_gpu.replace(",", "")) - r["steady tokens/s per GPU"]) <= 0.5 and eff == r["scaling efficiency"]
-        )
-        assert abs(int(peak.replace(",", "")) - r["peak GPU MiB per GPU"]) <= 0.5
-        assert abs(int(est.replace(",", "")) - r["est. model states GPU MiB"]) <= 0.5
 
 
 def test_the_readme_fits_a_first_read():
