@@ -236,6 +236,12 @@ def bench(p: Page) -> None:
     p("torch.compile / ZeRO-3", x(w["A/B: ZeRO-3, torch.compile"] / z3))
     p("bound / offload", x(w["A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"] / off))
     p("accumulation 4 / offload", x(acc4 / off))
+    p("all three / ceiling", x(w["A/B: ZeRO-2, all three"] / w["plain PyTorch (ceiling)"]))
+    pk = Page()
+    packed(pk)
+    p("packed: ceiling", pk.figures["packed ceiling / ceiling"].replace("x or ", "-"))
+    p("packed: ZeRO-2 after the fix", pk.figures["after the fix: packed / default"])
+    p("packed: ZeRO-2 / unpacked ceiling", pk.figures["after the fix: packed / ceiling"])
     # where ZeRO-2's step goes: the two profiles
     got = {}
     for name in ("default", "levers"):
@@ -340,6 +346,20 @@ def bench_zero3_offload(p: Page) -> None:
     p("offload optimizer step ms", f"{mean(o, 5):.1f}")
     p("offload bound ms", f"{bound:.1f}")
     p("offload bound / ZeRO-2", x(mean("stage2", 0) / bound))
+    ratio = lambda k, i, k2="stage2": f"{mean(k, i) / mean(k2, i):.1f}"  # noqa: E731 - of the table's means
+    p("ZeRO-3's GPU busy / ZeRO-2's", ratio("stage3", 1))
+    p("Liger's GPU busy / ZeRO-2's", ratio("stage3-liger", 1))
+    p("Liger's engine.forward host / ZeRO-2's", ratio("stage3-liger", 3))
+    p("Liger's engine.backward host / ZeRO-2's", ratio("stage3-liger", 4))
+    p("offload's GPU busy / wall", f"{mean(o, 1) / mean(o, 0):.0%}")
+    p("offload's engine.step host / ZeRO-2's", ratio(o, 5))
+    p("offload's engine.backward host / ZeRO-2's", ratio(o, 4))
+    p("band", f"±{100 * band_then():.0f}%")
+    w = pd.read_csv(FINDINGS / "bench" / "bench.csv").set_index("row")["window tokens/s"]
+    p("persistent / ZeRO-3, bench", x(w["A/B: ZeRO-3, every parameter persistent (one GPU)"] / w["default ZeRO-3"]))
+    p("torch.compile / ZeRO-3, bench", x(w["A/B: ZeRO-3, torch.compile"] / w["default ZeRO-3"]))
+    acc4 = w["A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)"]
+    p("accumulation 4 / offload, bench", x(acc4 / w["default ZeRO-2 + CPU offload"]))
     tps = pd.read_csv(d / "bench.csv").set_index("row")
     rate, z2, z3 = tps["steady tokens/s"], "default ZeRO-2", "default ZeRO-3"
     runs = {r: json.loads((d / "runs" / _run_dir(r) / "results.json").read_text()) for r in (z2, z3, LIGER_LAYERS)}
@@ -676,7 +696,7 @@ def packed(p: Page) -> None:
     d = FINDINGS / "bench-packed"
     z2 = "default ZeRO-2"
     folders = [*(f"before-fix/process{i}" for i in (1, 2, 3, 4)), "before-fix/long", "after-fix"]
-    rows, lift, dvc, packed_ceiling, times, off = [], [], [], [], [], []
+    rows, lift, dvc, packed_ceiling, times, off, others = [], [], [], [], [], [], []
     for k in folders:
         tps = pd.read_csv(d / k / "bench.csv").set_index("row")["steady tokens/s"]
         packed_ceiling.append(tps[CEILING_PACKED])
@@ -700,6 +720,8 @@ def packed(p: Page) -> None:
             if row in tps.index:
                 log = pd.read_csv(d / k / "runs" / _run_dir(row) / "train_log.csv").dropna(subset=["step_time_s"])
                 slow = log[(log["step"] > 1) & (log["step_time_s"] > 0.5)]["step_time_s"].tolist()
+                if k.startswith("before") and row == PACKED:
+                    others.extend(log[(log["step"] > 1) & (log["step_time_s"] <= 0.5)]["step_time_s"])
                 if k.startswith("before"):
                     (times if row == PACKED else off).extend(slow)
                 if k == "before-fix/process1" and row == PACKED:
@@ -726,6 +748,19 @@ def packed(p: Page) -> None:
         rows,
     )
     p("packed ceiling / ceiling", " or ".join(sorted({x(v) for v in lift})))
+    after, before = (
+        rows[-1],
+        rows[:-1],
+    )  # the table's rows: [folder, ..., packed/default (6), ..., packed/ceiling (8), packed/packed ceiling (9)]
+    p("after the fix: packed / default", after[6])
+    p("after the fix: packed / ceiling", after[8])
+    p("after the fix: packed / packed ceiling", after[9])
+    p(
+        "before the fix, 40 steps: packed / default",
+        " or ".join(sorted({r[6] for r in before if not r[0].endswith("long")})),
+    )
+    p("before the fix, 100 steps: packed / default", next(r[6] for r in before if r[0].endswith("long")))
+    p("other steps s", f"{statistics.median(others):.2f}")
     p("default / ceiling", f"{min(dvc):.2f}x-{max(dvc):.2f}x")
     p("stalled step s", f"{min(times):.2f}-{max(times):.2f}")
     p("stalled step s, collector off", " and ".join(sorted({f"{t:.2f}" for t in off})))
