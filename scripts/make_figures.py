@@ -446,6 +446,9 @@ def deepcompile(p: Page) -> None:
         return [float(t) for t in re.findall(r"^step \d+: ([\d.]+) s, deepcompile", (d / name).read_text(), re.M)]
 
     p("first compiled step s", f"{steps('trainer_compile.log')[0]:.0f}")
+    p("first step s, A/B", f"{steps('ab2_trainer_compile.log')[0]:.0f}")
+    runtime = re.search(r"'train_runtime': '([\d.]+)'", (d / "ab2_key_only.log").read_text()).group(1)
+    p("training s, without DeepCompile", f"{float(runtime):.1f}")
     on, off = steps("ab2_trainer_compile.log"), steps("ab2_key_only.log")
     fast, slow = statistics.median(on[1:]), statistics.median(off[4:])
     p("compiled step median s", f"{fast:.3f}")
@@ -471,6 +474,9 @@ def new_shapes(p: Page) -> None:
         ["folder", "setting", "forward ms, new shape", "forward ms, shape seen before"],
         [[f"`{v}/`", s, f"{m[True]:.1f}", f"{m[False]:.1f}"] for (v, s), m in zip(settings.items(), median.values())],
     )
+    p("flash: first forward s", f"{pd.read_csv(d / 'flash' / 'new_shapes.csv')['forward_ms'].iloc[0] / 1000:.1f}")
+    p("first / fourth, cuDNN", first_over_fourth(d / "cudnn-run-order"))
+    p("first / fourth, flash", first_over_fourth(ROOT / "docs" / "h100" / "run-order"))
     seen = [median[v][False] for v in ("default", "flash")]
     p("default / flash, shapes seen before", f"{abs(seen[0] / seen[1] - 1):.0%}")
     text = (d / "default" / "new_shapes.txt").read_text()
@@ -487,6 +493,12 @@ def new_shapes(p: Page) -> None:
     p("cuDNN attention forward host ms, step 11", f"{host_ms(11, 'aten::_cudnn_attention_forward')[0]:.1f}")
     p("host ms, step 11", f"{total11:.1f}")
     p("host ms, step 12", f"{host_ms(12, 'aten::_cudnn_attention_backward')[1]:.1f}")
+
+
+def first_over_fourth(d: Path) -> str:
+    """A run-order folder's first stage2 run against its fourth (steady tokens/s)."""
+    tps = {k.removeprefix("runs/"): v for k, v in tokens(d, "runs/*/results.json").items()}
+    return x(tps["1-stage2"] / tps["4-stage2"])
 
 
 def bench_flash(p: Page) -> None:
@@ -526,6 +538,8 @@ def bench_peers(p: Page) -> None:
     spread = abs(z2 - before["default ZeRO-2"]) / ((z2 + before["default ZeRO-2"]) / 2)
     p("ZeRO-2 spread", f"{spread:.1%}")
     zero3_offload_summary(p)
+    w = pd.read_csv(FINDINGS / "bench" / "bench.csv").set_index("row")["window tokens/s"]
+    p("torch.compile / ZeRO-3, bench", x(w["A/B: ZeRO-3, torch.compile"] / w["default ZeRO-3"]))
 
 
 def bench_prefetch(p: Page) -> None:
@@ -539,6 +553,10 @@ def bench_prefetch(p: Page) -> None:
             ["default ZeRO-3 at least 0.6x of default ZeRO-2", x(tps["default ZeRO-3"] / z2), "no"],
         ],
     )
+    other = Page()
+    zero3_prefetch(other)
+    for key in ("prefetch / recipe, 1 GPU", "prefetch / recipe, 2 GPUs"):
+        p(key, other.figures[key])
 
 
 def zero3_prefetch(p: Page) -> None:
@@ -669,6 +687,10 @@ def bucket_hooks(p: Page) -> None:
     assert len(set(peaks.values())) == 1, peaks  # the text states one pair for both processes
     p("peak alloc MiB, per bucket", peaks["process1"][0])
     p("peak alloc MiB, default", peaks["process1"][1])
+    other = Page()
+    collation_gc_loss(other)
+    for key in ("2 workers' spread", "ZeRO-2's spread"):
+        p(key, other.figures[key])
     p("step shorter ms, process1", f"{shorter[0]:.1f}")
     p("step shorter ms, process2", f"{shorter[1]:.1f}")
     default = [table.loc[z2, "steady tokens/s"] for table in t.values()]
@@ -803,6 +825,7 @@ def run_order(p: Page) -> None:
     p("sixth / second", x(tps["6-baseline"] / tps["2-baseline"]))
     p("band", f"±{lessons.band('steady_train_tokens_per_second'):.1%}")
     p("forward ms, first", f"{steady_median(d / 'runs' / '1-stage2'):.1f}")
+    p("first / fourth, cuDNN", first_over_fourth(FINDINGS / "new-shapes" / "cudnn-run-order"))
     p("forward ms, fourth", f"{steady_median(d / 'runs' / '4-stage2'):.1f}")
 
 
@@ -888,8 +911,14 @@ def x2_h200_26(p: Page) -> None:
             for s in ("stage2", "stage3")
         ],
     )
-    for s in ("stage2", "stage3"):
+    for s, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
         p(f"{s} over sockets tokens/s", n(tps[f"links/{s}-sockets"]))
+        step = json.loads((d / "links" / f"{s}-sockets" / "results.json").read_text())["steady_step_time_s"]
+        p(f"{s} over sockets s/step", f"{step:.2f}")
+        p(f"{name} NVLink / sockets", x(tps[f"runs/{s}-nvlink"] / tps[f"links/{s}-sockets"], 1))
+    c = pd.read_csv(d / "comm-sockets.csv").set_index("op")
+    comm = c.loc["reduce_scatter"].iloc[-1]["ms"] + c.loc["all_gather"].iloc[-1]["ms"]
+    p("reduce-scatter and all-gather over sockets s", f"{comm / 1000:.2f}")
     bal, rnd = ([tps[f"ab/stage2-{v}-{i}"] for i in (1, 2)] for v in ("balanced", "unbalanced"))
     for v, runs in (("balanced", bal), ("random order", rnd)):
         p(f"{v} tokens/s", " and ".join(map(n, runs)))
@@ -965,6 +994,7 @@ def x2_h100_27b(p: Page) -> None:
 
     d = REF / "h100" / "x2-2026-11-27b"
     p.table("scaling", SCALING, scaling_rows(d / "runs"))
+    p("ZeRO-3 scaling efficiency, HF's prefetch", scaling_rows(REF / "h100" / "x2-2026-11-27" / "runs")[1][-1])
     st = scaling_table(load_results(d / "repeat")).set_index(["experiment", "GPUs"])
     p("ZeRO-3 scaling efficiency, repeat", st.at[("stage3", 2), "scaling efficiency"])
     p("ZeRO-3 tokens/s, repeat, 1 GPU", n(st.at[("stage3", 1), "steady tokens/s"]))
