@@ -1172,6 +1172,8 @@ def notebook_03c(p: Page) -> None:
 def h200_scaling(p: Page) -> None:
     from workshop_lib.results import load_results, scaling_table
 
+    h200_figures(p)
+
     for machine in ("x4", "x2"):
         st = scaling_table(load_results(ROOT / "docs" / "h200" / machine / "runs"))
         p.table(
@@ -1202,6 +1204,33 @@ def h200_scaling(p: Page) -> None:
                 for _, r in st.iterrows()
             ],
         )
+
+
+def h200_figures(p: Page) -> None:
+    runs = {
+        k: json.loads((ROOT / "docs" / "h200" / "x4" / "runs" / f"stage2-{k}gpu" / "results.json").read_text())
+        for k in (1, 2, 4)
+    }
+    p(
+        "ZeRO-2 s/step, 1, 2 and 4 GPUs",
+        ", ".join(f"{r['train_runtime_seconds'] / r['global_steps']:.2f}" for r in runs.values()),
+    )
+    ranks = {k: r["per_rank_memory"] for k, r in runs.items()}
+    p(
+        "ZeRO-2 peak GiB, 1, 2 and 4 GPUs",
+        " -> ".join(f"{max(m['gpu_peak_mib'] for m in v) / 1024:.1f}" for v in ranks.values()),
+    )
+    p(
+        "ZeRO-2 estimate GiB, 1, 2 and 4 GPUs",
+        " -> ".join(f"{r['estimated_model_states_gpu_mib'] / 1024:.1f}" for r in runs.values()),
+    )
+    four = ranks[4]
+    p(
+        "ZeRO-2 at 4 GPUs, ranks' NVML peak MiB",
+        f"{n(min(m['gpu_peak_mib'] for m in four))} to {n(max(m['gpu_peak_mib'] for m in four))}",
+    )
+    alloc = [m["gpu_peak_allocated_mib"] for m in four]
+    p("ZeRO-2 at 4 GPUs, ranks' allocated peak MiB", f"{n(min(alloc))} to {n(max(alloc))}")
 
 
 PAGES = {
