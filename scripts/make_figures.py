@@ -271,6 +271,16 @@ def bench(p: Page) -> None:
     zero3_offload_summary(p, liger=True)
 
 
+def bench_profiles(p: Page, calls: bool = False) -> None:
+    """The bench's two profiles' AccumulateGrad host time (default ZeRO-2 and its levers), as other pages cite it."""
+    other = Page()
+    bench(other)
+    acc = [float(other.figures[f"AccumulateGrad host ms, {k}"]) for k in ("default", "levers")]
+    p("AccumulateGrad host ms, bench profiles", f"{min(acc):.0f}-{max(acc):.0f}")
+    if calls:
+        p("AccumulateGrad calls per step, bench", other.figures["AccumulateGrad calls per step"])
+
+
 def zero3_offload_summary(p: Page, liger: bool = False) -> None:
     """bench-zero3-offload's figures that the bench's and the peers' READMEs summarise."""
     f = zero3_offload()
@@ -636,6 +646,9 @@ def collation_gc_loss(p: Page) -> None:
     p("2 x H200 tokens/s, collating in the loop", n(b))
     p("2 x H200, 2 workers / collating in the loop", x(a / b))
     p("2 x H200 train loss", str(x2[2]["train_loss"]))
+    w = pd.read_csv(FINDINGS / "bench" / "bench.csv").set_index("row")["window tokens/s"]
+    p("2 data loader workers / ZeRO-2, bench", x(w["A/B: ZeRO-2, 2 data loader workers"] / w["default ZeRO-2"]))
+    bench_profiles(p, calls=True)
 
 
 def bucket_hooks(p: Page) -> None:
@@ -692,6 +705,8 @@ def bucket_hooks(p: Page) -> None:
     for key in ("2 workers' spread", "ZeRO-2's spread"):
         p(key, other.figures[key])
     p("step shorter ms, process1", f"{shorter[0]:.1f}")
+    p("step shorter ms, rounded", f"{statistics.mean(shorter):.0f}")
+    bench_profiles(p)
     p("step shorter ms, process2", f"{shorter[1]:.1f}")
     default = [table.loc[z2, "steady tokens/s"] for table in t.values()]
     p("default rows' spread", f"{(max(default) - min(default)) / statistics.mean(default):.1%}")
@@ -1040,6 +1055,7 @@ def x2_h200_27(p: Page) -> None:
 
 
 def guide(p: Page) -> None:
+    p("first / fourth, cuDNN", first_over_fourth(FINDINGS / "new-shapes" / "cudnn-run-order"))
     from workshop_lib.results import exercise_table, load_results, scaling_table
 
     t = exercise_table(load_results(REF / "h100" / "runs"))
