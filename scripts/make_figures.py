@@ -179,6 +179,14 @@ def bucket_ab_table(p: Page, d: Path | None = None) -> None:
         [[part, n(c.value), n(c.other), x(c.ratio), c.verdict] for part, c in zip(("runs", "repeat"), ab)],
     )
     p("bucket A/B band", ab[0].band_text)
+    folder = d or multi_gpu.BUCKET_AB
+    for run, name in (("stage2-small-buckets", "small"), ("stage2-recipe-buckets", "recipe's")):
+        r = next(folder.glob(f"*/{run}"))
+        b = multi_gpu.buckets(
+            json.loads((r / "ds_config.json").read_text()), json.loads((r / "results.json").read_text())["num_params"]
+        )
+        p(f"{name} buckets", str(b.count))
+        p(f"{name} bucket MiB", f"{b.bucket_mib:.0f}")
 
 
 def targets(p: Page, z2_ceiling, z3_z2, offload_z2, extra=("", "", ""), header="measured", offload="offload", more=()):
