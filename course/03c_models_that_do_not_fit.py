@@ -34,7 +34,7 @@
 # a model pretrained in bf16, are drilled in `03d_failure_drills`, a short notebook of their own.
 #
 # Notebooks 02 and 03 trained Qwen3-0.6B, which fits one GPU anyway: offload only cost speed there. Here the model
-# is the largest Qwen3, in micro-batches of the reference runs' 8,192 tokens or the nearest size that works, that
+# is the largest Qwen3, in micro-batches of the reference runs' <!--fig:reference-tokens-->8,192<!--/fig:reference-tokens--> tokens or the nearest size that works, that
 # the HF Trainer alone and ZeRO-2 do not fit on this GPU while ZeRO-3 + CPU offload fits it and this machine's host
 # memory, by the estimates (the next cell names it, with the numbers). Without a GPU, or where no model fits that
 # description here, the runs use the tiny model, the estimates are for the H100 reference machine, and its
@@ -82,8 +82,8 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 # Per GPU, training with Adam needs the **model states** (16-bit weights and gradients, fp32 master weights and
 # Adam's two moments: DeepSpeed's `estimate_zero2/zero3_model_states_mem_needs` say how ZeRO divides them), the
 # **activations** kept for the backward pass (Korthikanti et al. 2022, eq. 1, counted for Qwen3's block), and the
-# **logits**. `fit.estimate` adds them up, and a run fits when the total stays within 85% of the GPU's memory: the
-# other 15% (`fit.HEADROOM`, the one margin of every verdict here, the preflight's and the micro-batch sizing's too)
+# **logits**. `fit.estimate` adds them up, and a run fits when the total stays within <!--fig:verdict-share-->85%<!--/fig:verdict-share--> of the GPU's memory: the
+# other <!--fig:headroom-->15%<!--/fig:headroom--> (`fit.HEADROOM`, the one margin of every verdict here, the preflight's and the micro-batch sizing's too)
 # is for the CUDA context, the allocator's cache and fragmentation, and what the estimate leaves out.
 #
 # With offload, the optimizer states (and at stage 3 the parameters) move to the host's memory, or to an NVMe drive
@@ -93,9 +93,9 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 # have.
 #
 # The order is the course's own, the cheapest in speed first: every rung that keeps the model states on the GPU
-# comes before offload, the slowest in the reference runs (on two H200s, Qwen3-8B with ZeRO-3 trained 7.0x faster
+# comes before offload, the slowest in the reference runs (on two H200s, Qwen3-8B with ZeRO-3 trained <!--fig:zero3-vs-offload-8b-->7.0x<!--/fig:zero3-vs-offload-8b--> faster
 # than with ZeRO-3 + CPU offload, both with activation checkpointing; on one H100, Qwen3-4B with activation
-# checkpointing alone 4.5x faster than with ZeRO-3 + CPU offload, its blocks compiled and offload's not). HF Transformers' DeepSpeed guide ("How to choose which ZeRO stage and offloads to use
+# checkpointing alone <!--fig:checkpointing-vs-offload-4b-->4.5x<!--/fig:checkpointing-vs-offload-4b--> faster than with ZeRO-3 + CPU offload, its blocks compiled and offload's not). HF Transformers' DeepSpeed guide ("How to choose which ZeRO stage and offloads to use
 # for best performance") also starts from batch size 1 and gradient checkpointing, but tries ZeRO-2 + CPU offload
 # before ZeRO-3 and adds hardware only at its last step, beside NVMe offload.
 
@@ -115,7 +115,7 @@ display(large_models.explorer())
 
 # %% [markdown]
 # ## Out of memory, on purpose
-# The baseline (the HF Trainer alone: 16 bytes per parameter on the GPU) with `BIG`. On a GPU the run starts and
+# The baseline (the HF Trainer alone: <!--fig:trainer-bytes-->16<!--/fig:trainer-bytes--> bytes per parameter on the GPU) with `BIG`. On a GPU the run starts and
 # fails in its first steps with the workshop's out-of-memory message; without one (or where the estimates are the
 # reference machine's), `fit.check_fits` raises the same verdict from the estimate. This cell is expected to raise.
 
@@ -127,7 +127,7 @@ else:
 
 # %% [markdown]
 # ZeRO-2 partitions nothing on one GPU, and keeps fp32 gradients too: the workshop refuses it before building the
-# model where DeepSpeed's estimate of the model states alone passes 85% of the GPU (the 15% headroom every verdict
+# model where DeepSpeed's estimate of the model states alone passes <!--fig:verdict-share-->85%<!--/fig:verdict-share--> of the GPU (the <!--fig:headroom-->15%<!--/fig:headroom--> headroom every verdict
 # here keeps, `fit.HEADROOM`), and otherwise it runs out of memory in its first step (expected to raise).
 
 # %% tags=["raises-exception"]
@@ -236,8 +236,8 @@ display(large_models.rung_ratios(mine, ref_rung))
 # %% [markdown]
 # ## NVMe offload (ZeRO-Infinity)
 # ZeRO-3 can keep the offloaded states on a local NVMe drive instead of in host memory, and stream them through
-# pinned host buffers (DeepSpeed swaps tensors of 1 MiB and more; smaller ones stay in host memory). The drive
-# must hold the swap files (about 18 bytes per parameter, `memory.estimate_nvme_swap`; `workshop run` refuses
+# pinned host buffers (DeepSpeed swaps tensors of <!--fig:swap-min-mib-->1<!--/fig:swap-min-mib--> MiB and more; smaller ones stay in host memory). The drive
+# must hold the swap files (about <!--fig:nvme-bytes-->18<!--/fig:nvme-bytes--> bytes per parameter, `memory.estimate_nvme_swap`; `workshop run` refuses
 # a drive with less free space), and the host keeps the buffers.
 # DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
 # (`[OKAY]`). Where it cannot, the workshop stops with the fix. Every step writes the swapped states to the drive:
@@ -273,7 +273,11 @@ if nvme_run:
     print(
         f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
         f"{swap['optimizer']:,.1f} MiB of optimizer states"
-        + ("; no parameter reached the 1 MiB swap minimum, so all stayed in host memory" if not swap["params"] else "")
+        + (
+            "; no parameter reached DeepSpeed's swap minimum, so all stayed in host memory"
+            if not swap["params"]
+            else ""
+        )
     )
 
 # %% [markdown]
@@ -302,7 +306,7 @@ n.swap_table()
 # Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
 # (workshop_lessons/reference/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
 # step 1 is the process's memory once the optimizer states exist; DeepSpeed's estimate of the host's model
-# states is 18 bytes per parameter x its 1.5 buffer factor.
+# states is <!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter x its <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor.
 
 # %%
 large_models.exercise_table(offload_run, nvme_run)
@@ -310,7 +314,7 @@ large_models.exercise_table(offload_run, nvme_run)
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 # 1. How many bytes per parameter did the host hold after the first step of your ZeRO-3 + CPU offload run, and
-#    how does that compare with DeepSpeed's estimate (18 bytes per parameter, x 1.5 buffer factor)?
+#    how does that compare with DeepSpeed's estimate (<!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter, x <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor)?
 
 # %% [markdown] tags=["exercise"]
 # 2. How many times faster than ZeRO-3 + CPU offload did the rung with activation checkpointing train on your
@@ -320,8 +324,8 @@ large_models.exercise_table(offload_run, nvme_run)
 # 3. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
 
 # %% [markdown] tags=["exercise"]
-# 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one H100 with
-#    128 GiB of host memory? Compare with the reference runs in workshop_lessons/reference/h100/large-models and
+# 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one <!--fig:reference-gpu-->H100<!--/fig:reference-gpu--> with
+#    <!--fig:reference-host-gib-->128<!--/fig:reference-host-gib--> GiB of host memory? Compare with the reference runs in workshop_lessons/reference/h100/large-models and
 #    workshop_lessons/reference/h200/large-models-x2.
 
 # %% [markdown]

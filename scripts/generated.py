@@ -14,6 +14,10 @@ def write_or_check(files: dict[Path, str], root: Path, check: bool, fix: str) ->
         else:
             path.write_text(text)
             print(path.relative_to(root))
+    if stale and len({path.parent for path in files}) > 1:  # files of several folders: each by its path
+        stale = [str(path.relative_to(root)) for path, text in files.items() if path.read_text() != text]
+        print(f"{', '.join(stale)} out of date. To fix: {fix}")
+        return 1
     if stale:
         folder = next(iter(files)).parent.relative_to(root)
         where = "" if folder == Path(".") else f"{folder}/ is out of date for "

@@ -14,6 +14,7 @@ ruff format --check .  # the tree as the formatter writes it (pyproject.toml's [
 ruff check .
 python scripts/make_course.py --check
 python scripts/make_timetable.py --check
+python scripts/make_figures.py --check  # the docs' and findings' figures, from their runs
 # nbmake runs .ipynb files: made here and removed at the end, so JupyterLab keeps listing each notebook once
 trap 'rm -f course/[0-9]*.ipynb solutions/[0-9]*.ipynb' EXIT
 jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py

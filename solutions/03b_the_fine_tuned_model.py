@@ -21,7 +21,7 @@
 #
 # **Learning goals**
 # - find the model a run saves, reload it with `from_pretrained`, and check it is the model that was trained;
-# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is about 14 bytes per parameter
+# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is about <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter
 #   on a bf16 GPU run (16 in the CPU's fp32);
 # - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses, on as many ranks or on
 #   another number (a universal checkpoint, the global batch kept);
@@ -62,8 +62,8 @@ RUNS = Path("runs/03b_the_fine_tuned_model")
 
 # %% [markdown]
 # **Disk first.** A checkpoint holds what training needs to continue: Adam's states and the fp32 master weights
-# (12 bytes per parameter) and the model in its training precision. So each run here writes few
-# (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit` keeps the newest 2), and
+# (<!--fig:optimizer-bytes-->12<!--/fig:optimizer-bytes--> bytes per parameter) and the model in its training precision. So each run here writes few
+# (`fine_tuned.SAVES` per run, at evenly spaced steps, here its last; `save_total_limit` keeps the newest <!--fig:save-total-limit-->2<!--/fig:save-total-limit-->), and
 # this is what the notebook will write, computed from the parameter count before anything is written:
 
 # %%
@@ -111,12 +111,12 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 # (`*_optim_states.pt`: fp32 master weights, Adam's two moments) and the module's states; beside it the
 # learning-rate schedule, each rank's RNG states and `trainer_state.json` (step, epoch, log history). When the
 # Trainer has written all of it, the workshop adds `workshop_manifest.json`, every file's size (and SHA-256 up
-# to 16 MiB): a checkpoint without it, or whose files do not match it, was interrupted or damaged; `--resume`
+# to <!--fig:checksum-mib-->16<!--/fig:checksum-mib--> MiB): a checkpoint without it, or whose files do not match it, was interrupted or damaged; `--resume`
 # moves it to `damaged-checkpoints/` and continues from the older complete one.
 #
-# Per parameter, the optimizer's partitions are 12 bytes (fp32 master weights 4, Adam's momentum 4 and variance
+# Per parameter, the optimizer's partitions are <!--fig:optimizer-bytes-->12<!--/fig:optimizer-bytes--> bytes (fp32 master weights 4, Adam's momentum 4 and variance
 # 4: the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1) and `model.safetensors`, the model's own
-# copy, 2 more in bf16 (4 in the CPU's fp32); gradients are not saved. About 14 bytes per parameter on a bf16
+# copy, 2 more in bf16 (4 in the CPU's fp32); gradients are not saved. About <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter on a bf16
 # GPU run.
 
 # %%

@@ -40,19 +40,6 @@ def test_the_budget_is_the_largest_halving_whose_estimates_fit(gpu, tokens):
         assert b.above_mib is None
 
 
-def test_the_readme_states_the_share_and_sizes_the_budget_uses():
-    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text().split())
-    assert f"fits {SHARE:.0%} of the GPU's free memory (the {HEADROOM:.0%} `fit.HEADROOM` kept" in readme
-    sizes = {
-        gpu: lessons.course_budget(GPUS[gpu]).tokens
-        for gpu in ("H200 141GB", "H100 80GB", "A100 40GB", "RTX 4090 24GB")
-    }
-    assert (
-        f"{sizes['H200 141GB']:,} on an H200, {sizes['H100 80GB']:,} on an 80 GB GPU, {sizes['A100 40GB']:,} "
-        f"on 40-48 GB, {sizes['RTX 4090 24GB']:,} on 24 GB"
-    ) in readme
-
-
 def test_a_gpu_too_small_for_the_smallest_budget_gets_none():
     b = lessons.course_budget(GPUS["laptop GPU 8GB"])
     assert b.tokens is None and b.least == DEFAULT["max_length"]

@@ -2,7 +2,7 @@
 
 The library reads them only through `get`, which parses a value to its type and refuses a bad one with the fix; the
 batch scripts, set-up and CI read theirs in bash, and are listed here too. The README's table of them is
-`markdown_table()` (checked by tests/test_docs.py), and tests/test_layers.py checks that every `WORKSHOP_*` name the
+`markdown_table()` (written into docs/guide.md by scripts/make_figures.py, checked by its --check), and tests/test_layers.py checks that every `WORKSHOP_*` name the
 repository uses is in `VARIABLES` and that no other module reads one itself."""
 
 from __future__ import annotations
