@@ -71,7 +71,6 @@ def test_the_bench_readme_states_its_runs():
     from lab.bench import run_dir_name
 
     bench = FINDINGS / "bench"
-    text = " ".join((bench / "README.md").read_text().split())
     table = pd.read_csv(bench / "bench.csv").set_index("row")
     w = table["window tokens/s"]
     for row in w.index.drop("plain PyTorch (ceiling)"):  # the window figure is the runs' own
@@ -131,7 +130,6 @@ def test_the_gap_readme_states_its_runs():
     processes, the bound core-binding run between the two unbound ones, and the profile's GPU kernels about the
     ceiling's whole step, from the committed runs, table and profile."""
     gap = FINDINGS / "bench-gap"
-    text = " ".join((gap / "README.md").read_text().split())
     runs = {d.name: d for d in (gap / "runs").iterdir()}
     window = {n: _window_tokens_per_second(d) for n, d in runs.items()}
     table = pd.read_csv(gap / "bench.csv").set_index("row")
