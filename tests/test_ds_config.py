@@ -60,7 +60,7 @@ def test_settings_a_config_cannot_have_are_refused(experiment, settings, expecte
 
 
 def test_an_experiments_overlay_is_set_last_and_checked_by_deepspeed():
-    """A new DeepSpeed variant is a record: its overlay's keys land in the config, DeepSpeed reads each one."""
+    """A new DeepSpeed variant is a record: its overlay's keys land in the config, DeepSpeed accepts them."""
     from workshop_lib.ds_config import check_keys, flatten
 
     variant = Experiment("stage2_no_overlap", 2, overlay={"zero_optimization.overlap_comm": False})
@@ -129,9 +129,8 @@ def test_every_key_the_builder_writes_is_explained(stage, opt, par, precision):
 
 
 @pytest.mark.parametrize("stage, opt, par", BUILT)
-def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
-    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig: no key the builder writes is one it would ignore
-    (aio.thread_count was: DeepSpeed reads intra_op_parallelism), and every key KEYS explains exists."""
+def test_every_key_the_builder_writes_is_one_deepspeed_accepts(stage, opt, par):
+    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig and its config classes, with every key KEYS explains."""
     from workshop_lib.ds_config import KEYS, check_keys, flatten
 
     cfg = _built(stage, opt, par, precision="bf16", load_universal=stage > 0)  # a resume on another world size
@@ -141,7 +140,7 @@ def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
 
 @pytest.mark.parametrize("name", [name for name, e in EXPERIMENTS.items() if e.deepspeed])
 def test_every_experiments_config_is_explained_and_read_by_deepspeed(name):
-    """An experiment's overlay cannot bring a key without its `KEYS` line, nor one DeepSpeed would ignore."""
+    """An experiment's overlay cannot bring a key without its `KEYS` line, nor one DeepSpeed refuses."""
     from workshop_lib.ds_config import KEYS, check_keys, flatten
 
     cfg = build_ds_config(name, Settings(precision="bf16", nvme_path="/tmp"))
@@ -222,15 +221,22 @@ def test_an_override_is_parsed_and_set_without_changing_the_original():
 @pytest.mark.parametrize(
     "override, names",
     [
-        (
+        (  # DeepSpeed's own pydantic class refuses the unknown key; the nearest KEYS key is named
             "zero_optimization.reduce_bucket_sise=50000000",
-            ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig"],
+            ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig", "Extra inputs are not permitted"],
         ),
         ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
-        ("steps_per_prin=10", ["steps_per_print", "ignore it silently"]),  # DeepSpeed itself would not complain
-        ("zero_optimisation.overlap_comm=false", ["use zero_optimization;"]),
-        ("zero_optimization.overlap_comm=maybe", ["valid boolean", "Optional[bool]"]),  # DeepSpeed's own validation
+        ("tensorboard.enabeld=true", ["DeepSpeedMonitorConfig", "tensorboard.enabeld", "Extra inputs"]),
+        (
+            "zero_optimization.overlap_comm=maybe",
+            ["valid boolean", "DeepSpeedZeroConfig"],
+        ),  # DeepSpeed's own validation
         ("zero_optimization.stage3_prefetch_bucket_size=-1", ["greater than or equal to 0"]),
+        (
+            "steps_per_print=abc",
+            ["steps_per_print takes an integer", "steps_per_print=1000000"],
+        ),  # DeepSpeed takes any value
+        ("wall_clock_breakdown=1", ["wall_clock_breakdown takes true or false"]),
         ("zero_optimization.stage=2", ["pick another experiment"]),  # the experiment sets it
         ("gradient_clipping=0.5", ["max_grad_norm"]),  # the Trainer sets it, and refuses another value
         ("zero_optimization.reduce_bucket_size=5", ["--reduce-bucket-size"]),  # an option sets it
@@ -245,6 +251,26 @@ def test_a_bad_override_is_refused_with_the_fix(override, names):
     assert "To fix:" in str(e.value)
     for name in names:
         assert name in str(e.value)
+
+
+def test_deepspeeds_monitor_sections_are_accepted():
+    """Issue 59 item 9: tensorboard, wandb, csv_monitor and comet are DeepSpeed's (DeepSpeedMonitorConfig), each
+    with `enabled`; an override of them is accepted and lands in the config."""
+    from workshop_lib.ds_config import apply_overrides
+
+    base = build_ds_config("stage2", Settings(precision="bf16"))
+    out = apply_overrides(
+        base,
+        [
+            "csv_monitor.enabled=true",
+            "csv_monitor.output_path=/tmp/csv",
+            "tensorboard.enabled=true",
+            "wandb.enabled=false",
+            "steps_per_print=10",
+        ],
+    )
+    assert out["csv_monitor"] == {"enabled": True, "output_path": "/tmp/csv"} and out["tensorboard"]["enabled"]
+    assert out["wandb"] == {"enabled": False} and out["steps_per_print"] == 10
 
 
 def test_the_option_is_repeatable_and_refused_before_anything_is_written(tmp_path):
