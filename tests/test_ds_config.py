@@ -183,6 +183,9 @@ def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
         assert "ELEMENTS" in KEYS[f"zero_optimization.{key}"].meaning
     assert deepspeed_default("zero_optimization.reduce_bucket_size") == 500_000_000
     assert deepspeed_default("zero_optimization.offload_optimizer.pin_memory") is True
+    # DeepSpeed's default that depends on the stage, as its config class sets it: overlap_comm on at stage 3 only
+    assert deepspeed_default("zero_optimization.overlap_comm", 3) is True
+    assert deepspeed_default("zero_optimization.overlap_comm", 2) is False
     rows = explain(build_ds_config("stage2")).set_index("key")
     assert rows.at["zero_optimization.allgather_bucket_size", "value"] == "(absent)"  # DeepSpeed's default applies
     assert "hidden_size²" in rows.at["zero_optimization.reduce_bucket_size", "set by"]

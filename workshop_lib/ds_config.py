@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import typing
 from dataclasses import dataclass, field
@@ -631,61 +632,29 @@ def flatten(cfg: dict, prefix: str = "") -> dict:
     return out
 
 
-def _models() -> dict:
-    """{section: DeepSpeed's config class} for the sections DeepSpeed validates with a pydantic model that
-    forbids unknown fields (DeepSpeedConfigModel: extra="forbid"); it drops "auto" values before validating."""
+@functools.cache
+def _defaults(stage: int) -> dict:
+    """{dotted key: DeepSpeed's default at ZeRO `stage`} of the sections DeepSpeed validates with its pydantic config
+    classes, each built with no values (the offload and ZenFlow blocks present, which are absent by default); a
+    default that depends on the stage (overlap_comm: on at stage 3 only) is the stage's."""
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.comm.config import CommsLoggerConfig
-    from deepspeed.compile.config import CompileConfig
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    return {
-        "zero_optimization": DeepSpeedZeroConfig,
-        "bf16": DeepSpeedBF16Config,
-        "fp16": DeepSpeedFP16Config,
-        "comms_logger": CommsLoggerConfig,
-        "compile": CompileConfig,
+    sections = {
+        "zero_optimization": DeepSpeedZeroConfig(stage=stage, offload_optimizer={}, offload_param={}, zenflow={}),
+        "bf16": DeepSpeedBF16Config(),
+        "fp16": DeepSpeedFP16Config(),
+        "comms_logger": CommsLoggerConfig(),
     }
+    return flatten({name: model.model_dump(mode="json", by_alias=True) for name, model in sections.items()})
 
 
-def _field(model, name: str):
-    """The pydantic field of `model` called `name` or aliased so, or None."""
-    for field_name, f in model.model_fields.items():
-        if name in (field_name, f.alias):
-            return f
-    return None
-
-
-def _submodel(annotation):
-    """The DeepSpeedConfigModel class inside a field's annotation (Optional[X] -> X), or None."""
-    from deepspeed.runtime.config_utils import DeepSpeedConfigModel
-
-    for t in (annotation, *typing.get_args(annotation)):
-        if isinstance(t, type) and issubclass(t, DeepSpeedConfigModel):
-            return t
-    return None
-
-
-def _model_at(path: list[str]):
-    """DeepSpeed's config class that validates the keys under dotted `path` (["zero_optimization",
-    "offload_param"] -> DeepSpeedZeroOffloadParamConfig), or None where no model does."""
-    model = _models().get(path[0]) if path else None
-    for name in path[1:]:
-        f = model and _field(model, name)
-        model = _submodel(f.annotation) if f else None
-    return model
-
-
-def deepspeed_default(key: str):
-    """DeepSpeed's default for dotted `key` where a config class declares it (`_models`), else None."""
-    parts = key.split(".")
-    model = _model_at(parts[:-1])
-    f = model and _field(model, parts[-1])
-    if not f or f.default_factory is not None:
-        return None
-    default = f.default
-    return default.value if hasattr(default, "value") else default
+def deepspeed_default(key: str, stage: int = 0):
+    """DeepSpeed's default for dotted `key` at ZeRO `stage` where a config class declares it (`_defaults`), else
+    None."""
+    return _defaults(stage).get(key)
 
 
 def explain(cfg: dict, absent: bool = True):
@@ -706,7 +675,7 @@ def explain(cfg: dict, absent: bool = True):
     ]
     for k in keys:
         info = KEYS.get(k, unknown)
-        default = deepspeed_default(k)
+        default = deepspeed_default(k, stage)
         rows.append(
             {
                 "key": k,
