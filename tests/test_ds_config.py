@@ -230,6 +230,8 @@ def test_an_override_is_parsed_and_set_without_changing_the_original():
         ),
         ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
         ("tensorboard.enabeld=true", ["DeepSpeedMonitorConfig", "tensorboard.enabeld", "Extra inputs"]),
+        ("steps_per_prin=10", ["use steps_per_print.", "ignore 'steps_per_prin' silently"]),  # DeepSpeed would not
+        ("zero_optimisation.overlap_comm=false", ["use zero_optimization.overlap_comm."]),
         (
             "zero_optimization.overlap_comm=maybe",
             ["valid boolean", "DeepSpeedZeroConfig"],
@@ -254,6 +256,26 @@ def test_a_bad_override_is_refused_with_the_fix(override, names):
     assert "To fix:" in str(e.value)
     for name in names:
         assert name in str(e.value)
+
+
+def test_no_top_level_name_deepspeed_reads_is_taken_for_a_typo():
+    """The typo check of top-level names (`check_overrides`) refuses a name close to one the workshop writes; no name
+    DeepSpeed reads at the top level (its constants with a default, and the sections its DeepSpeedConfig reads) is
+    that close, so none is refused by it."""
+    import difflib
+
+    import deepspeed.runtime.constants as C
+
+    from workshop_lib.ds_config import KEYS
+
+    written = {k.split(".")[0] for k in KEYS}
+    sections = "activation_checkpointing aio amp autotuning bf16 checkpoint comet comms_logger compile csv_monitor"
+    sections += " data_efficiency data_types elasticity flops_profiler fp16 hybrid_engine nebula optimizer pipeline"
+    sections += " scheduler sparse_attention tensor_parallel tensorboard timers torch_autocast wandb zero_optimization"
+    names = set(sections.split()) | {v for k, v in vars(C).items() if isinstance(v, str) and hasattr(C, k + "_DEFAULT")}
+    assert {
+        n: m for n in names - written if (m := difflib.get_close_matches(n, sorted(written), n=1, cutoff=0.8))
+    } == {}
 
 
 def test_deepspeeds_monitor_sections_are_accepted():

@@ -789,6 +789,15 @@ def check_overrides(cfg: dict, keys: list[str]) -> None:
             raise WorkshopError(
                 f"--ds-config {key}: not for an override; it is set by {KEYS[key].set_by}.", f"{KEYS[key].fix}."
             )
+        # DeepSpeed checks no top-level name: a typo of one the workshop writes would be ignored. No name DeepSpeed
+        # 0.19.8 reads at the top level is this close to one of the workshop's (tests/test_ds_config.py)
+        top, written = key.split(".")[0], {k.split(".")[0] for k in KEYS}
+        near = difflib.get_close_matches(top, sorted(written), n=1, cutoff=0.8)
+        if top not in written and near:
+            raise WorkshopError(
+                f"--ds-config {key}: DeepSpeed would ignore {top!r} silently (it checks no top-level names).",
+                f"use {near[0]}{key[len(top) :]}.",
+            )
     check_keys(cfg, keys)
 
 
@@ -805,7 +814,7 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
     import pydantic  # installed with DeepSpeed: optional here too
 
     try:  # optional here: a config is built without DeepSpeed
-        from deepspeed.runtime.config import DeepSpeedConfig
+        from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
     except ImportError as e:
         raise WorkshopError(
             f"--ds-config needs DeepSpeed to check the keys, and it is not installed ({e}).",
@@ -823,12 +832,13 @@ def check_keys(cfg: dict, keys: list[str]) -> None:
         loc = ".".join(str(p) for p in err["loc"])
         key = next((k for k in keys if k.endswith(loc)), loc)
         near = difflib.get_close_matches(key, list(KEYS), n=3, cutoff=0.8)
+        fix = (f"use {' or '.join(near)}" if near else "check the key's spelling") + " (an unknown key)"
         raise WorkshopError(
             f"--ds-config {key}={err.get('input')!r}: DeepSpeed's {e.title} refuses it: {err['msg']}.",
-            (f"use {' or '.join(near)}; " if near else "")
-            + "the valid keys and values are documented at https://www.deepspeed.ai/docs/config-json/.",
+            (fix if err["type"] == "extra_forbidden" else f"give {key} a value DeepSpeed accepts")
+            + "; the keys and their values are documented at https://www.deepspeed.ai/docs/config-json/.",
         ) from None
-    except Exception as e:  # DeepSpeedConfigError and the assertions of its sanity checks
+    except (DeepSpeedConfigError, AssertionError, ValueError, TypeError) as e:  # its own checks and asserts
         raise WorkshopError(
             f"--ds-config {', '.join(keys)}: DeepSpeed refuses the config: {e}",
             "change or drop that override; see https://www.deepspeed.ai/docs/config-json/.",
