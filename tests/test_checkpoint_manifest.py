@@ -125,13 +125,17 @@ def test_deepspeeds_own_loads_run_weights_only_within_weights_only_loads(tmp_pat
     torch.save({"zero_stage": ZeroStageEnum.gradients, "rng": np.random.get_state(), "w": torch.ones(2)}, "ok.pt")
     torch.save({"w": Planted()}, "planted.pt")
     load, engine = torch.load, TorchCheckpointEngine()
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # a user's opposite switch: set aside, then back
     with checkpoint.weights_only_loads():
         assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients
+        with checkpoint.weights_only_loads():  # a block within the block (`code_in` during a resume's training)
+            pass
+        assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients  # the outer block's globals stay
         with pytest.raises(pickle.UnpicklingError, match="posix.system"):
             engine.load("planted.pt")
         assert torch.load is load
     assert torch.load is load and not (tmp_path / "planted-ran").exists()
-    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ and os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
 
 
 def test_workshop_export_of_a_planted_checkpoint_runs_nothing_and_writes_nothing(tmp_path):

@@ -206,7 +206,8 @@ def weights_only_loads():
     (torch >= 2.6 lets it override an explicit weights_only=False, which DeepSpeed 0.19.8 passes in its checkpoint
     engine, ds_to_universal and zero_to_fp32), with SAFE_GLOBALS allowed (torch.serialization.safe_globals) and
     getattr only as `_enum_member`. A load of a file naming other code raises pickle.UnpicklingError (`code_in`
-    names it first); torch.load itself is never replaced."""
+    names it first); torch.load itself is never replaced. A TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD of the user's is set
+    aside meanwhile."""
     allowed = [(_enum_member, "builtins.getattr")]
     for name in SAFE_GLOBALS:
         module, _, attr = name.rpartition(".")
@@ -214,19 +215,21 @@ def weights_only_loads():
             allowed.append(getattr(importlib.import_module(module), attr))
         except (ImportError, AttributeError):  # numpy's other spelling, a DeepSpeed without the class
             continue
-    before = os.environ.get(WEIGHTS_ONLY)
-    os.environ[WEIGHTS_ONLY] = "1"
+    allowed = [g for g in allowed if g not in torch.serialization.get_safe_globals()]  # in a block: the outer's stay
+    saved = {name: os.environ.pop(name, None) for name in SWITCHES}  # the user's, back after the block
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     try:
         with torch.serialization.safe_globals(allowed):
             yield
     finally:
-        if before is None:
-            del os.environ[WEIGHTS_ONLY]
-        else:
-            os.environ[WEIGHTS_ONLY] = before
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
-WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"  # torch.load reads it at each call (torch/serialization.py)
+# torch's weights-only switches, read by torch.load at each call (torch/serialization.py); both set is an error there
+SWITCHES = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
 
 
 def _trainer_step(ckpt: Path) -> int | None:
