@@ -128,14 +128,54 @@ def test_every_key_the_builder_writes_is_explained(stage, opt, par, precision):
     assert set(flatten(cfg)) <= set(table["key"])
 
 
+class _Reads(dict):
+    """A config that records every dotted key read from it (get, [], in): what DeepSpeedConfig reads outside its
+    pydantic classes is what it knows; a key it never reads it ignores silently."""
+
+    def __init__(self, d: dict, seen: set, prefix: str = ""):
+        super().__init__({k: _Reads(v, seen, f"{prefix}{k}.") if isinstance(v, dict) else v for k, v in d.items()})
+        self.seen, self.prefix = seen, prefix
+
+    def get(self, k, default=None):
+        self.seen.add(self.prefix + k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self.seen.add(self.prefix + k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self.seen.add(self.prefix + k)
+        return super().__contains__(k)
+
+    def keys(self):  # DeepSpeedConfig asks `KEY in d.keys()`
+        return self
+
+    def __copy__(self):  # DeepSpeedConfig copies the dict it is given
+        return self
+
+
+# Sections DeepSpeed validates with a pydantic class that forbids unknown keys (`ds_config.check_keys` refuses them),
+# and those it hands on whole as an optimizer's keyword arguments
+VALIDATED, PASSED_ON = ("zero_optimization", "bf16", "fp16", "comms_logger"), ("optimizer.params",)
+
+
 @pytest.mark.parametrize("stage, opt, par", BUILT)
-def test_every_key_the_builder_writes_is_one_deepspeed_accepts(stage, opt, par):
-    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig and its config classes, with every key KEYS explains."""
+def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
+    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig: its config classes accept every key KEYS explains, and
+    DeepSpeedConfig reads every other key the builder writes (aio.thread_count was one it would have ignored: it
+    reads intra_op_parallelism)."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
     from workshop_lib.ds_config import KEYS, check_keys, flatten
 
     cfg = _built(stage, opt, par, precision="bf16", load_universal=stage > 0)  # a resume on another world size
     check_keys(cfg, list(flatten(cfg)))
     check_keys(_built(3, "nvme", "nvme", precision="bf16", load_universal=True), list(KEYS))
+    seen = set()
+    batch = dict.fromkeys(["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"], 1)
+    DeepSpeedConfig(_Reads(cfg | batch | {"gradient_clipping": 1.0}, seen))  # numbers where the Trainer fills "auto"
+    assert {k for k in flatten(cfg) if not k.startswith(VALIDATED + PASSED_ON) and k not in seen} == set()
 
 
 @pytest.mark.parametrize("name", [name for name, e in EXPERIMENTS.items() if e.deepspeed])
