@@ -7,6 +7,7 @@ The damage probes copy the session's tiny stage2 run (two epochs, a checkpoint a
 checkpoint-8) and remove its results.json: a run killed after its last checkpoint, before it finished."""
 
 import json
+import os
 import pickle
 import shlex
 import shutil
@@ -114,8 +115,8 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
 def test_deepspeeds_own_loads_run_weights_only_within_weights_only_loads(tmp_path, monkeypatch):
     """DeepSpeed 0.19.8's checkpoint engine calls torch.load(weights_only=False). Within `checkpoint.weights_only_loads`
     (around a resume's training, ds_to_universal and the export's zero_to_fp32) the same call loads its states
-    (DeepSpeed's ZeRO stage, numpy's RNG state: SAFE_GLOBALS) and refuses a pickle that names code, running nothing;
-    outside it, torch.load is torch's own again."""
+    (DeepSpeed's ZeRO stage, numpy's RNG state: SAFE_GLOBALS) and refuses a pickle that names code, running nothing,
+    by torch's own switch (TORCH_FORCE_WEIGHTS_ONLY_LOAD): torch.load is never replaced, and the switch is off after."""
     import numpy as np
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
     from deepspeed.runtime.zero.config import ZeroStageEnum
@@ -124,11 +125,17 @@ def test_deepspeeds_own_loads_run_weights_only_within_weights_only_loads(tmp_pat
     torch.save({"zero_stage": ZeroStageEnum.gradients, "rng": np.random.get_state(), "w": torch.ones(2)}, "ok.pt")
     torch.save({"w": Planted()}, "planted.pt")
     load, engine = torch.load, TorchCheckpointEngine()
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # a user's opposite switch: set aside, then back
     with checkpoint.weights_only_loads():
         assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients
+        with checkpoint.weights_only_loads():  # a block within the block (`code_in` during a resume's training)
+            pass
+        assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients  # the outer block's globals stay
         with pytest.raises(pickle.UnpicklingError, match="posix.system"):
             engine.load("planted.pt")
+        assert torch.load is load
     assert torch.load is load and not (tmp_path / "planted-ran").exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ and os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
 
 
 def test_workshop_export_of_a_planted_checkpoint_runs_nothing_and_writes_nothing(tmp_path):

@@ -218,7 +218,7 @@ def test_bad_input_stops_with_a_fix_and_keeps_what_was_written(tmp_path, runs):
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     p = workshop("run", "baseline", "--tiny", "--train-file", bad, "--output-dir", out, check=False)
-    assert p.returncode == 2 and "has no answer" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "answers: List should have at least 1 item" in p.stderr and "Traceback" not in p.stderr
     assert [f.name for f in out.iterdir()] == ["notes.txt"]
 
 

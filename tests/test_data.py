@@ -56,37 +56,44 @@ def test_tokenize_reports_counts(tok):
     [
         (None, "does not exist"),
         ("{not json", "not valid JSON"),
-        ('{"version": "1.1"}', "no top-level 'data'"),
+        ('{"version": "1.1"}', "not in the SQuAD layout: data: Field required"),
         (
             '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": "q1", "question": "Why?", '
             '"answers": []}]}]}]}',
-            "'q1'",
+            r"data.0.paragraphs.0.qas.0.answers: List should have at least 1 item .*\nTo fix: .*unanswerable",
         ),
         (
             '{"data": [{"title": "t", "paragraphs": [{"qas": [{"id": "a", "question": "q?", "answers": '
             '[{"text": "x", "answer_start": 0}]}]}]}]}',
-            "lacks the field 'context'",
+            "data.0.paragraphs.0.context: Field required",
         ),
-        # every field of the wrong type is named with what it should be, not a traceback from deeper down
-        ('{"data": 5}', "'data' is int, not a list"),
-        ('{"data": [{"paragraphs": [{"context": null, "qas": []}]}]}', "has context 'None' .NoneType., not a string"),
+        # every field of the wrong type is named by its place with what it should be (pydantic's validation of the
+        # layout, `data._Squad`), not a traceback from deeper down
+        ('{"data": 5}', r"data: Input should be a valid list \(got '5'\)"),
+        ('{"data": [{"paragraphs": [{"context": null, "qas": []}]}]}', "context: Input should be a valid string"),
         (
             '{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "a", "question": 7, "answers": '
             '[{"text": "x", "answer_start": 0}]}]}]}]}',
-            "question 'a' has question '7' .int., not a string",
+            r"qas.0.question: Input should be a valid string \(got '7'\)",
         ),
         (
             '{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
             '[{"text": "x", "answer_start": "abc"}]}]}]}]}',
-            "has answer_start 'abc' .str., not a whole number",
+            "answers.0.answer_start: Input should be a valid integer",
         ),
         (
             '{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
             '[{"text": "x", "answer_start": -3}]}]}]}]}',
-            "starts at -3, before the context",
+            "answer_start: Input should be greater than or equal to 0",
         ),
-        ('{"data": [{"paragraphs": "abc"}]}', "article 0 has paragraphs 'abc' .str., not a list"),
-        ('{"data": [{"paragraphs": [{"context": "c", "qas": [17]}]}]}', "is int '17', not an object"),
+        (
+            '{"data": [{"paragraphs": [{"context": "c x", "qas": [{"id": "a", "question": "q?", "answers": '
+            '[{"text": " ", "answer_start": 0}]}]}]}]}',
+            "answers.0.text: String should match pattern",
+        ),
+        ('{"data": [{"paragraphs": "abc"}]}', "data.0.paragraphs: Input should be a valid list"),
+        ('{"data": [{"paragraphs": [{"context": "c", "qas": [17]}]}]}', "qas.0: Input should be a valid dictionary"),
+        ('{"data": []}', "holds no questions"),
     ],
 )
 def test_bad_data_files_say_how_to_fix(tmp_path, content, expected):
@@ -224,13 +231,14 @@ def test_step_counts_come_from_the_sampler_that_trains():
 
 
 def test_reading_squad_json_peaks_below_the_parse_factor():
-    """`data.PARSE_FACTOR`, the memory check of a data file, against json.loads' peak on the bundled train set."""
+    """`data.PARSE_FACTOR`, the memory check of a data file, against the peak of `read_squad_json`'s parse (json.loads,
+    then pydantic's validation of the layout) on the bundled train set."""
     import tracemalloc
 
     path = data.BUNDLED_FILES["train"]
     tracemalloc.start()
     try:
-        json.loads(path.read_text(encoding="utf-8"))
+        data._Squad.model_validate(json.loads(path.read_text(encoding="utf-8")))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

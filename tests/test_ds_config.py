@@ -59,7 +59,7 @@ def test_settings_a_config_cannot_have_are_refused(experiment, settings, expecte
 
 
 def test_an_experiments_overlay_is_set_last_and_checked_by_deepspeed():
-    """A new DeepSpeed variant is a record: its overlay's keys land in the config, DeepSpeed reads each one."""
+    """A new DeepSpeed variant is a record: its overlay's keys land in the config, DeepSpeed accepts them."""
     from workshop_lib.ds_config import check_keys, flatten
 
     variant = Experiment("stage2_no_overlap", 2, overlay={"zero_optimization.overlap_comm": False})
@@ -127,20 +127,59 @@ def test_every_key_the_builder_writes_is_explained(stage, opt, par, precision):
     assert set(flatten(cfg)) <= set(table["key"])
 
 
+class _Reads(dict):
+    """A config that records every dotted key read from it (get, [], in): what DeepSpeedConfig reads outside its
+    pydantic classes is what it knows; a key it never reads it ignores silently."""
+
+    def __init__(self, d: dict, seen: set, prefix: str = ""):
+        super().__init__({k: _Reads(v, seen, f"{prefix}{k}.") if isinstance(v, dict) else v for k, v in d.items()})
+        self.seen, self.prefix = seen, prefix
+
+    def get(self, k, default=None):
+        self.seen.add(self.prefix + k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self.seen.add(self.prefix + k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self.seen.add(self.prefix + k)
+        return super().__contains__(k)
+
+    def keys(self):  # DeepSpeedConfig asks `KEY in d.keys()`
+        return self
+
+    def __copy__(self):  # DeepSpeedConfig copies the dict it is given
+        return self
+
+
+# Sections DeepSpeed validates with a pydantic class that forbids unknown keys (`ds_config.check_keys` refuses them),
+# and those it hands on whole as an optimizer's keyword arguments
+VALIDATED, PASSED_ON = ("zero_optimization", "bf16", "fp16", "comms_logger"), ("optimizer.params",)
+
+
 @pytest.mark.parametrize("stage, opt, par", BUILT)
 def test_every_key_the_builder_writes_is_one_deepspeed_reads(stage, opt, par):
-    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig: no key the builder writes is one it would ignore
-    (aio.thread_count was: DeepSpeed reads intra_op_parallelism), and every key KEYS explains exists."""
+    """Checked by DeepSpeed 0.19.8's own DeepSpeedConfig: its config classes accept every key KEYS explains, and
+    DeepSpeedConfig reads every other key the builder writes (aio.thread_count was one it would have ignored: it
+    reads intra_op_parallelism)."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
     from workshop_lib.ds_config import KEYS, check_keys, flatten
 
     cfg = _built(stage, opt, par, precision="bf16", load_universal=stage > 0)  # a resume on another world size
     check_keys(cfg, list(flatten(cfg)))
     check_keys(_built(3, "nvme", "nvme", precision="bf16", load_universal=True), list(KEYS))
+    seen = set()
+    batch = dict.fromkeys(["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"], 1)
+    DeepSpeedConfig(_Reads(cfg | batch | {"gradient_clipping": 1.0}, seen))  # numbers where the Trainer fills "auto"
+    assert {k for k in flatten(cfg) if not k.startswith(VALIDATED + PASSED_ON) and k not in seen} == set()
 
 
 @pytest.mark.parametrize("name", [name for name, e in EXPERIMENTS.items() if e.deepspeed])
 def test_every_experiments_config_is_explained_and_read_by_deepspeed(name):
-    """An experiment's overlay cannot bring a key without its `KEYS` line, nor one DeepSpeed would ignore."""
+    """An experiment's overlay cannot bring a key without its `KEYS` line, nor one DeepSpeed refuses."""
     from workshop_lib.ds_config import KEYS, check_keys, flatten
 
     cfg = build_ds_config(name, Settings(precision="bf16", nvme_path="/tmp"))
@@ -161,6 +200,9 @@ def test_bucket_sizes_are_explained_in_elements_with_deepspeeds_defaults():
         assert "ELEMENTS" in KEYS[f"zero_optimization.{key}"].meaning
     assert deepspeed_default("zero_optimization.reduce_bucket_size") == 500_000_000
     assert deepspeed_default("zero_optimization.offload_optimizer.pin_memory") is True
+    # DeepSpeed's default that depends on the stage, as its config class sets it: overlap_comm on at stage 3 only
+    assert deepspeed_default("zero_optimization.overlap_comm", 3) is True
+    assert deepspeed_default("zero_optimization.overlap_comm", 2) is False
     rows = explain(build_ds_config("stage2")).set_index("key")
     assert rows.at["zero_optimization.allgather_bucket_size", "value"] == "(absent)"  # DeepSpeed's default applies
     assert "hidden_size²" in rows.at["zero_optimization.reduce_bucket_size", "set by"]
@@ -199,15 +241,24 @@ def test_an_override_is_parsed_and_set_without_changing_the_original():
 @pytest.mark.parametrize(
     "override, names",
     [
-        (
+        (  # DeepSpeed's own pydantic class refuses the unknown key; the nearest KEYS key is named
             "zero_optimization.reduce_bucket_sise=50000000",
-            ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig"],
+            ["zero_optimization.reduce_bucket_size", "DeepSpeedZeroConfig", "Extra inputs are not permitted"],
         ),
         ("zero_optimization.offload_optimizer.pin_memry=false", ["offload_optimizer.pin_memory"]),
-        ("steps_per_prin=10", ["steps_per_print", "ignore it silently"]),  # DeepSpeed itself would not complain
-        ("zero_optimisation.overlap_comm=false", ["use zero_optimization;"]),
-        ("zero_optimization.overlap_comm=maybe", ["valid boolean", "Optional[bool]"]),  # DeepSpeed's own validation
+        ("tensorboard.enabeld=true", ["DeepSpeedMonitorConfig", "tensorboard.enabeld", "Extra inputs"]),
+        ("steps_per_prin=10", ["use steps_per_print.", "ignore 'steps_per_prin' silently"]),  # DeepSpeed would not
+        ("zero_optimisation.overlap_comm=false", ["use zero_optimization.overlap_comm."]),
+        (
+            "zero_optimization.overlap_comm=maybe",
+            ["valid boolean", "DeepSpeedZeroConfig"],
+        ),  # DeepSpeed's own validation
         ("zero_optimization.stage3_prefetch_bucket_size=-1", ["greater than or equal to 0"]),
+        (
+            "steps_per_print=abc",
+            ["steps_per_print takes an integer", "steps_per_print=1000000"],
+        ),  # DeepSpeed takes any value
+        ("wall_clock_breakdown=1", ["wall_clock_breakdown takes true or false"]),
         ("zero_optimization.stage=2", ["pick another experiment"]),  # the experiment sets it
         ("gradient_clipping=0.5", ["max_grad_norm"]),  # the Trainer sets it, and refuses another value
         ("zero_optimization.reduce_bucket_size=5", ["--reduce-bucket-size"]),  # an option sets it
@@ -222,6 +273,46 @@ def test_a_bad_override_is_refused_with_the_fix(override, names):
     assert "To fix:" in str(e.value)
     for name in names:
         assert name in str(e.value)
+
+
+def test_no_top_level_name_deepspeed_reads_is_taken_for_a_typo():
+    """The typo check of top-level names (`check_overrides`) refuses a name close to one the workshop writes; no name
+    DeepSpeed reads at the top level (its constants with a default, and the sections its DeepSpeedConfig reads) is
+    that close, so none is refused by it."""
+    import difflib
+
+    import deepspeed.runtime.constants as C
+
+    from workshop_lib.ds_config import KEYS
+
+    written = {k.split(".")[0] for k in KEYS}
+    sections = "activation_checkpointing aio amp autotuning bf16 checkpoint comet comms_logger compile csv_monitor"
+    sections += " data_efficiency data_types elasticity flops_profiler fp16 hybrid_engine nebula optimizer pipeline"
+    sections += " scheduler sparse_attention tensor_parallel tensorboard timers torch_autocast wandb zero_optimization"
+    names = set(sections.split()) | {v for k, v in vars(C).items() if isinstance(v, str) and hasattr(C, k + "_DEFAULT")}
+    assert {
+        n: m for n in names - written if (m := difflib.get_close_matches(n, sorted(written), n=1, cutoff=0.8))
+    } == {}
+
+
+def test_deepspeeds_monitor_sections_are_accepted():
+    """Issue 59 item 9: tensorboard, wandb, csv_monitor and comet are DeepSpeed's (DeepSpeedMonitorConfig), each
+    with `enabled`; an override of them is accepted and lands in the config."""
+    from workshop_lib.ds_config import apply_overrides
+
+    base = build_ds_config("stage2", Settings(precision="bf16"))
+    out = apply_overrides(
+        base,
+        [
+            "csv_monitor.enabled=true",
+            "csv_monitor.output_path=/tmp/csv",
+            "tensorboard.enabled=true",
+            "wandb.enabled=false",
+            "steps_per_print=10",
+        ],
+    )
+    assert out["csv_monitor"] == {"enabled": True, "output_path": "/tmp/csv"} and out["tensorboard"]["enabled"]
+    assert out["wandb"] == {"enabled": False} and out["steps_per_print"] == 10
 
 
 def test_the_option_is_repeatable_and_refused_before_anything_is_written(tmp_path):

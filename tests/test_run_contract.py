@@ -202,12 +202,12 @@ BAD = [
     (
         "answer text null",
         lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=None))],
-        "not a non-empty string",
+        "answers.0.text: Input should be a valid string",
     ),
     (
         "answer text blank",
         lambda t, m: ["baseline", T, "--train-file", data_file(t, lambda a: a.update(text=" "))],
-        "not a non-empty string",
+        "answers.0.text: String should match pattern",
     ),
     ("output dir is a file", lambda t, m: ["baseline", T, "--output-dir", data_file(t)], "is a file"),
     ("output dir not writable", lambda t, m: ["baseline", T, "--output-dir", readonly_dir(t)], "cannot be written"),

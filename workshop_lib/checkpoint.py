@@ -202,26 +202,34 @@ def _enum_member(cls, name):
 
 @contextmanager
 def weights_only_loads():
-    """Within the block every torch.load is weights_only=True, SAFE_GLOBALS allowed, getattr only as `_enum_member`:
-    DeepSpeed 0.19.8 loads with weights_only=False (checkpoint engine, ds_to_universal, zero_to_fp32). A load of a
-    file naming other code raises pickle.UnpicklingError (`code_in` names it first)."""
-    load, allowed = torch.load, [(_enum_member, "builtins.getattr")]
+    """Within the block every torch.load is weights_only=True, by torch's own switch: TORCH_FORCE_WEIGHTS_ONLY_LOAD=1
+    (torch >= 2.6 lets it override an explicit weights_only=False, which DeepSpeed 0.19.8 passes in its checkpoint
+    engine, ds_to_universal and zero_to_fp32), with SAFE_GLOBALS allowed (torch.serialization.safe_globals) and
+    getattr only as `_enum_member`. A load of a file naming other code raises pickle.UnpicklingError (`code_in`
+    names it first); torch.load itself is never replaced. A TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD of the user's is set
+    aside meanwhile."""
+    allowed = [(_enum_member, "builtins.getattr")]
     for name in SAFE_GLOBALS:
         module, _, attr = name.rpartition(".")
         try:
             allowed.append(getattr(importlib.import_module(module), attr))
         except (ImportError, AttributeError):  # numpy's other spelling, a DeepSpeed without the class
             continue
-
-    def restricted(*args, **kwargs):
-        with torch.serialization.safe_globals(allowed):
-            return load(*args, **kwargs | {"weights_only": True})
-
-    torch.load = restricted
+    allowed = [g for g in allowed if g not in torch.serialization.get_safe_globals()]  # in a block: the outer's stay
+    saved = {name: os.environ.pop(name, None) for name in SWITCHES}  # the user's, back after the block
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     try:
-        yield
+        with torch.serialization.safe_globals(allowed):
+            yield
     finally:
-        torch.load = load
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+
+
+# torch's weights-only switches, read by torch.load at each call (torch/serialization.py); both set is an error there
+SWITCHES = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
 
 
 def _trainer_step(ckpt: Path) -> int | None:

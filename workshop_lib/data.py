@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 import psutil
 import pyarrow
+import pydantic
 from transformers import DataCollatorForSeq2Seq
 
 from .errors import WorkshopError
@@ -32,9 +33,9 @@ from .units import MiB, ceil_div
 
 BUNDLED_DIR = Path(__file__).parent / "squad"
 BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json", "validation": BUNDLED_DIR / "dev-v1.1-subset.json"}
-# Memory to read a SQuAD JSON file, as a multiple of its size: json.loads peaks at about 5x (tests/test_data.py
-# measures it on the bundled train set), the rows then copied into a Dataset
-PARSE_FACTOR = 6
+# Memory to read a SQuAD JSON file, as a multiple of its size: json.loads and pydantic's validation of the layout
+# peak at about 7x (tests/test_data.py measures it on the bundled train set), the rows then copied into a Dataset
+PARSE_FACTOR = 8
 PROMPT = "Question: {question} Context: {context} Answer: {answer}"
 # Its pieces, tokenised one by one (training: `encode_example`; generation: `prompt_ids`).
 PROMPT_HEAD, PROMPT_TAIL = "Question: {question} Context:", " Answer:"
@@ -92,6 +93,32 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
     return path
 
 
+# The SQuAD v1.1 layout, as pydantic validates it (`read_squad_json`): other fields (version, is_impossible) are ignored
+class _Answer(pydantic.BaseModel):
+    text: str = pydantic.Field(pattern=r"\S")  # not empty, not blank
+    answer_start: int = pydantic.Field(ge=0, strict=True)  # a character offset into the context
+
+
+class _Question(pydantic.BaseModel):
+    id: str | int
+    question: str
+    answers: list[_Answer] = pydantic.Field(min_length=1)  # SQuAD v2's unanswerable questions cannot be trained on
+
+
+class _Paragraph(pydantic.BaseModel):
+    context: str
+    qas: list[_Question]
+
+
+class _Article(pydantic.BaseModel):
+    title: object = ""
+    paragraphs: list[_Paragraph]
+
+
+class _Squad(pydantic.BaseModel):
+    data: list[_Article]
+
+
 def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> datasets.Dataset:
     """Read a file in the SQuAD v1.1 JSON layout into rows like Hugging Face's `squad` dataset. `option`: the
     command's option that named the file, for the fix of a missing one.
@@ -100,84 +127,45 @@ def read_squad_json(path: str | os.PathLike, option: str = "--train-file") -> da
     "answer_start": [...]}), in file order.
 
     Raises:
-        WorkshopError: the file is missing or a directory, is not JSON, is not in the SQuAD layout (a field
-            missing or of another type: strings for context, question and text, a whole number >= 0 for
-            answer_start, lists for data, paragraphs, qas and answers), or holds a question without an answer
-            (SQuAD v2 "impossible" questions cannot be trained on here) or with an empty answer text."""
+        WorkshopError: the file is missing or a directory, is not JSON, or is not in the SQuAD layout as pydantic
+            validates it (`_Squad`; the first field missing or of another type named by its place, e.g.
+            data.0.paragraphs.2.qas.5.answers: strings for context, question and text, a whole number >= 0 for
+            answer_start, lists for data, paragraphs, qas and answers), a question without an answer (SQuAD v2
+            "impossible" questions cannot be trained on here) or with a blank answer text; it holds no question."""
     path = check_squad_path(path, option)
     layout = (
         'the layout {"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", '
         '"answers": [{"text", "answer_start"}]}]}]}]}'
     )
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        articles = raw["data"]
+        squad = _Squad.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # nested past Python's limit
         raise WorkshopError(
             f"{path} is not valid JSON ({e}).",
             "check the file is a complete SQuAD JSON file (re-download or re-export it).",
         ) from e
-    except (KeyError, TypeError) as e:
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        got = "" if err["type"] == "missing" else f" (got {str(err['input'])[:40]!r})"
         raise WorkshopError(
-            f"{path} has no top-level 'data' list, so it is not in the SQuAD layout.", f"use {layout}."
-        ) from e
-
-    def field(record, key: str, kind, where: str, need: str):
-        """record[key], checked to be of `kind` (bool is no int), or a WorkshopError naming the record."""
-        if not isinstance(record, dict):
-            raise WorkshopError(
-                f"{path}: {where} is {type(record).__name__} {str(record)[:40]!r}, not an object.", f"use {layout}."
-            )
-        if key not in record:
-            raise WorkshopError(f"{path}: {where} lacks the field {key!r} of the SQuAD layout.", f"use {layout}.")
-        value = record[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise WorkshopError(
-                f"{path}: {where} has {key} {str(value)[:40]!r} ({type(value).__name__}), not {need}.",
-                f"give every {key} as {need}: {layout}.",
-            )
-        return value
-
-    if not isinstance(articles, list):
-        raise WorkshopError(f"{path}: 'data' is {type(articles).__name__}, not a list of articles.", f"use {layout}.")
-    rows = {k: [] for k in ("id", "title", "context", "question", "answers")}
-    for a, article in enumerate(articles):
-        for p, para in enumerate(field(article, "paragraphs", list, f"article {a}", "a list")):
-            context = field(para, "context", str, f"article {a}, paragraph {p}", "a string")
-            for qa in field(para, "qas", list, f"article {a}, paragraph {p}", "a list"):
-                where = f"question {qa.get('id', '?')!r}" if isinstance(qa, dict) else f"article {a}, paragraph {p}"
-                qid = field(qa, "id", (str, int), where, "a string")
-                question = field(qa, "question", str, where, "a string")
-                answers = field(qa, "answers", list, where, "a list") if "answers" in qa else []
-                if not answers:
-                    raise WorkshopError(
-                        f"{path}: question {qid!r} ({question[:60]!r}) has no answer.",
-                        'every question needs at least one answer {"text", "answer_start"}; remove '
-                        "unanswerable (SQuAD v2 'is_impossible') questions from the file.",
-                    )
-                for ans in answers:
-                    text = ans.get("text") if isinstance(ans, dict) else ans
-                    if not (isinstance(text, str) and text.strip()):
-                        raise WorkshopError(
-                            f"{path}: question {qid!r} has an answer text {text!r}, not a non-empty string.",
-                            "give every answer its text as it appears in the context, or remove the question.",
-                        )
-                    if field(ans, "answer_start", int, f"{where}'s answer {text[:30]!r}", "a whole number") < 0:
-                        raise WorkshopError(
-                            f"{path}: {where}'s answer {text[:30]!r} starts at {ans['answer_start']}, "
-                            "before the context.",
-                            "give answer_start as a character offset >= 0.",
-                        )
-                rows["id"].append(str(qid))
-                rows["title"].append(str(article.get("title", "")))
-                rows["context"].append(context)
-                rows["question"].append(question)
-                rows["answers"].append(
-                    {"text": [x["text"] for x in answers], "answer_start": [x["answer_start"] for x in answers]}
-                )
-    if not rows["id"]:
+            f"{path} is not in the SQuAD layout: {'.'.join(map(str, err['loc']))}: {err['msg']}{got}.",
+            f"use {layout}, every question with at least one answer (remove SQuAD v2's unanswerable ones).",
+        ) from None
+    rows = [
+        {
+            "id": str(qa.id),
+            "title": str(article.title),
+            "context": para.context,
+            "question": qa.question,
+            "answers": {"text": [a.text for a in qa.answers], "answer_start": [a.answer_start for a in qa.answers]},
+        }
+        for article in squad.data
+        for para in article.paragraphs
+        for qa in para.qas
+    ]
+    if not rows:
         raise WorkshopError(f"{path} holds no questions.", "give a SQuAD file with at least one question.")
-    return in_memory_dataset(rows)
+    return in_memory_dataset({key: [row[key] for row in rows] for key in rows[0]})
 
 
 def load_squad(

@@ -103,32 +103,9 @@ def activation_bytes(
     return total + 8 * s * b * h, f"{formula}, s={s} b={b} h={h} (Korthikanti et al. 2022 eq. 1, Qwen3, {attn})"
 
 
-def model_states(
-    counts: dict,
-    zero_stage: int | None,
-    offload_optimizer: bool,
-    offload_param: bool,
-    gpus_per_node: int = 1,
-    nodes: int = 1,
-) -> dict:
-    """The model states (parameters, gradients, Adam states) of a model with `counts` (`model.count_params`'s num_params
-    and largest_layer_params) per GPU and per node's host, MiB: DeepSpeed's estimate (`memory.estimate_model_states`).
-    `estimate` and the run's preflight (`preflight.check_states_fit`) both take their figure from here. Returns
-    {"estimated_model_states_gpu_mib", "estimated_model_states_cpu_mib", "estimator"}."""
-    return estimate_model_states(
-        counts["num_params"],
-        counts["largest_layer_params"],
-        zero_stage,
-        offload_optimizer=offload_optimizer,
-        offload_param=offload_param,
-        num_gpus_per_node=gpus_per_node,
-        num_nodes=nodes,
-    )
-
-
 def states_fit(states_gpu_mib: float, gpu_memory_mib: float) -> bool:
-    """The preflight's rule (`preflight.check_states_fit`) for the model states (`model_states`, MiB per GPU) on a
-    GPU of `gpu_memory_mib` MiB: within 1 - `HEADROOM` of its memory, the share `estimate` holds the whole total
+    """The preflight's rule (`preflight.check_states_fit`) for the model states (`memory.estimate_model_states`, MiB
+    per GPU) on a GPU of `gpu_memory_mib` MiB: within 1 - `HEADROOM` of its memory, the share `estimate` holds the whole total
     to, so that a run that fits passes the preflight (the states are certain before a run, activations estimated)."""
     return states_gpu_mib <= (1 - HEADROOM) * gpu_memory_mib
 
@@ -212,7 +189,15 @@ def estimate(
     )
     shape = model_shape(model)
     offloads = offload != "none"  # the optimizer states; at stage 3 the parameters too (stage3_offload)
-    states = model_states(shape, zero_stage, offloads, offloads and zero_stage == 3, gpus_per_node, nodes)
+    states = estimate_model_states(
+        shape["num_params"],
+        shape["largest_layer_params"],
+        zero_stage,
+        offloads,
+        offloads and zero_stage == 3,
+        gpus_per_node,
+        nodes,
+    )
     gpu_states, cpu_states = states["estimated_model_states_gpu_mib"], states["estimated_model_states_cpu_mib"]
     nvme = None
     if offload == "nvme":  # the swap files; the host keeps pinned buffers, which are not estimated

@@ -9,7 +9,7 @@ all come before anything is written.
                        ZeRO-Infinity's swap files against the drive (`nvme.check_nvme_space`)
 
 Will it fit? The preflight refuses only what the model states alone rule out: they are certain before a run
-(`fit.model_states`). Activations and logits depend on the batch and can only be estimated (`fit.estimate`); a run
+(`memory.estimate_model_states`). Activations and logits depend on the batch and can only be estimated (`fit.estimate`); a run
 whose states fit but whose activations do not starts, and runs out of memory: notebook 03c starts one on purpose."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from . import checkpoint, env, fit
 from .config import RunConfig, parse_run_args, resolve
 from .ds_config import Experiment, experiment_named
 from .errors import WorkshopError
+from .memory import estimate_model_states
 from .model import count_params
 from .nvme import check_nvme_space
 from .units import MiB
@@ -120,16 +121,18 @@ def check_resources(cfg: RunConfig, exp: Experiment, world_size: int, local_rank
 
 
 def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
-    """`fit.model_states` for this experiment on `world_size` ranks, as many per node as this machine has GPUs
-    (one without a GPU). `counts`: `model.count_params`'s. Returns memory.estimate_model_states's dict, MiB."""
+    """`memory.estimate_model_states` (DeepSpeed's estimators; `fit.estimate` takes its figure there too) for this
+    experiment on `world_size` ranks, as many per node as this machine has GPUs (one without a GPU). `counts`:
+    `model.count_params`'s. Returns memory.estimate_model_states's dict, MiB."""
     gpus_per_node = max(torch.cuda.device_count(), 1)
-    return fit.model_states(
-        counts,
+    return estimate_model_states(
+        counts["num_params"],
+        counts["largest_layer_params"],
         exp.zero_stage,
         exp.offload_optimizer != "none",
         exp.offload_param != "none",
-        gpus_per_node=min(world_size, gpus_per_node),
-        nodes=max(1, world_size // gpus_per_node),
+        num_gpus_per_node=min(world_size, gpus_per_node),
+        num_nodes=max(1, world_size // gpus_per_node),
     )
 
 
