@@ -552,7 +552,7 @@ def flatten(cfg: dict, prefix: str = "") -> dict:
 @functools.cache
 def _defaults(stage: int) -> dict:
     """{dotted key: DeepSpeed's default at ZeRO `stage`} of the sections DeepSpeed validates with its pydantic config
-    classes, each built with no values (the offload and ZenFlow blocks present, which are absent by default); a
+    classes, each built with no values (the offload blocks present, which are absent by default); a
     default that depends on the stage (overlap_comm: on at stage 3 only) is the stage's."""
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.comm.config import CommsLoggerConfig
@@ -560,7 +560,7 @@ def _defaults(stage: int) -> dict:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     sections = {
-        "zero_optimization": DeepSpeedZeroConfig(stage=stage, offload_optimizer={}, offload_param={}, zenflow={}),
+        "zero_optimization": DeepSpeedZeroConfig(stage=stage, offload_optimizer={}, offload_param={}),
         "bf16": DeepSpeedBF16Config(),
         "fp16": DeepSpeedFP16Config(),
         "comms_logger": CommsLoggerConfig(),
