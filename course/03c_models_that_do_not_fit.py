@@ -48,7 +48,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import large_models
-from workshop_lib import env, fit, memory, results
+from workshop_lib import env, fit, results
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.train import run_experiment
@@ -279,27 +279,6 @@ if nvme_run:
             else ""
         )
     )
-
-# %% [markdown]
-# On the reference machine (workshop_lessons/reference/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
-# model in one call: what each step pays for reading and writing the states on the drive, what the host keeps
-# anyway, and which models' swap files (`memory.estimate_nvme_swap`, which `workshop run` checks against the
-# drive's free space before it builds the model) that drive could hold.
-
-# %%
-display(large_models.offload_comparison())
-n = large_models.nvme_summary()
-display(n.comparisons())
-print(
-    f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-    f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-    + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else "")
-)
-print(
-    f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
-    "not a local NVMe drive's"
-)
-n.swap_table()
 
 # %% [markdown]
 # ## Your runs beside the reference

@@ -46,7 +46,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import large_models
-from workshop_lib import env, fit, memory, results
+from workshop_lib import env, fit, results
 from workshop_lib.config import RunConfig
 from workshop_lib.errors import WorkshopError
 from workshop_lib.train import run_experiment
@@ -279,27 +279,6 @@ if nvme_run:
     )
 
 # %% [markdown]
-# On the reference machine (workshop_lessons/reference/h100/large-models/nvme-vs-cpu), CPU and NVMe offload of the same
-# model in one call: what each step pays for reading and writing the states on the drive, what the host keeps
-# anyway, and which models' swap files (`memory.estimate_nvme_swap`, which `workshop run` checks against the
-# drive's free space before it builds the model) that drive could hold.
-
-# %%
-display(large_models.offload_comparison())
-n = large_models.nvme_summary()
-display(n.comparisons())
-print(
-    f"pinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-    f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-    + (", each the size of the token embedding (the largest tensor)" if n.buffers_sized_to_embedding else "")
-)
-print(
-    f"the drive it swapped to: {n.drive_device}, {n.drive_kind} (machine.txt): its speeds are that disk's, "
-    "not a local NVMe drive's"
-)
-n.swap_table()
-
-# %% [markdown]
 # ## Your runs beside the reference
 # Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
 # (workshop_lessons/reference/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
@@ -386,33 +365,9 @@ if v.ran:
     )
 else:
     print(
-        "NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above") + ")."
+        "NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above") + "): "
+        "the H100 reference's stage3_offload and stage3_nvme rows in the table above answer it there."
     )
-print(
-    f"Reference, {n.model} in one H100 call: NVMe offload took {n.step_time.ratio:.1f}x CPU offload's steady step "
-    f"time ({n.step_time.value:.2f} s against {n.step_time.other:.2f} s; {n.tokens_per_second.value:,.0f} against "
-    f"{n.tokens_per_second.other:,.0f} tokens/s; {n.step_time.band_text}, one run each), with a host peak RSS of "
-    f"{n.host_peak_rss.value:,.0f} MiB against {n.host_peak_rss.other:,.0f} MiB ({n.host_peak_rss.verdict}) and a "
-    f"GPU peak of {n.gpu_peak.value:,.0f} MiB against {n.gpu_peak.other:,.0f} MiB ({n.gpu_peak.verdict})."
-)
-print(
-    f"The host keeps {n.pinned_mib:,.0f} MiB of pinned buffers to swap the parameters through ({n.buffer_count} x "
-    f"{n.buffer_elements:,} elements x 2 bytes), one per tensor in use at once, each "
-    + (
-        "as large as the token embedding, the largest tensor"
-        if n.buffers_sized_to_embedding
-        else "as large as the largest tensor"
-    )
-    + f": with NVMe offload the host's peak was {n.host_peak_rss.difference:+,.0f} MiB against CPU offload's "
-    f"({n.host_peak_rss.verdict}). The drive was {n.drive_device}, {n.drive_kind}, so the step time is that "
-    "disk's, not a local NVMe drive's."
-)
-swap_bytes = memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES  # per parameter, memory.estimate_nvme_swap
-print(
-    f"Swap files ({swap_bytes} bytes/param) against the {n.drive_free_gib:,.0f} GiB free on that drive: "
-    + "; ".join(f"{f.model} {f.swap_gib:,.1f} GiB ({'fits' if f.fits else 'does not fit'})" for f in n.swap)
-    + "."
-)
 
 # %% [markdown] tags=["exercise"]
 # 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one <!--fig:reference-gpu-->H100<!--/fig:reference-gpu--> with

@@ -1,8 +1,10 @@
 """Notebook 03c's reference table and choices, read from the committed GPU runs (workshop_lessons/reference/h100/large-models,
 workshop_lessons/reference/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
 
+import importlib.util
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,15 @@ from workshop_lib.fit import GPUS, HEADROOM, check_fits, estimate, fix_on_these_
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
 X2 = lm.REFERENCES["two H200 141GB, 256 GiB host"]
+
+
+def make_references():
+    """scripts/make_references.py as a module: the maintainer's tool that writes nvme-vs-cpu/table.md."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_references.py"
+    spec = importlib.util.spec_from_file_location("make_references", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_each_reference_run_says_how_it_ended():
@@ -137,12 +148,13 @@ def test_the_model_that_does_not_fit_is_picked_from_the_estimates():
 
 def test_the_nvme_verdict_counts_the_drive():
     """Qwen3-4B's swap files (67.4 GiB) do not fit the reference machine's drive (64 GiB free): the table of
-    configurations says so, as nvme_summary's swap table does; without the drive given, it is not checked."""
+    configurations says so, as nvme-vs-cpu/table.md's swap table (`nvme_summary`) does; without the drive given,
+    it is not checked."""
     free = lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") * 1024
     df = lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free).set_index(
         "experiment"
     )
-    swap = {f.model: f.fits for f in lm.nvme_summary().swap}
+    swap = {f.model: f.fits for f in make_references().nvme_summary().swap}
     assert df.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-4B"] is False
     small = lm.configurations(
         "Qwen/Qwen3-1.7B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free
@@ -161,16 +173,17 @@ def test_the_nvme_verdict_counts_the_drive():
 
 
 def test_cpu_and_nvme_offload_compared_from_one_call():
-    """The same steady figures as results.json where the run wrote one; the NVMe run that the call's time limit
-    stopped in its final evaluation keeps all its training steps."""
-
-    df = lm.offload_comparison().set_index("experiment")
+    """nvme-vs-cpu/table.md's figures (scripts/make_references.py): the same steady figures as results.json where
+    the run wrote one; the NVMe run that the call's time limit stopped in its final evaluation keeps all its
+    training steps."""
+    mr = make_references()
+    df = mr.offload_comparison().set_index("experiment")
     assert list(df["training steps"]) == [5, 5] and not df.at["stage3_nvme", "results.json"]
     r = json.loads((lm.NVME_VS_CPU / "runs" / "Qwen3-1.7B-stage3_offload" / "results.json").read_text())
     assert df.at["stage3_offload", "steady s/step"] == r["steady_step_time_s"]
     assert df.at["stage3_offload", "steady tokens/s"] == r["steady_train_tokens_per_second"]
     assert df.at["stage3_offload", "GPU peak MiB"] == r["gpu_peak_mib"]
-    n = lm.nvme_summary()
+    n = mr.nvme_summary()
     assert (n.model, n.training_steps) == ("Qwen/Qwen3-1.7B", 5)
     assert (n.step_time.value, n.step_time.other) == (
         df.at["stage3_nvme", "steady s/step"],
@@ -186,7 +199,7 @@ def test_cpu_and_nvme_offload_compared_from_one_call():
     # NVMe offload held more host memory than CPU offload in that call, not less
     assert n.host_peak_rss.verdict == "higher" and n.host_peak_rss.difference < n.pinned_mib
     # the drive swapped to, from machine.txt's df line: a virtio disk
-    assert (n.drive_device, n.drive_kind) == ("/dev/vda", lm.DEVICE_KINDS["/dev/vd"])
+    assert (n.drive_device, n.drive_kind) == ("/dev/vda", mr.DEVICE_KINDS["/dev/vd"])
     # the drive of that call (df -h: 64G free) holds Qwen3-1.7B's swap files, not Qwen3-4B's
     assert lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") == n.drive_free_gib == 64
     fits = {f.model: (round(f.swap_gib, 1), f.fits) for f in n.swap}

@@ -11,7 +11,8 @@ sentences that answer an exercise are written in the solution notebook, from tho
 - `comparisons`: `Comparison` and `compare(...)`, one figure against another and the verdict, "higher", "lower" or
   "within the band".
 - `headers`: the reading and run times at the top of every notebook (`header`).
-- `__main__`: `python -m workshop_lessons OUT_DIR`, the GPU reference runs.
+
+The GPU reference runs these read are made by `python scripts/make_references.py` (maintainers only).
 
 `from workshop_lessons import X` gives each module's public names, imported on first use (PEP 562): importing the
 package alone, as Jupyter does for `workshop_lessons.jupyter`, imports no torch, transformers or DeepSpeed.

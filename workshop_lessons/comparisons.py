@@ -58,22 +58,22 @@ class Comparison:
         """ "±8.7%", or "no band measured"."""
         return f"±{self.band:.1%}" if self.band is not None else "no band measured"
 
+    def _with_verdict(self, figure: str) -> str:
+        if self.verdict == "within the band":
+            return f"{figure}, within the band ({self.band_text}): the same within the noise"
+        return f"{figure} ({self.verdict}; band {self.band_text})"
+
     @property
     def ratio_text(self) -> str:
         """The ratio and the verdict, naming the band: "1.02x, within the band (±8.7%): the same within the
         noise", or "0.36x (lower; band ±8.7%)"."""
-        if self.verdict == "within the band":
-            return f"{self.ratio:.2f}x, within the band ({self.band_text}): the same within the noise"
-        return f"{self.ratio:.2f}x ({self.verdict}; band {self.band_text})"
+        return self._with_verdict(f"{self.ratio:.2f}x")
 
     @property
     def difference_text(self) -> str:
         """The difference in `unit` and the verdict, naming the band: "+0.912 nats (higher; band ±0.6%)", or
         "+0.001 nats, within the band (±0.6%): the same within the noise"."""
-        d = f"{self.difference:+,.3f} {self.unit}".rstrip()
-        if self.verdict == "within the band":
-            return f"{d}, within the band ({self.band_text}): the same within the noise"
-        return f"{d} ({self.verdict}; band {self.band_text})"
+        return self._with_verdict(f"{self.difference:+,.3f} {self.unit}".rstrip())
 
 
 def compare(

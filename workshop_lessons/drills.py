@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import copy
 import logging
+import logging.handlers
 import os
 import re
 import shlex
@@ -83,7 +84,8 @@ def _batch_size_rank(argv: list[str]) -> int:
     step (--accum micro-batches of --micro random 32-token sequences; gloo averages the gradients over the ranks).
     Rank 0 prints one line.
     A mismatched config never gets past `deepspeed.initialize`: DeepSpeed's assertion ends the process."""
-    p = argparse.ArgumentParser(prog="python -m workshop_lessons.drills batch-size-rank")
+    p = argparse.ArgumentParser(prog="python -m workshop_lessons.drills")
+    p.add_argument("command", choices=["batch-size-rank"], help="the one command: a rank of `batch_size_mismatch`")
     p.add_argument("--micro", type=int, required=True, help="train_micro_batch_size_per_gpu, sequences")
     p.add_argument("--accum", type=int, required=True, help="gradient_accumulation_steps")
     p.add_argument("--config-world-size", type=int, required=True, help="the world size the config is built for")
@@ -255,24 +257,19 @@ def _world_of_one():
         yield
 
 
-class _Messages(logging.Handler):
-    """Collects DeepSpeed's INFO messages (its "OVERFLOW! ... Skipping step" lines) without printing them:
-    DeepSpeed's own stdout handler stays at WARNING."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage().strip())
+def overflow_lines(messages: logging.handlers.BufferingHandler) -> str:
+    """DeepSpeed's "OVERFLOW! ... Skipping step" lines among the records `messages` holds, joined by " | "."""
+    return " | ".join(r.getMessage().strip() for r in messages.buffer if "OVERFLOW" in r.getMessage())
 
 
 @contextlib.contextmanager
 def _deepspeed_messages():
+    """Collects DeepSpeed's INFO messages (its "OVERFLOW! ... Skipping step" lines, `overflow_lines`) in a
+    `logging.handlers.BufferingHandler` without printing them: DeepSpeed's own stdout handler stays at WARNING."""
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
     from deepspeed.utils import logger
 
-    handler, level = _Messages(), logger.level
+    handler, level = logging.handlers.BufferingHandler(capacity=10**6), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
@@ -344,7 +341,9 @@ def plant_massive_activation(
     }
 
 
-def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, messages: _Messages) -> list[dict]:
+def _train_engine(
+    model, batch: dict, cfg: dict, precision: str, steps: int, messages: logging.handlers.BufferingHandler
+) -> list[dict]:
     """`steps` DeepSpeed engine steps on the same batch; one row per step. Stops at the step DeepSpeed's loss
     scaler raises (its text in "error")."""
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
@@ -354,7 +353,7 @@ def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, mes
     batch = {k: v.to(engine.device) for k, v in batch.items()}
     rows = []
     for step in range(steps):
-        messages.lines.clear()
+        messages.buffer.clear()
         # ZeRO's optimizer holds DeepSpeed's loss scaler: dynamic in fp16, a static 1 in bf16
         scale = float(getattr(engine.optimizer, "loss_scale", 1.0))
         skipped_before, error = engine.skipped_steps, ""
@@ -375,7 +374,7 @@ def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, mes
                 "loss_scale": scale,
                 "skipped": bool(error) or engine.skipped_steps > skipped_before,
                 "error": error,
-                "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m),
+                "deepspeed_message": overflow_lines(messages),
             }
         )
         if error:
@@ -384,7 +383,7 @@ def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int, mes
     return rows
 
 
-def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages) -> list[dict]:
+def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: logging.handlers.BufferingHandler) -> list[dict]:
     """The fp16 run without DeepSpeed's engine (for CPUs whose DeepSpeed accelerator refuses fp16): DeepSpeed's
     own `DynamicLossScaler` (deepspeed/runtime/fp16/loss_scaler.py, made by `CreateLossScaler` from the config's
     fp16 section as DeepSpeed parses it), fp16 weights for the forward and backward, fp32 master weights for
@@ -404,7 +403,7 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages
     opt = torch.optim.AdamW(master, **cfg["optimizer"]["params"])
     rows = []
     for step in range(steps):
-        messages.lines.clear()
+        messages.buffer.clear()
         scale, error = float(scaler.loss_scale), ""
         half.zero_grad(set_to_none=True)
         loss = half(**batch).loss
@@ -435,7 +434,7 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: _Messages
                 "loss_scale": scale,
                 "skipped": overflow or bool(error),
                 "error": error,
-                "deepspeed_message": " | ".join(m for m in messages.lines if "OVERFLOW" in m),
+                "deepspeed_message": overflow_lines(messages),
             }
         )
         if error:
@@ -636,17 +635,5 @@ def plot_fp16_overflow(df: pd.DataFrame, ax=None):
     return ax
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workshop_lessons.drills batch-size-rank ...`: one rank of `batch_size_mismatch`."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["batch-size-rank"]:
-        return _batch_size_rank(argv[1:])
-    print(
-        "usage: python -m workshop_lessons.drills batch-size-rank --micro M --accum A --config-world-size N",
-        file=sys.stderr,
-    )
-    return 2
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_batch_size_rank(sys.argv[1:]))

@@ -5,6 +5,7 @@ writes the answers from them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -251,10 +252,8 @@ def killed_on_ranks(
             time.sleep(0.05)
         if proc.poll() is None:  # torchrun starts each rank in a session of its own: its process tree, pid by pid
             for pid in [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
         proc.wait()
         log.write("\n")
     if proc.returncode != -9:

@@ -3,9 +3,8 @@ on two H200s, committed under workshop_lessons/reference), each run's outcome re
 with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`, and the rung
 with activation checkpointing against ZeRO-3 + CPU offload, both trained here: `checkpointing_rung`, `rung_ratios`),
 and the records the solution notebook writes its answers from (`host_states`, `rung_against_offload`,
-`ratio_against_reference`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
-
-    python -m workshop_lessons.large_models     # rewrites reference/*/large-models*/table.md from the runs
+`ratio_against_reference`, `nvme_against_cpu`): figures, not sentences. The reference's table.md files are
+written from `reference_runs` by `python scripts/make_references.py large-models`.
 """
 
 from __future__ import annotations
@@ -25,13 +24,6 @@ from workshop_lib import env, fit, variables
 from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import GPUS, HEADROOM, MODELS, estimate, model_shape
-from workshop_lib.memory import (
-    DRIVE_MARGIN,  # swap files within 95% of the drive's free space
-    NVME_OPTIMIZER_BYTES,
-    NVME_PARAM_BYTES,
-    estimate_nvme_swap,
-)
-from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
 
@@ -155,51 +147,8 @@ NVME_VS_CPU = (
 )  # CPU and NVMe offload of one model in one device call
 
 
-def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
-    """CPU against NVMe offload of one model, both run in one device call (root/runs, `scripts/large_models.sh`),
-    from each run's own logs, so that a run stopped after its training steps (before results.json) counts too:
-    training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
-    (`metrics.steady_state`, as in results.json), the peak GPU memory
-    (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
-    rows = []
-    for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
-        cfg = json.loads((run / "run_config.json").read_text())
-        log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
-        steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
-        mem = pd.read_csv(run / "memory.csv")
-        rows.append(
-            {
-                "model": cfg["model"],
-                "experiment": cfg["experiment"],
-                "training steps": len(log),
-                **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
-                title("gpu_peak_mib"): mem["gpu_used_mib"].max(),
-                title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
-                "results.json": (run / "results.json").is_file(),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def _df_line(machine_txt: Path) -> list[str]:
     return next(x for x in machine_txt.read_text().splitlines() if x.startswith("/")).split()
-
-
-# What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
-# vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
-DEVICE_KINDS = {
-    "/dev/nvme": "an NVMe drive",
-    "/dev/vd": "a virtual machine's virtio disk",
-    "/dev/xvd": "a Xen virtual disk",
-    "/dev/sd": "a SCSI or SATA disk",
-}
-
-
-def drive_device(machine_txt: Path) -> tuple[str, str]:
-    """(the device of the `df -h` line `scripts/large_models.sh` wrote into machine.txt, e.g. '/dev/vda', and
-    what its name says it is: `DEVICE_KINDS`, or "a device of unknown kind")."""
-    dev = _df_line(machine_txt)[0]
-    return dev, next((k for p, k in DEVICE_KINDS.items() if dev.startswith(p)), "a device of unknown kind")
 
 
 def drive_free_gib(machine_txt: Path) -> float:
@@ -207,106 +156,6 @@ def drive_free_gib(machine_txt: Path) -> float:
     line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
     avail = _df_line(machine_txt)[3]
     return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
-
-
-@dataclass(frozen=True)
-class SwapFit:
-    """One shipped Qwen3's NVMe swap files (`memory.estimate_nvme_swap`, GiB) against a drive's free space."""
-
-    model: str
-    swap_gib: float
-    fits: bool  # swap_gib <= DRIVE_MARGIN x the drive's free GiB
-
-
-@dataclass(frozen=True)
-class NvmeSummary:
-    """CPU against NVMe offload of one model in one device call (`offload_comparison`), each figure NVMe's
-    against CPU's (`Comparison`, value = NVMe, other = CPU; no band: each run was measured once), the pinned
-    host buffers NVMe offload swaps the parameters through (ds_config.json's offload_param: buffer_count x
-    buffer_size elements x 2 bytes, MiB), which shipped models' swap files that call's drive could hold, and
-    what that drive was (machine.txt's df line: its device, and what the device's name says it is)."""
-
-    model: str
-    training_steps: int  # logged by each run
-    step_time: Comparison  # steady s/step
-    tokens_per_second: Comparison  # steady tokens/s
-    host_peak_rss: Comparison  # MiB
-    gpu_peak: Comparison  # MiB, NVML
-    buffer_count: int
-    buffer_elements: int  # per buffer
-    embedding_elements: int  # the model's token embedding, vocab_size x hidden_size: the largest tensor
-    drive_free_gib: float
-    drive_device: str  # e.g. /dev/vda (machine.txt's df line)
-    drive_kind: str  # what the device's name says it is (`DEVICE_KINDS`)
-    swap: tuple[SwapFit, ...]  # smallest first
-
-    @property
-    def pinned_mib(self) -> float:
-        """The pinned buffers' size, MiB (16-bit elements)."""
-        return self.buffer_count * self.buffer_elements * 2 / MiB
-
-    @property
-    def buffers_sized_to_embedding(self) -> bool:
-        """Each buffer holds exactly the token embedding (the largest tensor: `nvme.nvme_buffers`)."""
-        return self.buffer_elements == self.embedding_elements
-
-    def comparisons(self) -> pd.DataFrame:
-        """One row per figure (titles with units from `results.COLUMNS`): NVMe's, CPU's, their ratio, the verdict."""
-        return pd.DataFrame(
-            [
-                {
-                    "figure": title(c.metric),
-                    "NVMe offload": c.value,
-                    "CPU offload": c.other,
-                    "NVMe / CPU": c.ratio,
-                    "verdict": f"{c.verdict} ({c.band_text})",
-                }
-                for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)
-            ]
-        )
-
-    def swap_table(self) -> pd.DataFrame:
-        """One row per shipped Qwen3: its swap files (GiB) and whether they fit the drive (`DRIVE_MARGIN`)."""
-        return pd.DataFrame(
-            [
-                {
-                    "model": f.model,
-                    "swap files GiB": f.swap_gib,
-                    f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits,
-                }
-                for f in self.swap
-            ]
-        )
-
-
-def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
-    """`NvmeSummary` of the call in `root` (`offload_comparison`, `drive_free_gib` of root/machine.txt) and of
-    the shipped Qwen3 models' swap files (`memory.estimate_nvme_swap` with parameters and optimizer on NVMe)."""
-    df = offload_comparison(root).set_index("experiment")
-    cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
-    free = drive_free_gib(root / "machine.txt")
-    swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
-    count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
-    fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
-    shape = model_shape(cpu["model"])
-
-    def vs(metric):
-        return compare(metric, nvme[title(metric)], cpu[title(metric)], noise=None)
-
-    return NvmeSummary(
-        cpu["model"],
-        int(nvme["training steps"]),
-        vs("steady_step_time_s"),
-        vs("steady_train_tokens_per_second"),
-        vs("host_peak_rss_mib"),
-        vs("gpu_peak_mib"),
-        int(count),
-        int(size),
-        shape["vocab_size"] * shape["hidden_size"],
-        free,
-        *drive_device(root / "machine.txt"),
-        tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits),
-    )
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -829,48 +678,6 @@ def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100
                 }
             )
     return pd.DataFrame(rows)
-
-
-def main() -> None:
-    for machine, root in REFERENCES.items():
-        df = reference_runs(root)
-        if df.empty:
-            continue
-        text = (
-            f"# Models that do not fit: reference runs on {machine}\n\nGenerated by `python -m "
-            f"workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see README.md). "
-            "Estimates: `workshop_lib.fit.estimate` (DeepSpeed's model-state estimators, activations after "
-            "Korthikanti et al. 2022) for the run's settings. Steady tokens/s: `metrics.steady_state`. "
-            "GPU columns are rank 0's; host memory is per node, like DeepSpeed's estimate of the offloaded "
-            "states beside it: the sum of the node's ranks' peak RSS (`node_host_peak`).\n\n"
-            + df.to_markdown(index=False, floatfmt=",.0f")
-            + "\n"
-        )
-        (root / "table.md").write_text(text)
-        print(f"wrote {root / 'table.md'}")
-    n = nvme_summary()
-    text = (
-        "# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
-        "workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
-        "Steady: `metrics.steady_state` of each run's train_log.csv; peaks from "
-        "its memory.csv.\n\n"
-        + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
-        + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
-        + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
-        + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-        f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-        + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding else "")
-        + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
-        f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, {NVME_PARAM_BYTES + NVME_OPTIMIZER_BYTES} "
-        "bytes/param) against that machine's "
-        "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n"
-    )
-    (NVME_VS_CPU / "table.md").write_text(text)
-    print(f"wrote {NVME_VS_CPU / 'table.md'}")
-
-
-if __name__ == "__main__":
-    main()
 
 
 def explorer():

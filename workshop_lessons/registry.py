@@ -1,6 +1,6 @@
 """The runs each notebook makes and the columns of its exercise table (`COURSE_RUNS`, `COLUMNS`), and where their GPU
 reference runs live (`REFERENCE`, `REFERENCE_DIR`): data, importing nothing of the project. The notebooks and the
-reference command (`python -m workshop_lessons OUT_DIR`, on a GPU) run exactly these runs, so each learner run has
+reference command (`python scripts/make_references.py runs OUT_DIR`, on a GPU) run exactly these runs, so each learner run has
 a reference."""
 
 from pathlib import Path

@@ -25,10 +25,6 @@ def compiled(r: dict) -> bool:
     return bool(r["config"].get("torch_compile"))
 
 
-def _gpu(r: dict, key: str) -> float | None:
-    return number(r.get(key))
-
-
 @dataclass(frozen=True)
 class Stage:
     """One ZeRO stage against the baseline, on one GPU. Memory in MiB."""
@@ -50,7 +46,6 @@ class ZeroStages:
 
     on_gpu: bool
     peak_what: str  # what `peak` measured: torch's peak allocated GPU memory, or the host's peak RSS
-    baseline_peak_mib: float
     baseline_states_mib: float | None
     baseline_nvml: NvmlSplit | None
     stages: dict[str, Stage]
@@ -86,7 +81,7 @@ def figures(r: dict[str, dict]) -> ZeroStages:
         stages[s] = Stage(
             s,
             compare_peak(r[s], base),
-            _gpu(r[s], "gpu_states_allocated_mib"),
+            number(r[s].get("gpu_states_allocated_mib")),
             r[s]["estimated_model_states_gpu_mib"] or r[s]["estimated_model_states_cpu_mib"],
             r[s]["estimator"],
             n,
@@ -100,7 +95,7 @@ def figures(r: dict[str, dict]) -> ZeroStages:
     losses = {s: r[s]["train_loss"] for s in ["baseline", *STAGES]}
     ds = [losses[s] for s in STAGES]
     ac = r["baseline_ac"]
-    ac_mfu, base_mfu = _gpu(ac, "mfu"), _gpu(base, "mfu")
+    ac_mfu, base_mfu = number(ac.get("mfu")), number(base.get("mfu"))
     ac_hfu = hfu(ac)
     uncompiled = r.get("baseline_no_compile")
     like = (
@@ -111,10 +106,9 @@ def figures(r: dict[str, dict]) -> ZeroStages:
         else None
     )
     return ZeroStages(
-        on_gpu=_gpu(base, "gpu_peak_mib") is not None,
+        on_gpu=number(base.get("gpu_peak_mib")) is not None,
         peak_what=peak(base)[1],
-        baseline_peak_mib=peak(base)[0],
-        baseline_states_mib=_gpu(base, "gpu_states_allocated_mib"),
+        baseline_states_mib=number(base.get("gpu_states_allocated_mib")),
         baseline_nvml=nvml_split(base),
         stages=stages,
         slowest=slow,
