@@ -366,7 +366,9 @@ if v.ran:
 else:
     print(
         "NVMe offload did not run here (" + ("RUN_NVME is False" if nvme_ok else "see the async_io check above") + "): "
-        "the H100 reference's stage3_offload and stage3_nvme rows in the table above answer it there."
+        "the table above has the H100 reference's stage3_offload and stage3_nvme runs (two models: compare their "
+        "bytes/param); workshop_lessons/reference/h100/large-models/nvme-vs-cpu/table.md has one model both ways, "
+        "swapping to a virtio disk."
     )
 
 # %% [markdown] tags=["exercise"]
