@@ -3,7 +3,7 @@ on two H200s, committed under workshop_lessons/reference), each run's outcome re
 with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`, and the rung
 with activation checkpointing against ZeRO-3 + CPU offload, both trained here: `checkpointing_rung`, `rung_ratios`),
 and the records the solution notebook writes its answers from (`host_states`, `rung_against_offload`,
-`ratio_against_reference`, `nvme_against_cpu`, `nvme_summary`): figures, not sentences.
+`ratio_against_reference`): figures, not sentences.
 
     python -m workshop_lessons.large_models     # rewrites reference/*/large-models*/table.md from the runs
 """
@@ -12,26 +12,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import psutil
-import torch
 
-from workshop_lib import env, fit, variables
+from workshop_lib import env, fit
 from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import GPUS, HEADROOM, MODELS, estimate, model_shape
-from workshop_lib.memory import (
-    DRIVE_MARGIN,  # swap files within 95% of the drive's free space
-    NVME_OPTIMIZER_BYTES,
-    NVME_PARAM_BYTES,
-    estimate_nvme_swap,
-)
-from workshop_lib.metrics import steady_state
 from workshop_lib.results import title
 from workshop_lib.units import MiB
 
@@ -104,8 +95,6 @@ def _row(run_dir: Path, gpu: str) -> dict:
         "est. states GPU MiB": est["model_states_gpu_mib"],
         "est. states host MiB, node": est["model_states_cpu_mib"],
         "est. total GPU MiB": est["total_gpu_mib"],
-        title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
-        "est. NVMe MiB": est["nvme_mib"],
     }
 
 
@@ -129,7 +118,7 @@ def node_host_peak(r: dict) -> float | None:
 def reference_runs(root: Path) -> pd.DataFrame:
     """One row per run under root/runs (a directory, or only its .log when the run stopped before it wrote
     one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB; host memory per node, every rank's
-    summed: `node_host_peak`), NVMe swap files at the end (MiB) and `fit.estimate`'s figures (host: per node)."""
+    summed: `node_host_peak`) and `fit.estimate`'s figures (host: per node)."""
     runs = root / "runs"
     if not runs.is_dir():
         return pd.DataFrame()
@@ -148,165 +137,6 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     """experiment -> the largest model (by parameters) that trained with it, from `reference_runs`."""
     done = df[df["outcome"] == "trained"]
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
-
-
-NVME_VS_CPU = (
-    REFERENCE / "h100" / "large-models" / "nvme-vs-cpu"
-)  # CPU and NVMe offload of one model in one device call
-
-
-def offload_comparison(root: Path = NVME_VS_CPU) -> pd.DataFrame:
-    """CPU against NVMe offload of one model, both run in one device call (root/runs, `scripts/large_models.sh`),
-    from each run's own logs, so that a run stopped after its training steps (before results.json) counts too:
-    training steps logged (train_log.csv), the steady step time (s) and tokens/s over them
-    (`metrics.steady_state`, as in results.json), the peak GPU memory
-    (NVML) and host RSS in memory.csv (MiB), and whether the run wrote results.json. One row per run."""
-    rows = []
-    for run in sorted(d for d in (root / "runs").iterdir() if d.is_dir()):
-        cfg = json.loads((run / "run_config.json").read_text())
-        log = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"])
-        steady = steady_state(log["step_time_s"].tolist(), log["tokens"].astype(int).tolist(), 1)
-        mem = pd.read_csv(run / "memory.csv")
-        rows.append(
-            {
-                "model": cfg["model"],
-                "experiment": cfg["experiment"],
-                "training steps": len(log),
-                **{title(k): steady[k] for k in ("steady_step_time_s", "steady_train_tokens_per_second")},
-                title("gpu_peak_mib"): mem["gpu_used_mib"].max(),
-                title("host_peak_rss_mib"): mem["host_rss_mib"].max(),
-                "results.json": (run / "results.json").is_file(),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def _df_line(machine_txt: Path) -> list[str]:
-    return next(x for x in machine_txt.read_text().splitlines() if x.startswith("/")).split()
-
-
-# What a Linux block device's name says it is (the kernel's naming: drivers/block/virtio_blk.c names its disks
-# vd*, drivers/nvme nvme<controller>n<namespace>, the SCSI disk driver sd*, Xen's xvd*).
-DEVICE_KINDS = {
-    "/dev/nvme": "an NVMe drive",
-    "/dev/vd": "a virtual machine's virtio disk",
-    "/dev/xvd": "a Xen virtual disk",
-    "/dev/sd": "a SCSI or SATA disk",
-}
-
-
-def drive_device(machine_txt: Path) -> tuple[str, str]:
-    """(the device of the `df -h` line `scripts/large_models.sh` wrote into machine.txt, e.g. '/dev/vda', and
-    what its name says it is: `DEVICE_KINDS`, or "a device of unknown kind")."""
-    dev = _df_line(machine_txt)[0]
-    return dev, next((k for p, k in DEVICE_KINDS.items() if dev.startswith(p)), "a device of unknown kind")
-
-
-def drive_free_gib(machine_txt: Path) -> float:
-    """The free space of the drive `scripts/large_models.sh` swapped to, GiB: the 'Avail' column of the `df -h`
-    line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
-    avail = _df_line(machine_txt)[3]
-    return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
-
-
-@dataclass(frozen=True)
-class SwapFit:
-    """One shipped Qwen3's NVMe swap files (`memory.estimate_nvme_swap`, GiB) against a drive's free space."""
-
-    model: str
-    swap_gib: float
-    fits: bool  # swap_gib <= DRIVE_MARGIN x the drive's free GiB
-
-
-@dataclass(frozen=True)
-class NvmeSummary:
-    """CPU against NVMe offload of one model in one device call (`offload_comparison`), each figure NVMe's
-    against CPU's (`Comparison`, value = NVMe, other = CPU; no band: each run was measured once), the pinned
-    host buffers NVMe offload swaps the parameters through (ds_config.json's offload_param: buffer_count x
-    buffer_size elements x 2 bytes, MiB), which shipped models' swap files that call's drive could hold, and
-    what that drive was (machine.txt's df line: its device, and what the device's name says it is)."""
-
-    model: str
-    training_steps: int  # logged by each run
-    step_time: Comparison  # steady s/step
-    tokens_per_second: Comparison  # steady tokens/s
-    host_peak_rss: Comparison  # MiB
-    gpu_peak: Comparison  # MiB, NVML
-    buffer_count: int
-    buffer_elements: int  # per buffer
-    embedding_elements: int  # the model's token embedding, vocab_size x hidden_size: the largest tensor
-    drive_free_gib: float
-    drive_device: str  # e.g. /dev/vda (machine.txt's df line)
-    drive_kind: str  # what the device's name says it is (`DEVICE_KINDS`)
-    swap: tuple[SwapFit, ...]  # smallest first
-
-    @property
-    def pinned_mib(self) -> float:
-        """The pinned buffers' size, MiB (16-bit elements)."""
-        return self.buffer_count * self.buffer_elements * 2 / MiB
-
-    @property
-    def buffers_sized_to_embedding(self) -> bool:
-        """Each buffer holds exactly the token embedding (the largest tensor: `nvme.nvme_buffers`)."""
-        return self.buffer_elements == self.embedding_elements
-
-    def comparisons(self) -> pd.DataFrame:
-        """One row per figure (titles with units from `results.COLUMNS`): NVMe's, CPU's, their ratio, the verdict."""
-        return pd.DataFrame(
-            [
-                {
-                    "figure": title(c.metric),
-                    "NVMe offload": c.value,
-                    "CPU offload": c.other,
-                    "NVMe / CPU": c.ratio,
-                    "verdict": f"{c.verdict} ({c.band_text})",
-                }
-                for c in (self.step_time, self.tokens_per_second, self.host_peak_rss, self.gpu_peak)
-            ]
-        )
-
-    def swap_table(self) -> pd.DataFrame:
-        """One row per shipped Qwen3: its swap files (GiB) and whether they fit the drive (`DRIVE_MARGIN`)."""
-        return pd.DataFrame(
-            [
-                {
-                    "model": f.model,
-                    "swap files GiB": f.swap_gib,
-                    f"fits {DRIVE_MARGIN:.0%} of {self.drive_free_gib:,.0f} GiB free": f.fits,
-                }
-                for f in self.swap
-            ]
-        )
-
-
-def nvme_summary(root: Path = NVME_VS_CPU) -> NvmeSummary:
-    """`NvmeSummary` of the call in `root` (`offload_comparison`, `drive_free_gib` of root/machine.txt) and of
-    the shipped Qwen3 models' swap files (`memory.estimate_nvme_swap` with parameters and optimizer on NVMe)."""
-    df = offload_comparison(root).set_index("experiment")
-    cpu, nvme = df.loc["stage3_offload"], df.loc["stage3_nvme"]
-    free = drive_free_gib(root / "machine.txt")
-    swap = json.loads((root / "runs" / f"{Path(nvme['model']).name}-stage3_nvme" / "ds_config.json").read_text())
-    count, size = (swap["zero_optimization"]["offload_param"][k] for k in ("buffer_count", "buffer_size"))
-    fits = sorted((estimate_nvme_swap(model_shape(m)["num_params"], True, True) / 1024, m) for m in MODELS)
-    shape = model_shape(cpu["model"])
-
-    def vs(metric):
-        return compare(metric, nvme[title(metric)], cpu[title(metric)], noise=None)
-
-    return NvmeSummary(
-        cpu["model"],
-        int(nvme["training steps"]),
-        vs("steady_step_time_s"),
-        vs("steady_train_tokens_per_second"),
-        vs("host_peak_rss_mib"),
-        vs("gpu_peak_mib"),
-        int(count),
-        int(size),
-        shape["vocab_size"] * shape["hidden_size"],
-        free,
-        *drive_device(root / "machine.txt"),
-        tuple(SwapFit(m, gib, gib <= DRIVE_MARGIN * free) for gib, m in fits),
-    )
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -339,15 +169,6 @@ def nearest_gpu(gpu_mib: float) -> str:
     return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
 
 
-def this_drive() -> float:
-    """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
-    `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
-    nvme-vs-cpu/machine.txt)."""
-    if not torch.cuda.is_available():
-        return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
-    return shutil.disk_usage(variables.nvme_path_default()).free / MiB
-
-
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     host = e["model_states_cpu_mib"]
     return (
@@ -355,18 +176,15 @@ def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     )
 
 
-CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload", "stage3_nvme")  # `configurations`' rows
+CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload")  # `configurations`' rows
 
 
-def configurations(
-    model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192, nvme_free_mib: float | None = None
-) -> pd.DataFrame:
+def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192) -> pd.DataFrame:
     """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
-    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
-    of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
-    to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
-    the host, the drive), with the GPU total within 1 - `fit.HEADROOM` of gpu_mib and the host states within
-    `HOST_SHARE` of host_mib."""
+    checkpointing) for the baseline, ZeRO-2, ZeRO-3 and ZeRO-3 + CPU offload on one GPU of `gpu_mib` usable with
+    `host_mib` of host memory: one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
+    the host), with the GPU total within 1 - `fit.HEADROOM` of gpu_mib and the host states within `HOST_SHARE`
+    of host_mib."""
     rows = []
     for name in CONFIGURATIONS:
         e = estimate(
@@ -375,7 +193,6 @@ def configurations(
             max_length=max_tokens,
             gpu=nearest_gpu(gpu_mib),
             host_memory_mib=host_mib,
-            nvme_free_mib=nvme_free_mib,
         )
         rows.append(
             {
@@ -384,7 +201,6 @@ def configurations(
                 "activations MiB": e["activations_gpu_mib"],
                 "total GPU MiB": e["total_gpu_mib"],
                 "states host MiB": e["model_states_cpu_mib"],
-                "on NVMe MiB": e["nvme_mib"],
                 "fits": _fits(e, gpu_mib, host_mib),
             }
         )
@@ -501,39 +317,6 @@ def host_states(run: dict) -> HostStates:
         float(est),
         run.get("gpu_peak_mib"),
         compare("host_states_rss_mib", host, est, noise=None),
-    )
-
-
-@dataclass(frozen=True)
-class NvmeAgainstCpu:
-    """This notebook's NVMe offload run against its CPU offload run (value = NVMe, other = CPU; no band: each
-    run once): host RSS after step 1 (MiB), steady tokens/s, and what was on the drive when training ended
-    (MiB of parameters and of optimizer states). `ran` False (every other field None): NVMe offload did not
-    run here (no libaio: the async_io check), or stopped."""
-
-    ran: bool
-    host_states: Comparison | None = None
-    tokens_per_second: Comparison | None = None
-    swap_params_mib: float | None = None
-    swap_optimizer_mib: float | None = None
-
-
-def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu:
-    """`NvmeAgainstCpu` from the two runs' results.json dicts (`nvme_run` None where it did not run)."""
-    if not nvme_run:
-        return NvmeAgainstCpu(False)
-    swap = nvme_run.get("nvme_swap_mib") or {}
-    return NvmeAgainstCpu(
-        True,
-        compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"], noise=None),
-        compare(
-            "steady_train_tokens_per_second",
-            nvme_run["steady_train_tokens_per_second"],
-            offload_run["steady_train_tokens_per_second"],
-            noise=None,
-        ),
-        swap.get("params"),
-        swap.get("optimizer"),
     )
 
 
@@ -759,7 +542,7 @@ class OnH100s:
 
 
 def on_h100s(experiment: str = "stage3") -> OnH100s | None:
-    """`OnH100s` of the two-H200 reference run of `experiment` with activation checkpointing (03c's exercise 4:
+    """`OnH100s` of the two-H200 reference run of `experiment` with activation checkpointing (03c's exercise 3:
     Qwen3-8B with ZeRO-3, the setup the estimate gives one H100's Qwen3-8B on more GPUs); None where none is on
     file."""
     runs = [json.loads(f.read_text()) for f in sorted((REFERENCES[X2] / "runs").glob("*/results.json"))]
@@ -800,34 +583,32 @@ def reference_result(experiment: str, machine: str = H100) -> dict | None:
     return json.loads(f.read_text()) if f and f.is_file() else None
 
 
-def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100) -> pd.DataFrame:
-    """The learner's table for 03c's exercises 1 and 2: their stage3_offload and stage3_nvme runs (results.json
-    dicts; `nvme_run` None where it did not run), each followed by `machine`'s reference run of the same
-    experiment (`reference_result`; a larger model). Columns: run, measured, model, parameters (M), steady
-    tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
-    states in bytes/param, host peak RSS MiB, NVMe swap MiB (parameters + optimizer, at the end)."""
+def exercise_table(offload_run: dict, machine: str = H100) -> pd.DataFrame:
+    """The learner's table for 03c's exercise 1: their stage3_offload run (a results.json dict) followed by
+    `machine`'s reference run of the same experiment (`reference_result`; a larger model). Columns: run, measured,
+    model, parameters (M), steady tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param,
+    DeepSpeed's estimate of the host states in bytes/param, host peak RSS MiB."""
     rows = []
-    for experiment, run in (("stage3_offload", offload_run), ("stage3_nvme", nvme_run)):
-        for measured, r in (("yours", run), (f"reference ({machine})", reference_result(experiment, machine))):
-            if not r:
-                continue
-            n, swap = r["num_params"], r.get("nvme_swap_mib")
-            rows.append(
-                {
-                    "run": experiment,
-                    "measured": measured,
-                    "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
-                    "parameters (M)": n / 1e6,
-                    **{
-                        title(k): r.get(k)
-                        for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib")
-                    },
-                    "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
-                    "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
-                    title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
-                    title("nvme_swap_mib"): sum(swap.values()) if swap else None,
-                }
-            )
+    ref = reference_result("stage3_offload", machine)
+    for measured, r in (("yours", offload_run), (f"reference ({machine})", ref)):
+        if not r:
+            continue
+        n = r["num_params"]
+        rows.append(
+            {
+                "run": "stage3_offload",
+                "measured": measured,
+                "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
+                "parameters (M)": n / 1e6,
+                **{
+                    title(k): r.get(k)
+                    for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib")
+                },
+                "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
+                "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
+                title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -848,25 +629,6 @@ def main() -> None:
         )
         (root / "table.md").write_text(text)
         print(f"wrote {root / 'table.md'}")
-    n = nvme_summary()
-    text = (
-        "# CPU against NVMe offload: one H100 80GB, one device call\n\nGenerated by `python -m "
-        "workshop_lessons.large_models` from runs/ (made by `scripts/large_models.sh`, see ../README.md). "
-        "Steady: `metrics.steady_state` of each run's train_log.csv; peaks from "
-        "its memory.csv.\n\n"
-        + offload_comparison().to_markdown(index=False, floatfmt=",.2f")
-        + f"\n\n{n.model}, {n.training_steps} training steps each, NVMe against CPU offload (`nvme_summary`):\n\n"
-        + n.comparisons().to_markdown(index=False, floatfmt=",.2f")
-        + f"\n\nPinned host buffers of NVMe offload (ds_config.json's offload_param): {n.buffer_count} x "
-        f"{n.buffer_elements:,} elements x 2 bytes = {n.pinned_mib:,.0f} MiB"
-        + (" (each buffer the size of the token embedding, the largest tensor)" if n.buffers_sized_to_embedding else "")
-        + f". The drive swapped to: {n.drive_device} ({n.drive_kind}), per machine.txt.\n\n"
-        f"Swap files of NVMe offload (`memory.estimate_nvme_swap`, {NVME_PARAM_BYTES + NVME_OPTIMIZER_BYTES} "
-        "bytes/param) against that machine's "
-        "drive:\n\n" + n.swap_table().to_markdown(index=False, floatfmt=",.1f") + "\n"
-    )
-    (NVME_VS_CPU / "table.md").write_text(text)
-    print(f"wrote {NVME_VS_CPU / 'table.md'}")
 
 
 if __name__ == "__main__":
