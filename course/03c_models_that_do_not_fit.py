@@ -17,7 +17,7 @@
 # ---
 
 # %% [markdown]
-# # 3c. Models that do not fit: ZeRO-3, CPU and NVMe offload
+# # 3c. Models that do not fit: ZeRO-3 and CPU offload
 #
 # **Learning goals**
 # - predict, before a run, whether a model fits a GPU: DeepSpeed's estimate of the model states, an estimate of
@@ -26,9 +26,7 @@
 # - pick the change that makes it fit in the course's order, the cheapest in speed first: a smaller micro-batch and
 #   activation checkpointing, then ZeRO stages and more GPUs, offload last (`fit.smallest_fix`);
 # - train the same model, a few steps each, on the first rung that fits (activation checkpointing) and with ZeRO-3
-#   and CPU offload, measure what offload costs against checkpointing on your machine, and see what
-#   NVMe offload (ZeRO-Infinity) changes: a drive large enough for the swap files, pinned host buffers, slower
-#   steps (after checking that DeepSpeed's `async_io` op builds: libaio);
+#   and CPU offload, and measure what offload costs against checkpointing on your machine.
 #
 # Two more failures to recognise on sight, a batch size that does not add up across ranks and fp16 overflowing on
 # a model pretrained in bf16, are drilled in `03d_failure_drills`, a short notebook of their own.
@@ -50,7 +48,6 @@ import workshop_lessons as lessons
 from workshop_lessons import large_models
 from workshop_lib import env, fit, results
 from workshop_lib.config import RunConfig
-from workshop_lib.errors import WorkshopError
 from workshop_lib.train import run_experiment
 
 display(Markdown(lessons.header("03c_models_that_do_not_fit")))
@@ -58,7 +55,6 @@ COMMON = lessons.notebook_run_options()
 CHOICE = large_models.pick_model(*large_models.this_machine())  # this GPU and host, or the reference machine's
 BIG, GPU_MIB, HOST_MIB, HERE = CHOICE.model, CHOICE.gpu_mib, CHOICE.host_mib, CHOICE.here
 GPU_KEY = large_models.nearest_gpu(GPU_MIB)  # the fit.GPUS entry for fit's explain and explorer
-DRIVE_MIB = large_models.this_drive()  # free where NVMe offload would swap; without a GPU, the reference's drive
 RUNS = "runs/03c_models_that_do_not_fit"
 # Here: BIG with random weights (its real shape), the reference runs' settings in CHOICE's micro-batches, blocks
 # not compiled (the activations fit.estimate counts; also no minutes of compiling a model that fails), at most
@@ -75,7 +71,7 @@ LARGE = (
     if HERE
     else {"tiny": True, "save_model": False}
 )
-print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB free on the NVMe offload drive.")
+print(f"device: {env.device_name()}. {CHOICE.line()}")
 
 # %% [markdown]
 # ## Will it fit?
@@ -86,24 +82,22 @@ print(f"device: {env.device_name()}. {CHOICE.line()} {DRIVE_MIB / 1024:,.0f} GiB
 # other <!--fig:headroom-->15%<!--/fig:headroom--> (`fit.HEADROOM`, the one margin of every verdict here, the preflight's and the micro-batch sizing's too)
 # is for the CUDA context, the allocator's cache and fragmentation, and what the estimate leaves out.
 #
-# With offload, the optimizer states (and at stage 3 the parameters) move to the host's memory, or to an NVMe drive
-# whose free space must hold the swap files. When a run does not fit, `fit.explain` names the first change up the
-# ladder that does: a smaller micro-batch, activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs and then on
-# more, and only then offload, CPU before NVMe; and, where that change takes more GPUs, what fits on the ones you
-# have.
+# With offload, the optimizer states (and at stage 3 the parameters) move to the host's memory. When a run does not
+# fit, `fit.explain` names the first change up the ladder that does: a smaller micro-batch, activation
+# checkpointing, ZeRO-2 and ZeRO-3 on these GPUs and then on more, and only then offload; and, where that change
+# takes more GPUs, what fits on the ones you have.
 #
 # The order is the course's own, the cheapest in speed first: every rung that keeps the model states on the GPU
 # comes before offload, the slowest in the reference runs (on two H200s, Qwen3-8B with ZeRO-3 trained <!--fig:zero3-vs-offload-8b-->7.0x<!--/fig:zero3-vs-offload-8b--> faster
 # than with ZeRO-3 + CPU offload, both with activation checkpointing; on one H100, Qwen3-4B with activation
 # checkpointing alone <!--fig:checkpointing-vs-offload-4b-->4.5x<!--/fig:checkpointing-vs-offload-4b--> faster than with ZeRO-3 + CPU offload, its blocks compiled and offload's not). HF Transformers' DeepSpeed guide ("How to choose which ZeRO stage and offloads to use
 # for best performance") also starts from batch size 1 and gradient checkpointing, but tries ZeRO-2 + CPU offload
-# before ZeRO-3 and adds hardware only at its last step, beside NVMe offload.
+# before ZeRO-3 and adds hardware only at its last step, beside NVMe offload (ZeRO-Infinity), which this course does
+# not run (docs/guide.md says why).
 
 # %%
-display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens, DRIVE_MIB))
-baseline_est = fit.estimate(
-    BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB, nvme_free_mib=DRIVE_MIB
-)
+display(large_models.configurations(BIG, GPU_MIB, HOST_MIB, CHOICE.max_tokens))
+baseline_est = fit.estimate(BIG, None, "none", max_length=CHOICE.max_tokens, gpu=GPU_KEY, host_memory_mib=HOST_MIB)
 print(fit.explain(baseline_est))
 
 # %% [markdown]
@@ -203,7 +197,7 @@ if rung:
 
 # %% [markdown]
 # ZeRO-3 + CPU offload is the rung a model needs when checkpointing is not enough and no more GPUs are to be had
-# (exercise 4 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
+# (exercise 3 asks which rung Qwen3-8B needs). Parameters, gradients and optimizer states partitioned (stage 3) and
 # offloaded: the GPU keeps the layer being computed and the activations; the host keeps the rest, and runs Adam. The
 # host's memory after the first step (`host_states_rss_mib`) is what the offloaded states took.
 
@@ -234,61 +228,14 @@ ref_rung = large_models.checkpointing_against_offload()  # None without the refe
 display(large_models.rung_ratios(mine, ref_rung))
 
 # %% [markdown]
-# ## NVMe offload (ZeRO-Infinity)
-# ZeRO-3 can keep the offloaded states on a local NVMe drive instead of in host memory, and stream them through
-# pinned host buffers (DeepSpeed swaps tensors of <!--fig:swap-min-mib-->1<!--/fig:swap-min-mib--> MiB and more; smaller ones stay in host memory). The drive
-# must hold the swap files (about <!--fig:nvme-bytes-->18<!--/fig:nvme-bytes--> bytes per parameter, `memory.estimate_nvme_swap`; `workshop run` refuses
-# a drive with less free space), and the host keeps the buffers.
-# DeepSpeed does the I/O with its `async_io` op, which needs libaio; `ds_report` says whether it can build
-# (`[OKAY]`). Where it cannot, the workshop stops with the fix. Every step writes the swapped states to the drive:
-# long runs wear through a consumer SSD's rated write endurance (TBW); offload to datacenter drives.
-
-# %%
-print("\n".join(line for line in env.ds_report() if "async_io" in line))
-try:
-    env.check_deepspeed_ops(["AsyncIOBuilder"])
-    nvme_ok = True
-except WorkshopError as e:
-    print(e)
-    nvme_ok = False
-
-# %% [markdown]
-# On a GPU this run is **optional** (`RUN_NVME = True` below runs it): building the model again and reading and
-# writing its states on the drive every step takes minutes at this size, the reference below shows what it
-# measured, and notebook time stays for the rest. Without a GPU the tiny model's NVMe run takes seconds and runs.
-
-# %%
-RUN_NVME = not HERE  # set True to run ZeRO-Infinity here on the GPU too
-nvme_run = None
-if nvme_ok and RUN_NVME:
-    nvme = dict(LARGE, max_steps=4) if HERE else LARGE  # every step reads and writes the optimizer states
-    try:  # NVMe offload is the least travelled path: a failure is shown, not hidden
-        nvme_run = run_experiment(RunConfig("stage3_nvme", output_dir=f"{RUNS}/stage3_nvme", overwrite=True, **nvme))
-    except (WorkshopError, AssertionError, RuntimeError) as e:
-        print(f"stage3_nvme stopped: {e}")
-if nvme_run:
-    df = results.load_results([f"{RUNS}/stage3_offload", f"{RUNS}/stage3_nvme"])
-    display(df[["experiment", "steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib"]])
-    swap = nvme_run["nvme_swap_mib"]
-    print(
-        f"on the drive when training ended: {swap['params']:,.1f} MiB of parameters, "
-        f"{swap['optimizer']:,.1f} MiB of optimizer states"
-        + (
-            "; no parameter reached DeepSpeed's swap minimum, so all stayed in host memory"
-            if not swap["params"]
-            else ""
-        )
-    )
-
-# %% [markdown]
 # ## Your runs beside the reference
-# Your ZeRO-3 + CPU offload and NVMe offload runs, each followed by the H100 reference run of the same experiment
+# Your ZeRO-3 + CPU offload run, followed by the H100 reference run of the same experiment
 # (workshop_lessons/reference/h100/large-models: the largest model that trained with it, so another model than yours). Host RSS after
 # step 1 is the process's memory once the optimizer states exist; DeepSpeed's estimate of the host's model
 # states is <!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter x its <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor.
 
 # %%
-large_models.exercise_table(offload_run, nvme_run)
+large_models.exercise_table(offload_run)
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -300,10 +247,7 @@ large_models.exercise_table(offload_run, nvme_run)
 #    machine, and on the reference H100? Is your ratio the reference's, within the noise?
 
 # %% [markdown] tags=["exercise"]
-# 3. What did NVMe offload change in host memory and in tokens/s, against CPU offload?
-
-# %% [markdown] tags=["exercise"]
-# 4. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one <!--fig:reference-gpu-->H100<!--/fig:reference-gpu--> with
+# 3. With the explorer: what is the smallest change that lets Qwen3-8B train on your GPU, and on one <!--fig:reference-gpu-->H100<!--/fig:reference-gpu--> with
 #    <!--fig:reference-host-gib-->128<!--/fig:reference-host-gib--> GiB of host memory? Compare with the reference runs in workshop_lessons/reference/h100/large-models and
 #    workshop_lessons/reference/h200/large-models-x2.
 
@@ -312,11 +256,9 @@ large_models.exercise_table(offload_run, nvme_run)
 # - Whether a run fits is arithmetic you can do before it starts: model states (DeepSpeed's estimators),
 #   activations and logits against the GPU's memory, and the offloaded states against the host's.
 # - ZeRO-3 with CPU offload moves almost all model states off one GPU; what remains there is what a step
-#   computes with. The host then holds the states and DeepSpeed's buffers (exercise 1). NVMe offload moves the
-#   states to a drive that must hold them, still keeps pinned swap buffers in host memory, and reads and writes
-#   the states every step (the reference's figures above).
+#   computes with. The host then holds the states and DeepSpeed's buffers (exercise 1).
 # - Try the cheap rungs first: a smaller micro-batch and activation checkpointing, then ZeRO stages and more
-#   GPUs; offload when nothing else fits the GPUs you have, CPU before NVMe. What offload costs against
+#   GPUs; offload when nothing else fits the GPUs you have. What offload costs against
 #   checkpointing is a ratio you measured on your machine, beside the reference's.
 # - An out-of-memory message says what was asked for, what the GPU held and what PyTorch only cached: enough to
 #   tell a model too big from fragmentation. `03d_failure_drills` drills two more failures.

@@ -2,7 +2,7 @@
 # The "models that do not fit" reference runs behind docs/*/large-models (notebook 03c): each MODEL:EXPERIMENT
 # once, random weights (the published shapes, no download), micro-batches of MAX_TOKENS tokens (default
 # 8,192) with activation checkpointing if AC=true (default false), MAX_STEPS optimizer steps (default 8), no
-# checkpoints; NVMe offload to WORKSHOP_NVME_PATH (default /tmp). A run that fails (out of memory, refused by the workshop's check) keeps its
+# checkpoints. A run that fails (out of memory, refused by the workshop's check) keeps its
 # message in OUT_DIR/<run>.log; a run with a results.json is skipped, so an interrupted call resumes.
 # NPROC>1 runs each experiment on that many GPUs of this node (torchrun). `workshop report` ends it.
 #   bash scripts/large_models.sh OUT_DIR MODEL:EXPERIMENT ...
@@ -11,8 +11,8 @@
 set -uo pipefail
 out=${1:?usage: bash scripts/large_models.sh OUT_DIR MODEL:EXPERIMENT ...}; shift
 mkdir -p "$out"
-{ date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; free -g | head -2; df -h "${WORKSHOP_NVME_PATH:-/tmp}" | tail -1
-  ds_report 2>/dev/null | grep -E "async_io|cpu_adam|fused_adam"; } > "$out/machine.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; free -g | head -2; df -h /tmp | tail -1
+  ds_report 2>/dev/null | grep -E "cpu_adam|fused_adam"; } > "$out/machine.txt" 2>&1
 nproc=${NPROC:-1}
 launch=(workshop run)
 [ "$nproc" -gt 1 ] && launch=(python3 -m torch.distributed.run --standalone --nproc_per_node "$nproc" -m workshop_lib.cli run)

@@ -1157,11 +1157,8 @@ def notebook_03b(p: Page) -> None:
 
 
 def notebook_03c(p: Page) -> None:
-    from deepspeed.runtime.swap_tensor.utils import MIN_AIO_BYTES
-
     from workshop_lessons import large_models as lm
     from workshop_lib import fit, memory
-    from workshop_lib.ds_config import Settings, build_ds_config
     from workshop_lib.units import MiB
 
     tokens = {
@@ -1172,11 +1169,6 @@ def notebook_03c(p: Page) -> None:
     p.inline["verdict-share"] = f"{1 - fit.HEADROOM:.0%}"
     p.inline["headroom"] = f"{fit.HEADROOM:.0%}"
     p.inline["trainer-bytes"] = f"{memory.zero_bytes_per_param(0, 1):g}"
-    # DeepSpeed swaps a tensor to the drive from max(MIN_AIO_BYTES, aio block_size) bytes (swap_tensor/
-    # partitioned_param_swapper.py, optimizer_utils.py): the block size is the one build_ds_config writes
-    aio = build_ds_config("stage3_nvme", Settings(nvme_path="/nvme"))["aio"]["block_size"]
-    p.inline["swap-min-mib"] = f"{max(MIN_AIO_BYTES, aio) / MiB:g}"
-    p.inline["nvme-bytes"] = str(memory.NVME_PARAM_BYTES + memory.NVME_OPTIMIZER_BYTES)
     # DeepSpeed's host estimate for ZeRO-3 + CPU offload, split as bytes/param x its buffer factor
     n, factor = 10**9, 1.5
     host = memory.estimate_model_states(n, 10**7, 3, offload_optimizer=True, offload_param=True)

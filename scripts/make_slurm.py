@@ -40,9 +40,6 @@ TEMPLATE = """\
 {body}
 """
 ARGS = "[workshop run arguments, e.g. --recipe classic --epochs 1]"
-NVME = """\
-# Needs libaio (`ds_report` shows async_io [OKAY]). The swap files go to WORKSHOP_NVME_PATH
-# (EDIT: a node-local NVMe directory; default $TMPDIR or /tmp), removed at the end."""
 
 # The experiment comes first; the job, its run and its log are named after it (runs/<experiment>-<job id>, as
 # slurm/<experiment>.slurm names them) unless sbatch --job-name gave the job a name of its own.
@@ -64,8 +61,6 @@ workshop_launch "$@"
 def script(exp: Experiment) -> str:
     """slurm/<experiment>.slurm: the job of `sbatch slurm/one_gpu.slurm <experiment>`, named after it."""
     about = f"# {exp.name} on one GPU: {exp.summary}."
-    if exp.offloads_to_nvme:
-        about += "\n" + NVME
     about += (
         f"\n#   sbatch slurm/{exp.name}.slurm {ARGS}\n#   (the same job as: sbatch slurm/one_gpu.slurm {exp.name} ...)"
     )

@@ -1,15 +1,13 @@
 # The README's set-up (`bash scripts/setup.sh`), also sourced by scripts/main.sh and scripts/test.sh: create
 # .venv (once) and install into it what the work needs, saying what each part is and how long it took. An
 # already active environment (conda, venv) is used as it is.
-#   bash scripts/setup.sh               # everything: runs, notebooks, tests; libaio for NVMe offload where it can
+#   bash scripts/setup.sh               # everything: runs, notebooks, tests
 #   WORKSHOP_SETUP=run bash scripts/setup.sh   # what `workshop run` needs, no more (scripts/main.sh)
 # torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 (small, fast).
 # DeepSpeed's optimizer ops are compiled here, once, with their time printed: CPU Adam (offload) always,
 # and with the full set-up every op the notebooks and tests use, into this environment's extension cache
 # (`workshop_lib.env`); no run or notebook compiles them later. (Just in time, as runs would: DeepSpeed's
 # install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
-# libaio (DeepSpeed's async_io op, for NVMe offload: stage3_nvme) is installed with apt-get when root, else
-# named with its fix; without it stage3_nvme and its tests are skipped, nothing else.
 _setup_mode=${WORKSHOP_SETUP:-full}
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   if [ ! -x .venv/bin/python ]; then
@@ -44,34 +42,10 @@ if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (wor
   _cfg=$(python -c 'import sys; print(sys.prefix)')/etc/jupyter/jupyter_server_config.d
   mkdir -p "$_cfg" && cp workshop_lessons/jupyter_config/workshop_course.json "$_cfg/"
 fi
-_has_libaio() {  # DeepSpeed's async_io op compiles against libaio's header (Debian/Ubuntu: libaio-dev)
-  local c; for c in ${CC:-} cc gcc g++; do
-    if command -v "$c" >/dev/null; then echo '#include <libaio.h>' | "$c" -E -x c - >/dev/null 2>&1; return; fi
-  done; return 1
-}
-if [ "$_setup_mode" != run ]; then
-  if ! _has_libaio; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      echo "Installing libaio-dev with apt-get (DeepSpeed's async_io op, for NVMe offload) ..."; SECONDS=0
-      if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev) >/tmp/apt-libaio.log 2>&1
-      then echo "  done in ${SECONDS} s"; else echo "  apt-get could not install libaio-dev (its output: /tmp/apt-libaio.log)."; fi
-    fi
-    if ! _has_libaio; then
-      echo "libaio is not installed here: NVMe offload (stage3_nvme) cannot run, and its tests will be skipped;"
-      echo "  everything else works. To fix: sudo apt-get install libaio-dev (or dnf install libaio-devel; in a"
-      echo "  conda env: conda install -c conda-forge libaio, then CFLAGS=-I\$CONDA_PREFIX/include LDFLAGS=-L\$CONDA_PREFIX/lib)."
-    fi
-  fi
-fi
 # Compile DeepSpeed's ops now (announced and timed), unless this environment already has them: CPU Adam (offload);
-# with the full set-up every op a notebook or test uses: fused Adam (the stages without offload, on a CPU too), on
-# a CPU the shared-memory collectives of several ranks, and with libaio the async I/O of NVMe offload (minutes on
-# 2 cores: better here than inside a run's warm-up)
+# with the full set-up every op a notebook or test uses: fused Adam (the stages without offload, on a CPU too), and
+# on a CPU the shared-memory collectives of several ranks (better here than inside a run's warm-up)
 _ops="CPUAdamBuilder"; { [ $_gpu = 1 ] || [ "$_setup_mode" != run ]; } && _ops="FusedAdamBuilder $_ops"
 [ "$_setup_mode" != run ] && [ $_gpu = 0 ] && _ops="$_ops ShareMemCommBuilder"
-# async_io (several files, a compiler per core) in a process of its own beside the others (one file each, one core):
-# at most three compilers at once
-_aio=; [ "$_setup_mode" != run ] && _has_libaio && { python -m workshop_lib.env --build-ops AsyncIOBuilder & _aio=$!; }
 python -m workshop_lib.env --build-ops $_ops
-[ -z "$_aio" ] || wait "$_aio"
-unset _setup_mode _extras _check _gpu _ops _aio; unset -f _has_libaio
+unset _setup_mode _extras _check _gpu _ops

@@ -25,7 +25,7 @@ jupytext -q --to ipynb course/[0-9]*.py solutions/[0-9]*.py
 workers=${WORKSHOP_TEST_WORKERS:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / workers : 1 ))}
 # -m "": every tier (pyproject.toml's addopts keep plain `pytest` to the fast one); a test whose experiment cannot run
-# here (stage3_nvme without libaio) is skipped with the reason in the summary (addopts' -rs)
+# here (a DeepSpeed op that cannot be built) is skipped with the reason in the summary (addopts' -rs)
 # every solution notebook, and the learner notebooks that run otherwise than their solution (a learner's blank
 # answer changes what later cells do, beyond the lessons that take a blank: `make_course.py --diverging`, none now)
 pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests \

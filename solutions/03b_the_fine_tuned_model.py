@@ -23,8 +23,7 @@
 # - find the model a run saves, reload it with `from_pretrained`, and check it is the model that was trained;
 # - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is about <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter
 #   on a bf16 GPU run (16 in the CPU's fp32);
-# - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses, on as many ranks or on
-#   another number (a universal checkpoint, the global batch kept);
+# - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses, on as many ranks;
 # - turn ZeRO-3 shards into a Hugging Face model (`zero_to_fp32`);
 # - generate answers before and after fine-tuning and score them with SQuAD's exact match and F1.
 #
@@ -38,7 +37,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +46,7 @@ from IPython.display import Markdown, display
 
 import workshop_lessons as lessons
 from workshop_lessons import fine_tuned
-from workshop_lib import checkpoint, config, env, evaluation, launch, model
+from workshop_lib import checkpoint, config, env, evaluation, model
 from workshop_lib.config import RunConfig
 from workshop_lib.data import load_squad
 from workshop_lib.train import run_experiment
@@ -174,22 +172,9 @@ both = pd.DataFrame(
 both
 
 # %% [markdown]
-# **On another number of ranks.** A requeued job may land on fewer nodes; a checkpoint may move from a cluster to
-# one GPU. ZeRO keeps each rank's partition of Adam's states in a file of its own, which DeepSpeed loads only on as
-# many ranks. `--resume` on another world size converts the checkpoint once to DeepSpeed's universal checkpoint
-# (one file per parameter, sliced again for any number of ranks) and keeps the global batch by changing
-# `gradient_accumulation_steps`. A small ZeRO-2 run of the tiny model on 2 CPU ranks (torchrun, here as on a GPU
-# machine), killed after its second checkpoint, resumed on 1, against the same run uninterrupted:
-
-# %%
-ranks, (w0, w1) = RUNS / "ranks", fine_tuned.OTHER_WORLD
-CPU = {"CUDA_VISIBLE_DEVICES": ""}  # every rank on the CPU (gloo), whatever GPUs there are
-launch.run_local("stage2", w0, ranks / "uninterrupted", "--tiny", "--overwrite", env=CPU)
-fine_tuned.killed_on_ranks("stage2", w0, ranks / "killed", "--tiny", env=CPU)  # SIGKILL after checkpoint-2
-launch.run_local("stage2", w1, ranks / "killed", "--tiny", "--resume", env=CPU)
-moved = fine_tuned.other_world(ranks / "killed", ranks / "uninterrupted")
-print("\n".join(textwrap.fill(line, 116) for line in moved.printed))  # what --resume printed
-moved.losses
+# **On as many ranks.** ZeRO keeps each rank's partition of Adam's states in a file of its own, which DeepSpeed
+# loads only on as many ranks, and the global batch and data position belong to that world size: `--resume` on
+# another number of GPUs is refused before anything is written. A requeued SLURM job keeps its node count.
 
 # %% [markdown]
 # ## 4. From ZeRO shards to a Hugging Face model
@@ -339,40 +324,7 @@ else:
     )
 
 # %% [markdown] tags=["exercise"]
-# 3. The 2-rank run resumed on 1 rank: what did `--resume` change so that its losses follow the uninterrupted
-#    run's, did they, and on how many ranks could it have resumed?
-
-# %% tags=["solution"]
-change = moved.change
-(n0, n1), (a0, a1), k = change["world_size"], change["gradient_accumulation_steps"], change["micro_batches_per_step"]
-fits = fine_tuned.resumable_on(ranks / "killed", 2 * k)  # {ranks: gradient_accumulation_steps}, 1 to 2K ranks
-print(
-    f"From step {change['step']}, written by {n0} ranks and resumed on {n1}: gradient_accumulation_steps {a0} -> "
-    f"{a1}, so every optimizer step still takes {k} micro-batches (global batch {moved.global_batch_size[0]} "
-    f"questions, the uninterrupted run's {moved.global_batch_size[1]})"
-    + (", and the ZeRO partitions were re-sliced through a universal checkpoint." if change["universal"] else ".")
-)
-if moved.verdict == "the same losses":
-    print(
-        f"Every training loss after the resume is within {moved.max_difference:.1e} nats of the uninterrupted "
-        f"run's (tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}): the same micro-batches make each step, only "
-        "the order in which their gradients are summed changed."
-    )
-else:
-    print(
-        f"A training loss after the resume differs from the uninterrupted run's by {moved.max_difference:.1e} "
-        f"nats, beyond the tolerance {fine_tuned.OTHER_WORLD_TOLERANCE:.0e}: compare the two train_log.csv "
-        "step by step, and read the data order that --resume printed."
-    )
-print(
-    "It could resume on "
-    + ", ".join(f"{n} rank(s) (accumulation {a})" for n, a in fits.items())
-    + f": the {k} micro-batches of a step must divide among the ranks; on any other number `--resume` refuses "
-    "and names these."
-)
-
-# %% [markdown] tags=["exercise"]
-# 4. Why is a checkpoint without its manifest never loaded, and what would go wrong if it were?
+# 3. Why is a checkpoint without its manifest never loaded, and what would go wrong if it were?
 
 # %% tags=["solution"]
 print(
@@ -383,7 +335,7 @@ print(
 )
 
 # %% [markdown] tags=["exercise"]
-# 5. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
+# 4. Which do you keep after training: `model/`, the last checkpoint, or the export? For what use each?
 
 # %% tags=["solution"]
 print(
@@ -397,7 +349,6 @@ print(
 # - Every run writes `model/` (safetensors, config, generation config, tokenizer) that `from_pretrained`
 #   loads, for every ZeRO stage; under ZeRO-3 the weights are gathered on save.
 # - Checkpoints hold all a run needs to continue exactly; `--resume` takes the last complete one, refuses a
-#   changed configuration, and the batch scripts resume by themselves after SLURM's warning signal. On another
-#   number of ranks it goes through DeepSpeed's universal checkpoint and keeps the global batch (the
-#   accumulation changes), or refuses a number that cannot keep it.
+#   changed configuration or another number of ranks, and the batch scripts resume by themselves after SLURM's
+#   warning signal.
 # - `workshop export` turns ZeRO shards into a model directory; `workshop eval` scores what the model writes.

@@ -86,8 +86,8 @@ def run_cli():
 
 
 def unavailable_ops(experiment: str) -> str | None:
-    """Why this machine cannot run `experiment` (a DeepSpeed op it needs cannot be built: async_io without libaio
-    for stage3_nvme), as `workshop run` would say it with its fix; None when it can."""
+    """Why this machine cannot run `experiment` (a DeepSpeed op it needs cannot be built: no compiler for cpu_adam),
+    as `workshop run` would say it with its fix; None when it can."""
     from workshop_lib import env
     from workshop_lib.ds_config import EXPERIMENTS
     from workshop_lib.errors import WorkshopError
@@ -96,7 +96,7 @@ def unavailable_ops(experiment: str) -> str | None:
     if not exp.deepspeed:
         return None
     try:
-        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param))
+        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer))
     except WorkshopError as e:
         return str(e).replace("\n", " ")
     return None

@@ -96,25 +96,24 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     for planted in (
         "global_step4/mp_rank_00_model_states.pt",
         "rng_state_1.pth",
-        "global_step4_universal/zero/lm_head.weight/fp32.pt",
+        "global_step4/zero/lm_head.weight/fp32.pt",
     ):
         (ckpt / planted).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"w": Planted()}, ckpt / planted)
         checkpoint.write_manifest(ckpt)
         assert f"{planted} names code that loading it would run" in checkpoint.why_incomplete(ckpt), planted
         (ckpt / planted).unlink()
-    for tag in ("latest", "latest_universal"):
-        (ckpt / tag).write_text("../../elsewhere")
-        checkpoint.write_manifest(ckpt)
-        assert checkpoint.why_incomplete(ckpt) == f"{tag} names '../../elsewhere', a folder outside the checkpoint"
-        (ckpt / tag).write_text("global_step4")
+    (ckpt / "latest").write_text("../../elsewhere")
+    checkpoint.write_manifest(ckpt)
+    assert checkpoint.why_incomplete(ckpt) == "latest names '../../elsewhere', a folder outside the checkpoint"
+    (ckpt / "latest").write_text("global_step4")
     checkpoint.write_manifest(ckpt)
     assert checkpoint.why_incomplete(ckpt) is None and not (tmp_path / "planted-ran").exists()
 
 
 def test_deepspeeds_own_loads_run_weights_only_within_weights_only_loads(tmp_path, monkeypatch):
     """DeepSpeed 0.19.8's checkpoint engine calls torch.load(weights_only=False). Within `checkpoint.weights_only_loads`
-    (around a resume's training, ds_to_universal and the export's zero_to_fp32) the same call loads its states
+    (around a resume's training and the export's zero_to_fp32) the same call loads its states
     (DeepSpeed's ZeRO stage, numpy's RNG state: SAFE_GLOBALS) and refuses a pickle that names code, running nothing,
     by torch's own switch (TORCH_FORCE_WEIGHTS_ONLY_LOAD): torch.load is never replaced, and the switch is off after."""
     import numpy as np

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import skip_unless_runnable, workshop
+from conftest import workshop
 from workshop_lib import checkpoint, evaluation, rundir
 from workshop_lib.ds_config import EXPERIMENTS
 
@@ -105,10 +105,6 @@ def test_every_experiment_writes_its_results(runs, exp):
         # token-budget micro-batches: DeepSpeed counts the mean micro-batch (micro x accumulation x ranks)
         assert cfg["zero_optimization"]["stage"] == e.zero_stage and cfg["train_batch_size"] == r["global_batch_size"]
         assert ("offload_optimizer" in cfg["zero_optimization"]) == (e.offload_optimizer != "none")
-    # ZeRO-Infinity's swap files, measured before the run removed them: the tiny model's tensors are all below
-    # DeepSpeed's 1 MiB swap minimum, so only its optimizer states went to NVMe (parameters: test below)
-    nvme = "nvme" in (e.offload_optimizer, e.offload_param)
-    assert (r["nvme_swap_mib"] is not None) == nvme and (not nvme or r["nvme_swap_mib"]["optimizer"] > 0)
     log = pd.read_csv(d / "train_log.csv")
     assert log["loss"].notna().sum() == 8 and log["eval_loss"].notna().sum() == 2
     # the warm-up found in the log (metrics.steady_steps): the first step at least, half the steps at most
@@ -493,105 +489,6 @@ def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
         "not meant to be right"
         in workshop("eval", runs / "stage2", "--num-questions", 1, "--output-dir", tmp_path / "one").stdout
     )
-
-
-@pytest.mark.slow
-def test_zero_infinity_swaps_parameters_through_nvme_and_cleans_up(tmp_path):
-    """stage3_nvme on a Qwen3 with tensors above DeepSpeed's 1 MiB swap minimum (2 layers of width 512, the local
-    32,000-token vocabulary; random weights, on the CPU): parameters and optimizer states both go through the
-    nvme_path's swap files, with the workshop's buffer count and size, for several steps; the files go with the run."""
-    from workshop_lib.model import architecture_config
-
-    skip_unless_runnable("stage3_nvme")
-    cfg = architecture_config("Qwen/Qwen3-0.6B")
-    for k, v in dict(
-        num_hidden_layers=2,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-        vocab_size=32_000,
-        layer_types=cfg.layer_types[:2],
-        bos_token_id=None,
-        eos_token_id=None,
-    ).items():  # the workshop sets its tokenizer's
-        setattr(cfg, k, v)
-    cfg.save_pretrained(tmp_path / "model")
-    nvme, out = tmp_path / "nvme", tmp_path / "run"
-    nvme.mkdir()
-    workshop(
-        "run",
-        "stage3_nvme",
-        "--model",
-        tmp_path / "model",
-        "--random-weights",
-        "--allow-cpu",
-        "--max-steps",
-        4,
-        "--max-tokens-per-micro-batch",
-        512,
-        "--num-eval-samples",
-        8,
-        "--save-strategy",
-        "no",
-        "--nvme-path",
-        nvme,
-        "--output-dir",
-        out,
-    )
-    r = json.loads((out / "results.json").read_text())
-    assert r["global_steps"] == 4 and math.isfinite(r["train_loss"]) and r["tokenizer"] == "local BPE"
-    # parameters are swapped in 16 bits: the embedding alone (32,000 x 512) is 31.25 MiB; Adam's fp32 states are
-    # 3 copies of the model
-    assert r["nvme_swap_mib"]["params"] >= 31.25 and r["nvme_swap_mib"]["optimizer"] > 3 * r["num_params"] * 4 / 2**20
-    assert (
-        json.loads((out / "ds_config.json").read_text())["zero_optimization"]["offload_param"]["buffer_size"]
-        == 32_000 * 512
-    )
-    assert not any(nvme.iterdir())  # the run's swap folder removed
-    # the preflight's estimate bounds what was written: 2 + 16 bytes/param, less the tensors below 1 MiB
-    from workshop_lib.memory import estimate_nvme_swap
-
-    assert r["nvme_swap_mib"]["optimizer"] <= estimate_nvme_swap(r["num_params"], True, False)
-    # the parameters in the run's precision: fp32 on a CPU, 4 bytes each
-    assert r["nvme_swap_mib"]["params"] <= estimate_nvme_swap(
-        r["num_params"], False, True, precision=r["config"]["precision"]
-    )
-
-
-@pytest.mark.slow
-def test_nvme_offload_larger_than_the_drive_is_refused_before_anything_is_written(tmp_path):
-    """Qwen3-8B's swap files (18 bytes/param in bf16, ~137 GiB; 20 in a CPU's fp32) against the free space of this machine's temporary drive:
-    refused after the data and the parameter count, before the model is built or the output directory made."""
-    from workshop_lib.env import pick_precision
-    from workshop_lib.memory import estimate_nvme_swap
-    from workshop_lib.model import count_params
-    from workshop_lib.units import MiB
-
-    skip_unless_runnable("stage3_nvme")  # the op check comes first: without libaio that is the refusal
-    need = estimate_nvme_swap(
-        count_params("Qwen/Qwen3-8B")["num_params"], True, True, precision=pick_precision("bf16")
-    )  # a CPU's run is fp32: 20 bytes/param
-    free = shutil.disk_usage(tmp_path).free / MiB
-    if need <= 0.95 * free:
-        pytest.skip(f"this drive has {free:,.0f} MiB free, room for Qwen3-8B's {need:,.0f} MiB of swap files")
-    p = workshop(
-        "run",
-        "stage3_nvme",
-        "--model",
-        "Qwen/Qwen3-8B",
-        "--random-weights",
-        "--allow-cpu",
-        "--nvme-path",
-        tmp_path,
-        "--output-dir",
-        tmp_path / "run",
-        check=False,
-    )
-    assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert f"about {need:,.0f} MiB of swap files" in p.stderr and "To fix: pass --nvme-path" in p.stderr
-    assert not (tmp_path / "run").exists() and list(tmp_path.iterdir()) == []
 
 
 def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):

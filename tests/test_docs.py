@@ -420,7 +420,7 @@ def test_figures_the_notebooks_type_are_the_code_constants():
     """03b's and 03c's prose gives a few figures of the code (a constant, DeepSpeed's estimator) and of the reference
     runs, written inline by scripts/make_figures.py (`notebook_03b`, `notebook_03c`; its --check in CI, and course/
     is generated from solutions/ and checked to be current). What the prose says of them holds in the code: 03c's
-    exercise 4 holds the H200 reference against H100s like for like (large_models.on_h100s: PyTorch's peak allocated
+    exercise 3 holds the H200 reference against H100s like for like (large_models.on_h100s: PyTorch's peak allocated
     and the estimate against 1 - HEADROOM of the card), and the reference machine is one of the references."""
     from workshop_lessons import large_models
 

@@ -67,19 +67,6 @@ def test_model_states_are_deepspeeds_estimate(model, zero_stage, offload, gpus_p
     assert est["estimator"] == f"estimate_zero{zero_stage}_model_states_mem_needs"
 
 
-def test_nvme_keeps_the_cpu_offload_gpu_side_and_moves_the_host_states_to_nvme():
-    p = count_params("Qwen/Qwen3-8B")
-    _, gpu, _ = estimate_zero3_model_states_mem_needs(p["num_params"], p["largest_layer_params"], 1, 1)
-    est = estimate("Qwen/Qwen3-8B", 3, "nvme")
-    assert est["model_states_gpu_mib"] == round(gpu / MiB, 1) == round(4 * 622_329_856 / MiB, 1)  # the LM head, fp32
-    # on the drive: 16-bit parameters (2 bytes) and fp32 master weights, gradients, Adam's moments (16)
-    assert est["nvme_mib"] == round(p["num_params"] * 18 / MiB, 1) and est["model_states_cpu_mib"] is None
-    assert estimate("Qwen/Qwen3-8B", 3, "nvme", gpus_per_node=4, nodes=2)["nvme_mib"] == round(
-        p["num_params"] * 9 / MiB, 1
-    )
-    assert "of swap files on each node's NVMe drive" in explain(est)
-
-
 def test_every_experiment_is_an_estimate_setup():
     """`Experiment.fit_setup` is what fit.estimate models: at stage 3 its offload moves the optimizer states and
     the parameters together, so an experiment that offloads one without the other would be estimated wrongly."""
@@ -156,7 +143,7 @@ def _setup(config: dict) -> tuple:
 
 def test_the_ladder_is_the_courses_order():
     """The course's own order (not HF's guide's, tests/test_docs.py): smaller micro-batch and activation
-    checkpointing first, then ZeRO stages on these GPUs and more, every one before any offload (CPU before NVMe),
+    checkpointing first, then ZeRO stages on these GPUs and more, every one before any offload,
     shorter sequences at the very end."""
     rungs = ladder(estimate("Qwen/Qwen3-8B", None, "none", train_micro_batch_size_per_gpu=4)["config"])
     first_offload = next(i for i, r in enumerate(rungs) if r["offload"] != "none")
@@ -172,10 +159,7 @@ def test_the_ladder_is_the_courses_order():
     assert {r["offload"] for r in rungs[first_zero:first_offload]} == {"none"}  # every world without offload first
     assert {r["zero_stage"] for r in rungs[first_zero:first_offload]} == {2, 3}  # ZeRO-3 before ZeRO-2 + offload
     assert max(r["gpus_per_node"] * r["nodes"] for r in rungs[first_zero:first_offload]) == 128
-    offloads = [
-        r["offload"] for r in rungs[first_offload:] if r["gpus_per_node"] * r["nodes"] == 1 and r["max_length"] == 4096
-    ]
-    assert offloads.index("nvme") > max(i for i, o in enumerate(offloads) if o == "cpu")  # NVMe after CPU
+    assert {r["offload"] for r in rungs[first_offload:]} == {"cpu"}
     assert [r["max_length"] for r in rungs if r["max_length"] != 4096] == [2048, 1024, 512, 256]  # the last rungs
     assert [r["max_length"] for r in rungs[-4:]] == [2048, 1024, 512, 256]
 
@@ -215,10 +199,9 @@ def test_fits_means_within_the_headroom_not_within_the_card():
 
 
 def test_qwen3_8b_takes_more_gpus_before_offload():
-    """Exercise 4 of 03c: Qwen3-8B with ZeRO-3 + CPU offload on one H100 with 128 GiB does not fit the host
+    """Exercise 3 of 03c: Qwen3-8B with ZeRO-3 + CPU offload on one H100 with 128 GiB does not fit the host
     (210,905 MiB of states); ZeRO-3 with checkpointing on more GPUs comes before any offload: 4 H100s, since on 2
-    it fills about 95% of each card, past the 85% a run may fill; on the one GPU the only fit left is NVMe, which
-    the reference machine's 64 GiB drive cannot hold."""
+    it fills about 95% of each card, past the 85% a run may fill; on the one GPU nothing fits."""
     est = estimate("Qwen/Qwen3-8B", 3, "cpu", max_length=8192, host_memory_mib=128 * 1024)
     assert est["model_states_cpu_mib"] > 128 * 1024 and not est["fits"]
     fix = smallest_fix(est)
@@ -226,15 +209,9 @@ def test_qwen3_8b_takes_more_gpus_before_offload():
     assert (z, offload, ac, b, s) == (3, "none", True, 1, 8192) and g * n == 4
     fewer = estimate(**dict(fix["config"], gpus_per_node=g // 2))  # the fewest such GPUs: 2 fit the card, not 85%
     assert not fewer["fits"] and USABLE < fewer["total_gpu_mib"] < H100
-    on_one = fix_on_these_gpus(est)
-    assert _setup(on_one["config"])[:4] == (3, "nvme", True, 1) and "not given" in on_one["change"]
-    drive = dict(est["config"], nvme_free_mib=64 * 1024)
-    assert fix_on_these_gpus(estimate(**drive)) is None and smallest_fix(estimate(**drive))["config"] == dict(
-        fix["config"], nvme_free_mib=64 * 1024
-    )
+    assert fix_on_these_gpus(est) is None
     text = explain(est)
-    assert f"Smallest change that fits: {fix['change']}" in text
-    assert f"on the 1 GPU you have, {on_one['change']}" in text
+    assert f"Smallest change that fits: {fix['change']}" in text and "GPU you have" not in text
 
 
 def test_explain_and_smallest_fix_agree_with_estimate():
@@ -250,21 +227,13 @@ def test_explain_and_smallest_fix_agree_with_estimate():
     assert fits.startswith("Qwen/Qwen3-4B with ZeRO-3 + CPU offload on 1 x H100 80GB fits") and "to spare" in fits
 
 
-def test_the_verdict_counts_the_workshops_refusal_and_the_drive():
+def test_the_verdict_counts_the_workshops_refusal():
     # Qwen3-4B ZeRO-2 with checkpointing: its states (76,722 MiB) alone past 85% of the H100, which the preflight
     # refuses (states_fit), and so past the share the whole estimate must fit
     zero2 = estimate("Qwen/Qwen3-4B", 2, "none", max_length=8192, activation_checkpointing=True)
     assert not states_fit(zero2["model_states_gpu_mib"], H100) and not zero2["fits"]
     with pytest.raises(WorkshopError, match="more than 85% of the H100 80GB's"):
         check_fits(model="Qwen/Qwen3-4B", zero_stage=2, offload="none", max_length=8192, activation_checkpointing=True)
-    # NVMe swap files against 95% of the drive's free space (the reference machine's 64 GiB)
-    big = estimate("Qwen/Qwen3-4B", 3, "nvme", max_length=8192, nvme_free_mib=64 * 1024)
-    small = estimate("Qwen/Qwen3-1.7B", 3, "nvme", max_length=8192, nvme_free_mib=64 * 1024)
-    assert big["nvme_mib"] > 0.95 * 64 * 1024 and not big["fits"] and "no room" in explain(big)
-    assert small["nvme_mib"] <= 0.95 * 64 * 1024 and small["fits"]
-    assert estimate("Qwen/Qwen3-4B", 3, "nvme", max_length=8192)["fits"]  # the drive not given: not checked
-    with pytest.raises(WorkshopError, match="of swap files on each node's drive, more than 95%"):
-        check_fits(model="Qwen/Qwen3-4B", zero_stage=3, offload="nvme", max_length=8192, nvme_free_mib=64 * 1024)
 
 
 def test_check_fits_raises_with_the_numbers_and_the_fix():
@@ -284,8 +253,7 @@ def test_check_fits_raises_with_the_numbers_and_the_fix():
 @pytest.mark.parametrize(
     "kw, says",
     [
-        ({"zero_stage": 2, "offload": "nvme"}, "needs ZeRO-3"),
-        ({"zero_stage": 1, "offload": "nvme"}, "needs ZeRO-3"),
+        ({"zero_stage": 3, "offload": "nvme"}, "not an option"),  # NVMe offload is not an experiment
         ({"zero_stage": None, "offload": "cpu"}, "HF Trainer alone offloads nothing"),
         ({"zero_stage": 0, "offload": "cpu"}, "ZeRO-0 offloads nothing"),
         ({"zero_stage": 4}, "not an option"),
@@ -320,12 +288,10 @@ def test_explorer_builds_and_rerenders(capsys):
     assert explain(estimate()) in capsys.readouterr().out
     ui.controls["model"].value = "Qwen/Qwen3-8B"
     assert explain(estimate("Qwen/Qwen3-8B")) in capsys.readouterr().out
-    ui.controls["zero_stage"].value = 2
-    ui.controls["offload"].value = "nvme"  # impossible: the message, not a traceback
+    ui.controls["zero_stage"].value = "none"  # with offload cpu, impossible: the message, not a traceback
     out = capsys.readouterr().out
-    assert "needs ZeRO-3" in out and "\nTo fix: " in out
+    assert "HF Trainer alone offloads nothing" in out and "\nTo fix: " in out
     ui.controls["offload"].value = "none"
-    ui.controls["zero_stage"].value = "none"
     ui.controls["activation_checkpointing"].value = True
     out = capsys.readouterr().out
     assert explain(estimate("Qwen/Qwen3-8B", None, "none", activation_checkpointing=True)) in out

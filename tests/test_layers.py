@@ -30,7 +30,6 @@ LAYERS = [
         "launch",
         "callbacks",
         "teardown",
-        "nvme",
         "preflight",
     },
     {"train", "record"},

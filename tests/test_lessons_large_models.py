@@ -1,10 +1,8 @@
 """Notebook 03c's reference table and choices, read from the committed GPU runs (workshop_lessons/reference/h100/large-models,
 workshop_lessons/reference/h200/large-models-x2): each run's outcome from its own files, the estimate beside it."""
 
-import importlib.util
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -17,15 +15,6 @@ from workshop_lib.fit import GPUS, HEADROOM, check_fits, estimate, fix_on_these_
 
 H100 = lm.REFERENCES["one H100 80GB, 128 GiB host"]
 X2 = lm.REFERENCES["two H200 141GB, 256 GiB host"]
-
-
-def make_references():
-    """scripts/make_references.py as a module: the maintainer's tool that writes nvme-vs-cpu/table.md."""
-    path = Path(__file__).resolve().parent.parent / "scripts" / "make_references.py"
-    spec = importlib.util.spec_from_file_location("make_references", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_each_reference_run_says_how_it_ended():
@@ -43,10 +32,6 @@ def test_each_reference_run_says_how_it_ended():
     assert df.loc[("Qwen/Qwen3-8B", "stage3_offload", False), "outcome"].startswith(
         "killed, no error written (host RSS 126,568"
     )
-    nvme = df.loc[("Qwen/Qwen3-1.7B", "stage3_nvme", False)]
-    assert nvme["outcome"] == "trained" and nvme["steady tokens/s"] > 0
-    # the swap files DeepSpeed wrote, within 0.01% of the preflight's 18 bytes/param (tensors below 1 MiB stay)
-    assert 0.9999 * nvme["est. NVMe MiB"] <= nvme["NVMe swap MiB"] <= nvme["est. NVMe MiB"]
     # the estimate beside a run is fit.estimate for its settings
     row = df.loc[("Qwen/Qwen3-4B", "stage3_offload", False)]
     assert row["est. total GPU MiB"] == estimate("Qwen/Qwen3-4B", 3, "cpu", max_length=8192)["total_gpu_mib"]
@@ -91,7 +76,6 @@ def test_largest_trained_model_per_experiment_on_each_machine():
     assert lm.largest_trained(lm.reference_runs(H100)) == {
         "baseline": "Qwen/Qwen3-4B",
         "stage3_offload": "Qwen/Qwen3-4B",
-        "stage3_nvme": "Qwen/Qwen3-1.7B",
     }
     x2 = lm.reference_runs(X2)
     assert set(x2["GPUs"]) == {2}
@@ -146,90 +130,20 @@ def test_the_model_that_does_not_fit_is_picked_from_the_estimates():
     assert not lm.pick_model(GPUS["laptop GPU 8GB"], 16 * 1024).here
 
 
-def test_the_nvme_verdict_counts_the_drive():
-    """Qwen3-4B's swap files (67.4 GiB) do not fit the reference machine's drive (64 GiB free): the table of
-    configurations says so, as nvme-vs-cpu/table.md's swap table (`nvme_summary`) does; without the drive given,
-    it is not checked."""
-    free = lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") * 1024
-    df = lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free).set_index(
-        "experiment"
-    )
-    swap = {f.model: f.fits for f in make_references().nvme_summary().swap}
-    assert df.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-4B"] is False
-    small = lm.configurations(
-        "Qwen/Qwen3-1.7B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB, nvme_free_mib=free
-    ).set_index("experiment")
-    assert small.at["stage3_nvme", "fits"] == swap["Qwen/Qwen3-1.7B"] is True
-    assert (
-        lm.configurations("Qwen/Qwen3-4B", GPUS["H100 80GB"], lm.REFERENCE_HOST_MIB)
-        .set_index("experiment")
-        .at["stage3_nvme", "fits"]
-    )
-    # without a GPU, this_drive is that reference drive
-    import torch
-
-    if not torch.cuda.is_available():
-        assert lm.this_drive() == free
-
-
-def test_cpu_and_nvme_offload_compared_from_one_call():
-    """nvme-vs-cpu/table.md's figures (scripts/make_references.py): the same steady figures as results.json where
-    the run wrote one; the NVMe run that the call's time limit stopped in its final evaluation keeps all its
-    training steps."""
-    mr = make_references()
-    df = mr.offload_comparison().set_index("experiment")
-    assert list(df["training steps"]) == [5, 5] and not df.at["stage3_nvme", "results.json"]
-    r = json.loads((lm.NVME_VS_CPU / "runs" / "Qwen3-1.7B-stage3_offload" / "results.json").read_text())
-    assert df.at["stage3_offload", "steady s/step"] == r["steady_step_time_s"]
-    assert df.at["stage3_offload", "steady tokens/s"] == r["steady_train_tokens_per_second"]
-    assert df.at["stage3_offload", "GPU peak MiB"] == r["gpu_peak_mib"]
-    n = mr.nvme_summary()
-    assert (n.model, n.training_steps) == ("Qwen/Qwen3-1.7B", 5)
-    assert (n.step_time.value, n.step_time.other) == (
-        df.at["stage3_nvme", "steady s/step"],
-        df.at["stage3_offload", "steady s/step"],
-    )
-    # one run each: no band, so the verdicts are plain; NVMe's steps were slower, its tokens/s lower
-    assert n.step_time.band is None and n.step_time.band_text == "no band measured"
-    assert n.step_time.verdict == "higher" and n.step_time.ratio > 1 and n.tokens_per_second.verdict == "lower"
-    assert n.host_peak_rss.value == df.at["stage3_nvme", "host peak RSS MiB"] and n.host_peak_rss.unit == "MiB"
-    # the pinned buffers of ds_config.json's offload_param: count x elements x 2 bytes, each the embedding's size
-    assert n.pinned_mib == n.buffer_count * n.buffer_elements * 2 / 2**20 > 0
-    assert n.buffers_sized_to_embedding and n.buffer_elements == 151_936 * 2048  # Qwen3-1.7B: vocab x hidden
-    # NVMe offload held more host memory than CPU offload in that call, not less
-    assert n.host_peak_rss.verdict == "higher" and n.host_peak_rss.difference < n.pinned_mib
-    # the drive swapped to, from machine.txt's df line: a virtio disk
-    assert (n.drive_device, n.drive_kind) == ("/dev/vda", mr.DEVICE_KINDS["/dev/vd"])
-    # the drive of that call (df -h: 64G free) holds Qwen3-1.7B's swap files, not Qwen3-4B's
-    assert lm.drive_free_gib(lm.NVME_VS_CPU / "machine.txt") == n.drive_free_gib == 64
-    fits = {f.model: (round(f.swap_gib, 1), f.fits) for f in n.swap}
-    assert fits["Qwen/Qwen3-1.7B"] == (28.8, True) and fits["Qwen/Qwen3-4B"] == (67.4, False)
-    assert [f.swap_gib for f in n.swap] == sorted(f.swap_gib for f in n.swap)
-
-
-def test_host_states_and_nvme_against_cpu_from_results():
-    """Exercises 1 and 2 of 03c on the H100 reference runs' results.json: bytes/param against DeepSpeed's
-    estimate, NVMe against CPU offload, and the table a learner sees (their runs, the references under them)."""
-    off, nvme = lm.reference_result("stage3_offload"), lm.reference_result("stage3_nvme")
-    assert (off["model"], nvme["model"]) == ("Qwen/Qwen3-4B", "Qwen/Qwen3-1.7B")
+def test_host_states_from_results():
+    """Exercise 1 of 03c on the H100 reference run's results.json: bytes/param against DeepSpeed's estimate, and
+    the table a learner sees (their run, the reference under it)."""
+    off = lm.reference_result("stage3_offload")
+    assert off["model"] == "Qwen/Qwen3-4B"
     h = lm.host_states(off)
     assert h.bytes_per_param == off["host_states_rss_mib"] * 2**20 / off["num_params"]
     assert abs(h.estimate_bytes_per_param - 27) < 0.01  # 18 bytes/param x 1.5
     assert h.vs_estimate.verdict == "lower" and h.vs_estimate.band is None and not h.libraries_dominate
     assert not h.tiny and h.gpu_peak_mib == off["gpu_peak_mib"]
-    v = lm.nvme_against_cpu(off, nvme)
-    assert v.ran and (v.host_states.value, v.host_states.other) == (
-        nvme["host_states_rss_mib"],
-        off["host_states_rss_mib"],
-    )
-    assert v.tokens_per_second.verdict == "lower" and v.tokens_per_second.band_text == "no band measured"
-    assert v.swap_params_mib == nvme["nvme_swap_mib"]["params"] > 0
-    assert lm.nvme_against_cpu(off, None) == lm.NvmeAgainstCpu(False)
-    t = lm.exercise_table(off, None)
-    assert list(t["run"]) == ["stage3_offload", "stage3_offload", "stage3_nvme"]
-    assert list(t["measured"]) == ["yours", f"reference ({lm.H100})", f"reference ({lm.H100})"]
+    t = lm.exercise_table(off)
+    assert list(t["run"]) == ["stage3_offload", "stage3_offload"]
+    assert list(t["measured"]) == ["yours", f"reference ({lm.H100})"]
     assert t["host bytes/param after step 1"].iloc[0] == h.bytes_per_param
-    assert t["NVMe swap MiB"].iloc[2] == sum(nvme["nvme_swap_mib"].values())
 
 
 def test_checkpointing_against_offload_in_the_reference():
@@ -305,7 +219,7 @@ def test_both_rungs_trained_here_give_the_ratio_from_their_results(tiny_runs, tm
 
 
 def test_the_h200_reference_is_read_against_h100s_like_for_like():
-    """03c's exercise 4: the two-H200 run of Qwen3-8B (ZeRO-3, activation checkpointing) against two H100s by
+    """03c's exercise 3: the two-H200 run of Qwen3-8B (ZeRO-3, activation checkpointing) against two H100s by
     PyTorch's peak allocated and by the estimate, each against what an H100 leaves a run (1 - HEADROOM of its
     memory), not by NVML's peak, which counts the cache of a 141 GB card. Both say two H100s are too few: the
     estimate's answer for one H100's Qwen3-8B is ZeRO-3 + activation checkpointing on 4 of them (it was 2 when

@@ -1,5 +1,5 @@
 """What the README's set-up promises: JupyterLab shows each notebook once and keeps its outputs, and the test tiers
-are what their names say, and the plots name runs truly. Fast: no training. (That the set-up works without libaio and without root is CI's
+are what their names say, and the plots name runs truly. Fast: no training. (That the set-up works without root is CI's
 container check, `.ci/container.sh readme`.)"""
 
 import json

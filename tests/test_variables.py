@@ -51,7 +51,7 @@ def test_get_parses_each_kind_and_refuses_a_bad_value_with_the_fix(monkeypatch):
         ("WORKSHOP_RANDOM_WEIGHTS", "1", True),
         ("WORKSHOP_RANDOM_WEIGHTS", "0", False),
         ("WORKSHOP_TINY", "auto", "auto"),
-        ("WORKSHOP_NVME_PATH", "/scratch", "/scratch"),
+        ("WORKSHOP_CACHE", "/scratch", "/scratch"),
     ]:
         monkeypatch.setenv(name, raw)
         assert variables.get(name) == value

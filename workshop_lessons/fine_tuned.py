@@ -1,25 +1,16 @@
 """Notebook 03b's figures, from its runs: the checkpoint's files, the uninterrupted ZeRO-3 + offload run and the
-run killed and resumed (results.json dicts), the same killed on 2 ranks and resumed on 1 (`killed_on_ranks`,
-`other_world`), the reloaded model and the scored one. Records and tables, not sentences: the solution notebook
+run killed and resumed (results.json dicts), the reloaded model and the scored one. Records and tables, not sentences: the solution notebook
 writes the answers from them."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-import psutil
 
-from workshop_lib import checkpoint, launch, rundir
-from workshop_lib.errors import WorkshopError
+from workshop_lib import checkpoint
 from workshop_lib.results import title, unit
 from workshop_lib.units import MiB, ceil_div
 
@@ -43,13 +34,6 @@ RESUME_TOLERANCE = 1e-3
 # Checkpoints sized for a classroom (a Qwen3-0.6B checkpoint is about 8 GiB): each run of the notebook writes SAVES
 # checkpoint (at its last step), the killed run one per step until KILL_AFTER are complete.
 SAVES, KILL_AFTER = 1, 2
-# Resume on another world size: a small run of the tiny model (ZeRO-2) written on OTHER_WORLD[0] ranks and resumed on
-# OTHER_WORLD[1], every rank on the CPU (gloo), so that a laptop and a one-GPU machine run it alike.
-OTHER_WORLD = (2, 1)
-# Its training losses count as the uninterrupted run's within this many nats: the same micro-batches make every
-# optimizer step whatever the world size, only the order of the gradient sums differs (CPU fp32: measured 1.2e-6
-# nats; tests/test_resume_world_size.py's tolerance).
-OTHER_WORLD_TOLERANCE = 1e-5
 
 
 def save_settings(max_steps: int | None) -> dict:
@@ -223,107 +207,3 @@ def runs_table(uninterrupted: dict, resumed: dict, reloaded_eval_loss: float, sc
             title("f1"),
         ],
     )
-
-
-def killed_on_ranks(
-    experiment: str, nproc: int, output_dir: str | Path, *args: str, after: int = KILL_AFTER, env: dict | None = None
-) -> int:
-    """`workshop run EXPERIMENT ARGS --output-dir OUTPUT_DIR` on `nproc` ranks (torchrun, as `launch.run_local`),
-    a checkpoint after every step, killed with SIGKILL, torchrun and every rank at once (as when a node dies), once
-    checkpoint-`after` is complete. A previous run in OUTPUT_DIR is removed first (as --overwrite would: its
-    checkpoints must not count as this run's). Every rank's output goes to OUTPUT_DIR/launch.log. Returns the step
-    of the last complete checkpoint (`after`, or one more written in the instant before the kill).
-
-    Raises:
-        WorkshopError: a run in OUTPUT_DIR is still alive (`rundir.check`); the run ended before its checkpoint
-            `after` was complete (it failed, or was too short).
-    """
-    out = Path(output_dir)
-    rundir.check(out, overwrite=True)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    cmd = launch.torchrun_command(experiment, nproc, out, *args, "--save-strategy", "steps", "--save-steps", "1")
-    ckpt = out / checkpoint.CHECKPOINTS / f"checkpoint-{after}"
-    with open(out / "launch.log", "w", opener=rundir.no_link) as log:
-        log.write(f"$ {' '.join(cmd)}\n")
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ | (env or {}))
-        while proc.poll() is None and checkpoint.step_of(ckpt) is None:
-            time.sleep(0.05)
-        if proc.poll() is None:  # torchrun starts each rank in a session of its own: its process tree, pid by pid
-            for pid in [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
-        proc.wait()
-        log.write("\n")
-    if proc.returncode != -9:
-        raise WorkshopError(
-            f"{' '.join(cmd[2:])} ended by itself (exit {proc.returncode}) before its checkpoint "
-            f"{after} was complete; its output is in {out / 'launch.log'}.",
-            f"read the error there; a run that finished needs more steps (--max-steps) than {after}.",
-        )
-    return checkpoint.step_of(checkpoint.find_checkpoints(out)[0][-1])
-
-
-@dataclass(frozen=True)
-class OtherWorld:
-    """A run resumed on another number of ranks against the same run uninterrupted: what the resume printed about
-    it, the change it recorded (results.json's `world_size_changes`: step, world_size, gradient_accumulation_steps,
-    micro_batches_per_step, universal), and every optimizer step's training loss of both (nats)."""
-
-    printed: list[str]  # the resume's lines on the change (train.resume_point, checkpoint.to_universal)
-    change: dict
-    losses: pd.DataFrame  # index step; columns uninterrupted, resumed, difference (resumed - uninterrupted, nats)
-    global_batch_size: tuple[int, int]  # the resumed run's and the uninterrupted run's (sequences)
-
-    @property
-    def max_difference(self) -> float:
-        """The largest |difference| of a step's training loss after the resume, nats."""
-        return float(self.losses["difference"][self.losses.index > self.change["step"]].abs().max())
-
-    @property
-    def verdict(self) -> Literal["the same losses", "diverged"]:
-        """ "the same losses" within `OTHER_WORLD_TOLERANCE` on every step after the resume."""
-        return "the same losses" if self.max_difference <= OTHER_WORLD_TOLERANCE else "diverged"
-
-
-def other_world(resumed_dir: str | Path, uninterrupted_dir: str | Path) -> OtherWorld:
-    """`OtherWorld` from the run directory resumed on another world size (its launch.log, results.json and
-    train_log.csv) and the uninterrupted run's.
-
-    Raises:
-        ValueError: the resumed run records no change of world size (it resumed on as many ranks).
-    """
-    resumed_dir, uninterrupted_dir = Path(resumed_dir), Path(uninterrupted_dir)
-    r, u = (json.loads((d / "results.json").read_text()) for d in (resumed_dir, uninterrupted_dir))
-    if not r.get("world_size_changes"):
-        raise ValueError(
-            f"{resumed_dir} records no resume on another world size (results.json's world_size_changes is empty)."
-        )
-    launches = (resumed_dir / "launch.log").read_text().split("\n$ ")
-    printed = [
-        ln
-        for ln in launches[-1].splitlines()
-        if ln.startswith(("Resuming", "Reusing the universal"))
-        or (ln.startswith("Converting ") and " to a universal checkpoint in " in ln)
-    ]
-    steps = [
-        pd.read_csv(d / "train_log.csv").dropna(subset=["loss"]).set_index("step")["loss"]
-        for d in (uninterrupted_dir, resumed_dir)
-    ]
-    losses = pd.DataFrame({"uninterrupted": steps[0], "resumed": steps[1]})
-    losses["difference"] = losses["resumed"] - losses["uninterrupted"]
-    return OtherWorld(printed, r["world_size_changes"][-1], losses, (r["global_batch_size"], u["global_batch_size"]))
-
-
-def resumable_on(run_dir: str | Path, max_ranks: int) -> dict[int, int]:
-    """{number of ranks: gradient_accumulation_steps}, for 1 to `max_ranks` ranks, on which `--resume` continues the
-    run in `run_dir` with its global batch (`checkpoint.resume_accumulation`: the micro-batches of an optimizer
-    step divided among the ranks); it refuses the numbers left out, naming these."""
-    fits = {}
-    for n in range(1, max_ranks + 1):
-        try:
-            fits[n] = checkpoint.resume_accumulation(run_dir, n)
-        except WorkshopError:
-            pass
-    return fits

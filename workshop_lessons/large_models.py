@@ -3,24 +3,23 @@ on two H200s, committed under workshop_lessons/reference), each run's outcome re
 with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`, and the rung
 with activation checkpointing against ZeRO-3 + CPU offload, both trained here: `checkpointing_rung`, `rung_ratios`),
 and the records the solution notebook writes its answers from (`host_states`, `rung_against_offload`,
-`ratio_against_reference`, `nvme_against_cpu`): figures, not sentences. The reference's table.md files are
-written from `reference_runs` by `python scripts/make_references.py large-models`.
+`ratio_against_reference`): figures, not sentences.
+
+    python scripts/make_references.py large-models   # rewrites reference/*/large-models*/table.md from the runs
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import psutil
-import torch
 
-from workshop_lib import env, fit, variables
+from workshop_lib import env, fit
 from workshop_lib.ds_config import EXPERIMENTS, Offload
 from workshop_lib.errors import WorkshopError
 from workshop_lib.fit import GPUS, HEADROOM, MODELS, estimate, model_shape
@@ -96,8 +95,6 @@ def _row(run_dir: Path, gpu: str) -> dict:
         "est. states GPU MiB": est["model_states_gpu_mib"],
         "est. states host MiB, node": est["model_states_cpu_mib"],
         "est. total GPU MiB": est["total_gpu_mib"],
-        title("nvme_swap_mib"): sum(r["nvme_swap_mib"].values()) if r.get("nvme_swap_mib") else None,
-        "est. NVMe MiB": est["nvme_mib"],
     }
 
 
@@ -121,7 +118,7 @@ def node_host_peak(r: dict) -> float | None:
 def reference_runs(root: Path) -> pd.DataFrame:
     """One row per run under root/runs (a directory, or only its .log when the run stopped before it wrote
     one): model, experiment, GPUs, outcome, steady tokens/s, peaks (MiB; host memory per node, every rank's
-    summed: `node_host_peak`), NVMe swap files at the end (MiB) and `fit.estimate`'s figures (host: per node)."""
+    summed: `node_host_peak`) and `fit.estimate`'s figures (host: per node)."""
     runs = root / "runs"
     if not runs.is_dir():
         return pd.DataFrame()
@@ -140,22 +137,6 @@ def largest_trained(df: pd.DataFrame) -> dict[str, str]:
     """experiment -> the largest model (by parameters) that trained with it, from `reference_runs`."""
     done = df[df["outcome"] == "trained"]
     return {e: max(g["model"], key=lambda m: model_shape(m)["num_params"]) for e, g in done.groupby("experiment")}
-
-
-NVME_VS_CPU = (
-    REFERENCE / "h100" / "large-models" / "nvme-vs-cpu"
-)  # CPU and NVMe offload of one model in one device call
-
-
-def _df_line(machine_txt: Path) -> list[str]:
-    return next(x for x in machine_txt.read_text().splitlines() if x.startswith("/")).split()
-
-
-def drive_free_gib(machine_txt: Path) -> float:
-    """The free space of the drive `scripts/large_models.sh` swapped to, GiB: the 'Avail' column of the `df -h`
-    line it wrote into machine.txt (e.g. '/dev/vda 252G 17G 64G 21% /' -> 64)."""
-    avail = _df_line(machine_txt)[3]
-    return float(avail[:-1]) * {"T": 1024, "G": 1, "M": 1 / 1024}[avail[-1]]
 
 
 # The settings of the reference runs (scripts/large_models.sh): micro-batches of 8,192 tokens, no activation
@@ -188,15 +169,6 @@ def nearest_gpu(gpu_mib: float) -> str:
     return min(GPUS, key=lambda g: abs(GPUS[g] - gpu_mib))
 
 
-def this_drive() -> float:
-    """Free MiB where NVMe offload would swap on this machine (WORKSHOP_NVME_PATH, else the temporary folder:
-    `RunConfig.nvme_path`'s default); without a GPU, the reference machine's drive (`drive_free_gib` of
-    nvme-vs-cpu/machine.txt)."""
-    if not torch.cuda.is_available():
-        return drive_free_gib(NVME_VS_CPU / "machine.txt") * 1024
-    return shutil.disk_usage(variables.nvme_path_default()).free / MiB
-
-
 def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     host = e["model_states_cpu_mib"]
     return (
@@ -204,18 +176,15 @@ def _fits(e: dict, gpu_mib: float, host_mib: float) -> bool:
     )
 
 
-CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload", "stage3_nvme")  # `configurations`' rows
+CONFIGURATIONS = ("baseline", "stage2", "stage3", "stage3_offload")  # `configurations`' rows
 
 
-def configurations(
-    model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192, nvme_free_mib: float | None = None
-) -> pd.DataFrame:
+def configurations(model: str, gpu_mib: float, host_mib: float, max_tokens: int = 8192) -> pd.DataFrame:
     """`fit.estimate` of `model` with the reference runs' settings (1 x `max_tokens` tokens, no activation
-    checkpointing) for the baseline, ZeRO-2, ZeRO-3, ZeRO-3 + CPU offload and ZeRO-3 + NVMe offload on one GPU
-    of `gpu_mib` usable with `host_mib` of host memory and `nvme_free_mib` free on the drive NVMe offload swaps
-    to (None: not checked): one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
-    the host, the drive), with the GPU total within 1 - `fit.HEADROOM` of gpu_mib and the host states within
-    `HOST_SHARE` of host_mib."""
+    checkpointing) for the baseline, ZeRO-2, ZeRO-3 and ZeRO-3 + CPU offload on one GPU of `gpu_mib` usable with
+    `host_mib` of host memory: one row each, MiB. fits: the estimate's whole verdict (`fit.estimate`: the GPU,
+    the host), with the GPU total within 1 - `fit.HEADROOM` of gpu_mib and the host states within `HOST_SHARE`
+    of host_mib."""
     rows = []
     for name in CONFIGURATIONS:
         e = estimate(
@@ -224,7 +193,6 @@ def configurations(
             max_length=max_tokens,
             gpu=nearest_gpu(gpu_mib),
             host_memory_mib=host_mib,
-            nvme_free_mib=nvme_free_mib,
         )
         rows.append(
             {
@@ -233,7 +201,6 @@ def configurations(
                 "activations MiB": e["activations_gpu_mib"],
                 "total GPU MiB": e["total_gpu_mib"],
                 "states host MiB": e["model_states_cpu_mib"],
-                "on NVMe MiB": e["nvme_mib"],
                 "fits": _fits(e, gpu_mib, host_mib),
             }
         )
@@ -350,39 +317,6 @@ def host_states(run: dict) -> HostStates:
         float(est),
         run.get("gpu_peak_mib"),
         compare("host_states_rss_mib", host, est, noise=None),
-    )
-
-
-@dataclass(frozen=True)
-class NvmeAgainstCpu:
-    """This notebook's NVMe offload run against its CPU offload run (value = NVMe, other = CPU; no band: each
-    run once): host RSS after step 1 (MiB), steady tokens/s, and what was on the drive when training ended
-    (MiB of parameters and of optimizer states). `ran` False (every other field None): NVMe offload did not
-    run here (no libaio: the async_io check), or stopped."""
-
-    ran: bool
-    host_states: Comparison | None = None
-    tokens_per_second: Comparison | None = None
-    swap_params_mib: float | None = None
-    swap_optimizer_mib: float | None = None
-
-
-def nvme_against_cpu(offload_run: dict, nvme_run: dict | None) -> NvmeAgainstCpu:
-    """`NvmeAgainstCpu` from the two runs' results.json dicts (`nvme_run` None where it did not run)."""
-    if not nvme_run:
-        return NvmeAgainstCpu(False)
-    swap = nvme_run.get("nvme_swap_mib") or {}
-    return NvmeAgainstCpu(
-        True,
-        compare("host_states_rss_mib", nvme_run["host_states_rss_mib"], offload_run["host_states_rss_mib"], noise=None),
-        compare(
-            "steady_train_tokens_per_second",
-            nvme_run["steady_train_tokens_per_second"],
-            offload_run["steady_train_tokens_per_second"],
-            noise=None,
-        ),
-        swap.get("params"),
-        swap.get("optimizer"),
     )
 
 
@@ -608,7 +542,7 @@ class OnH100s:
 
 
 def on_h100s(experiment: str = "stage3") -> OnH100s | None:
-    """`OnH100s` of the two-H200 reference run of `experiment` with activation checkpointing (03c's exercise 4:
+    """`OnH100s` of the two-H200 reference run of `experiment` with activation checkpointing (03c's exercise 3:
     Qwen3-8B with ZeRO-3, the setup the estimate gives one H100's Qwen3-8B on more GPUs); None where none is on
     file."""
     runs = [json.loads(f.read_text()) for f in sorted((REFERENCES[X2] / "runs").glob("*/results.json"))]
@@ -649,34 +583,32 @@ def reference_result(experiment: str, machine: str = H100) -> dict | None:
     return json.loads(f.read_text()) if f and f.is_file() else None
 
 
-def exercise_table(offload_run: dict, nvme_run: dict | None, machine: str = H100) -> pd.DataFrame:
-    """The learner's table for 03c's exercises 1 and 2: their stage3_offload and stage3_nvme runs (results.json
-    dicts; `nvme_run` None where it did not run), each followed by `machine`'s reference run of the same
-    experiment (`reference_result`; a larger model). Columns: run, measured, model, parameters (M), steady
-    tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param, DeepSpeed's estimate of the host
-    states in bytes/param, host peak RSS MiB, NVMe swap MiB (parameters + optimizer, at the end)."""
+def exercise_table(offload_run: dict, machine: str = H100) -> pd.DataFrame:
+    """The learner's table for 03c's exercise 1: their stage3_offload run (a results.json dict) followed by
+    `machine`'s reference run of the same experiment (`reference_result`; a larger model). Columns: run, measured,
+    model, parameters (M), steady tokens/s, GPU peak MiB (NVML's), host RSS after step 1 MiB and bytes/param,
+    DeepSpeed's estimate of the host states in bytes/param, host peak RSS MiB."""
     rows = []
-    for experiment, run in (("stage3_offload", offload_run), ("stage3_nvme", nvme_run)):
-        for measured, r in (("yours", run), (f"reference ({machine})", reference_result(experiment, machine))):
-            if not r:
-                continue
-            n, swap = r["num_params"], r.get("nvme_swap_mib")
-            rows.append(
-                {
-                    "run": experiment,
-                    "measured": measured,
-                    "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
-                    "parameters (M)": n / 1e6,
-                    **{
-                        title(k): r.get(k)
-                        for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib")
-                    },
-                    "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
-                    "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
-                    title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
-                    title("nvme_swap_mib"): sum(swap.values()) if swap else None,
-                }
-            )
+    ref = reference_result("stage3_offload", machine)
+    for measured, r in (("yours", offload_run), (f"reference ({machine})", ref)):
+        if not r:
+            continue
+        n = r["num_params"]
+        rows.append(
+            {
+                "run": "stage3_offload",
+                "measured": measured,
+                "model": r["model"] if "tiny" in r["model"] or not _tiny(r) else f"{r['model']} (tiny)",
+                "parameters (M)": n / 1e6,
+                **{
+                    title(k): r.get(k)
+                    for k in ("steady_train_tokens_per_second", "gpu_peak_mib", "host_states_rss_mib")
+                },
+                "host bytes/param after step 1": r["host_states_rss_mib"] * MiB / n,
+                "est. host states bytes/param": r["estimated_model_states_cpu_mib"] * MiB / n,
+                title("host_peak_rss_mib"): r.get("host_peak_rss_mib"),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -5,8 +5,8 @@ random-weight and tiny models), `ds_config` (DeepSpeed configs), `env` (the mach
 `memory` (sampler and estimates), `fit` (will a run fit a GPU? its explorer), `metrics` (MFU), `preflight` (what a
 run checks before it trains: the machine, a resume, will the model states fit), `train` (`run_experiment`, its
 stages and their `Run`), `record` (a finished run's results.json), `callbacks` (the Trainer callbacks of every run:
-step log, stop, phases), `teardown` (the clean-up that lets a kernel run several experiments), `nvme`
-(ZeRO-Infinity's swap files), `comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories,
+step log, stop, phases), `teardown` (the clean-up that lets a kernel run several experiments),
+`comms` (DeepSpeed's comms logger -> comms.json), `rundir` (output directories,
 signals), `checkpoint` (resume, export), `evaluation`
 (the fine-tuned model: generation, EM/F1), `results` (RunResults, tables, plots), `launch` (torchrun,
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU

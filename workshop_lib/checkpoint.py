@@ -15,13 +15,12 @@ missing or changed, or no manifest though the Trainer finished it). `--resume` m
 OUTPUT_DIR/damaged-checkpoints/ (never deleted; outside the Trainer's rotation) and continues from the newest
 complete one, or refuses when none is; `workshop export` refuses it and names the run's last complete one.
 
-On another world size (`world_size_change`): the global batch is kept by changing the gradient accumulation
-(`resume_accumulation`), and a ZeRO checkpoint is converted once to DeepSpeed's universal checkpoint beside it
-(`to_universal`), which loads on any number of ranks; whole states (no DeepSpeed, ZeRO-0) load as they are."""
+A resume runs on as many ranks as the run started with (`check_same_run` refuses another number): a ZeRO checkpoint
+holds one partition of the optimizer states per rank, which DeepSpeed loads on that many ranks only, and the global
+batch, the data position and the schedule belong to that world size."""
 
 from __future__ import annotations
 
-import argparse
 import enum
 import hashlib
 import importlib
@@ -42,7 +41,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import env, rundir
 from .config import BASE, REQUIRED, cli_args
-from .ds_config import EXPERIMENTS
 from .errors import WorkshopError, read_json_object
 from .model import check_no_custom_code
 from .units import MiB
@@ -60,7 +58,6 @@ MAY_CHANGE = {
     "score_questions",
     "save_model",
     "dataloader_num_workers",
-    "nvme_path",
     "allow_cpu",
     "logging_steps",
 }
@@ -152,17 +149,15 @@ def why_incomplete(ckpt: str | os.PathLike) -> str | None:
 
 
 def code_in(ckpt: str | os.PathLike) -> str | None:
-    """None when every pickle in `ckpt` (*.pt, *.pth, at any depth: the states, a universal checkpoint's, the RNG's)
-    names only what torch's weights_only loader allows and SAFE_GLOBALS, and its `latest` tags name folders in it;
+    """None when every pickle in `ckpt` (*.pt, *.pth, at any depth: the states, the RNG's)
+    names only what torch's weights_only loader allows and SAFE_GLOBALS, and its `latest` tag names a folder in it;
     else the first file that fails, and why. DeepSpeed loads its states with torch.load(weights_only=False), which
     runs whatever callable a pickle names: a manifest whoever hands over a checkpoint can rewrite does not stop
     that; this check does, reading only each file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint)."""
     ckpt = Path(ckpt)
-    for tag, named in (
-        (t.name, t.read_text().strip()) for t in (ckpt / "latest", ckpt / "latest_universal") if t.is_file()
-    ):
-        if (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
-            return f"{tag} names {named!r}, a folder outside the checkpoint"
+    named = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
+    if named and (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
+        return f"latest names {named!r}, a folder outside the checkpoint"
     for f in sorted(ckpt.rglob("*.pt")) + sorted(ckpt.rglob("*.pth")):
         try:
             names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
@@ -204,7 +199,7 @@ def _enum_member(cls, name):
 def weights_only_loads():
     """Within the block every torch.load is weights_only=True, by torch's own switch: TORCH_FORCE_WEIGHTS_ONLY_LOAD=1
     (torch >= 2.6 lets it override an explicit weights_only=False, which DeepSpeed 0.19.8 passes in its checkpoint
-    engine, ds_to_universal and zero_to_fp32), with SAFE_GLOBALS allowed (torch.serialization.safe_globals) and
+    engine and zero_to_fp32), with SAFE_GLOBALS allowed (torch.serialization.safe_globals) and
     getattr only as `_enum_member`. A load of a file naming other code raises pickle.UnpicklingError (`code_in`
     names it first); torch.load itself is never replaced. A TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD of the user's is set
     aside meanwhile."""
@@ -386,110 +381,14 @@ def kept(out: str | os.PathLike, asked) -> str:
     )
 
 
-# ---- Resume on another world size (DeepSpeed's Universal Checkpointing) ----------------------------------------
-# A ZeRO checkpoint holds one partition of the fp32 master weights and Adam's moments per data-parallel rank
-# (global_stepN/*zero_pp_rank_R_*optim_states.pt), loadable on that many ranks only (0.19.8's
-# engine._load_zero_checkpoint). ds_to_universal (Lian et al. 2024, arXiv 2406.18820) merges them into one file per
-# parameter and state (global_stepN_universal/zero/<name>/fp32.pt, exp_avg.pt, exp_avg_sq.pt), named by
-# `latest_universal`; an engine with "checkpoint": {"load_universal": true} slices each for its rank, any world size.
-UNIVERSAL = "latest_universal"  # in checkpoint-N/, written last by ds_to_universal: the conversion is whole
-
-
-def written_by(ckpt: str | os.PathLike) -> int:
-    """Ranks (processes) that wrote the checkpoint `ckpt`: the HF Trainer saves every process's RNG states,
-    rng_state_R.pth under several, rng_state.pth in a world of one (`Trainer._save_rng_state`)."""
-    return len(list(Path(ckpt).glob("rng_state_*.pth"))) or 1
-
-
 def zero_partitions(ckpt: str | os.PathLike) -> int:
     """ZeRO partitions of the optimizer states in checkpoint-N (`ckpt`): DeepSpeed's
     *zero_pp_rank_R_mp_rank_00_optim_states.pt in the folder its `latest` file names, one per data-parallel rank
     that wrote them (ZeRO 1-3). 0 where the optimizer states are whole: no DeepSpeed (the Trainer's optimizer.pt),
-    or ZeRO-0 (inside mp_rank_00_model_states.pt); such a checkpoint loads on any number of ranks."""
+    or ZeRO-0 (inside mp_rank_00_model_states.pt)."""
     ckpt = Path(ckpt)
     tag = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
     return len(list((ckpt / tag).glob("*zero_pp_rank_*_optim_states.pt"))) if tag else 0
-
-
-def to_universal(ckpt: str | os.PathLike) -> Path:
-    """The universal checkpoint of the ZeRO checkpoint-N `ckpt` (Lian et al. 2024, "Universal Checkpointing",
-    arXiv 2406.18820; `UNIVERSAL` says what it holds), made the first time by DeepSpeed's own converter
-    (`deepspeed.checkpoint.ds_to_universal.main` with --inject_missing_state: the version tag the HF Trainer's
-    checkpoints lack), reused after. It reads one file at a time (host memory for the larger of one rank's fp32
-    partition and the module's weights) and writes the optimizer states again (12 bytes/param) beside the
-    checkpoint. A conversion killed midway left no `latest_universal` (written last): it is made again. Call on one
-    rank, with the others waiting (the file system is shared). Returns ckpt/global_stepN_universal.
-
-    Raises:
-        WorkshopError: `ckpt` holds no ZeRO partitions (`zero_partitions`: it needs no conversion), or
-            DeepSpeed's converter failed (its error named)."""
-    ckpt = Path(ckpt)
-    if not zero_partitions(ckpt):
-        raise WorkshopError(
-            f"{ckpt} holds no ZeRO partitions: its optimizer states are whole and load on any number of ranks.",
-            "resume from it as it is.",
-        )
-    tag = (ckpt / "latest").read_text().strip()
-    out, latest = ckpt / f"{tag}_universal", ckpt / UNIVERSAL
-    if latest.is_file() and latest.read_text().strip() == out.name and out.is_dir():
-        print(f"Reusing the universal checkpoint {out} (made by an earlier resume).", flush=True)
-        return out
-    shutil.rmtree(out, ignore_errors=True)
-    latest.unlink(missing_ok=True)
-    from deepspeed.checkpoint import ds_to_universal  # here: DeepSpeed is optional (the baseline runs without it)
-
-    print(f"Converting {ckpt / tag} to a universal checkpoint in {out} (DeepSpeed's ds_to_universal) ...", flush=True)
-    try:
-        with weights_only_loads():
-            ds_to_universal.main(
-                argparse.Namespace(
-                    input_folder=str(ckpt / tag),
-                    output_folder=str(out),
-                    num_extract_workers=1,
-                    num_merge_workers=1,
-                    keep_temp_folder=False,
-                    strict=True,
-                    inject_missing_state=True,
-                )
-            )
-    except Exception as e:
-        shutil.rmtree(out, ignore_errors=True)
-        raise WorkshopError(
-            f"DeepSpeed's ds_to_universal could not convert {ckpt / tag} ({type(e).__name__}: "
-            f"{e}); nothing of the conversion was kept.",
-            f"resume on the {zero_partitions(ckpt)} ranks that wrote it.",
-        ) from e
-    return out
-
-
-# How the data order of a run resumed on another world size compares with the uninterrupted run's, by batching.
-SAME_STEPS = (
-    "every optimizer step takes the same {k} micro-batches as the uninterrupted run's step (their order "
-    "comes from the seed and the epoch alone), dealt out to {w1} rank(s) x {a1} accumulation step(s) "
-    "instead of {w0} x {a0}: the gradients are summed in another order, equal up to float rounding"
-)
-DATA_ORDER = {
-    "token_budget": SAME_STEPS,
-    "random": SAME_STEPS,  # the Trainer's SeedableRandomSampler (accelerate): a permutation of seed + epoch
-    # transformers' LengthGroupedSampler draws from torch's random state, which the Trainer restores only on the
-    # world size that saved it (rng_state_R.pth), and accelerate seeds it differently under one rank and several
-    # (measured, tiny ZeRO-2 from 2 ranks to 1 at step 8 of 16: the steps after it 0.03-0.23 nats from the
-    # uninterrupted run's; with "random" batching the same losses)
-    "group_by_length": (
-        "the length-grouped order is drawn from torch's random state, which the Trainer restores "
-        "only on the world size that saved it: from the resumed step on, the batches follow "
-        "another permutation, so the rest of the interrupted epoch may repeat some questions and "
-        "skip others"
-    ),
-}
-EPOCH_END = (
-    "; where an epoch's micro-batches do not divide by the number of ranks, its last step differs too "
-    "(under several ranks accelerate repeats the epoch's first micro-batches so that every rank gets one, "
-    "even_batches); the ranks' RNG states are not restored (rng_state_R.pth belongs to the world size "
-    "that saved it): dropout would differ, and the workshop's models have none"
-)
-
-WORLD_SIZE_CHANGES = "world_size_changes.json"  # OUTPUT_DIR/: every resume on another world size, in order
 
 
 def _started(out: str | os.PathLike) -> dict | None:
@@ -503,110 +402,10 @@ def _started(out: str | os.PathLike) -> dict | None:
     )
 
 
-def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | None = None) -> int | None:
-    """The gradient_accumulation_steps that resuming the run in `out` on `world_size` ranks takes to keep its
-    global batch: the micro-batches per optimizer step, K = gradient_accumulation_steps x world_size of the
-    run's settings (run_config.json; each micro-batch the same size), divided by `world_size`. None when there
-    is nothing to compare (no run_config.json). Reads only.
-
-    Args:
-        given: --gradient-accumulation-steps as given on the resume's command line (None: not given).
-
-    Raises:
-        WorkshopError: K is not a multiple of `world_size`, or `given` is not K / world_size (the global batch
-            would change); the message names the numbers of ranks that keep it."""
-    before = _started(out)
-    if before is None:
-        return None
-    w0 = before.get("world_size", 1)
-    a0 = before.get("gradient_accumulation_steps") or 1
-    k = a0 * w0
-    if k % world_size == 0 and given in (None, k // world_size):
-        return k // world_size
-    fits = [n for n in range(1, k + 1) if k % n == 0]
-    raise WorkshopError(
-        f"{out} trains with {k} micro-batch(es) per optimizer step (gradient_accumulation_steps {a0} x {w0} "
-        f"rank(s)), and a resume keeps that global batch; on {world_size} rank(s) "
-        + (
-            f"--gradient-accumulation-steps {given} would make it {given * world_size}."
-            if k % world_size == 0
-            else f"no whole accumulation does ({k} / {world_size})."
-        )
-        + " Nothing was changed.",
-        f"resume on {', '.join(map(str, fits))} rank(s) (torchrun --nproc_per_node N, or as many SLURM tasks) "
-        f"without --gradient-accumulation-steps (the resume sets it to {k} / N), or start again on {world_size} "
-        "rank(s) with --overwrite.",
-    )
-
-
-def world_size_change(out: str | os.PathLike, config: dict, world_size: int) -> dict | None:
-    """What resuming the run in `out` on `world_size` ranks with `config` (a resolved `RunConfig` as a dict) changes
-    from its last complete checkpoint, or None when as many ranks wrote it (`written_by`). Reads only.
-
-    Returns:
-        {"step": the checkpoint's optimizer step (0: none, the run starts again), "checkpoint": its path or None,
-        "world_size": [before, now], "gradient_accumulation_steps": [before, now], "micro_batches_per_step": K,
-        "universal": whether DeepSpeed's universal checkpoint is needed (ZeRO 1-3 partitions, `zero_partitions`),
-        "data_order": how the data order differs from the uninterrupted run's (`DATA_ORDER`)}.
-
-    Raises:
-        WorkshopError: the optimizer states are offloaded to NVMe (DeepSpeed 0.19.8 restores them only from the
-            swap files of the ranks that wrote them, never from a universal checkpoint: a 2-rank stage3_nvme
-            checkpoint resumed on 1 rank failed with FileNotFoundError: .../offloaded_tensors/rank00)."""
-    before = _started(out)
-    if before is None:
-        return None
-    complete = find_checkpoints(out)[0]
-    ckpt = complete[-1] if complete else None
-    w0 = written_by(ckpt) if ckpt else before.get("world_size", 1)
-    if w0 == world_size:
-        return None
-    a1 = config["gradient_accumulation_steps"]
-    k = a1 * world_size
-    universal = ckpt is not None and zero_partitions(ckpt) > 0
-    if universal and EXPERIMENTS[config["experiment"]].offload_optimizer == "nvme":
-        raise WorkshopError(
-            f"{ckpt} was written by {w0} rank(s) with the optimizer states offloaded to NVMe, which DeepSpeed "
-            "0.19.8 restores only on as many ranks (from each rank's swap files), never from a universal "
-            "checkpoint. Nothing was changed.",
-            f"resume on {w0} rank(s), or start again on {world_size} rank(s) with --overwrite.",
-        )
-    order = DATA_ORDER[config["batching"]].format(k=k, w0=w0, a0=k // w0, w1=world_size, a1=a1)
-    return {
-        "step": _name_step(ckpt) if ckpt else 0,
-        "checkpoint": str(ckpt) if ckpt else None,
-        "world_size": [w0, world_size],
-        "gradient_accumulation_steps": [k // w0, a1],
-        "micro_batches_per_step": k,
-        "universal": universal,
-        "data_order": order + EPOCH_END,
-    }
-
-
-def describe_world_size_change(change: dict) -> str:
-    """One paragraph for the run's output on a `world_size_change`: what changed and what did not."""
-    (w0, w1), (a0, a1) = change["world_size"], change["gradient_accumulation_steps"]
-    how = (
-        f"through DeepSpeed's universal checkpoint (ZeRO partitions of {w0} rank(s) re-sliced for {w1})"
-        if change["universal"]
-        else "from states that are whole (no ZeRO partitions: they load on any number of ranks)"
-    )
-    return (
-        f"Resuming on another world size: {w0} -> {w1} rank(s), gradient_accumulation_steps {a0} -> {a1}, "
-        f"the global batch kept ({change['micro_batches_per_step']} micro-batch(es) per optimizer step); "
-        f"from step {change['step']}, {how}. Data order: {change['data_order']}."
-    )
-
-
-def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | None:
+def resume_point(out: Path, rank: int) -> Path | None:
     """The last complete checkpoint of the run in `out`, or None (start from step 0). Rank 0 says which, moves every
     incomplete one (`why_incomplete`) aside into OUTPUT_DIR/damaged-checkpoints, and keeps the interrupted attempt's
-    memory logs as memory[.rankN].before-resume-at-step-N.csv. On another world size (`change`, from
-    `world_size_change`) rank 0 also says what changes, appends it to OUTPUT_DIR/world_size_changes.json and, for
-    ZeRO partitions, makes the universal checkpoint (`to_universal`, once) while the other ranks wait.
-
-    Raises:
-        WorkshopError: DeepSpeed's converter failed (`to_universal`)."""
+    memory logs as memory[.rankN].before-resume-at-step-N.csv."""
     complete, broken = find_checkpoints(out)
     if rank == 0:
         step = step_of(complete[-1]) if complete else 0
@@ -620,26 +419,6 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
             if complete
             else f"No complete checkpoint in {out / CHECKPOINTS}: training starts from step 0."
         )
-        if change:
-            print(describe_world_size_change(change), flush=True)
-            changes = out / WORLD_SIZE_CHANGES
-            before = json.loads(changes.read_text()) if changes.is_file() else []
-            if before[-1:] != [change]:  # an attempt stopped before its first checkpoint made the same change
-                rundir.write_json_atomic(changes, before + [change])
-    failed = None
-    if rank == 0 and change and change["universal"]:
-        try:
-            to_universal(complete[-1])
-        except WorkshopError as e:  # raised after the barrier: the other ranks must not wait for it forever
-            failed = e
-    env.barrier()  # the other ranks load the universal checkpoint once rank 0 has made it
-    if failed:
-        raise failed
-    if change and change["universal"] and not (complete[-1] / UNIVERSAL).is_file():
-        raise WorkshopError(
-            f"Rank 0 could not make the universal checkpoint of {complete[-1]} (its log says why).",
-            f"resume on the {change['world_size'][0]} rank(s) that wrote it.",
-        )
     return complete[-1] if complete else None
 
 
@@ -649,30 +428,30 @@ def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> N
 
 
 def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> None:
-    """Refuse to resume the run in `out` with settings other than those it started with: a checkpoint's
-    Adam states, schedule and data position belong to one experiment, recipe and global batch. Only
-    `MAY_CHANGE` may differ, and the world size with the gradient accumulation when their product, the
-    micro-batches per optimizer step, stays (`world_size_change`). Nothing to compare (no run_config.json) passes;
-    a recipe setting added to the workshop after the run started compares as its base value (`config.BASE`).
+    """Refuse to resume the run in `out` with settings other than those it started with, or on another number of
+    ranks: a checkpoint's Adam states (one ZeRO partition per rank), schedule and data position belong to one
+    experiment, recipe, global batch and world size. Only `MAY_CHANGE` may differ. Nothing to compare (no
+    run_config.json) passes; a recipe setting added to the workshop after the run started compares as its base value
+    (`config.BASE`).
 
     Raises:
-        WorkshopError: naming each differing setting with both values."""
+        WorkshopError: another world size (first: its own fix), or naming each differing setting with both values."""
     before = _started(out)
     if before is None:
         return
+    if before.get("world_size", 1) != world_size:
+        raise WorkshopError(
+            f"{out} holds a run on {before.get('world_size', 1)} rank(s), and this resume has {world_size}: its "
+            "checkpoints' ZeRO partitions, global batch and data position belong to that number of ranks. Nothing was "
+            "changed; --overwrite or another --output-dir starts a new run.",
+            f"resume with the same number of GPUs ({before.get('world_size', 1)}), or start a new run",
+        )
     now = config | {"world_size": world_size}
-    may_change = set(MAY_CHANGE)
-    per_step = [
-        d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps") else None
-        for d in (before, now)
-    ]
-    if per_step[0] is not None and per_step[0] == per_step[1]:
-        may_change |= {"world_size", "gradient_accumulation_steps"}
     before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
     diff = [
         f"{k} {before.get(k)!r} then, {now.get(k)!r} now"
         for k in sorted(set(before) | set(now))
-        if k not in may_change and before.get(k) != now.get(k)
+        if k not in MAY_CHANGE and before.get(k) != now.get(k)
     ]
     if diff:
         raise WorkshopError(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from . import rundir, variables
+from . import rundir
 from .ds_config import EXPERIMENTS, Experiment, Settings, apply_overrides, build_ds_config, experiment_named
 from .errors import WorkshopError
 
@@ -216,10 +216,6 @@ class RunConfig:
     activation_checkpointing: bool | None = _recipe_opt(
         "activation_checkpointing", False, "true: recompute activations in the backward pass (less memory, slower)"
     )
-    nvme_path: str | None = _opt(
-        "directory on a local NVMe drive, for experiments that offload to nvme (default: "
-        "$WORKSHOP_NVME_PATH, else the node's temporary directory, $TMPDIR or /tmp)"
-    )
     ds_config: list[str] | None = _opt(
         "KEY=VALUE: set one key of the DeepSpeed config (dotted, e.g. zero_optimization.overlap_comm=false; the "
         "value is JSON: a number, true, false, a string); repeatable. Checked against DeepSpeed's own config "
@@ -235,9 +231,7 @@ class RunConfig:
         default=False,
         metadata={
             "help": "continue the unfinished run in --output-dir from its last complete checkpoint (start fresh "
-            "when there is none); refused when a setting differs. On another number of ranks the gradient accumulation "
-            "changes to keep the global batch, and a ZeRO checkpoint is converted to DeepSpeed's universal checkpoint "
-            "(once)"
+            "when there is none), on the same number of ranks; refused when a setting or the number of ranks differs"
         },
     )
     save_strategy: Literal["no", "steps", "epoch"] = field(
@@ -281,13 +275,12 @@ class RunConfig:
     def ds_settings(self, num_params: int | None = None, **known) -> Settings:
         """What this run's DeepSpeed config needs of its settings (`ds_config.Settings`; a resolved config), with
         `known` on top: the values known once the data and the model are loaded (train_micro_batch_size_per_gpu,
-        world_size, the NVMe buffers, load_universal); reduce_bucket_size capped at `num_params`, the model's size."""
+        world_size); reduce_bucket_size capped at `num_params`, the model's size."""
         bucket = min(self.reduce_bucket_size, num_params or self.reduce_bucket_size) or "auto"
         return replace(
             Settings(
                 precision=self.precision,
                 gradient_accumulation_steps=self.gradient_accumulation_steps,
-                nvme_path=self.nvme_path,
                 reduce_bucket_size=bucket,
                 check_grad_overflow=self.check_grad_overflow,
                 max_grad_norm=self.max_grad_norm,
@@ -392,7 +385,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
     Raises:
         WorkshopError: the first bad field, named, with the fix: an unknown experiment or recipe, a
             non-positive size or count, max_steps < 1, a data file that is missing or a directory, an
-            output path that is a file or not writable, an offload to nvme without --nvme-path."""
+            output path that is a file or not writable."""
     experiment_named(cfg.experiment)  # a known one
     rec = recipe_settings(cfg.recipe, cfg.tiny)
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
@@ -464,15 +457,6 @@ def resolve(cfg: RunConfig) -> RunConfig:
             f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
             "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.",
         )
-    if exp.offloads_to_nvme:
-        if cfg.nvme_path is None:  # node-local by default: a shared file system would be slow, and shared
-            cfg = replace(cfg, nvme_path=variables.nvme_path_default())
-        if not Path(cfg.nvme_path).is_dir():
-            raise WorkshopError(
-                f"{cfg.experiment} offloads to NVMe, and nvme_path {cfg.nvme_path!r} is not a directory.",
-                "pass --nvme-path DIR, a directory on a local NVMe drive.",
-            )
-        rundir.check_writable(Path(cfg.nvme_path), "--nvme-path")
     if cfg.ds_config:
         cfg = replace(cfg, ds_config=[cfg.ds_config] if isinstance(cfg.ds_config, str) else list(cfg.ds_config))
         _check_ds_config(cfg, exp)
@@ -520,7 +504,7 @@ def _check_ds_config(cfg: RunConfig, exp: Experiment) -> None:
     if not exp.deepspeed:
         raise WorkshopError(
             f"--ds-config sets DeepSpeed keys, and {cfg.experiment} does not use DeepSpeed.",
-            "pick a DeepSpeed experiment (stage0 ... stage3_nvme), or drop --ds-config.",
+            "pick a DeepSpeed experiment (stage0 ... stage3_offload), or drop --ds-config.",
         )
     apply_overrides(build_ds_config(exp, cfg.ds_settings()), cfg.ds_config)
 

@@ -27,13 +27,12 @@ from .errors import WorkshopError
 from .units import MiB
 
 Auto = str  # the literal "auto": the HF Trainer integration fills it from TrainingArguments
-Offload = Literal["none", "cpu", "nvme"]  # where ZeRO keeps a partitioned state: on the GPU, in host RAM, on NVMe
+Offload = Literal["none", "cpu"]  # where ZeRO keeps a partitioned state: on the GPU, or in host RAM
 
 
 def check_combination(zero_stage: int | None, offload_optimizer: str = "none", offload_param: str = "none") -> None:
     """The legal experiments, in one place (an `Experiment` and `fit.estimate` check theirs here): `zero_stage`
-    None (the HF Trainer alone) or 0-3; optimizer offload ("cpu", "nvme") at stages 1-3, parameter offload at
-    stage 3, NVMe at stage 3.
+    None (the HF Trainer alone) or 0-3; optimizer offload ("cpu") at stages 1-3, parameter offload at stage 3.
 
     Raises:
         WorkshopError: an unknown stage or device, or a combination DeepSpeed cannot run.
@@ -45,7 +44,7 @@ def check_combination(zero_stage: int | None, offload_optimizer: str = "none", o
         )
     for device in (offload_optimizer, offload_param):
         if device not in typing.get_args(Offload):
-            raise WorkshopError(f"Unknown offload device {device!r}: not an option.", "use none, cpu or nvme.")
+            raise WorkshopError(f"Unknown offload device {device!r}: not an option.", "use none or cpu.")
     if offload_optimizer != "none" and zero_stage in (None, 0):
         who = "The HF Trainer alone" if zero_stage is None else "ZeRO-0"
         raise WorkshopError(
@@ -57,11 +56,6 @@ def check_combination(zero_stage: int | None, offload_optimizer: str = "none", o
         raise WorkshopError(
             "Parameter offload needs ZeRO stage 3 (only stage 3 partitions the parameters).",
             "use stage3_offload, or offload the optimizer only.",
-        )
-    if "nvme" in (offload_optimizer, offload_param) and zero_stage != 3:
-        raise WorkshopError(
-            f"NVMe offload (ZeRO-Infinity) needs ZeRO-3; ZeRO-{zero_stage} offloads the optimizer to the CPU only.",
-            "use stage3_nvme (zero_stage 3, offload nvme), or offload to the CPU.",
         )
 
 
@@ -88,14 +82,9 @@ class Experiment:
         return self.zero_stage is not None
 
     @property
-    def offloads_to_nvme(self) -> bool:
-        """ZeRO-Infinity: optimizer states or parameters swapped to `RunConfig.nvme_path`."""
-        return "nvme" in (self.offload_optimizer, self.offload_param)
-
-    @property
     def fit_setup(self) -> dict:
         """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
-        "none" | "cpu" | "nvme"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
+        "none" | "cpu"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
         parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it)."""
         return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
 
@@ -111,9 +100,6 @@ EXPERIMENTS = {
         Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
         Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
         Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
-        Experiment(
-            "stage3_nvme", 3, "nvme", "nvme", summary="ZeRO-3, optimizer states and parameters on NVMe (ZeRO-Infinity)"
-        ),
     ]
 }
 
@@ -135,7 +121,6 @@ class Settings:
     train_micro_batch_size_per_gpu: int | Auto = "auto"  # sequences per GPU per forward pass
     gradient_accumulation_steps: int | Auto = "auto"  # forward passes per optimizer step
     world_size: int | None = None  # GPUs (ranks)
-    nvme_path: str | None = None  # a directory on a local NVMe drive, for "nvme" offload
     # gradient ELEMENTS reduced together (stages 1-3); "auto": the HF integration's hidden_size², 1M elements for
     # Qwen3-0.6B, one reduction call per parameter tensor at stage 1-2; DeepSpeed's own default is 500M
     reduce_bucket_size: int | Auto = "auto"
@@ -145,15 +130,8 @@ class Settings:
     # the Trainer's clipping (it fills gradient_clipping); 0 at stage 2 without offload also writes
     # zero_optimization.compute_grad_norm false: no global norm, none of its per-tensor norms each step
     max_grad_norm: float = 1.0
-    # NVMe parameter buffers (`nvme.nvme_buffers` sizes both for a model): elements each, at least the largest
-    # tensor's (Qwen3-0.6B's embedding: 155.6M); one per tensor in use at once (DeepSpeed's 5 is under a layer's)
-    nvme_buffer_size: int = 100_000_000
-    nvme_buffer_count: int = 5
     # DeepSpeed's communication logger (`COMMS_LOGGER`): every collective timed and sized (`04_multi_gpu`)
     comms_logger: bool = False
-    # resume from the universal checkpoint `latest_universal` names, on any number of ranks (`checkpoint.to_universal`;
-    # DeepSpeed's Universal Checkpointing, arXiv 2406.18820): a --resume on another world size
-    load_universal: bool = False
 
 
 def build_ds_config(experiment: Experiment | str, settings: Settings = Settings()) -> dict:
@@ -170,19 +148,13 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
         TrainingArguments (lr, betas, eps, weight decay); the learning-rate schedule is the Trainer's.
 
     Raises:
-        WorkshopError: an unknown experiment, one without DeepSpeed (baseline), NVMe offload without
-            `settings.nvme_path`, an unknown precision.
+        WorkshopError: an unknown experiment, one without DeepSpeed (baseline), an unknown precision.
     """
     exp, s = experiment if isinstance(experiment, Experiment) else experiment_named(experiment), settings
     if not exp.deepspeed:
         raise WorkshopError(
             f"{exp.name} does not use DeepSpeed: it has no DeepSpeed config.",
-            "pick a DeepSpeed experiment (stage0 ... stage3_nvme).",
-        )
-    if exp.offloads_to_nvme and not s.nvme_path:
-        raise WorkshopError(
-            f"{exp.name}: NVMe offload (ZeRO-Infinity) needs an nvme_path.",
-            "pass --nvme-path DIR on a local NVMe drive.",
+            "pick a DeepSpeed experiment (stage0 ... stage3_offload).",
         )
     if s.precision not in ("auto", "bf16", "fp16", "fp32"):
         raise WorkshopError(f"Unknown precision {s.precision!r}.", "use bf16, fp16, fp32 or auto.")
@@ -205,53 +177,26 @@ def build_ds_config(experiment: Experiment | str, settings: Settings = Settings(
         }
     for key, device in (("offload_optimizer", exp.offload_optimizer), ("offload_param", exp.offload_param)):
         if device != "none":
-            zero[key] = {"device": device, "pin_memory": True} | (
-                {"nvme_path": s.nvme_path} if device == "nvme" else {}
-            )
-    if exp.offload_param == "nvme":  # pinned host buffers of 16-bit elements that parameters are swapped into
-        zero["offload_param"] |= {"buffer_count": s.nvme_buffer_count, "buffer_size": s.nvme_buffer_size}
-        # Prefetched or reused parameters hold their buffers: with the defaults, Qwen3-1.7B on an H100 stopped with
-        # "Not enough buffers 0 for swapping 1" (docs/h100/large-models; DeepSpeed #3062, #3506: turn both off)
-        zero |= {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
-    # DeepSpeed's asynchronous I/O to the drive: its defaults, written out to be tuned (`ds_nvme_tune`); 0.19.8 reads
-    # "intra_op_parallelism" (swap_tensor/aio_config.py), and ignores a "thread_count" key
-    aio = (
-        {
-            "aio": {
-                "block_size": 1_048_576,
-                "queue_depth": 8,
-                "intra_op_parallelism": 1,
-                "single_submit": False,
-                "overlap_events": True,
-            }
-        }
-        if exp.offloads_to_nvme
-        else {}
-    )
+            zero[key] = {"device": device, "pin_memory": True}
     half = {"auto": ("auto", "auto"), "bf16": (False, True), "fp16": (True, False), "fp32": (False, False)}
     fp16, bf16 = half[s.precision]
-    cfg = (
-        {
-            "train_micro_batch_size_per_gpu": micro,
-            "gradient_accumulation_steps": accum,
-            "train_batch_size": batch,  # = micro x accumulation x world_size
-            "gradient_clipping": "auto",
-            # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
-            "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
-            "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
-            "optimizer": {
-                "type": "AdamW",
-                "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
-            },
-            # no "scheduler": the Trainer's own (the baseline's linear decay); WarmupDecayLR would waste step 1 at lr 0
-            "zero_optimization": zero,
-            "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
-            "wall_clock_breakdown": False,
-        }
-        | aio
-        | ({"comms_logger": COMMS_LOGGER} if s.comms_logger else {})
-        | ({"checkpoint": {"load_universal": True}} if s.load_universal else {})
-    )
+    cfg = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": batch,  # = micro x accumulation x world_size
+        "gradient_clipping": "auto",
+        # fp16 needs dynamic loss scaling (loss_scale 0) against underflow; bf16 has fp32's range and needs none
+        "fp16": {"enabled": fp16, "loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+        "bf16": {"enabled": bf16} | ({} if s.check_grad_overflow else {"check_grad_overflow": False}),
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        },
+        # no "scheduler": the Trainer's own (the baseline's linear decay); WarmupDecayLR would waste step 1 at lr 0
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own prints would interleave the bar
+        "wall_clock_breakdown": False,
+    } | ({"comms_logger": COMMS_LOGGER} if s.comms_logger else {})
     for key, value in exp.overlay.items():
         _set(cfg, key, copy.deepcopy(value))
     return cfg
@@ -437,7 +382,7 @@ KEYS: dict[str, Key] = {
     ),
     "zero_optimization.stage3_prefetch_bucket_size": Key(
         "ELEMENTS of parameters gathered ahead of the layer that needs them (stage 3); 0: no prefetching",
-        "workshop: 50,000,000 (DeepSpeed's default), 0 with NVMe parameter offload",
+        "workshop: 50,000,000 (DeepSpeed's default)",
         stages=(3,),
     ),
     "zero_optimization.stage3_param_persistence_threshold": Key(
@@ -452,7 +397,7 @@ KEYS: dict[str, Key] = {
     "zero_optimization.stage3_max_reuse_distance": Key(
         "a gathered parameter used again within this many ELEMENTS of parameters is kept, not released "
         "(stage 3); 0: released at once",
-        "workshop: 0 with NVMe parameter offload (it holds buffers); else " + _DEFAULT,
+        _DEFAULT,
         stages=(3,),
     ),
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": Key(
@@ -463,10 +408,10 @@ KEYS: dict[str, Key] = {
         stages=(3,),
     ),
     "zero_optimization.offload_optimizer.device": Key(
-        "where the partitioned optimizer states live: none (the GPU), cpu (host memory) or nvme; with cpu or nvme "
-        "the Adam step runs on the CPU",
+        "where the partitioned optimizer states live: none (the GPU) or cpu (host memory); with cpu the Adam step "
+        "runs on the CPU",
         "workshop: the experiment",
-        "pick an offload experiment (stage1_offload, stage2_offload, stage3_offload, stage3_nvme)",
+        "pick an offload experiment (stage1_offload, stage2_offload, stage3_offload)",
         stages=(1, 2, 3),
     ),
     "zero_optimization.offload_optimizer.pin_memory": Key(
@@ -475,34 +420,15 @@ KEYS: dict[str, Key] = {
         "workshop: true",
         stages=(1, 2, 3),
     ),
-    "zero_optimization.offload_optimizer.nvme_path": Key(
-        "directory the optimizer states are swapped to (nvme)",
-        "workshop: --nvme-path",
-        "pass --nvme-path DIR",
-        stages=(3,),
-    ),
     "zero_optimization.offload_param.device": Key(
-        "where the partitioned 16-bit parameters live between uses: none (the GPU), cpu or nvme (stage 3 only)",
+        "where the partitioned 16-bit parameters live between uses: none (the GPU), or cpu (stage 3 only)",
         "workshop: the experiment",
-        "pick stage3_offload or stage3_nvme",
+        "pick stage3_offload",
         stages=(3,),
     ),
     "zero_optimization.offload_param.pin_memory": Key(
         "keep the offloaded parameters in page-locked host memory (see offload_optimizer.pin_memory)",
         "workshop: true",
-        stages=(3,),
-    ),
-    "zero_optimization.offload_param.nvme_path": Key(
-        "directory the parameters are swapped to (nvme)", "workshop: --nvme-path", "pass --nvme-path DIR", stages=(3,)
-    ),
-    "zero_optimization.offload_param.buffer_count": Key(
-        "NVMe parameter offload: host buffers the parameters are read into, one per tensor in use at once",
-        "workshop: sized for the model (nvme.nvme_buffers)",
-        stages=(3,),
-    ),
-    "zero_optimization.offload_param.buffer_size": Key(
-        "ELEMENTS per such buffer: at least the largest parameter tensor",
-        "workshop: sized for the model (nvme.nvme_buffers)",
         stages=(3,),
     ),
     "steps_per_print": Key(
@@ -511,29 +437,6 @@ KEYS: dict[str, Key] = {
     ),
     "wall_clock_breakdown": Key(
         "time the forward, backward and optimizer step apart in every step and print it", "workshop: false"
-    ),
-    "aio.block_size": Key(
-        "NVMe offload: BYTES per asynchronous read or write request",
-        "workshop: DeepSpeed's value, written out to tune (ds_nvme_tune measures a drive's best)",
-    ),
-    "checkpoint.load_universal": Key(
-        "true: load_checkpoint reads the universal checkpoint that the file latest_universal names (every "
-        "parameter's fp32 weights and Adam moments whole, ds_to_universal's output) and slices it for this "
-        "world size, instead of the ZeRO partitions that `latest` names, which load on the world size that wrote "
-        "them only (DeepSpeed tutorial 'Universal Checkpointing')",
-        "workshop: true when --resume runs on another number of ranks than the checkpoint's (checkpoint.to_universal)",
-        "resume on another number of ranks; the workshop converts the checkpoint and sets it",
-        stages=(1, 2, 3),
-    ),
-    "aio.queue_depth": Key("NVMe offload: read/write requests in flight at once", "workshop: as aio.block_size"),
-    "aio.intra_op_parallelism": Key(
-        "NVMe offload: threads that share one read or write", "workshop: as aio.block_size"
-    ),
-    "aio.single_submit": Key(
-        "NVMe offload: submit requests one by one instead of in batches", "workshop: as aio.block_size"
-    ),
-    "aio.overlap_events": Key(
-        "NVMe offload: submit new requests while waiting for earlier ones", "workshop: as aio.block_size"
     ),
 }
 

@@ -252,17 +252,17 @@ def check_deepspeed_version(version: str) -> None:
         )
 
 
-def deepspeed_ops(offload_optimizer: str, offload_param: str = "none", world_size: int = 1) -> list[str]:
+def deepspeed_ops(offload_optimizer: str, world_size: int = 1) -> list[str]:
     """The DeepSpeed op builders a run JIT-compiles on this machine: the optimizer (CPU Adam with offload,
-    fused Adam otherwise), async I/O for NVMe offload, and, for several ranks on the CPU, the shared-memory
-    collectives (one process has no one to talk to: `skip_unused_deepspeed_ops`)."""
+    fused Adam otherwise) and, for several ranks on the CPU, the shared-memory collectives (one process has no one
+    to talk to: `skip_unused_deepspeed_ops`)."""
     ops = ["FusedAdamBuilder" if offload_optimizer == "none" else "CPUAdamBuilder"]
-    ops += ["AsyncIOBuilder"] if "nvme" in (offload_optimizer, offload_param) else []
     return ops + ([] if torch.cuda.is_available() or world_size == 1 else ["ShareMemCommBuilder"])
 
 
-# What DeepSpeed's op probes print when an op's library is missing: the test program for async_io links with
-# -laio (`OpBuilder.has_function`), and without libaio the linker says so on the process's stderr.
+# What DeepSpeed's op probes print when an op's library is missing: it probes every op, and the test program for
+# async_io (NVMe offload, which the workshop does not use) links with -laio (`OpBuilder.has_function`); without
+# libaio the linker says so on the process's stderr.
 LINK_PROBE_NOISE = re.compile(
     r"^(/usr/bin/)?ld(\.\w+)?: cannot find -l\w+|^collect2: error: ld returned \d+ exit status"
 )
@@ -343,20 +343,15 @@ def check_deepspeed_ops(names: list[str]) -> None:
     """Stop, with the fix, when one of the named DeepSpeed ops cannot be built here (a quick check).
 
     Raises:
-        WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit, libaio)."""
+        WorkshopError: the op's requirements are missing (a compiler, ninja, the CUDA toolkit)."""
     for builder in _builders(names):
         with quiet_stderr():
             compatible = builder.is_compatible(verbose=False)
         if not compatible:
-            fix = (
-                "install libaio (sudo apt-get install libaio-dev; dnf install libaio-devel; or in a conda env "
-                "conda install -c conda-forge libaio), then run again: DeepSpeed compiles the op at first use"
-                if builder.name == "async_io"
-                else "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
-                "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment"
-            )
             raise WorkshopError(
-                f"DeepSpeed's {builder.name} op cannot be built on this machine (see `ds_report`).", fix + "."
+                f"DeepSpeed's {builder.name} op cannot be built on this machine (see `ds_report`).",
+                "install a C++ compiler, ninja and, on a GPU, the CUDA toolkit matching torch "
+                "(conda install gxx_linux-64 ninja cuda-nvcc), or run the baseline experiment.",
             )
 
 
@@ -451,17 +446,15 @@ def quiet_libraries() -> None:
     notice, accelerate's OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
     DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard, shown at 0% in a
     notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for a world of one; a
-    resume's expected notes are `checkpoint.quiet_resume_notes`', DeepSpeed's SSD-wear notice on NVMe offload (03c tells it). Everything else, errors included, still shows."""
+    resume's expected notes are `checkpoint.quiet_resume_notes`'. Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r"OMP_NUM_THREADS/MKL_NUM_THREADS unset", category=UserWarning)
     warnings.filterwarnings(
         "ignore", message=r"barrier\(\): using the device under current context", category=UserWarning
     )
-    for name, words in (
-        ("accelerate.accelerator", "Gradient accumulation steps mismatch"),
-        ("DeepSpeed", "Offloading to NVMe can generate heavy write traffic"),
-    ):  # 03c's prose says it
-        logging.getLogger(name).addFilter(lambda r, w=words: w not in r.getMessage())
+    logging.getLogger("accelerate.accelerator").addFilter(
+        lambda r: "Gradient accumulation steps mismatch" not in r.getMessage()
+    )
     # a kernel's run without DeepSpeed after one with it: transformers takes the world of one still up for a launch
     logging.getLogger("transformers.training_args").addFilter(
         lambda r: not (world()[2] == 1 and r.getMessage().startswith("torch.distributed process group is initialized"))

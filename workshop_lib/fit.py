@@ -18,7 +18,7 @@ import functools
 from .ds_config import check_combination
 from .errors import WorkshopError
 from .gpus import MEMORY_MIB
-from .memory import DRIVE_MARGIN, estimate_model_states, estimate_nvme_swap
+from .memory import estimate_model_states
 from .model import SHIPPED_CONFIGS, architecture_config, count_params
 from .units import MiB
 
@@ -110,7 +110,7 @@ def states_fit(states_gpu_mib: float, gpu_memory_mib: float) -> bool:
     return states_gpu_mib <= (1 - HEADROOM) * gpu_memory_mib
 
 
-def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_free_mib, **sizes) -> None:
+def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, **sizes) -> None:
     if model not in MODELS:
         raise WorkshopError(f"No architecture config ships for {model!r}.", f"use one of {', '.join(MODELS)}.")
     if gpu not in GPUS:
@@ -122,7 +122,7 @@ def _check(model, zero_stage, offload, gpu, logits_on, host_memory_mib, nvme_fre
     check_combination(zero_stage, offload, offload if zero_stage == 3 else "none")
     if logits_on not in ("all", "labelled"):
         raise WorkshopError(f"logits_on={logits_on!r}: not an option.", "give logits_on 'all' or 'labelled'.")
-    given = {k: v for k, v in (("host_memory_mib", host_memory_mib), ("nvme_free_mib", nvme_free_mib)) if v is not None}
+    given = {"host_memory_mib": host_memory_mib} if host_memory_mib is not None else {}
     for name, v in (sizes | given).items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1:
             raise WorkshopError(f"{name}={v!r}: must be a positive number.", f"give {name} as 1 or more.")
@@ -141,7 +141,6 @@ def estimate(
     gpu: str = "H100 80GB",
     host_memory_mib: float | None = None,
     flash_attention: bool = True,
-    nvme_free_mib: float | None = None,
 ) -> dict:
     """Memory per GPU (and per node's host) of fine-tuning `model` with Adam, in MiB rounded to 0.1.
 
@@ -149,9 +148,7 @@ def estimate(
         model: one of `MODELS` (the Qwen3 models whose configs ship; counted on the meta device).
         zero_stage: None (HF Trainer alone, torch AdamW: 16 bytes/param on the GPU), 0, 1, 2 or 3.
         offload: "none"; "cpu" (the optimizer states to the CPU, at stage 3 the parameters too, as the
-            workshop's stage3_offload does); "nvme" (stage 3 only: the same GPU side as "cpu", the offloaded
-            states on NVMe, 18 bytes/param over the nodes, `memory.estimate_nvme_swap`; the host's pinned
-            buffers are not estimated, model_states_cpu_mib None).
+            workshop's stage3_offload does).
         gpus_per_node, nodes: the data-parallel world; ZeRO partitions model states over all of it.
         train_micro_batch_size_per_gpu, max_length: b sequences of s tokens per forward pass (padded to s).
         activation_checkpointing: recompute each layer's activations in the backward pass.
@@ -160,19 +157,14 @@ def estimate(
             `LABELLED_FRACTION` (3%) of the tokens.
         gpu: a key of `GPUS`. host_memory_mib: the node's memory, to check the offloaded states against.
         flash_attention: flash attention or SDPA's flash kernel (the workshop's default), else eager.
-        nvme_free_mib: free space on each node's NVMe drive, MiB; the swap files must fit 95% of it
-            (`memory.DRIVE_MARGIN`, the rule nvme.check_nvme_space refuses by). None: not checked.
 
     Returns: num_params, model_states_gpu_mib and model_states_cpu_mib (`memory.estimate_model_states`:
-    DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), nvme_mib (None unless offload "nvme"),
-    activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, usable_gpu_mib (1 -
+    DeepSpeed's estimate_zero2/zero3_model_states_mem_needs), activations_gpu_mib (`activation_bytes`), logits_gpu_mib, total_gpu_mib, gpu_memory_mib, usable_gpu_mib (1 -
     `HEADROOM` of it), spare_mib (usable_gpu_mib - total_gpu_mib), fits, estimator, activation_formula, config (for
-    `explain`). "fits": the total within usable_gpu_mib, the host states within host_memory_mib, nvme_mib within
-    95% of nvme_free_mib.
+    `explain`). "fits": the total within usable_gpu_mib, the host states within host_memory_mib.
 
     Raises:
-        WorkshopError: an unknown model or GPU, offload without a partitioning stage, NVMe below stage 3,
-            a size below 1."""
+        WorkshopError: an unknown model or GPU, offload without a partitioning stage, a size below 1."""
     config = dict(locals())  # the arguments, for explain and smallest_fix
     _check(
         model,
@@ -181,7 +173,6 @@ def estimate(
         gpu,
         logits_on,
         host_memory_mib,
-        nvme_free_mib,
         gpus_per_node=gpus_per_node,
         nodes=nodes,
         train_micro_batch_size_per_gpu=train_micro_batch_size_per_gpu,
@@ -199,22 +190,17 @@ def estimate(
         nodes,
     )
     gpu_states, cpu_states = states["estimated_model_states_gpu_mib"], states["estimated_model_states_cpu_mib"]
-    nvme = None
-    if offload == "nvme":  # the swap files; the host keeps pinned buffers, which are not estimated
-        nvme, cpu_states = estimate_nvme_swap(shape["num_params"], True, True, nodes), None
     s, b = max_length, train_micro_batch_size_per_gpu
     act, formula = activation_bytes(shape, s, b, flash_attention, activation_checkpointing)
     logits = s * b * shape["vocab_size"] * (2 + 4) * (1 if logits_on == "all" else LABELLED_FRACTION)
     total = gpu_states + act / MiB + logits / MiB
     memory, usable = GPUS[gpu], (1 - HEADROOM) * GPUS[gpu]
-    host_ok = host_memory_mib is None or cpu_states is None or cpu_states <= host_memory_mib
-    drive_ok = nvme is None or nvme_free_mib is None or nvme <= DRIVE_MARGIN * nvme_free_mib
-    fits = total <= usable and host_ok and drive_ok  # states_fit too: the states are part of the total
+    host_ok = host_memory_mib is None or cpu_states <= host_memory_mib
+    fits = total <= usable and host_ok  # states_fit too: the states are part of the total
     return {
         "num_params": shape["num_params"],
         "model_states_gpu_mib": gpu_states,
         "model_states_cpu_mib": cpu_states,
-        "nvme_mib": nvme,
         "activations_gpu_mib": round(act / MiB, 1),
         "logits_gpu_mib": round(logits / MiB, 1),
         "total_gpu_mib": round(total, 1),
@@ -233,7 +219,7 @@ def setup(config: dict, where: bool = False) -> str:
     c = config
     s = (
         ("HF Trainer (torch AdamW)" if c["zero_stage"] is None else f"ZeRO-{c['zero_stage']}")
-        + {"none": "", "cpu": " + CPU offload", "nvme": " + NVMe offload"}[c["offload"]]
+        + {"none": "", "cpu": " + CPU offload"}[c["offload"]]
         + (" + activation checkpointing" if c["activation_checkpointing"] else "")
     )
     gpus = f"{c['nodes']} nodes x {c['gpus_per_node']}" if c["nodes"] > 1 else str(c["gpus_per_node"])
@@ -243,7 +229,7 @@ def setup(config: dict, where: bool = False) -> str:
 # The ladder, in the course's own order, the cheapest in speed first: every rung that keeps the model states on
 # the GPU (smaller micro-batch, activation checkpointing, ZeRO-2 and ZeRO-3 on these GPUs, then on more: `WORLDS`)
 # before any offload (CPU Adam and PCIe copies, the slowest in the reference runs: 03c's ratios, tests/test_docs.py),
-# CPU before NVMe; each rung keeps what the ones before it added. HF's DeepSpeed guide also starts small but tries
+# each rung keeps what the ones before it added. HF's DeepSpeed guide also starts small but tries
 # ZeRO-2 + CPU offload before ZeRO-3 and adds hardware only at its last step. Shorter sequences come last: new data.
 LADDER = [
     "smaller micro-batch",
@@ -252,7 +238,6 @@ LADDER = [
     "ZeRO-3",
     "ZeRO-2 + CPU offload",
     "ZeRO-3 + CPU offload",
-    "ZeRO-3 + NVMe offload",
     "shorter sequences",
 ]
 WORLDS = [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16)]  # (gpus_per_node, nodes), growing
@@ -269,7 +254,7 @@ def ladder(config: dict) -> list[dict]:
     here = (c["gpus_per_node"], c["nodes"])
     worlds = [here] + [(g, n) for g, n in WORLDS if g * n > here[0] * here[1] and g >= here[0]]
     stages = [z for z in (2, 3) if c["zero_stage"] is None or z >= c["zero_stage"]]
-    groups = [[(z, "none") for z in stages], [(z, "cpu") for z in stages] + [(3, "nvme")]]  # rungs 2 and 3
+    groups = [[(z, "none") for z in stages], [(z, "cpu") for z in stages]]  # rungs 2 and 3
     for group in groups:
         for g, n in worlds:
             out += [
@@ -287,11 +272,8 @@ def _first_fit(config: dict, candidates) -> dict | None:
             world = (c["gpus_per_node"], c["nodes"]) != (config["gpus_per_node"], config["nodes"])
             b, s = c["train_micro_batch_size_per_gpu"], c["max_length"]
             smaller = (b, s) != (config["train_micro_batch_size_per_gpu"], config["max_length"])
-            unchecked = c["offload"] == "nvme" and c["nvme_free_mib"] is None
             return {
-                "change": setup(c, where=world)
-                + (f", micro-batch {b} x {s} tokens" if smaller else "")
-                + (" (if the drive holds the swap files: its free space not given)" if unchecked else ""),
+                "change": setup(c, where=world) + (f", micro-batch {b} x {s} tokens" if smaller else ""),
                 "config": c,
                 "estimate": e,
             }
@@ -300,7 +282,7 @@ def _first_fit(config: dict, candidates) -> dict | None:
 
 def smallest_fix(est: dict) -> dict | None:
     """The first configuration of `ladder` (`LADDER`: smaller micro-batch -> activation checkpointing -> ZeRO-2,
-    ZeRO-3 on these GPUs then on more -> ZeRO-2/ZeRO-3 + CPU offload, ZeRO-3 + NVMe offload, on these GPUs then
+    ZeRO-3 on these GPUs then on more -> ZeRO-2/ZeRO-3 + CPU offload, on these GPUs then
     on more -> shorter sequences) that `estimate` says fits, as {"change": in words, "config": estimate's
     arguments, "estimate": its result}; None when none does."""
     return _first_fit(est["config"], ladder(est["config"]))
@@ -331,13 +313,6 @@ def explain(est: dict) -> str:
     if est["model_states_cpu_mib"]:
         s += f", and {_mib(est['model_states_cpu_mib'])} of host memory per node" + (
             f" of {_mib(c['host_memory_mib'])}" if c["host_memory_mib"] else ""
-        )
-    if est["nvme_mib"]:
-        s += f", and {_mib(est['nvme_mib'])} of swap files on each node's NVMe drive" + (
-            f" ({DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free: "
-            f"{'room' if est['nvme_mib'] <= DRIVE_MARGIN * c['nvme_free_mib'] else 'no room'})"
-            if c["nvme_free_mib"]
-            else " (the drive's free space not checked: give nvme_free_mib)"
         )
     if est["fits"]:
         return s + f"; {_mib(est['spare_mib'])} to spare."
@@ -372,11 +347,6 @@ def check_fits(**kw) -> dict:
             f"{who} needs ~{_mib(est['total_gpu_mib'])} per GPU ({parts}), more than {1 - HEADROOM:.0%} of the "
             f"{c['gpu']}'s {_mib(est['gpu_memory_mib'])} ({HEADROOM:.0%} kept as headroom)."
         )
-    elif est["nvme_mib"] is not None and c["nvme_free_mib"] and est["nvme_mib"] > DRIVE_MARGIN * c["nvme_free_mib"]:
-        problem = (
-            f"{who} needs ~{_mib(est['nvme_mib'])} of swap files on each node's drive, more than "
-            f"{DRIVE_MARGIN:.0%} of its {_mib(c['nvme_free_mib'])} free."
-        )
     else:
         problem = (
             f"{who} needs ~{_mib(est['model_states_cpu_mib'])} of host memory per node for its model states, "
@@ -404,7 +374,6 @@ def table(est: dict):
         f"usable ({1 - HEADROOM:.0%})": est["usable_gpu_mib"],
         "to spare": est["spare_mib"],
         "model states, host per node": est["model_states_cpu_mib"],
-        "on NVMe per node": est["nvme_mib"],
     }
     return pd.DataFrame({"MiB": rows, "GiB": {k: None if v is None else round(v / 1024, 1) for k, v in rows.items()}})
 
@@ -434,17 +403,14 @@ def plot(est: dict, ax=None):
         label=f"{1 - HEADROOM:.0%} of the {c['gpu']}'s memory ({HEADROOM:.0%} headroom)",
     )
     ticks = ["each GPU"]
-    for label, key in (("host, per node", "model_states_cpu_mib"), ("NVMe, per node", "nvme_mib")):
-        if est[key]:
-            ax.barh(
-                len(ticks),
-                gib(est[key]),
-                color="tab:purple",
-                label=None
-                if len(ticks) > 1
-                else "model states off the GPU (host: DeepSpeed's CPU column; NVMe: swap files)",
-            )
-            ticks.append(label)
+    if est["model_states_cpu_mib"]:
+        ax.barh(
+            1,
+            gib(est["model_states_cpu_mib"]),
+            color="tab:purple",
+            label="model states off the GPU (host: DeepSpeed's CPU column)",
+        )
+        ticks.append("host, per node")
     if est["model_states_cpu_mib"] and c["host_memory_mib"]:
         ax.vlines(gib(c["host_memory_mib"]), 0.55, 1.45, colors="gray", linestyles="--", label="host memory")
     ax.set_yticks(range(len(ticks)), ticks)

@@ -222,28 +222,6 @@ def zero_bytes_per_param(stage: int, n: int, offload_optimizer: bool = False, of
     return params + grads + optim
 
 
-# ZeRO-Infinity's swap files per parameter (DeepSpeed's runtime/swap_tensor): the 16-bit parameters (2 bytes; 4 in
-# an fp32 run, a CPU's) with offload_param nvme; the fp32 master weights, gradients and Adam's exp_avg and
-# exp_avg_sq (16 bytes) with offload_optimizer nvme. Measured: Qwen3-1.7B on an H100 swapped 29,535 MiB for 1,720,574,976 parameters
-# (workshop_lessons/reference/h100/large-models, results.json's nvme_swap_mib), 18 bytes/param.
-NVME_PARAM_BYTES, NVME_OPTIMIZER_BYTES = 2, 16
-# Swap files must fit this share of the drive's free space (nvme.check_nvme_space refuses a run otherwise;
-# fit.estimate's verdict and notebook 03c's drive check use the same rule): the drive also holds the rest.
-DRIVE_MARGIN = 0.95
-
-
-def estimate_nvme_swap(
-    num_params: int, offload_optimizer: bool, offload_param: bool, num_nodes: int = 1, precision: str = "bf16"
-) -> float:
-    """MiB of ZeRO-Infinity's swap files on each node's drive: the model's parameters (`NVME_PARAM_BYTES` in 16
-    bits, twice that in an fp32 run's `precision`) and optimizer states (`NVME_OPTIMIZER_BYTES`) that go to NVMe,
-    partitioned over the nodes (each rank swaps its own partition to its node's drive). DeepSpeed has no
-    estimator for it; tensors below 1 MiB stay in host memory, so this is an upper bound by a few MiB."""
-    param_bytes = NVME_PARAM_BYTES * (2 if precision == "fp32" else 1)
-    per_param = param_bytes * offload_param + NVME_OPTIMIZER_BYTES * offload_optimizer
-    return round(num_params * per_param / num_nodes / MiB, 1)
-
-
 def estimate_model_states(
     num_params: int,
     largest_layer_params: int,

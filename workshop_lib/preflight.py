@@ -4,9 +4,8 @@ in `01_baseline`; the refusal of a model too large in `03c_models_that_do_not_fi
 all come before anything is written.
 
     check_machine      GPU, DeepSpeed and its ops, precision, attention, the ranks
-    check_resume       with --resume: the same run, a complete checkpoint, the global batch on this world size
-    check_resources    the model states against the GPU's memory (`check_states_fit`, `fit`'s rule), and
-                       ZeRO-Infinity's swap files against the drive (`nvme.check_nvme_space`)
+    check_resume       with --resume: the same run on as many ranks, a complete checkpoint
+    check_resources    the model states against the GPU's memory (`check_states_fit`, `fit`'s rule)
 
 Will it fit? The preflight refuses only what the model states alone rule out: they are certain before a run
 (`memory.estimate_model_states`). Activations and logits depend on the batch and can only be estimated (`fit.estimate`); a run
@@ -29,7 +28,6 @@ from .ds_config import Experiment, experiment_named
 from .errors import WorkshopError
 from .memory import estimate_model_states
 from .model import count_params
-from .nvme import check_nvme_space
 from .units import MiB
 
 
@@ -39,7 +37,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
 
     Raises:
         WorkshopError: no GPU for a full-size model; DeepSpeed missing; a DeepSpeed op the experiment needs
-            cannot be built here (a compiler and ninja; with a GPU the CUDA toolkit; for NVMe libaio).
+            cannot be built here (a compiler and ninja; with a GPU the CUDA toolkit).
     """
     if not torch.cuda.is_available() and not (cfg.tiny or cfg.allow_cpu):
         raise WorkshopError(
@@ -58,7 +56,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                 "the baseline experiment, which does not use DeepSpeed.",
             ) from e
         env.check_deepspeed_version(deepspeed.__version__)
-        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, exp.offload_param, env.world()[2]))
+        env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, env.world()[2]))
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
@@ -83,40 +81,26 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     )
 
 
-def check_resume(cfg: RunConfig, given_accumulation: int | None) -> tuple[RunConfig, dict | None]:
-    """For --resume (nothing otherwise): `cfg` with the gradient accumulation that keeps the run's global batch
-    on this world size (`checkpoint.resume_accumulation`; `given_accumulation`, the one asked for, if any), once
-    the settings are the run's own (`checkpoint.check_same_run`) and a complete checkpoint is left
-    (`checkpoint.check_resumable`); and the change of world size, if any (`checkpoint.world_size_change`).
+def check_resume(cfg: RunConfig) -> None:
+    """For --resume (nothing otherwise): the settings and the number of ranks are the run's own
+    (`checkpoint.check_same_run`) and a complete checkpoint is left (`checkpoint.check_resumable`).
 
     Raises:
-        WorkshopError: other settings than the run's, an accumulation that changes the global batch, or every
-            checkpoint damaged."""
-    if not cfg.resume:
-        return cfg, None
-    world_size = env.world()[2]
-    accumulation = checkpoint.resume_accumulation(cfg.output_dir, world_size, given_accumulation)
-    cfg = replace(cfg, gradient_accumulation_steps=accumulation or cfg.gradient_accumulation_steps)
-    checkpoint.check_same_run(cfg.output_dir, asdict(cfg), world_size)
-    checkpoint.check_resumable(cfg.output_dir)
-    return cfg, checkpoint.world_size_change(cfg.output_dir, asdict(cfg), world_size)
+        WorkshopError: other settings or another number of ranks than the run's, or every checkpoint damaged."""
+    if cfg.resume:
+        checkpoint.check_same_run(cfg.output_dir, asdict(cfg), env.world()[2])
+        checkpoint.check_resumable(cfg.output_dir)
 
 
 def check_resources(cfg: RunConfig, exp: Experiment, world_size: int, local_rank: int) -> None:
-    """Before a minute of building the model: will its swap files fit on the drive (`nvme.check_nvme_space`; the
-    tiny model's too: a drive too small ends in DeepSpeed's abort), and its states on this rank's GPU
-    (`check_states_fit`; not for the tiny model, nor without a GPU)? Checked from the model's config alone.
+    """Before a minute of building the model: will its states fit on this rank's GPU (`check_states_fit`; not for the
+    tiny model, nor without a GPU)? Checked from the model's config alone (the meta device: seconds).
 
     Raises:
-        WorkshopError: the GPU or the drive is too small, with both figures.
+        WorkshopError: the GPU is too small, with both figures.
     """
-    states_on_gpu = not cfg.tiny and torch.cuda.is_available()
-    if not (exp.offloads_to_nvme or states_on_gpu):
-        return
-    counts = count_params(cfg.model, tiny=cfg.tiny)  # the meta device: seconds, once for both checks
-    if exp.offloads_to_nvme:
-        check_nvme_space(cfg, exp, counts["num_params"], world_size)
-    if states_on_gpu:
+    if not cfg.tiny and torch.cuda.is_available():
+        counts = count_params(cfg.model, tiny=cfg.tiny)
         check_states_fit(cfg, exp, counts, world_size, gpu_memory_mib(local_rank))
 
 

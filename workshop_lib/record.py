@@ -7,15 +7,12 @@ per_rank_memory), DeepSpeed's model-states estimate (`preflight.recorded_states`
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import asdict
-from pathlib import Path
 
-from . import checkpoint, env, memory, metrics
+from . import env, memory, metrics
 from .config import RunConfig
-from .nvme import nvme_swap_mib
 from .results import RunResults
 from .units import ceil_div
 
@@ -68,7 +65,6 @@ def record(run) -> dict:
     warm_end = steps.step_ends[steady["warmup_steps"] - 1] if steady["warmup_steps"] else 0.0
     mine = mem.summary()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's node name where there is one
-    changes = Path(cfg.output_dir) / checkpoint.WORLD_SIZE_CHANGES
     run.results = asdict(
         RunResults(
             experiment=cfg.experiment,
@@ -114,10 +110,8 @@ def record(run) -> dict:
             tokenizer=info["tokenizer"],
             output_dir=cfg.output_dir,
             config=asdict(cfg),
-            nvme_swap_mib=nvme_swap_mib(cfg) if exp.offloads_to_nvme else None,
             gpu_total_mib=memory.gpu_total_mib(local_rank),
             gpu_memory_fraction=env.gpu_memory_fraction(),
-            world_size_changes=json.loads(changes.read_text()) if changes.is_file() else [],
         )
     )
     return run.results

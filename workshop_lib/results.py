@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -63,7 +63,6 @@ COLUMNS = {
     # shown only where a table names them
     "train_samples_per_second": Column("samples/s", "samples/s", default=False),
     "num_params": Column("parameters", "parameters", default=False),
-    "nvme_swap_mib": Column("NVMe swap MiB", "MiB", default=False),  # params + optimizer swap files
     "em": Column("exact match (%)", "%", default=False),
     "f1": Column("F1 (%)", "%", default=False),  # SQuAD v1.1
 }
@@ -91,7 +90,7 @@ class RunResults:
     tiny: bool  # the tiny model of `model`'s family (model.TINY_DIMS), built on the CPU
     random_weights: bool  # not pretrained: --random-weights, or the tiny model (always randomly initialised)
     zero_stage: int | None  # None: no DeepSpeed
-    offload_optimizer: str  # none | cpu | nvme
+    offload_optimizer: str  # none | cpu
     offload_param: str
     precision: str  # bf16 | fp16 | fp32, as run on this machine
     attn_implementation: str
@@ -157,14 +156,10 @@ class RunResults:
     f1: float | None = None
     em_before: float | None = None
     f1_before: float | None = None
-    # NVMe offload: MiB of swap files on this node's nvme_path at the end, {"params", "optimizer"} (nvme.nvme_swap_mib)
-    nvme_swap_mib: dict | None = None
     # rank 0's GPU: its memory as nvidia-smi prints it, and the share WORKSHOP_GPU_MEMORY_FRACTION let PyTorch use
     # (`env.gpu_memory_fraction`); None without a GPU or a limit, and in older runs
     gpu_total_mib: float | None = None
     gpu_memory_fraction: float | None = None
-    # every resume on another number of ranks, in order (`checkpoint.world_size_change`'s dicts); [] when none
-    world_size_changes: list[dict] = field(default_factory=list)
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:

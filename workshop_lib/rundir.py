@@ -53,7 +53,6 @@ RUN_OUTPUTS = RUN_FILES + (
     "predictions.jsonl",
     "squad_scores.json",
     "comms.json",
-    "world_size_changes.json",
     ".*.tmp*",
 )
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume

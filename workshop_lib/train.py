@@ -16,7 +16,7 @@ of its concept's module:
 
 Nothing is written before `engine`: bad input stops the run with a `WorkshopError` and leaves the output
 directory as it was. Signals stop it as `rundir` says; `--resume` continues it from its last complete checkpoint,
-on the same number of ranks or another (`checkpoint.world_size_change`).
+on the same number of ranks (`checkpoint.check_same_run` refuses another).
 
 The same function runs in a notebook kernel (a world of one: `teardown.restored_world`), from `workshop run`, and
 under a launcher (torchrun, deepspeed, srun), where each rank calls it and rank 0 writes the results."""
@@ -51,7 +51,6 @@ from .model import (
     compute_logits_where_labelled,
     load_model_and_tokenizer,
 )
-from .nvme import nvme_buffers, nvme_swap_dir
 from .record import record
 from .units import MiB
 
@@ -105,8 +104,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
         rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
         cfg = preflight.check_machine(cfg, exp)
-        cfg, change = preflight.check_resume(cfg, asked.gradient_accumulation_steps)
-        return _run(Run(cfg, exp, *env.world(), change, callbacks, asked))
+        preflight.check_resume(cfg)
+        return _run(Run(cfg, exp, *env.world(), callbacks, asked))
 
 
 # gloo's errors for a peer whose process ended (its connections closed, reset) or that stopped answering
@@ -189,7 +188,6 @@ class Run:
     rank: int = 0  # the world: `env.world()`, read once
     local_rank: int = 0
     world_size: int = 1
-    change: dict | None = None  # a resume on another world size: `checkpoint.world_size_change`
     callbacks: Sequence = ()  # the caller's TrainerCallbacks, after the workshop's own
     asked: RunConfig | None = None  # the settings as given, which a stopped run's command repeats
     # load_data
@@ -241,8 +239,8 @@ def _run(run: Run) -> dict:
             raise
         raise error from e
     try:
-        if cfg.resume:  # inside: a universal conversion that fails marks the run failed
-            run.resume_from = checkpoint.resume_point(run.out, rank, run.change)
+        if cfg.resume:
+            run.resume_from = checkpoint.resume_point(run.out, rank)
         # sampled from before the Trainer is built: the set-up phase is the same whoever (Trainer, DeepSpeed) does it
         with MemorySampler(run.out / "memory.csv" if rank == 0 else run.out / f"memory.rank{rank}.csv") as run.mem:
             build_trainer(run)
@@ -306,7 +304,7 @@ def claim(run: Run) -> None:
     claims the output directory (`rundir.claim`) and writes run_config.json, while the others wait: the first
     stage that writes anything."""
     if run.exp.deepspeed:
-        ops = env.deepspeed_ops(run.exp.offload_optimizer, run.exp.offload_param, run.world_size)
+        ops = env.deepspeed_ops(run.exp.offload_optimizer, run.world_size)
         if run.local_rank == 0:
             env.build_deepspeed_ops(ops)
         env.barrier()
@@ -369,12 +367,9 @@ def mark_ended(run: Run, e: BaseException) -> tuple[int, WorkshopError | None]:
 
 
 def cleanup(run: Run) -> None:
-    """However the run ended: its Trainer released for the next run in this process (`teardown.release`), and
-    ZeRO-Infinity's swap files, as large as what they hold, removed."""
+    """However the run ended: its Trainer released for the next run in this process (`teardown.release`)."""
     if run.trainer is not None:
         teardown.release(run.trainer)
-    if run.exp.offloads_to_nvme:
-        shutil.rmtree(nvme_swap_dir(run.cfg), ignore_errors=True)
 
 
 def score_before_training(net, tokenizer, cfg: RunConfig) -> dict:
@@ -424,10 +419,8 @@ def _activation_checkpointing(on: bool) -> dict:
 
 def build_trainer(run: Run):
     """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, and
-    with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned.
-    A resume on another world size loads the checkpoint's universal checkpoint (`checkpoint.to_universal`)."""
+    with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned."""
     cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
-    load_universal = bool(run.change and run.change["universal"] and run.resume_from)
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds, run.world_size)
     run.batches, micro = batches, trainer_micro_batch(cfg, batches)
     if exp.deepspeed:
@@ -436,9 +429,6 @@ def build_trainer(run: Run):
             cfg.ds_settings(
                 train_micro_batch_size_per_gpu=micro,
                 world_size=world_size,
-                load_universal=load_universal,
-                nvme_path=str(nvme_swap_dir(cfg)) if cfg.nvme_path else None,
-                **nvme_buffers(net),
                 num_params=sum(p.numel() for p in net.parameters()),
             ),
         )

@@ -64,13 +64,6 @@ VARIABLES = {
             "1 (on a login node): submit 04's GPU runs as SLURM jobs; 0: never use SLURM",
         ),
         Variable(
-            "WORKSHOP_NVME_PATH",
-            str,
-            "$TMPDIR or /tmp",
-            "`config.resolve`, notebook 03c, scripts/large_models.sh",
-            "the directory NVMe offload swaps to when --nvme-path is not given",
-        ),
-        Variable(
             "WORKSHOP_CACHE",
             str,
             "~/.cache/workshop_lib",
@@ -195,11 +188,3 @@ def markdown_table() -> str:
     """The README's table of `VARIABLES`: name, default, read by, meaning; one row each."""
     rows = [f"| `{v.name}` | {v.default} | {v.read_by} | {v.meaning} |" for v in VARIABLES.values()]
     return "\n".join(["| variable | default | read by | meaning |", "| --- | --- | --- | --- |", *rows])
-
-
-def nvme_path_default() -> str:
-    """Where NVMe offload swaps when --nvme-path is not given: WORKSHOP_NVME_PATH, else the node's temporary
-    directory ($TMPDIR, else /tmp: `tempfile.gettempdir`)."""
-    import tempfile
-
-    return get("WORKSHOP_NVME_PATH") or tempfile.gettempdir()
