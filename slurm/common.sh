@@ -31,6 +31,8 @@ fi
 # (one_gpu.slurm: its experiment; the log SLURM writes under the job's name is linked under the run's).
 WORKSHOP_RUN_NAME=${WORKSHOP_RUN_NAME:-$SLURM_JOB_NAME}
 export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${WORKSHOP_RUN_NAME}-${SLURM_JOB_ID}}
+# a quoted ~ (WORKSHOP_OUTPUT_DIR="~/x") read as the run reads it (config.resolve): the STOP file goes where the run is
+WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR/#\~\//$HOME/}
 mkdir -p logs "$(dirname "$WORKSHOP_OUTPUT_DIR")"
 if [ "$WORKSHOP_RUN_NAME" != "$SLURM_JOB_NAME" ]; then
   log_=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p' || true)

@@ -138,6 +138,22 @@ def users_model(tmp_path) -> Path:
     return tmp_path / "mine"
 
 
+def users_scores(tmp_path) -> Path:
+    """A folder of the user's holding predictions.jsonl and squad_scores.json of theirs: --score-questions writes both."""
+    (tmp_path / "scores").mkdir()
+    for name in ("predictions.jsonl", "squad_scores.json"):
+        (tmp_path / "scores" / name).write_text("theirs")
+    return tmp_path / "scores"
+
+
+def beside_a_run(tmp_path) -> Path:
+    """A finished run beside a user's files named like a run's (a glob of memory.*.csv once took them for its own)."""
+    out = finished_run(tmp_path)
+    for name in ("memory.notes.csv", "micro_batches_analysis.csv", ".analysis.tmp.py", "memory.rank1x.csv"):
+        (out / name).write_text("mine")
+    return out
+
+
 def nested_json(path: Path) -> Path:
     """A JSON file nested past Python's recursion limit (json.loads raises RecursionError)."""
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -220,6 +236,21 @@ BAD = [
         "a user's model/ there",
         lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
         "holds model, which a run writes, but no run",
+    ),
+    (
+        "a user's model/ there, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--output-dir", users_model(t)],
+        "holds model, which a run writes, but no run",
+    ),
+    (
+        "a user's scores there, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--score-questions", "2", "--output-dir", users_scores(t)],
+        "holds predictions.jsonl, squad_scores.json, which a run writes, but no run",
+    ),
+    (
+        "a user's files named like a run's, overwritten",
+        lambda t, m: ["baseline", T, "--overwrite", "--output-dir", beside_a_run(t)],
+        "no run writes (.analysis.tmp.py, memory.notes.csv, memory.rank1x.csv, micro_batches_analysis.csv)",
     ),
     (
         "train file nested too deep",
@@ -470,6 +501,10 @@ def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_
         "predictions.jsonl",
         "comms.json",
         "world_size_changes.json",
+        "memory.rank1.csv",
+        "micro_batches.rank1.csv",
+        "memory.rank1.before-resume-at-step-2.csv",
+        ".results.json.tmp4242",
         f"{rundir.DAMAGED}/checkpoint-2/latest",
     ):  # comms.json and
         (out / rel).parent.mkdir(parents=True, exist_ok=True)  # world_size_changes.json once reached the next run
@@ -486,6 +521,41 @@ def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_
     rundir.claim(out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == [rundir.MARKER, rundir.DAMAGED]
     assert "Removed the previous run's files" in capsys.readouterr().out
+
+
+def test_a_resume_keeps_the_memory_logs_of_the_run_and_leaves_a_users_alone(tmp_path, capsys):
+    """A resume renames the interrupted attempt's memory logs (memory[.rankN].csv) to keep them, and only those."""
+    for name in ("memory.csv", "memory.rank1.csv", "memory_notes.csv", "memory.mine.csv"):
+        (tmp_path / name).write_text(name)
+    checkpoint.resume_point(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "memory.before-resume-at-step-0.csv",
+        "memory.mine.csv",
+        "memory.rank1.before-resume-at-step-0.csv",
+        "memory_notes.csv",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["--output-dir=~/x", "output_dir='~/x'"])
+def test_a_tilde_in_the_output_dir_is_one_folder_for_the_workshop_and_the_trainer(given, tmp_path):
+    """`~` the shell left (`--output-dir=~/x`, or from Python) is expanded once: the run's files, its checkpoints
+    and a --resume all see $HOME/x; no folder named `~` appears."""
+    env = os.environ | {"HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    args = ["baseline", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1"]
+    if given.startswith("--"):
+        cmd = [sys.executable, "-m", "workshop_lib.cli", "run", *args, given]
+    else:
+        code = f"from workshop_lib.train import run_experiment; run_experiment('baseline', tiny=True, {given}, "
+        cmd = [sys.executable, "-c", code + "max_steps=1, save_strategy='steps', save_steps=1)"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = tmp_path / "home" / "x"
+    assert (out / "results.json").is_file() and checkpoint.find_checkpoints(out)[0], sorted(os.listdir(out))
+    assert not (tmp_path / "~").exists()
+    if given.startswith("--"):
+        assert f"wrote {out / 'results.json'}" in p.stdout
 
 
 def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_path):

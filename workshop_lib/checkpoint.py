@@ -602,8 +602,8 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
     complete, broken = find_checkpoints(out)
     if rank == 0:
         step = step_of(complete[-1]) if complete else 0
-        for f in out.glob("memory*.csv"):
-            if ".before-resume-" not in f.name:
+        for f in out.glob("memory*.csv"):  # the run's own (memory[.rankN].csv), never a user's memory_notes.csv
+            if rundir.run_output(f.name) and ".before-resume-" not in f.name:
                 f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
         for b in broken:
             print(f"Skipped {b}: {why_incomplete(b)}; moved to {set_aside(b)}, never loaded.")

@@ -298,6 +298,7 @@ class RunConfig:
 
 
 RECIPE_FIELDS = list(BASE)
+PATH_FIELDS = ("model", "train_file", "eval_file", "nvme_path", "output_dir")  # `~` expanded by `resolve`
 
 
 def recipe_settings(recipe: str = "default", tiny: bool = False) -> dict:
@@ -398,6 +399,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for f in fields(RunConfig):
         _check_type(f.name, getattr(cfg, f.name), "RunConfig")
+    # `~` read here, once, for every path: the Trainer expands it in its own output_dir, and a `~` left to the shell
+    # (`--output-dir=~/x`) or given from Python would otherwise split one run over ./~/x and $HOME/x
+    cfg = replace(cfg, **{k: os.path.expanduser(v) for k in PATH_FIELDS if isinstance(v := getattr(cfg, k), str)})
     check_counts(
         cfg,
         (
@@ -493,7 +497,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
-    out = Path(cfg.output_dir).expanduser().absolute()
+    out = Path(cfg.output_dir).absolute()
     if not cfg.output_dir.strip() or out in (Path.cwd(), Path.home(), Path(out.anchor)):
         raise WorkshopError(
             f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
