@@ -536,6 +536,19 @@ def test_a_resume_keeps_the_memory_logs_of_the_run_and_leaves_a_users_alone(tmp_
     ]
 
 
+def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
+    """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
+    for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    checkpoint.clear_partial_writes(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        ".analysis.tmp.py",
+        "notes",
+        "notes/.draft.tmp.md",
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("given", ["--output-dir=~/x", "output_dir='~/x'"])
 def test_a_tilde_in_the_output_dir_is_one_folder_for_the_workshop_and_the_trainer(given, tmp_path):

@@ -281,7 +281,7 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     for p in partial:
         shutil.rmtree(p, ignore_errors=True)
     for tmp in out.rglob(".*.tmp*"):
-        if tmp.is_file():
+        if tmp.is_file() and rundir.TEMPORARY.match(tmp.name):  # not a user's .notes.tmp.py
             tmp.unlink(missing_ok=True)
     last_mib = sum(f.stat().st_size for f in complete[-1].rglob("*") if f.is_file()) / MiB if complete else 0.0
     return {"what": what, "checkpoint_mib": last_mib, "complete": complete}

@@ -58,13 +58,14 @@ RUN_OUTPUTS = RUN_FILES + (
     "comms.json",
     "world_size_changes.json",
 )
+TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$")  # `atomic_path`'s temporary of NAME: .NAME.tmpPID
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 
 
 def run_output(name: str) -> bool:
     """True when `name` is one that a run writes at the top of OUTPUT_DIR (`RUN_OUTPUTS`, N any number), or
     `atomic_path`'s temporary of one (.NAME.tmpPID)."""
-    name = re.sub(r"^\.(.+)\.tmp\d+$", r"\1", name)
+    name = TEMPORARY.sub(r"\1", name)
     return re.sub(r"(rank|step-)\d+", r"\1N", name) in RUN_OUTPUTS
 
 
