@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import workshop
 from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
@@ -534,6 +535,35 @@ def test_a_resume_keeps_the_memory_logs_of_the_run_and_leaves_a_users_alone(tmp_
         "memory.rank1.before-resume-at-step-0.csv",
         "memory_notes.csv",
     ]
+
+
+@pytest.mark.slow
+def test_a_resume_refuses_a_changed_data_file_and_keeps_the_train_logs_columns(tmp_path):
+    """run_config.json records the data's SHA-256: a resume on a file changed under the same path is refused, naming
+    it, with nothing changed; on the file it started with it continues, and train_log.csv keeps every column."""
+    data = tmp_path / "train.json"
+    shutil.copy(ROOT / "workshop_lib" / "squad" / "train-v1.1-subset.json", data)
+    out = tmp_path / "run"
+    args = ["run", "baseline", "--tiny", "--max-steps", "2", "--save-strategy", "steps", "--save-steps", "1"]
+    args += ["--train-file", data, "--output-dir", out]
+    workshop(*args)
+    (out / "results.json").unlink()  # as if stopped after checkpoint-1
+    shutil.rmtree(out / checkpoint.CHECKPOINTS / "checkpoint-2")
+    log = pd.read_csv(out / "train_log.csv").assign(note="mine")
+    log.to_csv(out / "train_log.csv", index=False)
+    original = data.read_bytes()
+    d = json.loads(original)
+    d["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Another question?"
+    data.write_text(json.dumps(d))
+    before = snapshot(out)
+    p = workshop(*args, "--resume", check=False)
+    assert p.returncode == 2 and "train_file_sha256" in p.stderr and "To fix: " in p.stderr, p.stderr[-2000:]
+    assert snapshot(out) == before
+    data.write_bytes(original)
+    workshop(*args, "--resume")
+    log = pd.read_csv(out / "train_log.csv")
+    assert sorted(set(log["step"])) == [1, 2] and list(log[log["step"] == 1]["note"]) == ["mine"], log
+    assert log[log["step"] == 2]["note"].isna().all()
 
 
 def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):

@@ -637,7 +637,18 @@ def resume_point(out: Path, rank: int, change: dict | None = None) -> Path | Non
 
 def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> None:
     """Record the settings a run trains with (OUTPUT_DIR/run_config.json), for `check_same_run`."""
-    rundir.write_json_atomic(Path(out) / RUN_CONFIG, config | {"world_size": world_size})
+    rundir.write_json_atomic(Path(out) / RUN_CONFIG, _with_data(config) | {"world_size": world_size})
+
+
+def _with_data(config: dict) -> dict:
+    """`config` with the SHA-256 of each data file it names (train_file_sha256, eval_file_sha256): a file changed in
+    place keeps its path, and a resume on it would train on other questions as if it were one run."""
+    digests = {}
+    for name in ("train_file", "eval_file"):
+        if config.get(name):
+            with open(config[name], "rb") as f:
+                digests[f"{name}_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+    return config | digests
 
 
 def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> None:
@@ -645,14 +656,15 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     Adam states, schedule and data position belong to one experiment, recipe and global batch. Only
     `MAY_CHANGE` may differ, and the world size with the gradient accumulation when their product, the
     micro-batches per optimizer step, stays (`world_size_change`). Nothing to compare (no run_config.json) passes;
-    a recipe setting added to the workshop after the run started compares as its base value (`config.BASE`).
+    a recipe setting added to the workshop after the run started compares as its base value (`config.BASE`). The data
+    files are compared by content (`_with_data`), where the run recorded it.
 
     Raises:
         WorkshopError: naming each differing setting with both values."""
     before = _started(out)
     if before is None:
         return
-    now = config | {"world_size": world_size}
+    now = _with_data(config) | {"world_size": world_size}
     may_change = set(MAY_CHANGE)
     per_step = [
         d.get("gradient_accumulation_steps") * d.get("world_size", 1) if d.get("gradient_accumulation_steps") else None
@@ -661,6 +673,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     if per_step[0] is not None and per_step[0] == per_step[1]:
         may_change |= {"world_size", "gradient_accumulation_steps"}
     before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
+    before = {k: now[k] for k in now if k.endswith("_sha256") and k not in before} | before  # not recorded then
     diff = [
         f"{k} {before.get(k)!r} then, {now.get(k)!r} now"
         for k in sorted(set(before) | set(now))
@@ -670,8 +683,8 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
         raise WorkshopError(
             f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
             "continue the same run. Nothing was changed.",
-            f"resume with the settings in {Path(out) / RUN_CONFIG}, or pass another --output-dir, or --overwrite "
-            "to start again.",
+            f"resume with the settings and data files in {Path(out) / RUN_CONFIG} (a file changed since: restore it), "
+            "or pass another --output-dir, or --overwrite to start again.",
         )
 
 
