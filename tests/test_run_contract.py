@@ -566,6 +566,27 @@ def test_a_resume_refuses_a_changed_data_file_and_keeps_the_train_logs_columns(t
     assert log[log["step"] == 2]["note"].isna().all()
 
 
+@pytest.mark.slow
+def test_export_follows_no_link_in_the_checkpoint_or_at_its_destination(tmp_path):
+    """A ZeRO checkpoint whose special_tokens_map.json links to a user's file, and an OUT that is a link to an empty
+    folder: both refused before any work, with the fix, and nothing written (the link's target not copied in)."""
+    run = tmp_path / "run"
+    workshop("run", "stage2", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1",
+             "--save-model", "false", "--output-dir", run)  # fmt: skip
+    ckpt = checkpoint.find_checkpoints(run)[0][-1]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    p = workshop("export", run, tmp_path / "link", check=False)
+    assert p.returncode == 2 and "never writes through a link" in p.stderr and "To fix:" in p.stderr, p.stderr
+    assert not any((tmp_path / "elsewhere").iterdir())
+    (tmp_path / "secret.json").write_text('{"mine": 1}')
+    (ckpt / "special_tokens_map.json").unlink(missing_ok=True)
+    (ckpt / "special_tokens_map.json").symlink_to(tmp_path / "secret.json")
+    p = workshop("export", run, tmp_path / "out", check=False)
+    assert p.returncode == 2 and "special_tokens_map.json" in p.stderr and "To fix:" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
     """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
     for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):

@@ -703,16 +703,24 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
-            (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written."""
+            (`model.check_no_custom_code`); a link in the checkpoint or at `out`; `out` exists and is not empty, or
+            cannot be written."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # here: DeepSpeed is optional
 
     out = Path(out)
+    rundir.refuse_links(out, (), "OUT")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise WorkshopError(
             f"{out} exists and is not an empty directory; nothing was written.", "give a new directory to export into."
         )
     rundir.check_writable(out, "OUT")
     ckpt = last_checkpoint(source)
+    if links := [str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_symlink()]:
+        raise WorkshopError(
+            f"{ckpt} holds symbolic links ({', '.join(links)}); export reads no file through a link, and nothing "
+            "was written.",
+            "replace each link by a copy of the file it points to, or export another checkpoint.",
+        )
     if not zero_partitions(ckpt):
         raise WorkshopError(
             f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
