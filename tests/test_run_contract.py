@@ -664,6 +664,24 @@ def test_a_stale_op_build_lock_is_named_at_once_and_a_live_build_is_waited_for(t
         build.wait()
 
 
+def test_the_compile_message_waits_for_a_compile_not_for_a_clock(tmp_path):
+    """A cached op that loads slowly (a busy machine) writes nothing in its build folder but torch's lock: no
+    "Compiling" line (it came from a 3-second timer in 85 runs where nothing compiled); a stale build that torch
+    compiles again rewrites build.ninja and its objects: the line."""
+    for name in ("cpu_adam.so", "build.ninja", "cpu_adam.o"):
+        (tmp_path / name).write_text("cached")
+        os.utime(tmp_path / name, (time.time() - 3600,) * 2)
+    since = time.time()
+    (tmp_path / "lock").touch()  # a cached op's load takes torch's lock too
+    assert not env.compiling(tmp_path, since)
+    (tmp_path / "build.ninja").write_text("rewritten")
+    assert env.compiling(tmp_path, since)
+    said, done = [], threading.Event()
+    done.set()  # the load ended before any compile: nothing said
+    env._say_compiling(said, "cpu_adam", "stale", sys.stdout, done, tmp_path, time.time() + 1)
+    assert not said
+
+
 def test_config_resolves_from_the_recipe_and_the_command_line():
     cfg = resolve(
         parse_run_args(["stage2", "--tiny", "--micro-batch-size", "8", "--recipe", "classic", "--output-dir", "/tmp/x"])
