@@ -587,6 +587,20 @@ def test_export_follows_no_link_in_the_checkpoint_or_at_its_destination(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+def test_a_report_over_many_runs_draws_a_bounded_memory_figure(tmp_path):
+    """One memory panel per run made `workshop report` over 1,000 runs take over 40 minutes (matplotlib's layout of
+    1,000 panels); the figure shows the first `results.MAX_PANELS` and says so, the table keeps every run."""
+    workshop("run", "baseline", "--tiny", "--max-steps", "1", "--save-strategy", "no", "--save-model", "false",
+             "--output-dir", tmp_path / "runs" / "r0")  # fmt: skip
+    for i in range(1, results.MAX_PANELS + 6):
+        shutil.copytree(tmp_path / "runs" / "r0", tmp_path / "runs" / f"r{i}")
+    df = results.load_results([tmp_path / "runs"])
+    fig = results.plot_memory_over_time(df)
+    assert len(df) == results.MAX_PANELS + 6 and sum(ax.get_visible() for ax in fig.axes) == results.MAX_PANELS
+    assert f"the first {results.MAX_PANELS} of {len(df)} runs" in fig._suptitle.get_text()
+
+
 def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
     """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
     for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):

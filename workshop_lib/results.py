@@ -391,9 +391,12 @@ def _has_gpu(df: pd.DataFrame) -> bool:
     return "gpu_peak_mib" in df and df["gpu_peak_mib"].notna().any()
 
 
+MAX_PANELS = 24  # runs in the memory-over-time figure: 6 rows of 4
+
+
 def plot_memory_over_time(df: pd.DataFrame):
     """Memory against time, one panel per run: NVML's GPU memory in use and PyTorch's allocated memory
-    (MiB), or host RSS (MiB) on a CPU-only machine. Time 0 is the first training step (the end of model and
+    (MiB), or host RSS (MiB) on a CPU-only machine; the first MAX_PANELS runs, the title says so. Time 0 is the first training step (the end of model and
     engine set-up, the same event in every run; negative: set-up); the training window is shaded."""
     gpu = _has_gpu(df)
     cols = (
@@ -401,7 +404,8 @@ def plot_memory_over_time(df: pd.DataFrame):
         if gpu
         else [("host_rss_mib", "host RSS")]
     )
-    n = len(df)
+    shown = df.head(MAX_PANELS)  # a figure of 1,000 panels takes matplotlib's layout most of an hour
+    n = len(shown)
     per_row, rows = min(n, 4), ceil_div(n, min(n, 4))  # one panel per run, 4 a row
     fig, grid = plt.subplots(
         rows, per_row, figsize=(4.0 * per_row, 3.2 * rows + 0.6), squeeze=False, sharey=True, layout="constrained"
@@ -409,7 +413,7 @@ def plot_memory_over_time(df: pd.DataFrame):
     for ax in grid.flat[n:]:
         ax.set_visible(False)
     axes = list(grid.flat[:n])
-    for ax, label, (_, row) in zip(axes, _labels(df), df.iterrows()):
+    for ax, label, (_, row) in zip(axes, _labels(shown), shown.iterrows()):
         path = Path(row["run_dir"]) / "memory.csv"
         mem = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["time_s", *dict(cols)])  # copied without
         begin = row.get("train_begin_s")
@@ -428,6 +432,7 @@ def plot_memory_over_time(df: pd.DataFrame):
     banner = cpu_memory_note(df)
     fig.suptitle(
         f"Memory over time, {_source(df)}"
+        + (f", the first {n} of {len(df):,} runs" if len(df) > n else "")
         + ("" if gpu else " (no GPU: host memory)")
         + _tiny_note(df)
         + (f"\n{textwrap.fill(banner, 45 * per_row)}" if banner else ""),
