@@ -155,6 +155,15 @@ def beside_a_run(tmp_path) -> Path:
     return out
 
 
+def stringly_run(tmp_path) -> Path:
+    """A killed run whose run_config.json was edited by hand: world_size "1", a string."""
+    out = tmp_path / "edited"
+    out.mkdir()
+    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename})
+    rundir.write_json_atomic(out / checkpoint.RUN_CONFIG, {"world_size": "1", "gradient_accumulation_steps": 1})
+    return out
+
+
 def nested_json(path: Path) -> Path:
     """A JSON file nested past Python's recursion limit (json.loads raises RecursionError)."""
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -238,6 +247,13 @@ BAD = [
         lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
         "holds model, which a run writes, but no run",
     ),
+    ("output dir not UTF-8", lambda t, m: ["baseline", T, "--output-dir", f"{t}/r\udcff"], "is not UTF-8 text"),
+    ("output dir name too long", lambda t, m: ["baseline", T, "--output-dir", t / ("r" * 300)], "over 255 bytes"),
+    (
+        "world_size a string in run_config.json, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--output-dir", stringly_run(t)],
+        "its world_size is '1', not a whole number",
+    ),
     (
         "a user's model/ there, resumed",
         lambda t, m: ["baseline", T, "--resume", "--output-dir", users_model(t)],
@@ -320,7 +336,8 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(
     if "--output-dir" not in argv:
         argv += ["--output-dir", str(tmp_path / "out")]
     out = Path(argv[argv.index("--output-dir") + 1]).expanduser().absolute()
-    out = out if out.is_relative_to(tmp_path) else tmp_path  # "/" or "~": what the test made is what it watches
+    # "/", "~" or a name too long to look at: what the test made is what it watches
+    out = out if out.is_relative_to(tmp_path) and len(out.name) < 256 else tmp_path
     before = snapshot(out)
     rc = workshop_main(["run", *argv])
     err = capsys.readouterr().err
@@ -599,6 +616,15 @@ def test_a_report_over_many_runs_draws_a_bounded_memory_figure(tmp_path):
     fig = results.plot_memory_over_time(df)
     assert len(df) == results.MAX_PANELS + 6 and sum(ax.get_visible() for ax in fig.axes) == results.MAX_PANELS
     assert f"the first {results.MAX_PANELS} of {len(df)} runs" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("value", ["0", "100000000000000000000"])
+def test_a_dist_timeout_out_of_range_is_refused_before_the_run(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_DIST_TIMEOUT_S", value)
+    assert workshop_main(["run", "baseline", "--tiny", "--output-dir", tmp_path / "out"]) == 2
+    err = capsys.readouterr().err
+    assert "is not from 1 to 1,000,000 seconds" in err and "To fix:" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):

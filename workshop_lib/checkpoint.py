@@ -488,11 +488,12 @@ def _started(out: str | os.PathLike) -> dict | None:
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return None
-    return read_json_object(
-        path,
-        "is damaged: the settings this run started with cannot be compared",
-        "pass --overwrite to start the run again, or another --output-dir.",
-    )
+    fix = "pass --overwrite to start the run again, or another --output-dir."
+    started = read_json_object(path, "is damaged: the settings this run started with cannot be compared", fix)
+    for k in ("world_size", "gradient_accumulation_steps"):  # the global batch a resume keeps is their product
+        if not (started.get(k) is None or (type(started[k]) is int and started[k] >= 1)):
+            raise WorkshopError(f"{path} is damaged: its {k} is {started[k]!r}, not a whole number >= 1.", fix)
+    return started
 
 
 def resume_accumulation(out: str | os.PathLike, world_size: int, given: int | None = None) -> int | None:

@@ -19,6 +19,7 @@ import copy
 import functools
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -503,6 +504,19 @@ def resolve(cfg: RunConfig) -> RunConfig:
             f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
             "not a folder of the run's own; nothing was changed.",
             "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.",
+        )
+    # bytes that are no UTF-8 (read as surrogates) cannot be written into results.json; a name over NAME_MAX failed
+    # at the first mkdir
+    bad = "is not UTF-8 text" if re.search("[\ud800-\udfff]", cfg.output_dir) else None
+    if bad or max(len(os.fsencode(part)) for part in out.parts) > 255:
+        raise WorkshopError(
+            f"--output-dir {cfg.output_dir!r} {bad or 'has a name over 255 bytes'}; nothing was changed.",
+            "pass --output-dir a path of UTF-8 text whose names are at most 255 bytes each.",
+        )
+    if not 1 <= variables.get("WORKSHOP_DIST_TIMEOUT_S", 1) <= 10**6:  # 0: every collective times out at once
+        raise WorkshopError(
+            f"WORKSHOP_DIST_TIMEOUT_S={os.environ['WORKSHOP_DIST_TIMEOUT_S']} is not from 1 to 1,000,000 seconds.",
+            "set WORKSHOP_DIST_TIMEOUT_S to 1800 (the default; the batch scripts: 300), or unset it.",
         )
     if out.exists() and not out.is_dir():
         raise WorkshopError(
