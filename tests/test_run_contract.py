@@ -612,8 +612,10 @@ def test_a_report_over_many_runs_draws_a_bounded_memory_figure(tmp_path):
              "--output-dir", tmp_path / "runs" / "r0")  # fmt: skip
     for i in range(1, results.MAX_PANELS + 6):
         shutil.copytree(tmp_path / "runs" / "r0", tmp_path / "runs" / f"r{i}")
+    (tmp_path / "runs" / "r1" / "memory.csv").write_text("a,b\n1,2\n")  # another layout: a traceback once
     df = results.load_results([tmp_path / "runs"])
     fig = results.plot_memory_over_time(df)
+    assert "baseline (r1): no readable memory.csv" in [ax.get_title() for ax in fig.axes]
     assert len(df) == results.MAX_PANELS + 6 and sum(ax.get_visible() for ax in fig.axes) == results.MAX_PANELS
     assert f"the first {results.MAX_PANELS} of {len(df)} runs" in fig._suptitle.get_text()
 

@@ -414,8 +414,10 @@ def plot_memory_over_time(df: pd.DataFrame):
         ax.set_visible(False)
     axes = list(grid.flat[:n])
     for ax, label, (_, row) in zip(axes, _labels(shown), shown.iterrows()):
-        path = Path(row["run_dir"]) / "memory.csv"
-        mem = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["time_s", *dict(cols)])  # copied without
+        try:  # a run copied without it, or with one of another layout (an older workshop's, edited): no curve
+            mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")[["time_s", *dict(cols)]]
+        except (OSError, ValueError, KeyError):
+            mem = pd.DataFrame(columns=["time_s", *dict(cols)])
         begin = row.get("train_begin_s")
         begin = float(begin) if pd.notna(begin) else 0.0
         for col, name in cols:
@@ -423,7 +425,7 @@ def plot_memory_over_time(df: pd.DataFrame):
         end = row.get("train_end_s")
         if pd.notna(end):
             ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
-        ax.set(title=label if len(mem) else f"{label}: no memory.csv", xlabel="s from the first step")
+        ax.set(title=label if len(mem) else f"{label}: no readable memory.csv", xlabel="s from the first step")
         ax.set_ylim(bottom=0)  # from zero: a wobble of a few MiB does not fill the panel
         ax.xaxis.set_major_locator(plt.MaxNLocator(4))
         ax.grid(alpha=0.3)
