@@ -106,3 +106,31 @@ def test_a_quoted_tilde_in_the_batch_scripts_output_dir_is_the_home_folder(tmp_p
     """WORKSHOP_OUTPUT_DIR="~/x" (a ~ the shell left) is $HOME/x for the job as for the run (config.resolve)."""
     p = common_sh(tmp_path, "broken", WORKSHOP_OUTPUT_DIR="~/runs/x")
     assert f"output {tmp_path}/runs/x" in p.stdout and not (tmp_path / "~").exists(), p.stdout + p.stderr
+
+
+def test_a_generator_writes_through_no_link_and_refuses_a_folder_with_the_fix(tmp_path, capsys):
+    """scripts/generated.py, which make_configs, make_slurm, make_course and make_timetable write through: a missing
+    folder is made, a file that is no UTF-8 is stale (not a traceback), a link is replaced (its target untouched), and a
+    folder where a file goes is refused with the fix, nothing written."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from generated import write_or_check
+
+    files = {tmp_path / "configs" / name: f"{name}\n" for name in ("a.json", "b.json", "c.json")}
+    assert write_or_check(files, tmp_path, True, "make") == 1  # configs/ missing: stale, nothing written
+    assert not (tmp_path / "configs").exists()
+    assert write_or_check(files, tmp_path, False, "make") == 0 and write_or_check(files, tmp_path, True, "make") == 0
+    (tmp_path / "configs" / "a.json").write_bytes(b"\xff\xfe")
+    (tmp_path / "theirs.json").write_text("theirs")
+    (tmp_path / "configs" / "b.json").unlink()
+    (tmp_path / "configs" / "b.json").symlink_to(tmp_path / "theirs.json")
+    capsys.readouterr()
+    assert write_or_check(files, tmp_path, True, "make") == 1
+    assert "a.json, b.json. To fix: make" in capsys.readouterr().out
+    assert write_or_check(files, tmp_path, False, "make") == 0
+    assert (tmp_path / "theirs.json").read_text() == "theirs" and not (tmp_path / "configs" / "b.json").is_symlink()
+    (tmp_path / "configs" / "c.json").unlink()
+    (tmp_path / "configs" / "c.json").mkdir()
+    (tmp_path / "configs" / "a.json").write_text("old")
+    assert write_or_check(files, tmp_path, False, "make") == 2
+    assert "configs/c.json: a folder where a generated file goes" in capsys.readouterr().out
+    assert (tmp_path / "configs" / "a.json").read_text() == "old"
