@@ -629,6 +629,24 @@ def test_a_dist_timeout_out_of_range_is_refused_before_the_run(value, tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+def test_export_onto_a_disk_too_small_for_the_model_ends_in_one_message(tmp_path):
+    """A 1 MiB tmpfs, less than the tiny model's 1.3 MiB of fp32 weights: safetensors' own error (a traceback once)
+    becomes one message with the fix, and nothing is left on the disk."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        workshop("run", "stage2", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1",
+                 "--save-model", "false", "--output-dir", tmp_path / "run")  # fmt: skip
+        p = workshop("export", tmp_path / "run", disk / "out", check=False)
+        assert p.returncode == 2 and "No space left on device" in p.stderr, p.stderr[-2000:]
+        assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr and not list(disk.iterdir())
+    finally:
+        subprocess.run(["umount", "-l", disk], check=True)
+
+
 def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
     """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
     for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):

@@ -743,16 +743,24 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)  # without its 2 bars
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with rundir.atomic_path(out) as tmp:
-        net.save_pretrained(tmp)
-        for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
-            if (
-                f.is_file()
-                and f.suffix in (".json", ".txt", ".model", ".jinja")
-                and f.name not in ("trainer_state.json", MANIFEST)
-                and not f.name.endswith(".index.json")
-            ):
-                shutil.copy2(f, tmp / f.name)
+    try:
+        with rundir.atomic_path(out) as tmp:
+            net.save_pretrained(tmp)
+            for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
+                if (
+                    f.is_file()
+                    and f.suffix in (".json", ".txt", ".model", ".jinja")
+                    and f.name not in ("trainer_state.json", MANIFEST)
+                    and not f.name.endswith(".index.json")
+                ):
+                    shutil.copy2(f, tmp / f.name)
+    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own
+        if not rundir.disk_full(e, out.parent):
+            raise
+        raise WorkshopError(
+            f"{out} could not be written: No space left on device; nothing was written.",
+            "free space on that disk (`df -h` shows it; the model takes 4 bytes/param) or export elsewhere.",
+        ) from e
     return out
 
 
