@@ -447,6 +447,17 @@ def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsy
     assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
 
 
+def test_report_leaves_out_a_results_json_whose_figures_are_not_numbers(tmp_path, capsys):
+    """A results.json edited by hand (world_size "x"): named and left out, as a damaged one is; nothing written (it
+    was a traceback after writing part of --out)."""
+    out = finished_run(tmp_path)
+    rundir.write_json_atomic(out / "results.json", {"experiment": "baseline", "world_size": "x"})
+    assert workshop_main(["report", out, "--out", tmp_path / "report"]) == 2
+    err = capsys.readouterr().err
+    assert "its world_size is 'x', not a number" in err and err.count("To fix:") == 1 and "Traceback" not in err
+    assert not (tmp_path / "report").exists()
+
+
 def test_report_never_writes_through_a_link(tmp_path, capsys):
     out = tmp_path / "report"
     out.mkdir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -190,6 +190,9 @@ def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
     return runs, skipped
 
 
+NUMBERS = [f.name for f in fields(RunResults) if f.type.split(" |")[0] in ("int", "float")]  # results.json's figures
+
+
 def load_results(paths) -> pd.DataFrame:
     """One row per finished run found under `paths` (see `find_runs`), columns = results.json keys +
     `run_dir`. Unfinished runs are named on stderr and left out.
@@ -210,6 +213,8 @@ def load_results(paths) -> pd.DataFrame:
             row = json.loads((r / "results.json").read_text())
             if not isinstance(row, dict) or "experiment" not in row:
                 raise ValueError("no experiment in it")
+            if wrong := [k for k in NUMBERS if row.get(k) is not None and type(row[k]) not in (int, float)]:
+                raise ValueError(f"its {wrong[0]} is {row[wrong[0]]!r}, not a number")  # edited: plots and sums fail
         except (OSError, ValueError, UnicodeDecodeError) as e:  # damaged by hand or a full disk: left out, named
             print(f"skipped {r}: its results.json cannot be read ({e})", file=sys.stderr)
             continue
