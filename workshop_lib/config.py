@@ -513,9 +513,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
             f"--output-dir {cfg.output_dir!r} {bad or 'has a name over 255 bytes'}; nothing was changed.",
             "pass --output-dir a path of UTF-8 text whose names are at most 255 bytes each.",
         )
-    if not 1 <= variables.get("WORKSHOP_DIST_TIMEOUT_S", 1) <= 10**6:  # 0: every collective times out at once
+    if not 1 <= (timeout := variables.get("WORKSHOP_DIST_TIMEOUT_S", 1)) <= 10**6:  # 0: every collective times out
         raise WorkshopError(
-            f"WORKSHOP_DIST_TIMEOUT_S={os.environ['WORKSHOP_DIST_TIMEOUT_S']} is not from 1 to 1,000,000 seconds.",
+            f"WORKSHOP_DIST_TIMEOUT_S={timeout} is not from 1 to 1,000,000 seconds.",
             "set WORKSHOP_DIST_TIMEOUT_S to 1800 (the default; the batch scripts: 300), or unset it.",
         )
     if out.exists() and not out.is_dir():
