@@ -31,6 +31,8 @@ fi
 # (one_gpu.slurm: its experiment; the log SLURM writes under the job's name is linked under the run's).
 WORKSHOP_RUN_NAME=${WORKSHOP_RUN_NAME:-$SLURM_JOB_NAME}
 export WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR:-runs/${WORKSHOP_RUN_NAME}-${SLURM_JOB_ID}}
+# a quoted ~ (WORKSHOP_OUTPUT_DIR="~/x") read as the run reads it (config.resolve): the STOP file goes where the run is
+WORKSHOP_OUTPUT_DIR=${WORKSHOP_OUTPUT_DIR/#\~\//$HOME/}
 mkdir -p logs "$(dirname "$WORKSHOP_OUTPUT_DIR")"
 if [ "$WORKSHOP_RUN_NAME" != "$SLURM_JOB_NAME" ]; then
   log_=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p' || true)
@@ -56,7 +58,18 @@ export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
 # NumTasks=1 while it waits), but the batch environment keeps the submission's SLURM_NTASKS, so every srun
 # below names its task count from the nodes rather than inherit it; the run resumes on the new world size.
 NNODES=${SLURM_NNODES:-1}
-GPUS_PER_NODE=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+# Checked here, before torchrun reads them: its own errors name neither the variable nor the fix.
+for v_ in WORKSHOP_CPU_PROCS_PER_NODE WORKSHOP_DIST_TIMEOUT_S; do
+  [[ ${!v_:-1} =~ ^[1-9][0-9]{0,5}$ ]] || fail "$v_=${!v_} is not a whole number from 1 to 999999." \
+    "set $v_ to 1 or more (processes per CPU node; seconds), or unset it (defaults: 1 process, 300 s)."
+done
+# GPUs: one line per device from nvidia-smi's query (a broken driver's error line counts none); WORKSHOP_MIG=1:
+# the MIG instances instead, one process each (nvidia-smi -L's indented "MIG ..." lines).
+if [ "${WORKSHOP_MIG:-0}" = 1 ]; then
+  GPUS_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^ *MIG ' || true)
+else
+  GPUS_PER_NODE=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c '^[0-9][0-9]*$' || true)
+fi
 # One process per GPU; on CPU nodes (WORKSHOP_TINY=1) WORKSHOP_CPU_PROCS_PER_NODE processes.
 NPROC_PER_NODE=$(( GPUS_PER_NODE > 0 ? GPUS_PER_NODE : ${WORKSHOP_CPU_PROCS_PER_NODE:-1} ))
 TINY=(); [ "${WORKSHOP_TINY:-0}" = 1 ] && TINY=(--tiny)

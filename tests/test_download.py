@@ -109,3 +109,27 @@ def test_download_refuses_an_unreachable_hub():
     p = workshop(env, "download", "--no-check")
     assert p.returncode == 2
     assert "is not reachable" in p.stderr and "To fix: run `workshop download` on a machine with internet" in p.stderr
+
+
+@pytest.mark.parametrize("hub", ["silent", "closing"])
+def test_a_hub_that_never_answers_or_hangs_up_ends_the_download_with_one_message(hub, tmp_path):
+    """A hub that accepts the connection and never answers (bounded by HF_HUB_DOWNLOAD_TIMEOUT, where huggingface_hub
+    waits without bound for its repository's listing), or that closes it (httpx's RemoteProtocolError): one
+    message with the fix, in seconds."""
+    import socket
+    import threading
+
+    server, held = socket.create_server(("127.0.0.1", 0)), []
+
+    def serve():
+        while True:
+            conn = server.accept()[0]
+            held.append(conn) if hub == "silent" else conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k not in {*OFFLINE, "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"}}
+    env |= {"HF_HOME": str(tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "2"}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{server.getsockname()[1]}"
+    p = workshop(env, "download", "--model", MODEL, "--no-check")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert f"{MODEL} could not be fetched" in p.stderr and p.stderr.count("To fix:") == 1, p.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import workshop
 from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
@@ -138,6 +139,31 @@ def users_model(tmp_path) -> Path:
     return tmp_path / "mine"
 
 
+def users_scores(tmp_path) -> Path:
+    """A folder of the user's holding predictions.jsonl and squad_scores.json of theirs: --score-questions writes both."""
+    (tmp_path / "scores").mkdir()
+    for name in ("predictions.jsonl", "squad_scores.json"):
+        (tmp_path / "scores" / name).write_text("theirs")
+    return tmp_path / "scores"
+
+
+def beside_a_run(tmp_path) -> Path:
+    """A finished run beside a user's files named like a run's (a glob of memory.*.csv once took them for its own)."""
+    out = finished_run(tmp_path)
+    for name in ("memory.notes.csv", "micro_batches_analysis.csv", ".analysis.tmp.py", "memory.rank1x.csv"):
+        (out / name).write_text("mine")
+    return out
+
+
+def stringly_run(tmp_path) -> Path:
+    """A killed run whose run_config.json was edited by hand: world_size "1", a string."""
+    out = tmp_path / "edited"
+    out.mkdir()
+    rundir.write_json_atomic(out / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename})
+    rundir.write_json_atomic(out / checkpoint.RUN_CONFIG, {"world_size": "1", "gradient_accumulation_steps": 1})
+    return out
+
+
 def nested_json(path: Path) -> Path:
     """A JSON file nested past Python's recursion limit (json.loads raises RecursionError)."""
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -221,6 +247,28 @@ BAD = [
         lambda t, m: ["baseline", T, "--output-dir", users_model(t)],
         "holds model, which a run writes, but no run",
     ),
+    ("output dir not UTF-8", lambda t, m: ["baseline", T, "--output-dir", f"{t}/r\udcff"], "is not UTF-8 text"),
+    ("output dir name too long", lambda t, m: ["baseline", T, "--output-dir", t / ("r" * 300)], "over 255 bytes"),
+    (
+        "world_size a string in run_config.json, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--output-dir", stringly_run(t)],
+        "its world_size is '1', not a whole number",
+    ),
+    (
+        "a user's model/ there, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--output-dir", users_model(t)],
+        "holds model, which a run writes, but no run",
+    ),
+    (
+        "a user's scores there, resumed",
+        lambda t, m: ["baseline", T, "--resume", "--score-questions", "2", "--output-dir", users_scores(t)],
+        "holds predictions.jsonl, squad_scores.json, which a run writes, but no run",
+    ),
+    (
+        "a user's files named like a run's, overwritten",
+        lambda t, m: ["baseline", T, "--overwrite", "--output-dir", beside_a_run(t)],
+        "no run writes (.analysis.tmp.py, memory.notes.csv, memory.rank1x.csv, micro_batches_analysis.csv)",
+    ),
     (
         "train file nested too deep",
         lambda t, m: ["baseline", T, "--train-file", nested_json(t / "deep.json")],
@@ -288,7 +336,8 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(
     if "--output-dir" not in argv:
         argv += ["--output-dir", str(tmp_path / "out")]
     out = Path(argv[argv.index("--output-dir") + 1]).expanduser().absolute()
-    out = out if out.is_relative_to(tmp_path) else tmp_path  # "/" or "~": what the test made is what it watches
+    # "/", "~" or a name too long to look at: what the test made is what it watches
+    out = out if out.is_relative_to(tmp_path) and len(out.name) < 256 else tmp_path
     before = snapshot(out)
     rc = workshop_main(["run", *argv])
     err = capsys.readouterr().err
@@ -364,6 +413,17 @@ def test_report_refuses_a_missing_path_and_flags_unfinished_runs(tmp_path, capsy
     assert f"skipped {killed}: a run whose process is gone (killed)" in err and "No finished run" in err
 
 
+def test_report_leaves_out_a_results_json_whose_figures_are_not_numbers(tmp_path, capsys):
+    """A results.json edited by hand (world_size "x"): named and left out, as a damaged one is; nothing written (it
+    was a traceback after writing part of --out)."""
+    out = finished_run(tmp_path)
+    rundir.write_json_atomic(out / "results.json", {"experiment": "baseline", "world_size": "x"})
+    assert workshop_main(["report", out, "--out", tmp_path / "report"]) == 2
+    err = capsys.readouterr().err
+    assert "its world_size is 'x', not a number" in err and err.count("To fix:") == 1 and "Traceback" not in err
+    assert not (tmp_path / "report").exists()
+
+
 def test_report_never_writes_through_a_link(tmp_path, capsys):
     out = tmp_path / "report"
     out.mkdir()
@@ -435,6 +495,10 @@ def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_
         "checkpoints/checkpoint-4/latest",
         "predictions.jsonl",
         "comms.json",
+        "memory.rank1.csv",
+        "micro_batches.rank1.csv",
+        "memory.rank1.before-resume-at-step-2.csv",
+        ".results.json.tmp4242",
         f"{rundir.DAMAGED}/checkpoint-2/latest",
     ):  # comms.json once reached the next run
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -451,6 +515,147 @@ def test_overwrite_removes_the_runs_files_and_refuses_a_folder_holding_anything_
     rundir.claim(out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == [rundir.MARKER, rundir.DAMAGED]
     assert "Removed the previous run's files" in capsys.readouterr().out
+
+
+def test_a_resume_keeps_the_memory_logs_of_the_run_and_leaves_a_users_alone(tmp_path, capsys):
+    """A resume renames the interrupted attempt's memory logs (memory[.rankN].csv) to keep them, and only those."""
+    for name in ("memory.csv", "memory.rank1.csv", "memory_notes.csv", "memory.mine.csv"):
+        (tmp_path / name).write_text(name)
+    checkpoint.resume_point(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "memory.before-resume-at-step-0.csv",
+        "memory.mine.csv",
+        "memory.rank1.before-resume-at-step-0.csv",
+        "memory_notes.csv",
+    ]
+
+
+@pytest.mark.slow
+def test_a_resume_refuses_a_changed_data_file_and_keeps_the_train_logs_columns(tmp_path):
+    """run_config.json records the data's SHA-256: a resume on a file changed under the same path is refused, naming
+    it, with nothing changed; on the file it started with it continues, and train_log.csv keeps every column."""
+    data = tmp_path / "train.json"
+    shutil.copy(ROOT / "workshop_lib" / "squad" / "train-v1.1-subset.json", data)
+    out = tmp_path / "run"
+    args = ["run", "baseline", "--tiny", "--max-steps", "2", "--save-strategy", "steps", "--save-steps", "1"]
+    args += ["--train-file", data, "--output-dir", out]
+    workshop(*args)
+    (out / "results.json").unlink()  # as if stopped after checkpoint-1
+    shutil.rmtree(out / checkpoint.CHECKPOINTS / "checkpoint-2")
+    log = pd.read_csv(out / "train_log.csv").assign(note="mine")
+    log.to_csv(out / "train_log.csv", index=False)
+    original = data.read_bytes()
+    d = json.loads(original)
+    d["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Another question?"
+    data.write_text(json.dumps(d))
+    before = snapshot(out)
+    p = workshop(*args, "--resume", check=False)
+    assert p.returncode == 2 and "train_file_sha256" in p.stderr and "To fix: " in p.stderr, p.stderr[-2000:]
+    assert snapshot(out) == before
+    data.write_bytes(original)
+    workshop(*args, "--resume")
+    log = pd.read_csv(out / "train_log.csv")
+    assert sorted(set(log["step"])) == [1, 2] and list(log[log["step"] == 1]["note"]) == ["mine"], log
+    assert log[log["step"] == 2]["note"].isna().all()
+
+
+@pytest.mark.slow
+def test_export_follows_no_link_in_the_checkpoint_or_at_its_destination(tmp_path):
+    """A ZeRO checkpoint whose special_tokens_map.json links to a user's file, and an OUT that is a link to an empty
+    folder: both refused before any work, with the fix, and nothing written (the link's target not copied in)."""
+    run = tmp_path / "run"
+    workshop("run", "stage2", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1",
+             "--save-model", "false", "--output-dir", run)  # fmt: skip
+    ckpt = checkpoint.find_checkpoints(run)[0][-1]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    p = workshop("export", run, tmp_path / "link", check=False)
+    assert p.returncode == 2 and "never writes through a link" in p.stderr and "To fix:" in p.stderr, p.stderr
+    assert not any((tmp_path / "elsewhere").iterdir())
+    (tmp_path / "secret.json").write_text('{"mine": 1}')
+    (ckpt / "special_tokens_map.json").unlink(missing_ok=True)
+    (ckpt / "special_tokens_map.json").symlink_to(tmp_path / "secret.json")
+    p = workshop("export", run, tmp_path / "out", check=False)
+    assert p.returncode == 2 and "special_tokens_map.json" in p.stderr and "To fix:" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_report_over_many_runs_draws_a_bounded_memory_figure(tmp_path):
+    """One memory panel per run made `workshop report` over 1,000 runs take over 40 minutes (matplotlib's layout of
+    1,000 panels); the figure shows the first `results.MAX_PANELS` and says so, the table keeps every run."""
+    workshop("run", "baseline", "--tiny", "--max-steps", "1", "--save-strategy", "no", "--save-model", "false",
+             "--output-dir", tmp_path / "runs" / "r0")  # fmt: skip
+    for i in range(1, results.MAX_PANELS + 6):
+        shutil.copytree(tmp_path / "runs" / "r0", tmp_path / "runs" / f"r{i}")
+    (tmp_path / "runs" / "r1" / "memory.csv").write_text("a,b\n1,2\n")  # another layout: a traceback once
+    df = results.load_results([tmp_path / "runs"])
+    fig = results.plot_memory_over_time(df)
+    assert "baseline (r1): no readable memory.csv" in [ax.get_title() for ax in fig.axes]
+    assert len(df) == results.MAX_PANELS + 6 and sum(ax.get_visible() for ax in fig.axes) == results.MAX_PANELS
+    assert f"the first {results.MAX_PANELS} of {len(df)} runs" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("value", ["0", "100000000000000000000"])
+def test_a_dist_timeout_out_of_range_is_refused_before_the_run(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_DIST_TIMEOUT_S", value)
+    assert workshop_main(["run", "baseline", "--tiny", "--output-dir", tmp_path / "out"]) == 2
+    err = capsys.readouterr().err
+    assert "is not from 1 to 1,000,000 seconds" in err and "To fix:" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_export_onto_a_disk_too_small_for_the_model_ends_in_one_message(tmp_path):
+    """A 1 MiB tmpfs, less than the tiny model's 1.3 MiB of fp32 weights: safetensors' own error (a traceback once)
+    becomes one message with the fix, and nothing is left on the disk."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        workshop("run", "stage2", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1",
+                 "--save-model", "false", "--output-dir", tmp_path / "run")  # fmt: skip
+        p = workshop("export", tmp_path / "run", disk / "out", check=False)
+        assert p.returncode == 2 and "No space left on device" in p.stderr, p.stderr[-2000:]
+        assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr and not list(disk.iterdir())
+    finally:
+        subprocess.run(["umount", "-l", disk], check=True)
+
+
+def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
+    """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
+    for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    checkpoint.clear_partial_writes(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        ".analysis.tmp.py",
+        "notes",
+        "notes/.draft.tmp.md",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["--output-dir=~/x", "output_dir='~/x'"])
+def test_a_tilde_in_the_output_dir_is_one_folder_for_the_workshop_and_the_trainer(given, tmp_path):
+    """`~` the shell left (`--output-dir=~/x`, or from Python) is expanded once: the run's files, its checkpoints
+    and a --resume all see $HOME/x; no folder named `~` appears."""
+    env = os.environ | {"HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    args = ["baseline", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1"]
+    if given.startswith("--"):
+        cmd = [sys.executable, "-m", "workshop_lib.cli", "run", *args, given]
+    else:
+        code = f"from workshop_lib.train import run_experiment; run_experiment('baseline', tiny=True, {given}, "
+        cmd = [sys.executable, "-c", code + "max_steps=1, save_strategy='steps', save_steps=1)"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = tmp_path / "home" / "x"
+    assert (out / "results.json").is_file() and checkpoint.find_checkpoints(out)[0], sorted(os.listdir(out))
+    assert not (tmp_path / "~").exists()
+    if given.startswith("--"):
+        assert f"wrote {out / 'results.json'}" in p.stdout
 
 
 def test_a_marker_whose_pid_now_belongs_to_another_program_counts_as_dead(tmp_path):
@@ -493,6 +698,24 @@ def test_a_stale_op_build_lock_is_named_at_once_and_a_live_build_is_waited_for(t
     finally:
         build.kill()
         build.wait()
+
+
+def test_the_compile_message_waits_for_a_compile_not_for_a_clock(tmp_path):
+    """A cached op that loads slowly (a busy machine) writes nothing in its build folder but torch's lock: no
+    "Compiling" line (it came from a 3-second timer in 85 runs where nothing compiled); a stale build that torch
+    compiles again rewrites build.ninja and its objects: the line."""
+    for name in ("cpu_adam.so", "build.ninja", "cpu_adam.o"):
+        (tmp_path / name).write_text("cached")
+        os.utime(tmp_path / name, (time.time() - 3600,) * 2)
+    since = time.time()
+    (tmp_path / "lock").touch()  # a cached op's load takes torch's lock too
+    assert not env.compiling(tmp_path, since)
+    (tmp_path / "build.ninja").write_text("rewritten")
+    assert env.compiling(tmp_path, since)
+    said, done = [], threading.Event()
+    done.set()  # the load ended before any compile: nothing said
+    env._say_compiling(said, "cpu_adam", "stale", sys.stdout, done, tmp_path, time.time() + 1)
+    assert not said
 
 
 def test_config_resolves_from_the_recipe_and_the_command_line():

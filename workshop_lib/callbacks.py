@@ -25,7 +25,7 @@ class StepLog(TrainerCallback):
     """Appends every Trainer log to a CSV (rank 0): each optimizer step's loss, learning rate, gradient norm, its time
     in seconds (`step_time_s`: from the previous step's end, or from the end of an evaluation or a checkpoint, to this
     step's end) and its non-padding tokens, all ranks; each epoch's eval loss. `time_s` counts from `t0`, the memory
-    sampler's start, so the two CSVs share one clock. A run resumed at step N keeps the file's rows up to N and appends.
+    sampler's start, so the two CSVs share one clock. A run resumed at step N keeps the file's rows up to N, with all their columns, and appends.
     The callback keeps `step_times`, `step_tokens`, `step_ends` and `step_compiles` (`compiles`: graphs torch.compile
     built in the step) for the steady-state figures (`metrics.steady_state`). With the Trainer's logging_steps N > 1 a
     row is written every N steps (its loss the mean since the last row), and the clock waits for the GPU at those steps
@@ -53,12 +53,14 @@ class StepLog(TrainerCallback):
         self.last, self.seen, self.graphs = time.perf_counter(), state.num_input_tokens_seen, _graphs()
         self.step_times, self.step_tokens, self.step_ends, self.step_compiles = [], [], [], []
         if state.is_world_process_zero:
-            kept = []
-            if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step
+            kept, fields = [], list(self.FIELDS)
+            if state.global_step and self.path.is_file():  # resumed: the rows up to the checkpoint's step, every column
                 with self.path.open(newline="") as f:
-                    kept = [r for r in csv.DictReader(f) if int(r["step"]) <= state.global_step]
+                    rows = csv.DictReader(f)
+                    kept = [r for r in rows if int(r["step"]) <= state.global_step]
+                fields += [c for c in rows.fieldnames or () if c not in fields]
             self.f = open(self.path, "w", newline="", opener=rundir.no_link)
-            self.w = csv.DictWriter(self.f, self.FIELDS, extrasaction="ignore")
+            self.w = csv.DictWriter(self.f, fields, extrasaction="ignore")
             self.w.writeheader()
             self.w.writerows(kept)
 

@@ -284,7 +284,7 @@ def clear_partial_writes(out: str | os.PathLike) -> dict:
     for p in partial:
         shutil.rmtree(p, ignore_errors=True)
     for tmp in out.rglob(".*.tmp*"):
-        if tmp.is_file():
+        if tmp.is_file() and rundir.TEMPORARY.match(tmp.name):  # not a user's .notes.tmp.py
             tmp.unlink(missing_ok=True)
     last_mib = sum(f.stat().st_size for f in complete[-1].rglob("*") if f.is_file()) / MiB if complete else 0.0
     return {"what": what, "checkpoint_mib": last_mib, "complete": complete}
@@ -395,11 +395,12 @@ def _started(out: str | os.PathLike) -> dict | None:
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return None
-    return read_json_object(
-        path,
-        "is damaged: the settings this run started with cannot be compared",
-        "pass --overwrite to start the run again, or another --output-dir.",
-    )
+    fix = "pass --overwrite to start the run again, or another --output-dir."
+    started = read_json_object(path, "is damaged: the settings this run started with cannot be compared", fix)
+    for k in ("world_size", "gradient_accumulation_steps"):  # the global batch a resume keeps is their product
+        if not (started.get(k) is None or (type(started[k]) is int and started[k] >= 1)):
+            raise WorkshopError(f"{path} is damaged: its {k} is {started[k]!r}, not a whole number >= 1.", fix)
+    return started
 
 
 def resume_point(out: Path, rank: int) -> Path | None:
@@ -409,8 +410,8 @@ def resume_point(out: Path, rank: int) -> Path | None:
     complete, broken = find_checkpoints(out)
     if rank == 0:
         step = step_of(complete[-1]) if complete else 0
-        for f in out.glob("memory*.csv"):
-            if ".before-resume-" not in f.name:
+        for f in out.glob("memory*.csv"):  # the run's own (memory[.rankN].csv), never a user's memory_notes.csv
+            if rundir.run_output(f.name) and ".before-resume-" not in f.name:
                 f.rename(f.with_name(f"{f.stem}.before-resume-at-step-{step}.csv"))
         for b in broken:
             print(f"Skipped {b}: {why_incomplete(b)}; moved to {set_aside(b)}, never loaded.")
@@ -424,7 +425,18 @@ def resume_point(out: Path, rank: int) -> Path | None:
 
 def write_run_config(out: str | os.PathLike, config: dict, world_size: int) -> None:
     """Record the settings a run trains with (OUTPUT_DIR/run_config.json), for `check_same_run`."""
-    rundir.write_json_atomic(Path(out) / RUN_CONFIG, config | {"world_size": world_size})
+    rundir.write_json_atomic(Path(out) / RUN_CONFIG, _with_data(config) | {"world_size": world_size})
+
+
+def _with_data(config: dict) -> dict:
+    """`config` with the SHA-256 of each data file it names (train_file_sha256, eval_file_sha256): a file changed in
+    place keeps its path, and a resume on it would train on other questions as if it were one run."""
+    digests = {}
+    for name in ("train_file", "eval_file"):
+        if config.get(name):
+            with open(config[name], "rb") as f:
+                digests[f"{name}_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+    return config | digests
 
 
 def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> None:
@@ -432,7 +444,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
     ranks: a checkpoint's Adam states (one ZeRO partition per rank), schedule and data position belong to one
     experiment, recipe, global batch and world size. Only `MAY_CHANGE` may differ. Nothing to compare (no
     run_config.json) passes; a recipe setting added to the workshop after the run started compares as its base value
-    (`config.BASE`).
+    (`config.BASE`). The data files are compared by content (`_with_data`), where the run recorded it.
 
     Raises:
         WorkshopError: another world size (first: its own fix), or naming each differing setting with both values."""
@@ -446,8 +458,9 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
             "changed; --overwrite or another --output-dir starts a new run.",
             f"resume with the same number of GPUs ({before.get('world_size', 1)}), or start a new run",
         )
-    now = config | {"world_size": world_size}
+    now = _with_data(config) | {"world_size": world_size}
     before = {k: BASE[k] for k in now if k not in before and k in BASE and BASE[k] is not REQUIRED} | before
+    before = {k: now[k] for k in now if k.endswith("_sha256") and k not in before} | before  # not recorded then
     diff = [
         f"{k} {before.get(k)!r} then, {now.get(k)!r} now"
         for k in sorted(set(before) | set(now))
@@ -457,8 +470,8 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
         raise WorkshopError(
             f"{out} holds a run started with other settings ({'; '.join(diff)}); a resume must "
             "continue the same run. Nothing was changed.",
-            f"resume with the settings in {Path(out) / RUN_CONFIG}, or pass another --output-dir, or --overwrite "
-            "to start again.",
+            f"resume with the settings and data files in {Path(out) / RUN_CONFIG} (a file changed since: restore it), "
+            "or pass another --output-dir, or --overwrite to start again.",
         )
 
 
@@ -477,16 +490,24 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         WorkshopError: no complete checkpoint at `source` (`last_checkpoint`: a damaged one is refused,
             naming the last complete one); a checkpoint without ZeRO partitions (baseline,
             ZeRO-0: its model.safetensors is the model already); a config.json that needs the model's own code
-            (`model.check_no_custom_code`); `out` exists and is not empty, or cannot be written."""
+            (`model.check_no_custom_code`); a link in the checkpoint or at `out`; `out` exists and is not empty, or
+            cannot be written."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # here: DeepSpeed is optional
 
     out = Path(out)
+    rundir.refuse_links(out, (), "OUT")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise WorkshopError(
             f"{out} exists and is not an empty directory; nothing was written.", "give a new directory to export into."
         )
     rundir.check_writable(out, "OUT")
     ckpt = last_checkpoint(source)
+    if links := [str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_symlink()]:
+        raise WorkshopError(
+            f"{ckpt} holds symbolic links ({', '.join(links)}); export reads no file through a link, and nothing "
+            "was written.",
+            "replace each link by a copy of the file it points to, or export another checkpoint.",
+        )
     if not zero_partitions(ckpt):
         raise WorkshopError(
             f"{ckpt} holds no ZeRO partitions (a run without DeepSpeed, or ZeRO-0).",
@@ -508,16 +529,24 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         net.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt)), strict=True)  # without its 2 bars
     net.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with rundir.atomic_path(out) as tmp:
-        net.save_pretrained(tmp)
-        for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
-            if (
-                f.is_file()
-                and f.suffix in (".json", ".txt", ".model", ".jinja")
-                and f.name not in ("trainer_state.json", MANIFEST)
-                and not f.name.endswith(".index.json")
-            ):
-                shutil.copy2(f, tmp / f.name)
+    try:
+        with rundir.atomic_path(out) as tmp:
+            net.save_pretrained(tmp)
+            for f in ckpt.iterdir():  # what the Trainer saved beside the weights: config, generation config, tokenizer
+                if (
+                    f.is_file()
+                    and f.suffix in (".json", ".txt", ".model", ".jinja")
+                    and f.name not in ("trainer_state.json", MANIFEST)
+                    and not f.name.endswith(".index.json")
+                ):
+                    shutil.copy2(f, tmp / f.name)
+    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own
+        if not rundir.disk_full(e, out.parent):
+            raise
+        raise WorkshopError(
+            f"{out} could not be written: No space left on device; nothing was written.",
+            "free space on that disk (`df -h` shows it; the model takes 4 bytes/param) or export elsewhere.",
+        ) from e
     return out
 
 

@@ -19,12 +19,13 @@ import copy
 import functools
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from . import rundir
+from . import rundir, variables
 from .ds_config import EXPERIMENTS, Experiment, Settings, apply_overrides, build_ds_config, experiment_named
 from .errors import WorkshopError
 
@@ -291,6 +292,7 @@ class RunConfig:
 
 
 RECIPE_FIELDS = list(BASE)
+PATH_FIELDS = ("model", "train_file", "eval_file", "output_dir")  # `~` expanded by `resolve`
 
 
 def recipe_settings(recipe: str = "default", tiny: bool = False) -> dict:
@@ -391,6 +393,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
     cfg = replace(cfg, **{k: rec[k] for k in RECIPE_FIELDS if getattr(cfg, k) is None})
     for f in fields(RunConfig):
         _check_type(f.name, getattr(cfg, f.name), "RunConfig")
+    # `~` read here, once, for every path: the Trainer expands it in its own output_dir, and a `~` left to the shell
+    # (`--output-dir=~/x`) or given from Python would otherwise split one run over ./~/x and $HOME/x
+    cfg = replace(cfg, **{k: os.path.expanduser(v) for k in PATH_FIELDS if isinstance(v := getattr(cfg, k), str)})
     check_counts(
         cfg,
         (
@@ -477,12 +482,25 @@ def resolve(cfg: RunConfig) -> RunConfig:
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         cfg = replace(cfg, output_dir=str(Path("runs") / f"{cfg.experiment}{'-tiny' if cfg.tiny else ''}-{stamp}"))
-    out = Path(cfg.output_dir).expanduser().absolute()
+    out = Path(cfg.output_dir).absolute()
     if not cfg.output_dir.strip() or out in (Path.cwd(), Path.home(), Path(out.anchor)):
         raise WorkshopError(
             f"--output-dir {cfg.output_dir!r} is {'empty' if not cfg.output_dir.strip() else out}, "
             "not a folder of the run's own; nothing was changed.",
             "pass --output-dir DIR, a folder for this run (created if missing), or leave it out.",
+        )
+    # bytes that are no UTF-8 (read as surrogates) cannot be written into results.json; a name over NAME_MAX failed
+    # at the first mkdir
+    bad = "is not UTF-8 text" if re.search("[\ud800-\udfff]", cfg.output_dir) else None
+    if bad or max(len(os.fsencode(part)) for part in out.parts) > 255:
+        raise WorkshopError(
+            f"--output-dir {cfg.output_dir!r} {bad or 'has a name over 255 bytes'}; nothing was changed.",
+            "pass --output-dir a path of UTF-8 text whose names are at most 255 bytes each.",
+        )
+    if not 1 <= (timeout := variables.get("WORKSHOP_DIST_TIMEOUT_S", 1)) <= 10**6:  # 0: every collective times out
+        raise WorkshopError(
+            f"WORKSHOP_DIST_TIMEOUT_S={timeout} is not from 1 to 1,000,000 seconds.",
+            "set WORKSHOP_DIST_TIMEOUT_S to 1800 (the default; the batch scripts: 300), or unset it.",
         )
     if out.exists() and not out.is_dir():
         raise WorkshopError(

@@ -45,8 +45,19 @@ def download(models: list[str]) -> list[tuple[str, str, float]]:
             "runs use, and unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE for it.",
         )
     import datasets
-    from huggingface_hub import snapshot_download
+    import httpx2
+    from huggingface_hub import constants, set_client_factory, snapshot_download
+    from huggingface_hub.utils import _http
 
+    def bounded(request):  # huggingface_hub asks some calls (repo_info) to wait without bound: a silent hub hangs
+        request.extensions["timeout"] = httpx2.Timeout(constants.HF_HUB_DOWNLOAD_TIMEOUT).as_dict()  # 10 s, or its env
+
+    def client():
+        c = _http.default_client_factory()
+        c.event_hooks = c.event_hooks | {"request": [*c.event_hooks["request"], bounded]}
+        return c
+
+    set_client_factory(client)
     rows = []
     try:
         for name in models:
@@ -56,11 +67,13 @@ def download(models: list[str]) -> list[tuple[str, str, float]]:
             rows.append((name, path, sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / MiB))
         name = "SQuAD"
         squad = [datasets.load_dataset(SQUAD, split=s) for s in ("train", "validation")]
-    except (OSError, ValueError) as e:  # huggingface_hub's HTTP errors are OSErrors: no such repository, gated, network
+    # huggingface_hub's HTTP errors are OSErrors (no such repository, gated, network); a connection closed or silent
+    except (OSError, ValueError, httpx2.HTTPError) as e:
         raise WorkshopError(
             f"{name} could not be fetched: {type(e).__name__}: {str(e).splitlines()[0]}",
-            "check the name (org/name on the hub) and the network; a gated model needs `hf auth "
-            "login` and its terms accepted on its page.",
+            "check the name (org/name on the hub) and the network (HF_ENDPOINT; each request waits "
+            f"{constants.HF_HUB_DOWNLOAD_TIMEOUT} s, HF_HUB_DOWNLOAD_TIMEOUT); a gated model needs `hf auth login` and "
+            "its terms accepted on its page.",
         ) from e
     size = sum(os.path.getsize(f["filename"]) for d in squad for f in d.cache_files) / MiB
     return [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -185,6 +185,9 @@ def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
     return runs, skipped
 
 
+NUMBERS = [f.name for f in fields(RunResults) if f.type.split(" |")[0] in ("int", "float")]  # results.json's figures
+
+
 def load_results(paths) -> pd.DataFrame:
     """One row per finished run found under `paths` (see `find_runs`), columns = results.json keys +
     `run_dir`. Unfinished runs are named on stderr and left out.
@@ -205,6 +208,8 @@ def load_results(paths) -> pd.DataFrame:
             row = json.loads((r / "results.json").read_text())
             if not isinstance(row, dict) or "experiment" not in row:
                 raise ValueError("no experiment in it")
+            if wrong := [k for k in NUMBERS if row.get(k) is not None and type(row[k]) not in (int, float)]:
+                raise ValueError(f"its {wrong[0]} is {row[wrong[0]]!r}, not a number")  # edited: plots and sums fail
         except (OSError, ValueError, UnicodeDecodeError) as e:  # damaged by hand or a full disk: left out, named
             print(f"skipped {r}: its results.json cannot be read ({e})", file=sys.stderr)
             continue
@@ -386,9 +391,12 @@ def _has_gpu(df: pd.DataFrame) -> bool:
     return "gpu_peak_mib" in df and df["gpu_peak_mib"].notna().any()
 
 
+MAX_PANELS = 24  # runs in the memory-over-time figure: 6 rows of 4
+
+
 def plot_memory_over_time(df: pd.DataFrame):
     """Memory against time, one panel per run: NVML's GPU memory in use and PyTorch's allocated memory
-    (MiB), or host RSS (MiB) on a CPU-only machine. Time 0 is the first training step (the end of model and
+    (MiB), or host RSS (MiB) on a CPU-only machine; the first MAX_PANELS runs, the title says so. Time 0 is the first training step (the end of model and
     engine set-up, the same event in every run; negative: set-up); the training window is shaded."""
     gpu = _has_gpu(df)
     cols = (
@@ -396,7 +404,8 @@ def plot_memory_over_time(df: pd.DataFrame):
         if gpu
         else [("host_rss_mib", "host RSS")]
     )
-    n = len(df)
+    shown = df.head(MAX_PANELS)  # a figure of 1,000 panels takes matplotlib's layout most of an hour
+    n = len(shown)
     per_row, rows = min(n, 4), ceil_div(n, min(n, 4))  # one panel per run, 4 a row
     fig, grid = plt.subplots(
         rows, per_row, figsize=(4.0 * per_row, 3.2 * rows + 0.6), squeeze=False, sharey=True, layout="constrained"
@@ -404,9 +413,11 @@ def plot_memory_over_time(df: pd.DataFrame):
     for ax in grid.flat[n:]:
         ax.set_visible(False)
     axes = list(grid.flat[:n])
-    for ax, label, (_, row) in zip(axes, _labels(df), df.iterrows()):
-        path = Path(row["run_dir"]) / "memory.csv"
-        mem = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["time_s", *dict(cols)])  # copied without
+    for ax, label, (_, row) in zip(axes, _labels(shown), shown.iterrows()):
+        try:  # a run copied without it, or with one of another layout (an older workshop's, edited): no curve
+            mem = pd.read_csv(Path(row["run_dir"]) / "memory.csv")[["time_s", *dict(cols)]]
+        except (OSError, ValueError, KeyError):
+            mem = pd.DataFrame(columns=["time_s", *dict(cols)])
         begin = row.get("train_begin_s")
         begin = float(begin) if pd.notna(begin) else 0.0
         for col, name in cols:
@@ -414,7 +425,7 @@ def plot_memory_over_time(df: pd.DataFrame):
         end = row.get("train_end_s")
         if pd.notna(end):
             ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
-        ax.set(title=label if len(mem) else f"{label}: no memory.csv", xlabel="s from the first step")
+        ax.set(title=label if len(mem) else f"{label}: no readable memory.csv", xlabel="s from the first step")
         ax.set_ylim(bottom=0)  # from zero: a wobble of a few MiB does not fill the panel
         ax.xaxis.set_major_locator(plt.MaxNLocator(4))
         ax.grid(alpha=0.3)
@@ -423,6 +434,7 @@ def plot_memory_over_time(df: pd.DataFrame):
     banner = cpu_memory_note(df)
     fig.suptitle(
         f"Memory over time, {_source(df)}"
+        + (f", the first {n} of {len(df):,} runs" if len(df) > n else "")
         + ("" if gpu else " (no GPU: host memory)")
         + _tiny_note(df)
         + (f"\n{textwrap.fill(banner, 45 * per_row)}" if banner else ""),

@@ -20,13 +20,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import tempfile
 from contextlib import contextmanager
 from datetime import datetime
-from fnmatch import fnmatch
 from pathlib import Path
 
 import psutil
@@ -37,13 +37,16 @@ from .units import MiB
 MARKER = "RUNNING"
 STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; removed when a run starts
 RUN_FILES = ("results.json", MARKER, "train_log.csv", "memory.csv")  # any of these: the directory holds a run
-# Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR (names or glob
-# patterns): what --overwrite removes, and where no link may stand (a run never writes through one). Set-aside
-# checkpoints (DAMAGED) are never removed; a folder holding anything else is not a run's to overwrite.
+# Everything a run, `workshop eval` of it and the batch scripts write at the top of OUTPUT_DIR, by exact name (N: a
+# rank or a step; `run_output`): what --overwrite removes, and where no link may stand (a run never writes through
+# one). Set-aside checkpoints (DAMAGED) are never removed; a folder holding anything else is not a run's to overwrite.
 RUN_OUTPUTS = RUN_FILES + (
     STOP_FILE,
-    "memory.*.csv",
-    "micro_batches*.csv",
+    "memory.rankN.csv",
+    "memory.before-resume-at-step-N.csv",  # `checkpoint.resume_point` keeps an interrupted attempt's memory logs
+    "memory.rankN.before-resume-at-step-N.csv",
+    "micro_batches.csv",
+    "micro_batches.rankN.csv",
     "ds_config.json",
     "run_config.json",
     "launch.log",
@@ -53,16 +56,21 @@ RUN_OUTPUTS = RUN_FILES + (
     "predictions.jsonl",
     "squad_scores.json",
     "comms.json",
-    ".*.tmp*",
 )
+TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$")  # `atomic_path`'s temporary of NAME: .NAME.tmpPID
 DAMAGED = "damaged-checkpoints"  # OUTPUT_DIR/damaged-checkpoints/checkpoint-N: set aside by a resume
 
 
-def _entries(folder: Path, patterns) -> list[Path]:
-    """The entries of `folder` (links included, never followed) whose names match one of `patterns`."""
-    return (
-        sorted(p for p in folder.iterdir() if any(fnmatch(p.name, pat) for pat in patterns)) if folder.is_dir() else []
-    )
+def run_output(name: str) -> bool:
+    """True when `name` is one that a run writes at the top of OUTPUT_DIR (`RUN_OUTPUTS`, N any number), or
+    `atomic_path`'s temporary of one (.NAME.tmpPID)."""
+    name = TEMPORARY.sub(r"\1", name)
+    return re.sub(r"(rank|step-)\d+", r"\1N", name) in RUN_OUTPUTS
+
+
+def _entries(folder: Path, chosen=run_output) -> list[Path]:
+    """The entries of `folder` (links included, never followed) whose names `chosen` takes (default: a run's)."""
+    return sorted(p for p in folder.iterdir() if chosen(p.name)) if folder.is_dir() else []
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -261,21 +269,22 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
 
     Raises:
         WorkshopError: a finished run is there and `overwrite` is False; an unfinished run is there and
-            neither `overwrite` nor `resume`; no run is there, but files a run writes are (a user's `model/`, which
-            the run would replace); `overwrite` of a run beside files no run writes (named: --overwrite removes
+            neither `overwrite` nor `resume`; no run is there, but files a run writes are, even with `resume` (a
+            user's `model/`, which the run would replace); `overwrite` of a run beside files no run writes (named: --overwrite removes
             only a run's files); a run there is still alive on this host (whatever the options); `out` or one
             of the run's files in it is a link (`refuse_links`)."""
     out = Path(out)
-    refuse_links(out, RUN_OUTPUTS, "--output-dir")
+    refuse_links(out, None, "--output-dir")
     what, info = state(out)
-    held = [p.name for p in _entries(out, RUN_OUTPUTS) if p.name != "launch.log"]  # the launcher's, written first
-    if what == "empty" and held and not resume:
+    # a run's own files with no run: a user's (a --resume too would replace them); the batch scripts' are written first
+    held = [p.name for p in _entries(out) if p.name not in ("launch.log", STOP_FILE)]
+    if what == "empty" and held:
         raise WorkshopError(
             f"{out} holds {', '.join(held)}, which a run writes, but no run (no {MARKER} nor "
             "results.json); nothing was changed.",
             "move them, or pass another --output-dir.",
         )
-    others = sorted(set(_entries(out, ["*"])) - set(_entries(out, (*RUN_OUTPUTS, DAMAGED))))  # what no run writes
+    others = _entries(out, lambda name: not run_output(name) and name != DAMAGED)  # what no run writes
     if others and what != "empty" and overwrite and not resume:
         raise WorkshopError(
             f"{out} holds a run and files no run writes ({', '.join(p.name for p in others)}); "
@@ -305,13 +314,17 @@ def check(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
 
 
 def refuse_links(folder: str | os.PathLike, names, flag: str) -> None:
-    """Refuse to write into `folder` when it, or an entry in it matching one of `names` (glob patterns), is a symbolic
+    """Refuse to write into `folder` when it, or an entry in it among `names` (None: a run's, `run_output`), is a symbolic
     link: a write there would land outside the folder, or replace the link a user put there. Reads only.
 
     Raises:
         WorkshopError: the links found, ending in what to do (`flag` names the option that chose `folder`)."""
     folder = Path(folder)
-    links = [folder] if folder.is_symlink() else [p for p in _entries(folder, names) if p.is_symlink()]
+    links = (
+        [folder]
+        if folder.is_symlink()
+        else [p for p in _entries(folder, run_output if names is None else names.__contains__) if p.is_symlink()]
+    )
     if links:
         raise WorkshopError(
             f"{', '.join(map(str, links))}: a symbolic link where the workshop would write; it "
@@ -348,7 +361,7 @@ def claim(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> None
     out = Path(out)
     check(out, overwrite, resume)
     if state(out)[0] != "empty" and not resume:
-        removed = _entries(out, RUN_OUTPUTS)
+        removed = _entries(out)
         for p in removed:
             _remove(p)
         print(f"Removed the previous run's files in {out} (--overwrite): {', '.join(p.name for p in removed)}.")

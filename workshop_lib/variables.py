@@ -109,6 +109,9 @@ VARIABLES = {
         Variable("WORKSHOP_RUN_NAME", str, "the job's name", "slurm/common.sh", "the run directory's and log's name"),
         Variable("WORKSHOP_MASTER_ADDR", str, "the job's first node", "slurm/common.sh", "the rendezvous host"),
         Variable("WORKSHOP_CPU_PROCS_PER_NODE", int, "1", "slurm/common.sh", "ranks per node on CPU nodes"),
+        Variable(
+            "WORKSHOP_MIG", bool, "0", "slurm/common.sh", "1: a rank per MIG instance of the node's GPUs, not per GPU"
+        ),
         Variable("WORKSHOP_CONTAINER", str, "unset", "slurm/common.sh", "an image every rank runs inside"),
         Variable(
             "WORKSHOP_CONTAINER_RUNTIME",
