@@ -76,7 +76,12 @@ else:
 #
 # `Question: {question} Context: {context} Answer: {answer}<eos>`
 #
-# `load_squad` reads SQuAD from the Hugging Face hub, else the same rows bundled with the package.
+# `load_squad` reads SQuAD from the Hugging Face hub, else the same rows bundled with the package. On a cluster whose
+# compute nodes have no internet, fill the cache once on a login node with Hugging Face's own tools:
+# `hf download Qwen/Qwen3-0.6B` (and `hf download bigscience/bloom-560m` for the classic recipe), and
+# `python -c "import datasets; datasets.load_dataset('rajpurkar/squad')"` for SQuAD; then
+# `HF_HUB_OFFLINE=1 workshop run baseline --max-steps 1 --save-strategy no --output-dir /tmp/check` checks that a
+# run starts offline.
 
 # %%
 train_raw = data.load_squad("train", num_samples=500)

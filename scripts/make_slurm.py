@@ -22,7 +22,7 @@ TEMPLATE = """\
 #!/usr/bin/env bash
 {about}
 #   WORKSHOP_TINY=1 sbatch --gpus-per-node=0 slurm/{usage}      # tiny model on a CPU node
-#   First, once, on a login node with internet: workshop download [--recipe classic]   # models, SQuAD
+#   First, once, on a login node with internet: hf download <model>; SQuAD: see slurm/common.sh
 # Results: runs/{run}-<job id>/results.json; log: logs/{run}-<job id>.out
 # Written by scripts/make_slurm.py (one template for every single-GPU script): change it there, then run it.
 #SBATCH --job-name={job}

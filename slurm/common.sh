@@ -40,7 +40,9 @@ if [ "$WORKSHOP_RUN_NAME" != "$SLURM_JOB_NAME" ]; then
   [ -z "$log_" ] || ln -sfn "$log_" "logs/$WORKSHOP_RUN_NAME-$SLURM_JOB_ID.out"
 fi
 # Compute nodes often have no internet: models and data come from a shared cache (EDIT: HF_HOME on a
-# shared filesystem; fill it first, once, on a login node: `workshop download [--recipe classic] [--model NAME]`).
+# shared filesystem; fill it first, once, on a login node with the same HF_HOME: `hf download Qwen/Qwen3-0.6B`,
+# `hf download bigscience/bloom-560m` (recipe classic), and for SQuAD, which runs read from the datasets cache
+# (`hf download` does not fill it): python -c "import datasets; datasets.load_dataset('rajpurkar/squad')").
 export HF_HOME=${HF_HOME:-$HOME/.cache/huggingface}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
 

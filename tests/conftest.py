@@ -10,7 +10,7 @@ import pytest
 # No hub here: fall back to the bundled data and local tokenizers at once instead of probing the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# An empty datasets cache of the tests' own: on a machine where `workshop download` cached SQuAD, offline runs
+# An empty datasets cache of the tests' own: on a machine where `datasets.load_dataset` cached SQuAD, offline runs
 # would read it, and the tests expect the bundled subset
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="workshop-tests-datasets-")
 

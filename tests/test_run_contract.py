@@ -322,7 +322,7 @@ BAD = [
     (
         "hub model not cached",
         lambda t, m: ["baseline", "--allow-cpu", "--model", "no-such-org/no-such-model"],
-        "workshop download --model no-such-org/no-such-model",
+        "hf download no-such-org/no-such-model",
     ),
 ]
 

@@ -11,7 +11,7 @@ signals), `checkpoint` (resume, export), `evaluation`
 (the fine-tuned model: generation, EM/F1), `results` (RunResults, tables, plots), `launch` (torchrun,
 SLURM), `cli` (`workshop run`, `workshop report`), `errors` (`WorkshopError`), `units` (MiB), `gpus` (the GPU
 table: memory and peak FLOP/s), `variables` (the WORKSHOP_* environment variables, read in one place), `hub` (is the Hugging Face hub
-reachable? `workshop download`). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this
+reachable?). The course's lessons (`workshop_lessons`) and the lab (`lab/`) stand on this
 package; it imports neither. Its layers, low to high, without circles: tests/test_layers.py."""
 
 from .errors import WorkshopError

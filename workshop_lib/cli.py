@@ -1,5 +1,6 @@
-"""`workshop run`, `report`, `export`, `eval`, `ask` and `download`: the command line over `run_experiment`,
-`write_report`, `checkpoint.export`, `evaluation` and `hub.download`.
+"""`workshop run`, `report`, `export`, `eval` and `ask`: the command line over `run_experiment`,
+`write_report`, `checkpoint.export` and `evaluation`. Models and SQuAD are fetched by Hugging Face's own tools
+(README: `hf download <model>`).
 
     workshop run stage2_offload --tiny                # one experiment, results in runs/stage2_offload-tiny-<time>
     workshop run stage2 --tiny --output-dir runs/x --resume   # continue runs/x from its last checkpoint
@@ -9,7 +10,6 @@
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
     workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
-    workshop download --recipe default --recipe classic   # on a login node: models and SQuAD into HF_HOME
 
 torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
 Exit status: 0 done; 2 bad input, or a run stopped by a cause it names (a full disk, the GPU's memory, another
@@ -36,9 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed and measure memory and speed."
     )
-    sub = p.add_subparsers(
-        dest="command", required=True, metavar="{run,report,export,eval,ask,download}", parser_class=_Parser
-    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,eval,ask}", parser_class=_Parser)
     # `run` and `eval` only name themselves here: their options are generated from their dataclasses
     # (config.RunConfig, EvalConfig) by config.parse_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
@@ -62,19 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("model", metavar="MODEL_OR_RUN_DIR")
     ask.add_argument("--question", required=True)
     ask.add_argument("--context", required=True, help="the paragraph that holds the answer")
-    dl = sub.add_parser(
-        "download",
-        help="on a machine with internet: the recipes' models and SQuAD into the caches "
-        "(HF_HOME) that runs read offline, then an offline run to check them",
-    )
-    dl.add_argument(
-        "--recipe",
-        action="append",
-        metavar="RECIPE",
-        help="fetch this recipe's model (repeatable; default: the default recipe's)",
-    )
-    dl.add_argument("--model", action="append", metavar="NAME", help="fetch this hub model instead (repeatable)")
-    dl.add_argument("--no-check", action="store_true", help="skip the offline run after the download")
     return p
 
 
@@ -154,24 +139,6 @@ def beside_runs(dirs: list[str]) -> Path:
     return base / "report"
 
 
-def download(a: argparse.Namespace) -> int:
-    """`workshop download`: `hub.download`, then `hub.check_offline_run` for each model."""
-    from . import hub
-    from .config import recipe_settings
-
-    recipes = a.recipe or ["default"]
-    models = {m: recipes[0] for m in a.model or []}  # each model with the recipe its offline check runs
-    for r in [] if a.model else recipes:
-        models.setdefault(recipe_settings(r)["model"], r)
-    for what, where, mib in hub.download(list(models)):
-        print(f"fetched {what}: {mib:,.1f} MiB in {where}")
-    for model, recipe in [] if a.no_check else models.items():
-        print(f"checking that `workshop run` of {model} starts offline (HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1)...")
-        hub.check_offline_run(model, recipe)
-        print("ok: it loaded the model, the tokenizer and SQuAD from the caches and trained a step")
-    return 0
-
-
 def evaluate(cfg) -> int:
     """`workshop eval` with its `config.EvalConfig`."""
     from .evaluation import evaluate_squad, model_caveat
@@ -218,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
             if caveat := model_caveat(a.model):
                 print(caveat)
             return 0
-        if a.command == "download":
-            return download(a)
         return report(a)
     except WorkshopError as e:
         print(f"workshop: error: {e}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Models and tokenizers: from the hub, with random weights, or tiny (introduced in `00_setup`).
 
 Three ways to get a causal LM, one function (`load_model_and_tokenizer`):
-- a Hugging Face model by name or local path: weights and tokenizer from the hub or its cache (`workshop download`);
+- a Hugging Face model by name or local path: weights and tokenizer from the hub or its cache (`hf download`);
 - `random_weights=True`: the published architecture (shipped in `configs/models/` for the supported models,
   so no hub is needed) with random weights: the real shape for memory and speed measurements;
 - `tiny=True`: the same family shrunk to about 0.35M parameters, for tests and CPU-only learners.
@@ -120,7 +120,7 @@ def _not_cached(model_name: str, tiny: bool = False) -> WorkshopError:
         )
     return WorkshopError(
         f"Model {model_name!r} is not in the Hugging Face cache, and the hub is not reachable (or HF_HUB_OFFLINE=1).",
-        f"on a machine with internet run `workshop download --model {model_name}` (same HF_HOME as here), or pass "
+        f"on a machine with internet run `hf download {model_name}` (same HF_HOME as here), or pass "
         f"--random-weights to build the published architecture with random weights (shipped for {shipped}), "
         "or --tiny.",
     )
@@ -207,7 +207,7 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
             read_json_object(
                 cached,
                 "is not a valid model config",
-                "delete that cached file and download the model again (`workshop download`).",
+                "delete that cached file and download the model again (`hf download`).",
             ),
             model_name,
         )
