@@ -70,10 +70,19 @@ class Planted:
         return os.system, ("touch planted-ran",)
 
 
+def load_as_deepspeed(f):
+    """`f` loaded as DeepSpeed 0.19.8 loads its states (torch.load(weights_only=False)), in `weights_only_loads`."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    with checkpoint.weights_only_loads():
+        return TorchCheckpointEngine().load(str(f))
+
+
 def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypatch):
-    """A pickle that names a callable (here os.system) in DeepSpeed's states, its manifest rewritten to match:
-    `why_incomplete` names the file and the callable, and nothing ran. What DeepSpeed and the Trainer pickle
-    themselves (its loss scaler, the ZeRO stage, numpy RNG states) passes (`checkpoint.SAFE_GLOBALS`)."""
+    """A pickle that names a callable (here os.system) in DeepSpeed's states, its manifest rewritten to match: a load
+    in `weights_only_loads` (torch's own weights-only refusal) stops with one WorkshopError naming the file and the
+    callable, and nothing ran. What DeepSpeed and the Trainer pickle themselves (its loss scaler, the ZeRO stage,
+    numpy RNG states) loads (`checkpoint.SAFE_GLOBALS`)."""
     import numpy as np
     from deepspeed.runtime.zero.config import ZeroStageEnum
 
@@ -84,13 +93,18 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     torch.save({"numpy": np.random.get_state()}, ckpt / "rng_state.pth")
     checkpoint.write_manifest(ckpt)
     assert checkpoint.why_incomplete(ckpt) is None
+    assert load_as_deepspeed(shard)["zero_stage"] == ZeroStageEnum.gradients and load_as_deepspeed(
+        ckpt / "rng_state.pth"
+    )
     torch.save({"optimizer_state_dict": Planted()}, shard)
     checkpoint.write_manifest(ckpt)  # whoever planted it can rewrite the manifest too
-    why = checkpoint.why_incomplete(ckpt)
-    assert why.startswith(f"global_step4/{shard.name} names code that loading it would run (posix.system)"), why
-    with pytest.raises(WorkshopError, match="names code that loading it would run"):
-        checkpoint.last_checkpoint(ckpt)
-    assert not (tmp_path / "planted-ran").exists()
+    with pytest.raises(
+        WorkshopError,
+        match=f"global_step4/{shard.name} names code that loading it would run "
+        r"\(posix.system\).*\nTo fix: ",
+    ):
+        load_as_deepspeed(shard)
+    assert not (tmp_path / "planted-ran").exists() and shard.exists()
     # every pickle a checkpoint holds, at any depth, and the folders its `latest` tags name (issue 38)
     torch.save({"w": torch.ones(2)}, shard)
     for planted in (
@@ -100,8 +114,8 @@ def test_a_checkpoint_whose_pickle_names_code_is_never_loaded(tmp_path, monkeypa
     ):
         (ckpt / planted).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"w": Planted()}, ckpt / planted)
-        checkpoint.write_manifest(ckpt)
-        assert f"{planted} names code that loading it would run" in checkpoint.why_incomplete(ckpt), planted
+        with pytest.raises(WorkshopError, match=f"{planted} names code that loading it would run"):
+            load_as_deepspeed(ckpt / planted)
         (ckpt / planted).unlink()
     (ckpt / "latest").write_text("../../elsewhere")
     checkpoint.write_manifest(ckpt)
@@ -127,7 +141,7 @@ def test_deepspeeds_own_loads_run_weights_only_within_weights_only_loads(tmp_pat
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # a user's opposite switch: set aside, then back
     with checkpoint.weights_only_loads():
         assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients
-        with checkpoint.weights_only_loads():  # a block within the block (`code_in` during a resume's training)
+        with checkpoint.weights_only_loads():  # a block within the block: the outer's globals stay
             pass
         assert engine.load("ok.pt")["zero_stage"] == ZeroStageEnum.gradients  # the outer block's globals stay
         with pytest.raises(pickle.UnpicklingError, match="posix.system"):
@@ -141,7 +155,11 @@ def test_workshop_export_of_a_planted_checkpoint_runs_nothing_and_writes_nothing
     """`workshop export` as a user runs it on a run folder handed over with a pickle planted in its model states,
     the manifest rewritten to match: exit 2, one message naming the file and the callable, the fix, nothing run
     and nothing written."""
+    from workshop_lib.model import tiny_config
+
     ckpt = fake_checkpoint(tmp_path / "run", 4)
+    (ckpt / "latest").write_text("global_step4")  # a ZeRO checkpoint, which zero_to_fp32 loads (model states first)
+    tiny_config("Qwen/Qwen3-0.6B", 64).save_pretrained(ckpt)
     torch.save({"module": Planted()}, ckpt / "global_step4" / "mp_rank_00_model_states.pt")
     checkpoint.write_manifest(ckpt)
     p = workshop("export", tmp_path / "run", tmp_path / "exported", cwd=tmp_path, check=False)
@@ -169,10 +187,10 @@ def test_an_enum_pickled_by_name_loads_and_any_other_getattr_is_refused(tmp_path
     shard = ckpt / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
     torch.save({"zero_stage": EnumByName("gradients"), "w": torch.ones(2)}, shard)
     checkpoint.write_manifest(ckpt)
-    assert checkpoint.why_incomplete(ckpt) is None
+    assert load_as_deepspeed(shard)["zero_stage"].name == "gradients"
     torch.save({"zero_stage": EnumByName("__init__")}, shard)
-    checkpoint.write_manifest(ckpt)
-    assert "names code that loading it would run (builtins.getattr)" in checkpoint.why_incomplete(ckpt)
+    with pytest.raises(WorkshopError, match=r"names code that loading it would run \(builtins.getattr\)"):
+        load_as_deepspeed(shard)
 
 
 def test_resume_refuses_only_damage_with_no_complete_checkpoint_left(tmp_path):

@@ -31,6 +31,7 @@ import pickle
 import re
 import shlex
 import shutil
+import traceback
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -63,7 +64,7 @@ MAY_CHANGE = {
 }
 MANIFEST = "workshop_manifest.json"  # in each checkpoint-N/, written last: every file's bytes (and SHA-256)
 CHECKSUM_MAX_BYTES = 16 * MiB  # files up to 16 MiB get a SHA-256 (JSON, RNG states, schedule, tokenizer)
-# What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code (`code_in`)
+# What DeepSpeed 0.19.8 and the Trainer pickle beyond torch's weights_only allowlist, and runs no code
 SAFE_GLOBALS = {
     "deepspeed.runtime.fp16.loss_scaler.LossScaler",
     "deepspeed.runtime.zero.config.ZeroStageEnum",
@@ -145,36 +146,9 @@ def why_incomplete(ckpt: str | os.PathLike) -> str | None:
                 return f"{rel} changed since it was written (another SHA-256)"
     except (OSError, AttributeError, KeyError, TypeError) as e:
         return f"its files cannot be checked against its {MANIFEST} ({type(e).__name__}: {e})"
-    return code_in(ckpt)
-
-
-def code_in(ckpt: str | os.PathLike) -> str | None:
-    """None when every pickle in `ckpt` (*.pt, *.pth, at any depth: the states, the RNG's)
-    names only what torch's weights_only loader allows and SAFE_GLOBALS, and its `latest` tag names a folder in it;
-    else the first file that fails, and why. DeepSpeed loads its states with torch.load(weights_only=False), which
-    runs whatever callable a pickle names: a manifest whoever hands over a checkpoint can rewrite does not stop
-    that; this check does, reading only each file's pickle (torch.serialization.get_unsafe_globals_in_checkpoint)."""
-    ckpt = Path(ckpt)
     named = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
-    if named and (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names
+    if named and (ckpt / named).resolve().parent != ckpt.resolve():  # DeepSpeed loads what it names, unverified
         return f"latest names {named!r}, a folder outside the checkpoint"
-    for f in sorted(ckpt.rglob("*.pt")) + sorted(ckpt.rglob("*.pth")):
-        try:
-            names = set(torch.serialization.get_unsafe_globals_in_checkpoint(f)) - SAFE_GLOBALS
-        except Exception as e:  # not torch's zip format, or a pickle torch cannot walk
-            return f"{f.relative_to(ckpt)} cannot be read as a torch checkpoint ({type(e).__name__})"
-        if names == {"builtins.getattr"}:  # enum members by name (Python 3.11's early releases pickle them so)?
-            try:
-                with weights_only_loads():
-                    torch.load(f, mmap=True, map_location="cpu")
-                names = set()
-            except Exception:  # noqa: BLE001 - whatever stops torch's restricted unpickler: code, or a damaged file
-                pass
-        if names:
-            return (
-                f"{f.relative_to(ckpt)} names code that loading it would run ({', '.join(sorted(names))}); "
-                "the workshop never loads code from a checkpoint"
-            )
     return None
 
 
@@ -200,9 +174,12 @@ def weights_only_loads():
     """Within the block every torch.load is weights_only=True, by torch's own switch: TORCH_FORCE_WEIGHTS_ONLY_LOAD=1
     (torch >= 2.6 lets it override an explicit weights_only=False, which DeepSpeed 0.19.8 passes in its checkpoint
     engine and zero_to_fp32), with SAFE_GLOBALS allowed (torch.serialization.safe_globals) and
-    getattr only as `_enum_member`. A load of a file naming other code raises pickle.UnpicklingError (`code_in`
-    names it first); torch.load itself is never replaced. A TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD of the user's is set
-    aside meanwhile."""
+    getattr only as `_enum_member`. A load of a file naming other code raises pickle.UnpicklingError (torch names
+    the global) and runs none of it; torch.load itself is never replaced. A TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD of the
+    user's is set aside meanwhile.
+
+    Raises:
+        WorkshopError: an UnpicklingError left the block (`_refused`: the file and the global)."""
     allowed = [(_enum_member, "builtins.getattr")]
     for name in SAFE_GLOBALS:
         module, _, attr = name.rpartition(".")
@@ -216,11 +193,30 @@ def weights_only_loads():
     try:
         with torch.serialization.safe_globals(allowed):
             yield
+    except pickle.UnpicklingError as e:
+        raise _refused(e) from e
     finally:
         for name, value in saved.items():
             os.environ.pop(name, None)
             if value is not None:
                 os.environ[name] = value
+
+
+def _refused(e: pickle.UnpicklingError) -> WorkshopError:
+    """One message for a load `weights_only_loads` refused: the file (torch.load's argument `f`, from the traceback)
+    and the global torch names ("GLOBAL posix.system"; `_enum_member`'s refusal is builtins.getattr's)."""
+    files = [fr.f_locals.get("f") for fr, _ in traceback.walk_tb(e.__traceback__) if fr.f_code is _TORCH_LOAD]
+    found = re.search(r"GLOBAL ([\w.]+)", str(e))
+    name = found[1] if found else "builtins.getattr" if "getattr(" in str(e) else str(e).splitlines()[0]
+    return WorkshopError(
+        f"{files[-1] if files else 'a checkpoint file'} names code that loading it would run ({name}); torch's "
+        "weights-only loader refused it, so none of it ran, and nothing was deleted.",
+        "the workshop never loads code from a checkpoint: use one written by the workshop's own runs (another "
+        "checkpoint of the run, or a copy from its author).",
+    )
+
+
+_TORCH_LOAD = torch.serialization.load.__code__  # the frame whose `f` is the file refused
 
 
 # torch's weights-only switches, read by torch.load at each call (torch/serialization.py); both set is an error there
