@@ -61,11 +61,13 @@ def test_a_config_only_directory_with_random_weights_gets_a_real_tokenizer(tmp_p
     """A directory with only a config.json (an architecture to try, random weights): transformers 5 builds an empty
     tokenizer from it rather than raising, which would make every example one token; the workshop's own BPE
     tokenizer is used instead."""
-    from workshop_lib.model import check_model_source, tiny_config
+    from workshop_lib.model import check_model_fits_data, check_model_source, tiny_config
 
     tiny_config("Qwen/Qwen3-0.6B", 4096).save_pretrained(tmp_path)
-    with pytest.raises(WorkshopError, match="vocab_size 4,096 is below the 32,000 tokens"):  # ids out of range
-        check_model_source(str(tmp_path), random_weights=True)
+    check_model_source(str(tmp_path), random_weights=True)
+    net, tok, _ = load_model_and_tokenizer(str(tmp_path), random_weights=True)
+    with pytest.raises(WorkshopError, match="embedding has 4,096 rows"):  # the local tokenizer's ids out of range
+        check_model_fits_data(net, tok, 64, str(tmp_path))
     tiny_config("Qwen/Qwen3-0.6B", 32_000).save_pretrained(tmp_path)
     check_model_source(str(tmp_path), random_weights=True)
     _, tok, info = load_model_and_tokenizer(str(tmp_path), random_weights=True)
