@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # run as a script or loaded by a test
 from generated import write_or_check  # noqa: E402
 
+from workshop_lib.results import title  # noqa: E402
+
 FINDINGS = ROOT / "lab" / "findings" / "h100"
 REF = ROOT / "workshop_lessons" / "reference"
 CAPTION = (
@@ -159,7 +161,7 @@ def scaling_rows(d: Path, part: str | None = None) -> list[list[str]]:
     from workshop_lib.results import load_results, scaling_table
 
     st = scaling_table(load_results(d)).set_index(["experiment", "GPUs"])
-    tps = st["steady tokens/s"]
+    tps = st[title("steady_train_tokens_per_second")]
     return [
         [*([part] if part else []), e, n(tps[(e, 1)]), n(tps[(e, 2)]), st.at[(e, 2), "scaling efficiency"]]
         for e in ("stage2", "stage3")
@@ -265,7 +267,7 @@ def bench(p: Page) -> None:
             "norms": int(norms["# of Calls"]) // 3 if norms else 0,
         }
     dd, lv = got["default"], got["levers"]
-    ceiling = pd.read_csv(d / "bench.csv").set_index("row").loc["plain PyTorch (ceiling)", "steady s/step"]
+    ceiling = pd.read_csv(d / "bench.csv").set_index("row").loc["plain PyTorch (ceiling)", title("steady_step_time_s")]
     p("GPU kernels ms, default", f"{dd['gpu']:.1f}")
     p("GPU kernels ms, levers", f"{lv['gpu']:.1f}")
     p("ceiling step ms", f"{1000 * ceiling:.0f}")
@@ -305,7 +307,7 @@ def zero3_offload() -> dict:
     prof = {k: profile(d / "profile" / k / "profile.txt") for k in ("stage2", "stage3", "stage2_offload")}
     mean = lambda k, i: statistics.mean(s[i] for s in prof[k][0])  # noqa: E731
     bound = mean("stage2", 0) - mean("stage2", 5) + mean("stage2_offload", 5)
-    tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
+    tps = pd.read_csv(d / "bench.csv").set_index("row")[title("steady_train_tokens_per_second")]
     _ = run_dir_name
     return {
         "work": f"{mean('stage3', 1) / mean('stage2', 1):.1f}",
@@ -379,7 +381,7 @@ def bench_zero3_offload(p: Page) -> None:
     acc4 = w["A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)"]
     p("accumulation 4 / offload, bench", x(acc4 / w["default ZeRO-2 + CPU offload"]))
     tps = pd.read_csv(d / "bench.csv").set_index("row")
-    rate, z2, z3 = tps["steady tokens/s"], "default ZeRO-2", "default ZeRO-3"
+    rate, z2, z3 = tps[title("steady_train_tokens_per_second")], "default ZeRO-2", "default ZeRO-3"
     runs = {r: json.loads((d / "runs" / _run_dir(r) / "results.json").read_text()) for r in (z2, z3, LIGER_LAYERS)}
     lg = LIGER_LAYERS
     p("Liger tokens/s", n(rate[lg]))
@@ -411,7 +413,10 @@ def bench_gap(p: Page) -> None:
         window["A_B_ZeRO-2_plus_CPU_offload_ZenFlow"],
         window["A_B_ZeRO-2_plus_CPU_offload_4_x_32k_tokens_accumulation_4"],
     )
-    ceiling = table.loc["default ZeRO-2", "steady tokens/s"] / table.loc["plain PyTorch (ceiling)", "steady tokens/s"]
+    ceiling = (
+        table.loc["default ZeRO-2", title("steady_train_tokens_per_second")]
+        / table.loc["plain PyTorch (ceiling)", title("steady_train_tokens_per_second")]
+    )
     targets(
         p,
         ceiling,
@@ -437,7 +442,7 @@ def bench_gap(p: Page) -> None:
     row = by_gpu | by_cpu
     per_step = lambda name: ms(row[name]["CPU total"]) / 3  # noqa: E731 - 3 steps profiled
     p("GPU kernels ms", f"{gpu_total_ms(path) / 3:.0f}")
-    p("ceiling step ms", f"{1000 * table.loc['plain PyTorch (ceiling)', 'steady s/step']:.0f}")
+    p("ceiling step ms", f"{1000 * table.loc['plain PyTorch (ceiling)', title('steady_step_time_s')]:.0f}")
     p("collation ms", f"{per_step('enumerate(DataLoader)#_SingleProcessDataLoaderIter._...'):.1f}")
     p("AccumulateGrad calls", str(int(row["torch::autograd::AccumulateGrad"]["# of Calls"]) // 3))
     p("AccumulateGrad ms", f"{per_step('torch::autograd::AccumulateGrad'):.1f}")
@@ -520,7 +525,7 @@ def first_over_fourth(d: Path) -> str:
 
 
 def bench_flash(p: Page) -> None:
-    tps = pd.read_csv(FINDINGS / "bench-flash" / "bench.csv").set_index("row")["steady tokens/s"]
+    tps = pd.read_csv(FINDINGS / "bench-flash" / "bench.csv").set_index("row")[title("steady_train_tokens_per_second")]
     z2 = tps["default ZeRO-2"]
     targets(
         p, z2 / tps["plain PyTorch (ceiling)"], tps["default ZeRO-3"] / z2, tps["default ZeRO-2 + CPU offload"] / z2
@@ -531,7 +536,7 @@ def bench_peers(p: Page) -> None:
     from lab.bench import PEERS
 
     d = FINDINGS / "bench-peers"
-    tps = pd.read_csv(d / "bench.csv").set_index("row")["steady tokens/s"]
+    tps = pd.read_csv(d / "bench.csv").set_index("row")[title("steady_train_tokens_per_second")]
     z2, ceiling = tps["default ZeRO-2"], tps["plain PyTorch (ceiling)"]
     hf, trl = (z2 / tps[r] for r in PEERS)
     more = [
@@ -546,7 +551,9 @@ def bench_peers(p: Page) -> None:
         offload="CPU-offload",
         more=more,
     )
-    before = pd.read_csv(d / "ceiling-after-peers" / "bench.csv").set_index("row")["steady tokens/s"]
+    before = pd.read_csv(d / "ceiling-after-peers" / "bench.csv").set_index("row")[
+        title("steady_train_tokens_per_second")
+    ]
     log = (d / "ceiling-after-peers" / "log_headers_and_compile_errors.txt").read_text().splitlines()
     p("CompilationError warnings", str(sum("CompilationError" in line for line in log)))
     p("ceiling after the peers tokens/s", n(before["plain PyTorch (ceiling)"]))
@@ -561,7 +568,9 @@ def bench_peers(p: Page) -> None:
 
 
 def bench_prefetch(p: Page) -> None:
-    tps = pd.read_csv(ROOT / "lab/findings/h200/bench-prefetch/bench.csv").set_index("row")["steady tokens/s"]
+    tps = pd.read_csv(ROOT / "lab/findings/h200/bench-prefetch/bench.csv").set_index("row")[
+        title("steady_train_tokens_per_second")
+    ]
     z2 = tps["default ZeRO-2"]
     p.table(
         "targets",
@@ -601,7 +610,7 @@ def collation_gc_loss(p: Page) -> None:
     workers, z2 = "A/B: ZeRO-2, 2 data loader workers", "default ZeRO-2"
     rows, gains = [], []
     for k in ("levers", "repeat2", "repeat3"):
-        tps = t[k]["steady tokens/s"]
+        tps = t[k][title("steady_train_tokens_per_second")]
         ceiling = tps["plain PyTorch (ceiling)"]
         gains.append(tps[workers] / tps[z2])
         rows.append([k, x(tps[z2] / ceiling), x(gains[-1]), x(tps[workers] / ceiling)])
@@ -611,11 +620,14 @@ def collation_gc_loss(p: Page) -> None:
         rows,
     )
     p("2 workers / ZeRO-2, range", f"{min(gains):.2f}-{max(gains):.2f}x")
-    runs = {row: [t[k].loc[row, "steady tokens/s"] for k in ("levers", "repeat2", "repeat3")] for row in (workers, z2)}
+    runs = {
+        row: [t[k].loc[row, title("steady_train_tokens_per_second")] for k in ("levers", "repeat2", "repeat3")]
+        for row in (workers, z2)
+    }
     spread = {row: (max(v) - min(v)) / statistics.mean(v) for row, v in runs.items()}
     p("2 workers' spread", f"{spread[workers]:.1%}")
     p("ZeRO-2's spread", f"{spread[z2]:.1%}")
-    lv, mib = t["levers"]["steady tokens/s"], t["levers"]["torch peak alloc MiB"]
+    lv, mib = t["levers"][title("steady_train_tokens_per_second")], t["levers"][title("gpu_peak_allocated_mib")]
     p("collector off / ZeRO-2", x(lv["A/B: ZeRO-2, Python's garbage collector off (disable_python_gc)"] / lv[z2]))
     own, stock = "A/B: ZeRO-2, 16k tokens", "A/B: ZeRO-2, 16k tokens, all logits"
     p("chunked / stock loss", x(lv[CHUNKED] / lv[stock]))
@@ -624,7 +636,7 @@ def collation_gc_loss(p: Page) -> None:
     p("peak MiB, stock", n(mib[stock]))
     p("peak MiB, workshop", n(mib[own]))
     p("chunked keeps MiB more", n(mib[CHUNKED] - mib[own]))
-    nd, steps = t["default"]["steady tokens/s"], t["default"]["steady s/step"]
+    nd, steps = t["default"][title("steady_train_tokens_per_second")], t["default"][title("steady_step_time_s")]
     z = nd[z2]
     offload = nd[[r for r in nd.index if "offload" in r]].max() / z
     targets(
@@ -675,7 +687,7 @@ def bucket_hooks(p: Page) -> None:
     t = {k: pd.read_csv(d / k / "bench.csv").set_index("row") for k in ("process1", "process2")}
     rows, shorter, peaks = [], [], {}
     for k, table in t.items():
-        tps, step = table["steady tokens/s"], table["steady s/step"]
+        tps, step = table[title("steady_train_tokens_per_second")], table[title("steady_step_time_s")]
         shorter.append(1000 * (step[z2] - step[BUCKETED]))
         rows.append(
             [
@@ -688,7 +700,7 @@ def bucket_hooks(p: Page) -> None:
                 x(tps[BUCKETED] / tps[ceiling]),
             ]
         )
-        util, mib = table["GPU util %"], table["torch peak alloc MiB"]
+        util, mib = table[title("gpu_util_pct")], table[title("gpu_peak_allocated_mib")]
         p(f"GPU util, default, {k}", f"{util[z2]:.1f}%")
         p(f"GPU util, per bucket, {k}", f"{util[BUCKETED]:.1f}%")
         peaks[k] = (n(mib[BUCKETED]), n(mib[z2]))
@@ -716,9 +728,9 @@ def bucket_hooks(p: Page) -> None:
     p("step shorter ms, rounded", f"{statistics.mean(shorter):.0f}")
     bench_profiles(p)
     p("step shorter ms, process2", f"{shorter[1]:.1f}")
-    default = [table.loc[z2, "steady tokens/s"] for table in t.values()]
+    default = [table.loc[z2, title("steady_train_tokens_per_second")] for table in t.values()]
     p("default rows' spread", f"{(max(default) - min(default)) / statistics.mean(default):.1%}")
-    step = t["process1"]["steady s/step"]
+    step = t["process1"][title("steady_step_time_s")]
     p("ZeRO-2 step s, process1", f"{step[z2]:.3f}")
     p("ceiling step s, process1", f"{step[ceiling]:.3f}")
 
@@ -743,7 +755,7 @@ def packed(p: Page) -> None:
     folders = [*(f"before-fix/process{i}" for i in (1, 2, 3, 4)), "before-fix/long", "after-fix"]
     rows, lift, dvc, packed_ceiling, times, off, others = [], [], [], [], [], [], []
     for k in folders:
-        tps = pd.read_csv(d / k / "bench.csv").set_index("row")["steady tokens/s"]
+        tps = pd.read_csv(d / k / "bench.csv").set_index("row")[title("steady_train_tokens_per_second")]
         packed_ceiling.append(tps[CEILING_PACKED])
         lift.append(tps[CEILING_PACKED] / tps[CEILING])
         dvc.append(tps[z2] / tps[CEILING])
@@ -986,7 +998,10 @@ def x2_h100_28(p: Page) -> None:
         part: scaling_table(load_results(d / part)).set_index(["experiment", "GPUs"]) for part in ("runs", "repeat")
     }
     for e, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
-        one, two = (statistics.mean(st.at[(e, k), "steady tokens/s"] for st in tables.values()) for k in (1, 2))
+        one, two = (
+            statistics.mean(st.at[(e, k), title("steady_train_tokens_per_second")] for st in tables.values())
+            for k in (1, 2)
+        )
         p(f"scaling efficiency, mean of both, {name}", f"{two / 2 / one:.0%}")
 
     def median(part, run, col="forward_ms"):
@@ -1020,8 +1035,8 @@ def x2_h100_27b(p: Page) -> None:
     p("ZeRO-3 scaling efficiency, HF's prefetch", scaling_rows(REF / "h100" / "x2-2026-11-27" / "runs")[1][-1])
     st = scaling_table(load_results(d / "repeat")).set_index(["experiment", "GPUs"])
     p("ZeRO-3 scaling efficiency, repeat", st.at[("stage3", 2), "scaling efficiency"])
-    p("ZeRO-3 tokens/s, repeat, 1 GPU", n(st.at[("stage3", 1), "steady tokens/s"]))
-    p("ZeRO-3 tokens/s, repeat, 2 GPUs", n(st.at[("stage3", 2), "steady tokens/s"]))
+    p("ZeRO-3 tokens/s, repeat, 1 GPU", n(st.at[("stage3", 1), title("steady_train_tokens_per_second")]))
+    p("ZeRO-3 tokens/s, repeat, 2 GPUs", n(st.at[("stage3", 2), title("steady_train_tokens_per_second")]))
     p("band", f"±{lessons.band('steady_train_tokens_per_second', root=d):.1%}")
     p("faster rank waited ms, ZeRO-2", f"{multi_gpu.stragglers(d / 'runs' / 'stage2-2').mean_waited_ms:.1f}")
     for part in ("runs", "repeat"):
@@ -1077,23 +1092,23 @@ def guide(p: Page) -> None:
         [
             "experiment",
             "model, recipe",
-            "steady tokens/s",
-            "MFU",
-            "GPU peak MiB",
-            "torch peak alloc MiB",
+            title("steady_train_tokens_per_second"),
+            title("mfu"),
+            title("gpu_peak_mib"),
+            title("gpu_peak_allocated_mib"),
             "DeepSpeed est. model states MiB",
-            "host peak RSS MiB",
+            title("host_peak_rss_mib"),
         ],
         [
             [
                 r["experiment"],
                 f"{r['model'].split('/')[-1]}, {r['recipe']}",
-                n(r["steady tokens/s"]),
-                r["MFU"],
-                n(r["GPU peak MiB"]),
-                n(r["torch peak alloc MiB"]),
-                n(r["est. model states GPU MiB"]),
-                n(r["host peak RSS MiB"]),
+                n(r[title("steady_train_tokens_per_second")]),
+                r[title("mfu")],
+                n(r[title("gpu_peak_mib")]),
+                n(r[title("gpu_peak_allocated_mib")]),
+                n(r[title("estimated_model_states_gpu_mib")]),
+                n(r[title("host_peak_rss_mib")]),
             ]
             for _, r in t.iterrows()
         ],
@@ -1116,7 +1131,7 @@ def guide(p: Page) -> None:
                 n(r["steady tokens/s per GPU"]),
                 r["scaling efficiency"],
                 n(r["peak GPU MiB per GPU"]),
-                n(r["est. model states GPU MiB"]),
+                n(r[title("estimated_model_states_gpu_mib")]),
             ]
             for _, r in st.iterrows()
         ],
@@ -1180,7 +1195,9 @@ def notebook_03c(p: Page) -> None:
     # the ladder's order, from the reference runs: offload the slowest
     x2 = lm.reference_runs(lm.REFERENCES[lm.X2]).set_index("experiment")
     p.inline["zero3-vs-offload-8b"] = x(
-        x2.at["stage3", "steady tokens/s"] / x2.at["stage3_offload", "steady tokens/s"], 1
+        x2.at["stage3", title("steady_train_tokens_per_second")]
+        / x2.at["stage3_offload", title("steady_train_tokens_per_second")],
+        1,
     )
     p.inline["checkpointing-vs-offload-4b"] = x(lm.checkpointing_against_offload().tokens_per_second.ratio, 1)
 
@@ -1198,24 +1215,24 @@ def h200_scaling(p: Page) -> None:
                 "experiment",
                 "GPUs",
                 "global batch",
-                "samples/s",
+                title("train_samples_per_second"),
                 "samples/s per GPU",
                 "scaling efficiency",
                 "peak GPU MiB per GPU",
                 "DS est. model states GPU MiB",
-                "train loss",
+                title("train_loss"),
             ],
             [
                 [
                     r["experiment"],
                     r["GPUs"],
-                    f"{r['global batch (questions)']:g}",
-                    f"{r['samples/s']:.2f}",
+                    f"{r[title('global_batch_size')]:g}",
+                    f"{r[title('train_samples_per_second')]:.2f}",
                     f"{r['samples/s per GPU']:.2f}",
                     r["scaling efficiency"],
                     n(r["peak GPU MiB per GPU"]),
-                    n(r["est. model states GPU MiB"]),
-                    f"{r['train loss']:.4f}",
+                    n(r[title("estimated_model_states_gpu_mib")]),
+                    f"{r[title('train_loss')]:.4f}",
                 ]
                 for _, r in st.iterrows()
             ],
