@@ -11,8 +11,7 @@ skipped, with the reason, where TRL is not installed). From the repository's roo
 
 Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log (a peer's
 in train_log.csv's columns, as every run's), and any step that compiled are left out, then all the steady steps'
-tokens over their summed time, the one figure of the table, the ratios under it and the plot (it measures a row
-whose steps are not each synced with the GPU, `logging_steps`, as a whole). Speeds are
+tokens over their summed time, the one figure of the table, the ratios under it and the plot. Speeds are
 comparable only within one benchmark call. Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a
 "window tokens/s" column and a median-step "steady tokens/s": the definition then.
 """
@@ -117,12 +116,11 @@ VARIANTS = [
         dict(experiment="stage2_offload", gradient_accumulation_steps=4),
     ),
     # The levers of the profile (lab/findings/h100/bench-gap): ZeRO-2's per-tensor gradient norms and the clipping's
-    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU), the Trainer's
-    # per-step reads from the GPU; then all three
+    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU). The Trainer's per-step
+    # reads from the GPU (logging every 8 steps) and all three together had rows until 2026-11-29: within the noise
+    # (lab/findings/h100/bench)
     ("A/B: ZeRO-2, no gradient norm (max_grad_norm 0: no clipping)", dict(experiment="stage2", max_grad_norm=0)),
     ("A/B: ZeRO-2, overlap_comm off (one GPU)", dict(experiment="stage2", ds_config=NO_OVERLAP)),
-    ("A/B: ZeRO-2, no per-step host syncs (logging every 8 steps)", dict(experiment="stage2", logging_steps=8)),
-    ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
     ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
     # issue 42's levers not in the rows above: Python's cyclic garbage collector off for the run (DeepSpeed's own
     # setting); DeepSpeed's chunked cross-entropy (every position's logits, never in fp32) against the workshop's

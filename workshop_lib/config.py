@@ -198,9 +198,8 @@ class RunConfig:
     logging_steps: int | None = _recipe_opt(
         "logging_steps",
         1,
-        "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
-        "on one rank, the loss, gradient norm and tokens are read from the GPU at those steps only and batches "
-        "are copied to it without waiting: no host sync in between",
+        "optimizer steps between train_log.csv's rows (the Trainer's logging_steps; each row's loss the mean "
+        "since the last row)",
     )
     torch_compile_zero3: bool | None = _recipe_opt(
         "torch_compile_zero3",

@@ -39,7 +39,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from . import checkpoint, comms, env, preflight, rundir, teardown
 from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
-from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
 from .errors import WorkshopError, causes
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
@@ -436,7 +436,6 @@ def build_trainer(run: Run):
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
-    unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (WorkshopTrainer)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS),
         per_device_train_batch_size=micro,
@@ -450,7 +449,6 @@ def build_trainer(run: Run):
         logging_steps=cfg.logging_steps,
         report_to="none",
         max_grad_norm=cfg.max_grad_norm,
-        accelerator_config={"non_blocking": unsynced},
         save_strategy=cfg.save_strategy,
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
@@ -485,28 +483,19 @@ def build_trainer(run: Run):
             cfg.max_length,
             attention_mask=not cfg.drop_attention_mask,
             labelled_positions=cfg.logits_on == "labelled",
-            count_tokens=unsynced,
         ),
         processing_class=run.tokenizer,
         batches=batches,
-        unsynced=unsynced,
     )
     return run.trainer
 
 
 class WorkshopTrainer(Trainer):
-    """The HF Trainer with the workshop's two changes, each off unless asked for:
+    """The HF Trainer with the workshop's one change, off unless asked for: `batches` (a `TokenBudgetBatchSampler`),
+    training micro-batches sized in tokens, drawn from it."""
 
-    - `batches` (a `TokenBudgetBatchSampler`): training micro-batches sized in tokens, drawn from it.
-    - `unsynced` (one rank, `RunConfig.logging_steps` > 1): no host syncs between logging steps. The micro-batch's
-      non-padding tokens come counted on the host by the collator (`make_collator(count_tokens=True)`: the
-      Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the gradient
-      norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
-      DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
-      The figures logged are the Trainer's own."""
-
-    def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, unsynced: bool = False, **kwargs):
-        self.batches, self.unsynced, self.host_tokens = batches, unsynced, 0
+    def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, **kwargs):
+        self.batches = batches
         super().__init__(*args, **kwargs)
 
     def get_train_dataloader(self):
@@ -521,25 +510,6 @@ class WorkshopTrainer(Trainer):
                 pin_memory=self.args.dataloader_pin_memory,
             )
         )
-
-    def training_step(self, model, inputs, *args, **kwargs):
-        if self.unsynced:
-            self.host_tokens = inputs.pop(TOKENS_KEY)  # before the model sees the batch
-        return super().training_step(model, inputs, *args, **kwargs)
-
-    def prediction_step(self, model, inputs, *args, **kwargs):
-        inputs.pop(TOKENS_KEY, None)
-        return super().prediction_step(model, inputs, *args, **kwargs)
-
-    def _track_num_input_tokens(self, inputs):  # called after training_step, with the same batch
-        if not self.unsynced:
-            return super()._track_num_input_tokens(inputs)
-        self.state.num_input_tokens_seen += self.host_tokens
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        if self.unsynced and grad_norm is not None:
-            return grad_norm
-        return super()._get_grad_norm(model, grad_norm)
 
 
 class EpochOrder(TrainerCallback):
