@@ -746,7 +746,10 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
     assert config.recipe_settings("default", tiny=True)["num_train_samples"] == config.TINY["num_train_samples"]
     assert "padding" in config.RunConfig.__dataclass_fields__ and not hasattr(config, "Recipe")
     overlays = {"bench.BEFORE": bench.BEFORE, "large_models.LARGE": large_models.LARGE}
-    overlays |= {f"bench {label}": settings for label, settings in bench.VARIANTS}
+    # less the lab's own `liger` (Liger-Kernel's kernels, applied by the benchmark)
+    overlays |= {
+        f"bench {label}": {k: v for k, v in fields.items() if k != "liger"} for label, fields in bench.VARIANTS
+    }
     overlays |= {
         f"{nb}/{run}": {k: v for k, v in settings.items() if v != QUARTER}
         for nb, runs in COURSE_RUNS.items()
@@ -762,8 +765,8 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
         config.check_overlay({"padding": "maxlen"}, "a notebook")
     with pytest.raises(WorkshopError, match="max_length must be int or None, got '512'"):
         config.check_overlay({"max_length": "512"}, "a notebook")
-    with pytest.raises(WorkshopError, match="liger_kernel must be bool or None, got 1"):
-        config.check_overlay({"liger_kernel": 1}, "a notebook")
+    with pytest.raises(WorkshopError, match="drop_attention_mask must be bool or None, got 1"):
+        config.check_overlay({"drop_attention_mask": 1}, "a notebook")
     # a notebook's RunConfig is checked the same way when it resolves, before anything is written
     with pytest.raises(WorkshopError, match=r"(?s)RunConfig: padding must be one of .*To fix: set padding"):
         resolve(RunConfig("stage2", padding="maxlen", output_dir="/tmp/x"))
@@ -1050,21 +1053,24 @@ def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
 
 
 def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(capsys):
-    """`--tiny`, `--liger-kernel` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
+    """`--tiny`, `--drop-attention-mask` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
     `--no-save-model` HfArgumentParser adds has help of its own."""
     for argv, expected in [
-        (["--liger-kernel"], True),
-        (["--liger-kernel", "false"], False),
+        (["--drop-attention-mask"], True),
+        (["--drop-attention-mask", "false"], False),
         (["--save-model", "false"], False),
         (["--no-save-model"], False),
         ([], True),
     ]:
         cfg = parse_run_args(["stage2", "--tiny", *argv])
-        assert cfg.tiny is True and (cfg.liger_kernel if "--liger-kernel" in argv else cfg.save_model) is expected
+        assert (
+            cfg.tiny is True
+            and (cfg.drop_attention_mask if "--drop-attention-mask" in argv else cfg.save_model) is expected
+        )
     with pytest.raises(SystemExit):
         parse_run_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--no-save-model the same as --save-model false" in text and "--liger-kernel [{true,false}]" in text
+    assert "--no-save-model the same as --save-model false" in text and "--drop-attention-mask [{true,false}]" in text
     shown = re.findall(r"(?:^|\s)(--[a-z][\w-]*)", text.split("options:", 1)[1])
     invocations = re.findall(r"(?:^|\s)(--[a-z][\w-]*)(?= [A-Z\[])", text)  # an option with its value shown
     assert not [o for o in shown if "_" in o] and len(invocations) == len(set(invocations))  # each option once

@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import hashlib
 import importlib.metadata as md
-import importlib.util
 import io
 import logging
 import os
@@ -84,17 +83,6 @@ def pick_attention(requested: str, precision: str) -> str | None:
     ):
         return None
     return requested
-
-
-def liger_available() -> bool:
-    """True on a GPU where Liger-Kernel is installed (its Triton kernels need one); the CPU path keeps plain
-    PyTorch. Says so where a GPU run asked for it and it is missing."""
-    if not torch.cuda.is_available():
-        return False
-    if importlib.util.find_spec("liger_kernel") is None:
-        print("Liger-Kernel is not installed (pip install liger-kernel): plain PyTorch layers and loss instead.")
-        return False
-    return True
 
 
 def peak_flops() -> float | None:

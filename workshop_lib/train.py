@@ -54,15 +54,6 @@ from .model import (
 from .record import record
 from .units import MiB
 
-# Liger-Kernel's fused linear + cross-entropy alone (an option): torch.compile fuses its other kernels by default
-LIGER_FLCE_ONLY = {
-    "rope": False,
-    "rms_norm": False,
-    "swiglu": False,
-    "cross_entropy": False,
-    "fused_linear_cross_entropy": True,
-}
-
 
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
     """Fine-tune on SQuAD as `config` says and return the results (a `RunResults` as a dict, also written
@@ -462,8 +453,6 @@ def build_trainer(run: Run):
         include_num_input_tokens_seen="non_padding",
         ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
-        use_liger_kernel=cfg.liger_kernel,
-        liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing),
     )
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
