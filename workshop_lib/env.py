@@ -172,7 +172,6 @@ def init_distributed() -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if world()[2] > 1:
         dist.init_process_group(backend, timeout=timeout)
-        rank_processes()  # now, while every rank is here: a collective
         return
     # Set for the start only (NCCL started now, not at its first collective, so it reads them now): left in
     # os.environ they would reach a batch job submitted from this process and hold its nodes to loopback.
@@ -205,12 +204,6 @@ def gather(obj) -> list:
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, obj)
     return every
-
-
-@lru_cache(maxsize=1)
-def rank_processes() -> tuple[tuple[str, int, float], ...]:
-    """(host, pid, start time) of every rank's process, in rank order: gathered by `init_distributed` (a collective)."""
-    return tuple(gather((socket.gethostname(), os.getpid(), psutil.Process().create_time())))
 
 
 def barrier() -> None:

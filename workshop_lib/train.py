@@ -24,7 +24,6 @@ under a launcher (torchrun, deepspeed, srun), where each rank calls it and rank 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -41,7 +40,7 @@ from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAt
 from .config import RunConfig, resolve
 from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
-from .errors import WorkshopError, causes
+from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
 from .model import (
@@ -52,7 +51,6 @@ from .model import (
     load_model_and_tokenizer,
 )
 from .record import record
-from .units import MiB
 
 
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
@@ -77,8 +75,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
             experiment, a GPU too small, an output directory holding a run, a --resume whose checkpoints are
-            all damaged (nothing is written in these cases), an out-of-memory error during training (the
-            logs so far are kept), or another rank lost (its launcher's SIGTERM to this one included).
+            all damaged (nothing is written in these cases), or an out-of-memory error during training (the
+            logs so far are kept).
         RunInterrupted: SIGINT, or a signal before training started; the message names the complete
             checkpoints kept and the command that resumes (`checkpoint.kept`).
         RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same."""
@@ -97,75 +95,6 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         cfg = preflight.check_machine(cfg, exp)
         preflight.check_resume(cfg)
         return _run(Run(cfg, exp, *env.world(), callbacks, asked))
-
-
-# gloo's errors for a peer whose process ended (its connections closed, reset) or that stopped answering
-PEER_LOST = re.compile(r"gloo/transport/.*(by peer|Socket Timeout|Timed out|Broken pipe|Read error)")
-
-
-def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | None:
-    """The ranks other than `rank` whose processes have ended (`env.rank_processes`), when `e` or an exception it was
-    raised from is gloo's or NCCL's error for a peer that left or stopped answering, waiting up to `wait_s` seconds
-    for a dying one to end ([] when none on this host has: one on another host, or a hung one); else None. For the
-    SIGTERM a launcher sends every rank once one has ended (`rundir.RunInterrupted`), those that have ended, or None."""
-    term = isinstance(e, rundir.RunInterrupted) and e.signal == "SIGTERM"
-    if not (term or any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e))):
-        return None
-    deadline = time.monotonic() + (0 if term else wait_s)
-    while (
-        not (
-            gone := [
-                r
-                for r, (host, pid, created) in enumerate(env.rank_processes())
-                if r != rank and not rundir.alive(pid, host, created)
-            ]
-        )
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.2)
-    return None if term and not gone else gone
-
-
-def peer_lost_error(run: Run, lost: list[int], step: int | None = None) -> WorkshopError:
-    """The one message for a run stopped because another rank ended or stopped answering (`lost_ranks`): which, when
-    (`step`; None: before the run claimed its directory, nothing written), what the run kept, where to look."""
-    procs = env.rank_processes()
-    who = " and ".join(f"rank {r} (pid {procs[r][1]} on {procs[r][0]})" for r in lost)
-    return WorkshopError(
-        (
-            f"Lost {who}: its process ended"
-            if lost
-            else f"Another of the {run.world_size} ranks stopped answering (on another host, or hung)"
-        )
-        + (f" at step {step}" if step is not None else " before training started")
-        + f" ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. "
-        + (f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}" if step is not None else "Nothing was written."),
-        f"read {'rank ' + str(lost[0]) if lost else 'every rank'}'s own output for why it ended (its lines start "
-        "with [rankN]: under torchrun; a batch job's are in logs/<job name>-<job id>.out); none means it was killed "
-        f"(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the {'same ' * (step is None)}"
-        f"command {'again' if step is None else 'above'}.",
-    )
-
-
-def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
-    """The one message for a run stopped by a full disk (`checkpoint.clear_partial_writes` has removed what it
-    was writing): the disk, its free space, what the run needs, and the command that goes on."""
-    usage, mount = shutil.disk_usage(out), rundir.mount_point(out)
-    if cleared["checkpoint_mib"]:
-        need = f"a checkpoint of this run takes {cleared['checkpoint_mib']:,.0f} MiB"
-    else:  # `checkpoint.bytes_per_param`
-        need = f"a checkpoint of this run takes about {cleared['estimate_mib']:,.0f} MiB"
-    need += f" and the run keeps up to {cleared['keep']}"
-    complete = cleared["complete"]
-    go_on = checkpoint.run_command(asked, out, "--resume" if complete else "--overwrite")
-    return WorkshopError(
-        f"The disk holding {out} ({mount}) is full: the run stopped at step {step} while writing {cleared['what']}; "
-        f"{need}. The partial files were removed ({usage.free / MiB:,.0f} MiB free of "
-        f"{usage.total / MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
-        + (f"Complete checkpoints kept: {', '.join(map(str, complete))}." if complete else "No checkpoint was kept."),
-        f"free space on {mount} (`du -sh {mount}/*` shows what holds it) or copy the run to a larger disk, then "
-        f"{go_on}",
-    )
 
 
 @dataclass
@@ -213,22 +142,18 @@ class Run:
 
 def _run(run: Run) -> dict:
     """The run's stages in order; raises as `run_experiment`. However it ends after claiming its directory, rank 0
-    marks how (`mark_ended`); a stop by a signal is told with its step, a full disk in one message."""
+    marks how (`mark_ended`); a stop by a signal is told with its step."""
     cfg, exp, rank, world_size, local_rank = run.cfg, run.exp, run.rank, run.world_size, run.local_rank
-    try:  # data, then model: a bad file, a missing model or a lost rank stops here, before anything is written
+    try:  # data, then model: a bad file or a missing model stops here, before anything is written
         load_data(run)
         preflight.check_resources(cfg, exp, world_size, local_rank)
         load_model(run)
         claim(run)
-    except (Exception, rundir.RunInterrupted) as e:  # a rank lost before rank 0 claimed the directory: one message
+    except (Exception, rundir.RunInterrupted) as e:
         rundir.StopRequest.ending = True
-        if rundir.StopRequest.claimed:
-            error = mark_ended(run, e)[1]
-        else:
-            error = None if (lost := lost_ranks(e, rank)) is None else peer_lost_error(run, lost)
-        if error is None:
-            raise
-        raise error from e
+        if rundir.StopRequest.claimed:  # a failure in the barrier after rank 0 claimed the directory
+            mark_ended(run, e)
+        raise
     try:
         if cfg.resume:
             run.resume_from = checkpoint.resume_point(run.out, rank)
@@ -247,11 +172,9 @@ def _run(run: Run) -> dict:
             rundir.finish(run.out, run.results)
     except BaseException as e:
         rundir.StopRequest.ending = True  # torchrun's SIGTERM to every rank once one failed waits: this error is told
-        step, error = mark_ended(run, e)
+        step = mark_ended(run, e)
         if isinstance(e, rundir.RunInterrupted):
             raise e.at_step(step, checkpoint.kept(cfg.output_dir, run.asked)).with_traceback(e.__traceback__) from None
-        if error is not None:
-            raise error from e
         raise
     finally:
         cleanup(run)
@@ -317,44 +240,19 @@ def score_after_training(run: Run) -> None:
     run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
 
 
-def mark_ended(run: Run, e: BaseException) -> tuple[int, WorkshopError | None]:
-    """Rank 0 (or, rank 0 gone, a surviving rank) marks the output directory with how the run ended
-    (`rundir.mark_ended`): preempted, interrupted, failed; a full disk's partial writes removed first
-    (`checkpoint.clear_partial_writes`).
-
-    Returns:
-        (the last optimizer step, on every rank; the one message for a known cause, else None: a full disk on rank 0
-        (`disk_full_error`), another rank lost on every rank (`peer_lost_error`))."""
-    cfg, out = run.cfg, run.out
+def mark_ended(run: Run, e: BaseException) -> int:
+    """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
+    failed. Returns the last optimizer step, on every rank."""
+    out = run.out
     step = run.trainer.state.global_step if run.trainer is not None else 0
-    full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
-    lost = None if isinstance(e, KeyboardInterrupt) or full else lost_ranks(e, run.rank)
-    error = None if lost is None else peer_lost_error(run, lost, step)
-    if run.rank == 0 or (lost and 0 in lost and rundir.state(out)[1].get("status") == "running"):
+    if run.rank == 0:
         if isinstance(e, rundir.RunPreempted):
             rundir.mark_ended(out, status="preempted", signal=e.signal, step=step)
         elif isinstance(e, rundir.RunInterrupted):
             rundir.mark_ended(out, status="interrupted", signal=e.signal, step=step)
-        elif full:  # what was half-written goes first: it frees the space the marker needs
-            per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
-            cleared = checkpoint.clear_partial_writes(out) | {
-                "estimate_mib": run.info["num_params"] * per_param / MiB,
-                "keep": cfg.save_total_limit,
-            }
-            rundir.mark_ended(out, status="failed", error=f"disk full, writing {cleared['what']}", step=step)
-            error = disk_full_error(out, cleared, step, run.asked)
         else:
-            rundir.mark_ended(
-                out,
-                status="failed",
-                step=step,
-                **(
-                    {"error": f"{type(e).__name__}: {e}"}
-                    if error is None
-                    else {"error": error.problem.split(";")[0], "cause": f"{type(e).__name__}: {e}"}
-                ),
-            )
-    return step, error
+            rundir.mark_ended(out, status="failed", step=step, error=f"{type(e).__name__}: {e}")
+    return step
 
 
 def cleanup(run: Run) -> None:
