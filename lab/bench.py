@@ -11,8 +11,7 @@ skipped, with the reason, where TRL is not installed). From the repository's roo
 
 Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log (a peer's
 in train_log.csv's columns, as every run's), and any step that compiled are left out, then all the steady steps'
-tokens over their summed time, the one figure of the table, the ratios under it and the plot (it measures a row
-whose steps are not each synced with the GPU, `logging_steps`, as a whole). Speeds are
+tokens over their summed time, the one figure of the table, the ratios under it and the plot. Speeds are
 comparable only within one benchmark call. Tables made before 2026-11-26 (lab/findings/h100/bench*) also have a
 "window tokens/s" column and a median-step "steady tokens/s": the definition then.
 """
@@ -20,6 +19,7 @@ comparable only within one benchmark call. Tables made before 2026-11-26 (lab/fi
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import re
 import sys
@@ -50,12 +50,19 @@ from workshop_lib.model import load_model_and_tokenizer
 from workshop_lib.preflight import check_machine
 from workshop_lib.record import run_mfu
 from workshop_lib.results import title
-from workshop_lib.train import LIGER_FLCE_ONLY, apply_speed_levers, run_experiment
+from workshop_lib.train import apply_speed_levers, run_experiment
 from workshop_lib.units import MiB
 
 from . import packing
 
-# (row label, RunConfig fields): the classic recipe; the default recipe before this benchmark (4 x 4
+# Liger-Kernel's kernels for a row, the keyword arguments of `liger_kernel.transformers._apply_liger_kernel_to_instance`
+# ({}: Liger's own defaults for the model, what the Trainer's use_liger_kernel applies): the fused linear +
+# cross-entropy alone (torch.compile fuses the other kernels), or the fused layers alone (ZeRO-3 runs eager)
+LIGER_FLCE_ONLY = dict(rope=False, rms_norm=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True)
+LIGER_FUSED_LAYERS = dict(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False)
+
+# (row label, RunConfig fields and the lab's own `liger`, Liger-Kernel's kernels applied by `Liger`, the
+# peers' Trainer or the ceiling, on a GPU): the classic recipe; the default recipe before this benchmark (4 x 4
 # sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
 # changing one lever of "default ZeRO-2"
 BEFORE = dict(
@@ -72,7 +79,7 @@ CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_
 HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
 BUCKETED = "A/B: ZeRO-2, one gradient hook per bucket"  # its hooks by `BucketHooks`
-LIGER_LAYERS = "A/B: ZeRO-3, Liger-Kernel's RMSNorm, SwiGLU and RoPE"  # its layers by `LigerLayers`
+LIGER_LAYERS = "A/B: ZeRO-3, Liger-Kernel's RMSNorm, SwiGLU and RoPE"  # its layers by `Liger`
 PACKED = "A/B: ZeRO-2, packed sequences (FlexAttention)"  # these two run within `packing.packed`
 PACKED_NO_GC = "A/B: ZeRO-2, packed sequences, Python's garbage collector off"
 CEILING, CEILING_PACKED = "plain PyTorch (ceiling)", "plain PyTorch (ceiling), packed sequences"  # run by `ceiling`
@@ -94,7 +101,7 @@ VARIANTS = [
     ),
     (
         "A/B: ZeRO-2, 16k tokens, Liger instead",
-        dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all", liger_kernel=True),
+        dict(experiment="stage2", max_tokens_per_micro_batch=16384, logits_on="all", liger=LIGER_FLCE_ONLY),
     ),
     ("A/B: ZeRO-2, 48k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=49152)),
     ("A/B: ZeRO-2, 2 x 32k tokens (accumulation 2)", dict(experiment="stage2", gradient_accumulation_steps=2)),
@@ -117,12 +124,11 @@ VARIANTS = [
         dict(experiment="stage2_offload", gradient_accumulation_steps=4),
     ),
     # The levers of the profile (lab/findings/h100/bench-gap): ZeRO-2's per-tensor gradient norms and the clipping's
-    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU), the Trainer's
-    # per-step reads from the GPU; then all three
+    # read-back, the device-wide syncs of overlap_comm (nothing to overlap with on one GPU). The Trainer's per-step
+    # reads from the GPU (logging every 8 steps) and all three together had rows until 2026-11-29: within the noise
+    # (lab/findings/h100/bench)
     ("A/B: ZeRO-2, no gradient norm (max_grad_norm 0: no clipping)", dict(experiment="stage2", max_grad_norm=0)),
     ("A/B: ZeRO-2, overlap_comm off (one GPU)", dict(experiment="stage2", ds_config=NO_OVERLAP)),
-    ("A/B: ZeRO-2, no per-step host syncs (logging every 8 steps)", dict(experiment="stage2", logging_steps=8)),
-    ("A/B: ZeRO-2, all three", dict(experiment="stage2", max_grad_norm=0, ds_config=NO_OVERLAP, logging_steps=8)),
     ("A/B: ZeRO-3, torch.compile", dict(experiment="stage3", torch_compile_zero3=True)),
     # issue 42's levers not in the rows above: Python's cyclic garbage collector off for the run (DeepSpeed's own
     # setting); DeepSpeed's chunked cross-entropy (every position's logits, never in fp32) against the workshop's
@@ -136,14 +142,14 @@ VARIANTS = [
     (BUCKETED, dict(experiment="stage2")),
     # ZeRO-3 runs eager (torch.compile is slower under it): its profile's GPU time goes to unfused elementwise
     # kernels (lab/findings/h100/bench); Liger-Kernel's Triton kernels fuse them without torch.compile
-    (LIGER_LAYERS, dict(experiment="stage3")),
+    (LIGER_LAYERS, dict(experiment="stage3", liger=LIGER_FUSED_LAYERS)),
     # fixed shapes: every micro-batch one row of 32k tokens, questions end to end, FlexAttention (lab/packing.py)
     (PACKED, dict(experiment="stage2")),
     (PACKED_NO_GC, dict(experiment="stage2", ds_config=["disable_python_gc=true"])),
     (CORES_BOUND, dict(experiment="stage2_offload")),
     # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
-    (HF_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
-    (TRL_PEER, dict(experiment="stage2", liger_kernel=True, logits_on="all")),
+    (HF_PEER, dict(experiment="stage2", liger={}, logits_on="all")),
+    (TRL_PEER, dict(experiment="stage2", liger={}, logits_on="all")),
 ]
 # The table's figures: results.json keys, shown under their `results.title`
 COLUMNS = [
@@ -189,9 +195,9 @@ def cores_bound(on: bool = True):
         torch.set_num_threads(threads)
 
 
-def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
+def ceiling(cfg: RunConfig, steps: int, packed: bool = False, liger: dict | None = None) -> dict:
     """A plain PyTorch training loop on the model and data of `cfg` (resolved): the weights in the run's
-    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel where `cfg.liger_kernel`, torch's fused
+    16-bit type, the logits and compile settings of `cfg`, Liger-Kernel's `liger` kernels on a GPU, torch's fused
     AdamW, the same token-budget batches (with `packed`, `packing`'s rows, FlexAttention and blocks compiled for
     the one shape), no KV cache (as under the Trainer), no Trainer, no DeepSpeed, `steps` optimizer steps timed
     with a CUDA sync. The fastest this model and data train here without the workshop's machinery. Returns the
@@ -212,10 +218,10 @@ def ceiling(cfg: RunConfig, steps: int, packed: bool = False) -> dict:
     apply_speed_levers(net, replace(cfg, torch_compile=cfg.torch_compile and not packed))
     if packed and cfg.torch_compile:
         packing.compile_layers_static(net)
-    if cfg.liger_kernel:
+    if liger is not None and cuda:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance  # optional, GPU only (Triton)
 
-        _apply_liger_kernel_to_instance(model=net, **LIGER_FLCE_ONLY)
+        _apply_liger_kernel_to_instance(model=net, **liger)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=cuda)
     if packed:
         collate = packing.pack_collator(tok.pad_token_id, cfg.max_tokens_per_micro_batch, cfg.logits_on == "labelled")
@@ -281,14 +287,18 @@ class ChunkedLoss(TrainerCallback):
         install_chunked_causal_lm_loss(model)
 
 
-class LigerLayers(TrainerCallback):
-    """`LIGER_LAYERS`'s layers: Liger-Kernel's fused RMSNorm, SwiGLU MLP and rotary embedding (Triton kernels, no
-    torch.compile needed; `liger_kernel.transformers.apply_liger_kernel_to_qwen3` and its kin) on the model the
-    Trainer holds, as training begins, its loss left as the row's; on a CPU (no Triton) nothing is patched. Liger
-    also replaces the model classes' module globals: they are restored as training ends, for the rows after.
+class Liger(TrainerCallback):
+    """A workshop row's Liger-Kernel: its `kernels` (`LIGER_FUSED_LAYERS`, the default: the fused RMSNorm, SwiGLU MLP
+    and rotary embedding, Triton kernels, no torch.compile needed; `LIGER_FLCE_ONLY`: the fused linear +
+    cross-entropy; `liger_kernel.transformers.apply_liger_kernel_to_qwen3` and its kin) on the model the Trainer
+    holds, as training begins; on a CPU (no Triton) nothing is patched. Liger also replaces the model classes'
+    module globals: they are restored as training ends, for the rows after.
 
     Raises:
         WorkshopError: Liger-Kernel missing on a GPU."""
+
+    def __init__(self, kernels: dict = LIGER_FUSED_LAYERS):
+        self.kernels = kernels
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if not torch.cuda.is_available():
@@ -302,9 +312,7 @@ class LigerLayers(TrainerCallback):
             ) from e
         self.module = sys.modules[type(model).__module__]
         self.saved = {k: getattr(self.module, k) for k in dir(self.module) if not k.startswith("_")}
-        _apply_liger_kernel_to_instance(
-            model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False
-        )
+        _apply_liger_kernel_to_instance(model=model, **self.kernels)
 
     def on_train_end(self, *args, **kwargs):
         for k, v in getattr(self, "saved", {}).items():
@@ -472,9 +480,10 @@ def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
 PEERS = {HF_PEER: hf_trainer, TRL_PEER: trl_trainer}  # label -> the builder of its Trainer
 
 
-def peer(label: str, cfg: RunConfig) -> dict:
+def peer(label: str, cfg: RunConfig, liger: dict | None = None) -> dict:
     """A peer's row: the Trainer `PEERS[label]` builds, on the model and questions of `cfg` (stage2, checked as a
-    workshop run is: `check_machine`), the peer's own ZeRO-2 (`PEER_ZERO2`), bf16 and Liger-Kernel on a GPU,
+    workshop run is: `check_machine`), the peer's own ZeRO-2 (`PEER_ZERO2`), bf16 and Liger-Kernel's `liger` kernels
+    on a GPU (the Trainer's use_liger_kernel),
     `PEER_MICRO_BATCH` sequences a step, no checkpoint; `cfg.max_steps` steps logged by `SyncedStepLog` into
     OUTPUT_DIR/train_log.csv and memory sampled into memory.csv, then the row's figures from that directory
     (`run_dir_figures`). Returns results.json's keys of `COLUMNS`.
@@ -485,8 +494,9 @@ def peer(label: str, cfg: RunConfig) -> dict:
     env.quiet_libraries()
     teardown.free_memory()  # as `run_experiment` starts: the rows before hold nothing while this one measures
     with teardown.restored_world():  # the rank variables of a world of one go when the row ends, as a run's
-        cfg = check_machine(resolve(cfg), EXPERIMENTS[cfg.experiment])  # liger_kernel: on a GPU, where installed
-        if torch.cuda.is_available() and not cfg.liger_kernel:
+        cfg = check_machine(resolve(cfg), EXPERIMENTS[cfg.experiment])
+        liger = liger if torch.cuda.is_available() else None  # Triton's kernels need a GPU
+        if liger is not None and importlib.util.find_spec("liger_kernel") is None:
             raise WorkshopError(
                 "Liger-Kernel is not installed: the peers' rows use it on a GPU.",
                 "pip install liger-kernel (0.8.5 measured).",
@@ -512,7 +522,8 @@ def peer(label: str, cfg: RunConfig) -> dict:
             bf16=cfg.precision == "bf16",
             use_cpu=not torch.cuda.is_available(),
             deepspeed=PEER_ZERO2,
-            use_liger_kernel=cfg.liger_kernel,
+            use_liger_kernel=liger is not None,
+            liger_kernel_config=liger or None,
             include_num_input_tokens_seen="non_padding",
         )
         with torch_sdpa_defaults(), memory.MemorySampler(out / "memory.csv") as mem:
@@ -598,6 +609,8 @@ def run_bench(
     for label, fields in VARIANTS:
         if only and label not in only:
             continue
+        fields = dict(fields)
+        liger = fields.pop("liger", None)  # the lab's own setting, not a RunConfig field
         cfg = RunConfig(
             **fields,
             model=model,
@@ -614,10 +627,9 @@ def run_bench(
         try:
             packed = packing.packed() if label in (PACKED, PACKED_NO_GC) else nullcontext()
             with cores_bound(label == CORES_BOUND), packed:
-                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()], LIGER_LAYERS: [LigerLayers()]}.get(
-                    label, ()
-                )
-                r = peer(label, cfg) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
+                callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, [])
+                callbacks += [Liger(liger)] if liger is not None else []
+                r = peer(label, cfg, liger) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
             rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
             rows.append({"row": label, "error": row_error(e)})

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import torch
 
 from workshop_lib import model, train
-from workshop_lib.data import TOKENS_KEY, TokenBudgetBatchSampler, labelled_positions_of
+from workshop_lib.data import TokenBudgetBatchSampler, labelled_positions_of
 
 ATTENTION = "flex_attention" if torch.cuda.is_available() else "sdpa"
 
@@ -62,15 +62,14 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
         return cls([len(x) for x in ds["input_ids"]], max_tokens, seed, per_step)
 
 
-def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool = False, count_tokens: bool = False):
+def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool = False):
     """A collator that lays a batch's sequences end to end in one row of `row_tokens` tokens (more, rounded up to a
     multiple of 8, for a batch that does not fit: an evaluation batch of long questions). Returns {"input_ids",
     "labels", "position_ids"}: [1, T] int64; the labels are the sequences' own with each sequence's first one set to
     -100 (the token before it is another question's: the loss, which shifts by one, never predicts across a
     boundary; a question's first token carries no label in the padded batches either), -100 on the padding; the
     position ids restart at 0 at each sequence and are 0 on every padding token (a document of one token each).
-    With `labelled_positions` and `count_tokens`, the keys `data.make_collator` adds (the non-padding tokens: the
-    sequences' lengths)."""
+    With `labelled_positions`, the key `data.make_collator` adds."""
 
     def collate(features):
         ids, labels, positions = [], [], []
@@ -79,7 +78,7 @@ def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool =
             ids += f["input_ids"]
             labels += [-100, *f["labels"][1:]]
             positions += range(n)
-        tokens, pad = len(ids), max(row_tokens, -(-len(ids) // 8) * 8) - len(ids)
+        pad = max(row_tokens, -(-len(ids) // 8) * 8) - len(ids)
         batch = {
             "input_ids": torch.tensor([ids + [pad_token_id] * pad]),
             "labels": torch.tensor([labels + [-100] * pad]),
@@ -87,8 +86,6 @@ def pack_collator(pad_token_id: int, row_tokens: int, labelled_positions: bool =
         }
         if labelled_positions:
             batch["labelled_positions"] = labelled_positions_of(batch["labels"])
-        if count_tokens:
-            batch[TOKENS_KEY] = tokens
         return batch
 
     return collate
@@ -117,10 +114,8 @@ def packed():
             train_ds, cfg.max_tokens_per_micro_batch, cfg.seed, world_size * cfg.gradient_accumulation_steps
         )
 
-    def collator(
-        tokenizer, padding="longest", max_length=512, attention_mask=True, labelled_positions=False, count_tokens=False
-    ):
-        return pack_collator(tokenizer.pad_token_id, row["tokens"], labelled_positions, count_tokens)
+    def collator(tokenizer, padding="longest", max_length=512, attention_mask=True, labelled_positions=False):
+        return pack_collator(tokenizer.pad_token_id, row["tokens"], labelled_positions)
 
     def load(*args, **kwargs):
         return model.load_model_and_tokenizer(*args, **kwargs | {"attn_implementation": ATTENTION})

@@ -225,7 +225,7 @@ def test_the_suggested_command_repeats_the_settings_given(tmp_path):
         max_steps=100,
         learning_rate=2e-3,
         save_model=False,
-        liger_kernel=False,
+        drop_attention_mask=False,
         ds_config=["zero_optimization.overlap_comm=false", "gradient_clipping=1.0"],
         overwrite=True,
     )

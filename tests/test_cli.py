@@ -419,38 +419,6 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", disk], check=True)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("when, written, kept", [("step_end", "checkpoint", 0), ("trained", "model", 2)])
-def test_a_full_disk_stops_the_run_with_one_message_and_nothing_half_written(small_disk, when, written, kept):
-    """The disk fills (tests/faults.py FILL: a real tmpfs filled to its last 256 KiB) before the first epoch's
-    checkpoint, or before the model is written: exit 2, one `To fix:` with the command that goes on, no
-    traceback; the marker says failed: disk full; the partial checkpoint or .model.tmp and every temporary
-    file are gone; the complete checkpoints stay, and a resume would load only those."""
-    out = small_disk / "run"
-    args = ["run", "stage2", "--tiny", "--output-dir", out]
-    p = subprocess.run(
-        [sys.executable, Path(__file__).with_name("faults.py"), when, "FILL", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=small_disk,
-    )
-    assert p.returncode == 2, p.stderr[-3000:]
-    assert "Traceback" not in p.stderr and p.stderr.count("To fix:") == 1, p.stderr[-3000:]
-    assert (
-        f"The disk holding {out} ({small_disk}) is full" in p.stderr and f"writing the {written}" in p.stderr
-        if written == "model"
-        else f"writing checkpoint {out}/checkpoints/checkpoint-4" in p.stderr
-    ), p.stderr
-    assert ("--resume" if kept else "--overwrite") in p.stderr.split("To fix:")[1]
-    marker = json.loads((out / rundir.MARKER).read_text())
-    assert marker["status"] == "failed" and marker["error"].startswith("disk full"), marker
-    complete, incomplete = checkpoint.find_checkpoints(out)
-    assert (len(complete), incomplete) == (kept, [])
-    assert not (out / ".model.tmp").exists() and not (out / "model").exists()
-    assert not [f for f in out.rglob(".*tmp*")], list(out.rglob(".*tmp*"))
-
-
 def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
     """`workshop eval` writes one prediction per question and their SQuAD scores; the run scored its model
     before and after training the same way (results.json em, f1); `workshop ask` answers one question."""

@@ -623,19 +623,6 @@ def test_export_onto_a_disk_too_small_for_the_model_ends_in_one_message(tmp_path
         subprocess.run(["umount", "-l", disk], check=True)
 
 
-def test_a_full_disks_clean_up_removes_the_runs_temporaries_only(tmp_path):
-    """After a full disk the run removes its half-written temporaries (.NAME.tmpPID), not a user's .analysis.tmp.py."""
-    for name in (".results.json.tmp4242", ".analysis.tmp.py", "notes/.draft.tmp.md"):
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text("x")
-    checkpoint.clear_partial_writes(tmp_path)
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        ".analysis.tmp.py",
-        "notes",
-        "notes/.draft.tmp.md",
-    ]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("given", ["--output-dir=~/x", "output_dir='~/x'"])
 def test_a_tilde_in_the_output_dir_is_one_folder_for_the_workshop_and_the_trainer(given, tmp_path):
@@ -746,7 +733,10 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
     assert config.recipe_settings("default", tiny=True)["num_train_samples"] == config.TINY["num_train_samples"]
     assert "padding" in config.RunConfig.__dataclass_fields__ and not hasattr(config, "Recipe")
     overlays = {"bench.BEFORE": bench.BEFORE, "large_models.LARGE": large_models.LARGE}
-    overlays |= {f"bench {label}": settings for label, settings in bench.VARIANTS}
+    # less the lab's own `liger` (Liger-Kernel's kernels, applied by the benchmark)
+    overlays |= {
+        f"bench {label}": {k: v for k, v in fields.items() if k != "liger"} for label, fields in bench.VARIANTS
+    }
     overlays |= {
         f"{nb}/{run}": {k: v for k, v in settings.items() if v != QUARTER}
         for nb, runs in COURSE_RUNS.items()
@@ -762,8 +752,8 @@ def test_recipes_are_overlays_of_the_run_configs_own_fields():
         config.check_overlay({"padding": "maxlen"}, "a notebook")
     with pytest.raises(WorkshopError, match="max_length must be int or None, got '512'"):
         config.check_overlay({"max_length": "512"}, "a notebook")
-    with pytest.raises(WorkshopError, match="liger_kernel must be bool or None, got 1"):
-        config.check_overlay({"liger_kernel": 1}, "a notebook")
+    with pytest.raises(WorkshopError, match="drop_attention_mask must be bool or None, got 1"):
+        config.check_overlay({"drop_attention_mask": 1}, "a notebook")
     # a notebook's RunConfig is checked the same way when it resolves, before anything is written
     with pytest.raises(WorkshopError, match=r"(?s)RunConfig: padding must be one of .*To fix: set padding"):
         resolve(RunConfig("stage2", padding="maxlen", output_dir="/tmp/x"))
@@ -882,9 +872,9 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
 
 
-def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str, list[str]]:
+def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str]:
     """`workshop run stage2 --tiny ARGS` on 2 gloo ranks under torchrun, rank 1 sent kill -9 at `when`
-    (tests/faults.py): torchrun's stderr, rank 0's stderr, and rank 0's "workshop:" lines."""
+    (tests/faults.py): torchrun's stderr and rank 0's."""
     cmd = [
         sys.executable,
         "-m",
@@ -909,69 +899,23 @@ def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str, list[str]]:
     p = subprocess.run(
         list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""}
     )
-    err = next((tmp_path / "logs").glob("**/attempt_0/0/stderr.log")).read_text()
-    return p.stderr, err, [ln for ln in err.splitlines() if "workshop:" in ln]
+    return p.stderr, next((tmp_path / "logs").glob("**/attempt_0/0/stderr.log")).read_text()
 
 
 @pytest.mark.slow
-def test_a_peer_rank_killed_mid_training_ends_rank_0_with_one_message(tmp_path):
+def test_a_peer_rank_killed_mid_training_leaves_the_run_resumable(tmp_path):
     """kill -9 of rank 1 at its first epoch's last step (tests/faults.py KILL@1; a checkpoint every step), real gloo
-    ranks under torchrun (~20 s on 2 cores): rank 0 ends with one message naming rank 1, the step and the --resume
-    command, not gloo's traceback, and exit status 2; the folder is marked failed (never running nor finished), with
-    gloo's error kept as the cause, and --resume takes it (issue 38)."""
+    ranks under torchrun (~20 s on 2 cores): torchrun's summary names rank 1's -9; rank 0 stops too and marks the
+    folder ended (never running nor finished), the complete checkpoints stay, and --resume takes it (issue 38)."""
     out = tmp_path / "run"
-    launcher, err, said = kill_rank_1(tmp_path, "step_end", "--save-strategy", "steps", "--save-steps", "1")
-    assert len(said) == 1 and re.search(
-        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended at step "
-        r"2 \(\d\d:\d\d:\d\d\); rank 0 stopped too",
-        said[0],
-    ), err[-3000:]
-    assert "--resume" in said[0] and "checkpoint-1 (step 1)" in said[0] and "\nTo fix: read rank 1's own output" in err
-    for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
-        assert noise not in err, err[-3000:]
-    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: 2 ", launcher) and "exitcode  : -9" in launcher
+    launcher, err = kill_rank_1(tmp_path, "step_end", "--save-strategy", "steps", "--save-steps", "1")
+    assert "exitcode  : -9" in launcher, launcher[-3000:]
     marker = json.loads((out / rundir.MARKER).read_text())
-    assert marker["status"] == "failed" and marker["step"] == 2 and marker["error"].startswith("Lost rank 1 (pid")
-    assert "gloo" in marker["cause"] and not (out / "results.json").exists()
-    assert rundir.describe_unfinished(marker).startswith("a run that failed")
+    assert marker["status"] in ("failed", "interrupted", "preempted") and not (out / "results.json").exists(), marker
+    assert checkpoint.find_checkpoints(out)[0], err[-3000:]  # the complete checkpoints kept
     rundir.check(out, overwrite=False, resume=True)  # resumable; a plain rerun is refused
-    with pytest.raises(WorkshopError, match="a run that failed .*Lost rank 1"):
+    with pytest.raises(WorkshopError, match="--resume"):
         rundir.check(out, overwrite=False)
-
-
-@pytest.mark.slow
-def test_a_peer_rank_killed_before_the_run_claims_its_folder_ends_rank_0_with_one_message(tmp_path):
-    """kill -9 of rank 1 as it is about to claim the folder (tests/faults.py claiming KILL@1), rank 0 waiting for it
-    there in a collective: rank 0 ends with one message naming rank 1, "before training started" and "Nothing was written",
-    not gloo's traceback; nothing is written (issue 38). Its exit status is 2, or -15 where torchrun's SIGTERM to
-    the ranks left came after the message, as the process exited."""
-    launcher, err, said = kill_rank_1(tmp_path, "claiming")
-    assert len(said) == 1 and re.search(
-        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
-        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
-        said[0],
-    ), err[-3000:]
-    assert "\nTo fix: read rank 1's own output" in err and "Then run the same command again." in err
-    for noise in ("Traceback", "gloo", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo"):
-        assert noise not in err, err[-3000:]
-    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.slow
-def test_a_peer_rank_killed_while_the_ranks_load_names_it_in_rank_0s_one_message(tmp_path):
-    """kill -9 of rank 1 as it starts loading its model (tests/faults.py loading KILL@1), rank 0 still loading (no
-    collective running): what reaches rank 0 is torchrun's SIGTERM, and its one message names the lost rank, not
-    "stopped by SIGTERM" alone (issue 38); nothing is written."""
-    launcher, err, said = kill_rank_1(tmp_path, "loading")
-    assert len(said) == 1 and re.search(
-        r"workshop: error: Lost rank 1 \(pid \d+ on .+\): its process ended before "
-        r"training started \(\d\d:\d\d:\d\d\); rank 0 stopped too. Nothing was written.",
-        said[0],
-    ), err[-3000:]
-    assert "Traceback" not in err and "stopped by SIGTERM" not in err, err[-3000:]
-    assert re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: (2|-15) ", launcher) and "exitcode  : -9" in launcher
-    assert not (tmp_path / "run").exists()
 
 
 def test_a_resume_keeps_the_runs_settings_and_its_number_of_ranks(tmp_path):
@@ -1050,21 +994,24 @@ def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
 
 
 def test_every_yes_no_option_takes_a_bare_flag_or_a_value_and_says_what_it_does(capsys):
-    """`--tiny`, `--liger-kernel` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
+    """`--tiny`, `--drop-attention-mask` (a recipe option) and `--save-model` alike: bare, `true` or `false`; the
     `--no-save-model` HfArgumentParser adds has help of its own."""
     for argv, expected in [
-        (["--liger-kernel"], True),
-        (["--liger-kernel", "false"], False),
+        (["--drop-attention-mask"], True),
+        (["--drop-attention-mask", "false"], False),
         (["--save-model", "false"], False),
         (["--no-save-model"], False),
         ([], True),
     ]:
         cfg = parse_run_args(["stage2", "--tiny", *argv])
-        assert cfg.tiny is True and (cfg.liger_kernel if "--liger-kernel" in argv else cfg.save_model) is expected
+        assert (
+            cfg.tiny is True
+            and (cfg.drop_attention_mask if "--drop-attention-mask" in argv else cfg.save_model) is expected
+        )
     with pytest.raises(SystemExit):
         parse_run_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--no-save-model the same as --save-model false" in text and "--liger-kernel [{true,false}]" in text
+    assert "--no-save-model the same as --save-model false" in text and "--drop-attention-mask [{true,false}]" in text
     shown = re.findall(r"(?:^|\s)(--[a-z][\w-]*)", text.split("options:", 1)[1])
     invocations = re.findall(r"(?:^|\s)(--[a-z][\w-]*)(?= [A-Z\[])", text)  # an option with its value shown
     assert not [o for o in shown if "_" in o] and len(invocations) == len(set(invocations))  # each option once

@@ -28,9 +28,7 @@ class StepLog(TrainerCallback):
     sampler's start, so the two CSVs share one clock. A run resumed at step N keeps the file's rows up to N, with all their columns, and appends.
     The callback keeps `step_times`, `step_tokens`, `step_ends` and `step_compiles` (`compiles`: graphs torch.compile
     built in the step) for the steady-state figures (`metrics.steady_state`). With the Trainer's logging_steps N > 1 a
-    row is written every N steps (its loss the mean since the last row), and the clock waits for the GPU at those steps
-    only (`train.WorkshopTrainer`, unsynced): a step's own time is the host's, and only a window between such steps
-    measures the GPU."""
+    row is written every N steps (its loss the mean since the last row)."""
 
     FIELDS = [
         "step",
@@ -67,8 +65,6 @@ class StepLog(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if state.global_step >= state.max_steps:
             control.should_log = True  # the last step, whatever logging_steps: every run logs a loss
-        if args.logging_steps > 1 and control.should_log and torch.cuda.is_available():
-            torch.cuda.synchronize()  # the logging that follows waits for the GPU anyway: the clock does too
         now = time.perf_counter()
         self.step_times.append(now - self.last)
         self.step_tokens.append(state.num_input_tokens_seen - self.seen)

@@ -260,32 +260,6 @@ def set_aside(ckpt: str | os.PathLike) -> Path:
     return dest
 
 
-def clear_partial_writes(out: str | os.PathLike) -> dict:
-    """After a full disk: remove what the run was writing when the disk filled, so that nothing half-written is ever
-    loaded and its space is free again: OUTPUT_DIR/.model.tmp (the model), checkpoints newer than the last complete one
-    (`why_incomplete`), and temporary files of atomic writes (.NAME.tmpPID). Older checkpoints, complete or damaged,
-    stay. Returns {"what": what was being written, "checkpoint_mib": MiB of the last complete checkpoint (0.0 without
-    one), "complete": the complete checkpoints, oldest first}."""
-    out = Path(out)
-    complete, incomplete = find_checkpoints(out)
-    last = _name_step(complete[-1]) if complete else -1  # complete: already checked
-    partial = [c for c in incomplete if _name_step(c) > last] + [out / ".model.tmp"]
-    what = (
-        "the model (model/)"
-        if partial[-1].exists()
-        else f"checkpoint {partial[0]}"
-        if len(partial) > 1
-        else "the run's logs and results"
-    )
-    for p in partial:
-        shutil.rmtree(p, ignore_errors=True)
-    for tmp in out.rglob(".*.tmp*"):
-        if tmp.is_file() and rundir.TEMPORARY.match(tmp.name):  # not a user's .notes.tmp.py
-            tmp.unlink(missing_ok=True)
-    last_mib = sum(f.stat().st_size for f in complete[-1].rglob("*") if f.is_file()) / MiB if complete else 0.0
-    return {"what": what, "checkpoint_mib": last_mib, "complete": complete}
-
-
 def check_resumable(run_dir: str | os.PathLike) -> None:
     """Refuse to resume the run in `run_dir` when it holds checkpoints that were written to the end but none
     complete: a resume would silently start again from step 0. Reads only. A run without checkpoints, or

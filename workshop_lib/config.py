@@ -157,11 +157,6 @@ class RunConfig:
     max_tokens_per_micro_batch: int | None = _recipe_opt(
         "max_tokens_per_micro_batch", 16384, "padded tokens per micro-batch with --batching token_budget"
     )
-    liger_kernel: bool | None = _recipe_opt(
-        "liger_kernel",
-        False,
-        "true: Liger-Kernel's fused linear + cross-entropy, the logits never stored whole (GPU, where installed)",
-    )
     logits_on: Literal["all", "labelled"] | None = _recipe_opt(
         "logits_on",
         "all",
@@ -198,9 +193,8 @@ class RunConfig:
     logging_steps: int | None = _recipe_opt(
         "logging_steps",
         1,
-        "optimizer steps between train_log.csv's rows (the Trainer's logging_steps); above 1, "
-        "on one rank, the loss, gradient norm and tokens are read from the GPU at those steps only and batches "
-        "are copied to it without waiting: no host sync in between",
+        "optimizer steps between train_log.csv's rows (the Trainer's logging_steps; each row's loss the mean "
+        "since the last row)",
     )
     torch_compile_zero3: bool | None = _recipe_opt(
         "torch_compile_zero3",
@@ -450,11 +444,6 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise WorkshopError(
             f"seed must be between 0 and 4,294,967,295 (2^32 - 1), got {cfg.seed}.",
             "pass --seed 42 (the default) or another number in that range.",
-        )
-    if cfg.liger_kernel and cfg.logits_on == "labelled":
-        raise WorkshopError(
-            "liger_kernel and logits_on labelled both replace the loss's logits; choose one.",
-            "pass --logits-on all with --liger-kernel true, or --liger-kernel false.",
         )
     exp = EXPERIMENTS[cfg.experiment]
     if cfg.comms_logger and not exp.deepspeed:

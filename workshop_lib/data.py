@@ -345,16 +345,12 @@ def in_memory_dataset(columns: dict[str, list]) -> datasets.Dataset:
     return datasets.Dataset(pyarrow.Table.from_pydict(columns), fingerprint=digest)
 
 
-TOKENS_KEY = "num_tokens"  # make_collator(count_tokens=True): the batch's non-padding tokens, a Python int
-
-
 def make_collator(
     tokenizer,
     padding: str = "longest",
     max_length: int = 512,
     attention_mask: bool = True,
     labelled_positions: bool = False,
-    count_tokens: bool = False,
 ):
     """Pads input_ids (pad token), attention_mask (0) and labels (-100, ignored by the loss) on the right, per batch to
     a multiple of 8 (tensor-core friendly) for padding "longest", or every sequence to `max_length` tokens for
@@ -362,25 +358,17 @@ def make_collator(
     "attention_mask" when `attention_mask` is False, which is exact for a causal model: every pad comes after its
     sequence's real tokens, which never attend forward, and pads carry no label. With `labelled_positions`, also
     "labelled_positions": [K] int64, the flat positions whose next token has a label (`labelled_positions_of`), found
-    here on the CPU so the GPU need not be waited for. With `count_tokens`, also `TOKENS_KEY`: the batch's non-padding
-    tokens as the Trainer counts them (the attention mask's sum, else input_ids unequal to the pad token), an int
-    counted on the CPU (`train.WorkshopTrainer(unsynced=True)` takes it out before the model sees the batch)."""
+    here on the CPU so the GPU need not be waited for."""
     tokenizer.padding_side = "right"
     if padding == "max_length":
         pad = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=max_length, label_pad_token_id=-100)
     else:
         pad = DataCollatorForSeq2Seq(tokenizer, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)
-    if attention_mask and not labelled_positions and not count_tokens:
+    if attention_mask and not labelled_positions:
         return pad
 
     def collate(features):
         batch = pad(features)
-        if count_tokens:
-            batch[TOKENS_KEY] = int(
-                batch["attention_mask"].sum()
-                if "attention_mask" in batch
-                else (batch["input_ids"] != tokenizer.pad_token_id).sum()
-            )
         if not attention_mask:
             del batch["attention_mask"]
         if labelled_positions:

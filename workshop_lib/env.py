@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import hashlib
 import importlib.metadata as md
-import importlib.util
 import io
 import logging
 import os
@@ -84,17 +83,6 @@ def pick_attention(requested: str, precision: str) -> str | None:
     ):
         return None
     return requested
-
-
-def liger_available() -> bool:
-    """True on a GPU where Liger-Kernel is installed (its Triton kernels need one); the CPU path keeps plain
-    PyTorch. Says so where a GPU run asked for it and it is missing."""
-    if not torch.cuda.is_available():
-        return False
-    if importlib.util.find_spec("liger_kernel") is None:
-        print("Liger-Kernel is not installed (pip install liger-kernel): plain PyTorch layers and loss instead.")
-        return False
-    return True
 
 
 def peak_flops() -> float | None:
@@ -184,7 +172,6 @@ def init_distributed() -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if world()[2] > 1:
         dist.init_process_group(backend, timeout=timeout)
-        rank_processes()  # now, while every rank is here: a collective
         return
     # Set for the start only (NCCL started now, not at its first collective, so it reads them now): left in
     # os.environ they would reach a batch job submitted from this process and hold its nodes to loopback.
@@ -217,12 +204,6 @@ def gather(obj) -> list:
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, obj)
     return every
-
-
-@lru_cache(maxsize=1)
-def rank_processes() -> tuple[tuple[str, int, float], ...]:
-    """(host, pid, start time) of every rank's process, in rank order: gathered by `init_distributed` (a collective)."""
-    return tuple(gather((socket.gethostname(), os.getpid(), psutil.Process().create_time())))
 
 
 def barrier() -> None:

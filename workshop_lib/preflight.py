@@ -75,7 +75,6 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     return replace(
         cfg,
         precision=precision,
-        liger_kernel=cfg.liger_kernel and env.liger_available(),
         torch_compile=compile_,
         attn_implementation=env.pick_attention(cfg.attn_implementation, precision) or "default",
     )

@@ -195,16 +195,6 @@ def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
         return False
 
 
-def mount_point(path: str | os.PathLike) -> Path:
-    """The mount point of the file system that holds `path` (an existing part of it)."""
-    p = Path(path).resolve()
-    while not p.exists():
-        p = p.parent
-    while not os.path.ismount(p):
-        p = p.parent
-    return p
-
-
 def alive(pid: int, host: str, created: float | None = None) -> bool:
     """True when the process `pid` runs on this host (one on another host is taken as alive; an ended one its parent
     has not reaped yet, a zombie, is not). With `created` (the marker's `pid_created`: the process's start, seconds

@@ -24,7 +24,6 @@ under a launcher (torchrun, deepspeed, srun), where each rank calls it and rank 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -39,9 +38,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from . import checkpoint, comms, env, preflight, rundir, teardown
 from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
-from .data import TOKENS_KEY, DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
+from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
 from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
-from .errors import WorkshopError, causes
+from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
 from .model import (
@@ -52,16 +51,6 @@ from .model import (
     load_model_and_tokenizer,
 )
 from .record import record
-from .units import MiB
-
-# Liger-Kernel's fused linear + cross-entropy alone (an option): torch.compile fuses its other kernels by default
-LIGER_FLCE_ONLY = {
-    "rope": False,
-    "rms_norm": False,
-    "swiglu": False,
-    "cross_entropy": False,
-    "fused_linear_cross_entropy": True,
-}
 
 
 def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **settings) -> dict:
@@ -86,8 +75,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
             experiment, a GPU too small, an output directory holding a run, a --resume whose checkpoints are
-            all damaged (nothing is written in these cases), an out-of-memory error during training (the
-            logs so far are kept), or another rank lost (its launcher's SIGTERM to this one included).
+            all damaged (nothing is written in these cases), or an out-of-memory error during training (the
+            logs so far are kept).
         RunInterrupted: SIGINT, or a signal before training started; the message names the complete
             checkpoints kept and the command that resumes (`checkpoint.kept`).
         RunPreempted: SIGTERM or SIGUSR1 during training, after a checkpoint; the message is the same."""
@@ -106,75 +95,6 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
         cfg = preflight.check_machine(cfg, exp)
         preflight.check_resume(cfg)
         return _run(Run(cfg, exp, *env.world(), callbacks, asked))
-
-
-# gloo's errors for a peer whose process ended (its connections closed, reset) or that stopped answering
-PEER_LOST = re.compile(r"gloo/transport/.*(by peer|Socket Timeout|Timed out|Broken pipe|Read error)")
-
-
-def lost_ranks(e: BaseException, rank: int, wait_s: float = 5.0) -> list[int] | None:
-    """The ranks other than `rank` whose processes have ended (`env.rank_processes`), when `e` or an exception it was
-    raised from is gloo's or NCCL's error for a peer that left or stopped answering, waiting up to `wait_s` seconds
-    for a dying one to end ([] when none on this host has: one on another host, or a hung one); else None. For the
-    SIGTERM a launcher sends every rank once one has ended (`rundir.RunInterrupted`), those that have ended, or None."""
-    term = isinstance(e, rundir.RunInterrupted) and e.signal == "SIGTERM"
-    if not (term or any(isinstance(c, torch.distributed.DistError) or PEER_LOST.search(str(c)) for c in causes(e))):
-        return None
-    deadline = time.monotonic() + (0 if term else wait_s)
-    while (
-        not (
-            gone := [
-                r
-                for r, (host, pid, created) in enumerate(env.rank_processes())
-                if r != rank and not rundir.alive(pid, host, created)
-            ]
-        )
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.2)
-    return None if term and not gone else gone
-
-
-def peer_lost_error(run: Run, lost: list[int], step: int | None = None) -> WorkshopError:
-    """The one message for a run stopped because another rank ended or stopped answering (`lost_ranks`): which, when
-    (`step`; None: before the run claimed its directory, nothing written), what the run kept, where to look."""
-    procs = env.rank_processes()
-    who = " and ".join(f"rank {r} (pid {procs[r][1]} on {procs[r][0]})" for r in lost)
-    return WorkshopError(
-        (
-            f"Lost {who}: its process ended"
-            if lost
-            else f"Another of the {run.world_size} ranks stopped answering (on another host, or hung)"
-        )
-        + (f" at step {step}" if step is not None else " before training started")
-        + f" ({time.strftime('%H:%M:%S')}); rank {run.rank} stopped too. "
-        + (f"The run {checkpoint.kept(run.cfg.output_dir, run.asked)}" if step is not None else "Nothing was written."),
-        f"read {'rank ' + str(lost[0]) if lost else 'every rank'}'s own output for why it ended (its lines start "
-        "with [rankN]: under torchrun; a batch job's are in logs/<job name>-<job id>.out); none means it was killed "
-        f"(kill -9, or the out-of-memory killer: `dmesg`, `sacct -j <job id>`). Then run the {'same ' * (step is None)}"
-        f"command {'again' if step is None else 'above'}.",
-    )
-
-
-def disk_full_error(out: str | os.PathLike, cleared: dict, step: int, asked: RunConfig) -> WorkshopError:
-    """The one message for a run stopped by a full disk (`checkpoint.clear_partial_writes` has removed what it
-    was writing): the disk, its free space, what the run needs, and the command that goes on."""
-    usage, mount = shutil.disk_usage(out), rundir.mount_point(out)
-    if cleared["checkpoint_mib"]:
-        need = f"a checkpoint of this run takes {cleared['checkpoint_mib']:,.0f} MiB"
-    else:  # `checkpoint.bytes_per_param`
-        need = f"a checkpoint of this run takes about {cleared['estimate_mib']:,.0f} MiB"
-    need += f" and the run keeps up to {cleared['keep']}"
-    complete = cleared["complete"]
-    go_on = checkpoint.run_command(asked, out, "--resume" if complete else "--overwrite")
-    return WorkshopError(
-        f"The disk holding {out} ({mount}) is full: the run stopped at step {step} while writing {cleared['what']}; "
-        f"{need}. The partial files were removed ({usage.free / MiB:,.0f} MiB free of "
-        f"{usage.total / MiB:,.0f} MiB now); {rundir.MARKER} says failed: disk full. "
-        + (f"Complete checkpoints kept: {', '.join(map(str, complete))}." if complete else "No checkpoint was kept."),
-        f"free space on {mount} (`du -sh {mount}/*` shows what holds it) or copy the run to a larger disk, then "
-        f"{go_on}",
-    )
 
 
 @dataclass
@@ -222,22 +142,18 @@ class Run:
 
 def _run(run: Run) -> dict:
     """The run's stages in order; raises as `run_experiment`. However it ends after claiming its directory, rank 0
-    marks how (`mark_ended`); a stop by a signal is told with its step, a full disk in one message."""
+    marks how (`mark_ended`); a stop by a signal is told with its step."""
     cfg, exp, rank, world_size, local_rank = run.cfg, run.exp, run.rank, run.world_size, run.local_rank
-    try:  # data, then model: a bad file, a missing model or a lost rank stops here, before anything is written
+    try:  # data, then model: a bad file or a missing model stops here, before anything is written
         load_data(run)
         preflight.check_resources(cfg, exp, world_size, local_rank)
         load_model(run)
         claim(run)
-    except (Exception, rundir.RunInterrupted) as e:  # a rank lost before rank 0 claimed the directory: one message
+    except (Exception, rundir.RunInterrupted) as e:
         rundir.StopRequest.ending = True
-        if rundir.StopRequest.claimed:
-            error = mark_ended(run, e)[1]
-        else:
-            error = None if (lost := lost_ranks(e, rank)) is None else peer_lost_error(run, lost)
-        if error is None:
-            raise
-        raise error from e
+        if rundir.StopRequest.claimed:  # a failure in the barrier after rank 0 claimed the directory
+            mark_ended(run, e)
+        raise
     try:
         if cfg.resume:
             run.resume_from = checkpoint.resume_point(run.out, rank)
@@ -256,11 +172,9 @@ def _run(run: Run) -> dict:
             rundir.finish(run.out, run.results)
     except BaseException as e:
         rundir.StopRequest.ending = True  # torchrun's SIGTERM to every rank once one failed waits: this error is told
-        step, error = mark_ended(run, e)
+        step = mark_ended(run, e)
         if isinstance(e, rundir.RunInterrupted):
             raise e.at_step(step, checkpoint.kept(cfg.output_dir, run.asked)).with_traceback(e.__traceback__) from None
-        if error is not None:
-            raise error from e
         raise
     finally:
         cleanup(run)
@@ -326,44 +240,19 @@ def score_after_training(run: Run) -> None:
     run.results |= {"em": after["em"], "f1": after["f1"], "em_before": before["em"], "f1_before": before["f1"]}
 
 
-def mark_ended(run: Run, e: BaseException) -> tuple[int, WorkshopError | None]:
-    """Rank 0 (or, rank 0 gone, a surviving rank) marks the output directory with how the run ended
-    (`rundir.mark_ended`): preempted, interrupted, failed; a full disk's partial writes removed first
-    (`checkpoint.clear_partial_writes`).
-
-    Returns:
-        (the last optimizer step, on every rank; the one message for a known cause, else None: a full disk on rank 0
-        (`disk_full_error`), another rank lost on every rank (`peer_lost_error`))."""
-    cfg, out = run.cfg, run.out
+def mark_ended(run: Run, e: BaseException) -> int:
+    """Rank 0 marks the output directory with how the run ended (`rundir.mark_ended`): preempted, interrupted,
+    failed. Returns the last optimizer step, on every rank."""
+    out = run.out
     step = run.trainer.state.global_step if run.trainer is not None else 0
-    full = not isinstance(e, KeyboardInterrupt) and rundir.disk_full(e, out)
-    lost = None if isinstance(e, KeyboardInterrupt) or full else lost_ranks(e, run.rank)
-    error = None if lost is None else peer_lost_error(run, lost, step)
-    if run.rank == 0 or (lost and 0 in lost and rundir.state(out)[1].get("status") == "running"):
+    if run.rank == 0:
         if isinstance(e, rundir.RunPreempted):
             rundir.mark_ended(out, status="preempted", signal=e.signal, step=step)
         elif isinstance(e, rundir.RunInterrupted):
             rundir.mark_ended(out, status="interrupted", signal=e.signal, step=step)
-        elif full:  # what was half-written goes first: it frees the space the marker needs
-            per_param = checkpoint.bytes_per_param(run.exp.deepspeed, cfg.precision)
-            cleared = checkpoint.clear_partial_writes(out) | {
-                "estimate_mib": run.info["num_params"] * per_param / MiB,
-                "keep": cfg.save_total_limit,
-            }
-            rundir.mark_ended(out, status="failed", error=f"disk full, writing {cleared['what']}", step=step)
-            error = disk_full_error(out, cleared, step, run.asked)
         else:
-            rundir.mark_ended(
-                out,
-                status="failed",
-                step=step,
-                **(
-                    {"error": f"{type(e).__name__}: {e}"}
-                    if error is None
-                    else {"error": error.problem.split(";")[0], "cause": f"{type(e).__name__}: {e}"}
-                ),
-            )
-    return step, error
+            rundir.mark_ended(out, status="failed", step=step, error=f"{type(e).__name__}: {e}")
+    return step
 
 
 def cleanup(run: Run) -> None:
@@ -436,7 +325,6 @@ def build_trainer(run: Run):
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
-    unsynced = cfg.logging_steps > 1 and world_size == 1  # no host sync between logging steps (WorkshopTrainer)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS),
         per_device_train_batch_size=micro,
@@ -450,7 +338,6 @@ def build_trainer(run: Run):
         logging_steps=cfg.logging_steps,
         report_to="none",
         max_grad_norm=cfg.max_grad_norm,
-        accelerator_config={"non_blocking": unsynced},
         save_strategy=cfg.save_strategy,
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
@@ -464,8 +351,6 @@ def build_trainer(run: Run):
         include_num_input_tokens_seen="non_padding",
         ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
-        use_liger_kernel=cfg.liger_kernel,
-        liger_kernel_config=LIGER_FLCE_ONLY if cfg.liger_kernel else None,
         **_activation_checkpointing(cfg.activation_checkpointing),
     )
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
@@ -485,28 +370,19 @@ def build_trainer(run: Run):
             cfg.max_length,
             attention_mask=not cfg.drop_attention_mask,
             labelled_positions=cfg.logits_on == "labelled",
-            count_tokens=unsynced,
         ),
         processing_class=run.tokenizer,
         batches=batches,
-        unsynced=unsynced,
     )
     return run.trainer
 
 
 class WorkshopTrainer(Trainer):
-    """The HF Trainer with the workshop's two changes, each off unless asked for:
+    """The HF Trainer with the workshop's one change, off unless asked for: `batches` (a `TokenBudgetBatchSampler`),
+    training micro-batches sized in tokens, drawn from it."""
 
-    - `batches` (a `TokenBudgetBatchSampler`): training micro-batches sized in tokens, drawn from it.
-    - `unsynced` (one rank, `RunConfig.logging_steps` > 1): no host syncs between logging steps. The micro-batch's
-      non-padding tokens come counted on the host by the collator (`make_collator(count_tokens=True)`: the
-      Trainer's own count, `_track_num_input_tokens`, reads a GPU tensor back every micro-batch) and the gradient
-      norm stays a GPU tensor until a step is logged (`_get_grad_norm` reads it back every step under
-      DeepSpeed). The batches' copies to the GPU do not wait either (accelerate's `non_blocking`, pinned memory).
-      The figures logged are the Trainer's own."""
-
-    def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, unsynced: bool = False, **kwargs):
-        self.batches, self.unsynced, self.host_tokens = batches, unsynced, 0
+    def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, **kwargs):
+        self.batches = batches
         super().__init__(*args, **kwargs)
 
     def get_train_dataloader(self):
@@ -521,25 +397,6 @@ class WorkshopTrainer(Trainer):
                 pin_memory=self.args.dataloader_pin_memory,
             )
         )
-
-    def training_step(self, model, inputs, *args, **kwargs):
-        if self.unsynced:
-            self.host_tokens = inputs.pop(TOKENS_KEY)  # before the model sees the batch
-        return super().training_step(model, inputs, *args, **kwargs)
-
-    def prediction_step(self, model, inputs, *args, **kwargs):
-        inputs.pop(TOKENS_KEY, None)
-        return super().prediction_step(model, inputs, *args, **kwargs)
-
-    def _track_num_input_tokens(self, inputs):  # called after training_step, with the same batch
-        if not self.unsynced:
-            return super()._track_num_input_tokens(inputs)
-        self.state.num_input_tokens_seen += self.host_tokens
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        if self.unsynced and grad_norm is not None:
-            return grad_norm
-        return super()._get_grad_norm(model, grad_norm)
 
 
 class EpochOrder(TrainerCallback):

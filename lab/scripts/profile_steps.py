@@ -1,7 +1,7 @@
 """Where one optimizer step's time goes: torch.profiler over steady-state steps of one experiment.
     python lab/scripts/profile_steps.py OUT_DIR EXPERIMENT [workshop run options, e.g. --max-tokens-per-micro-batch 16384]
     STEPS=17,18,19 PER_STEP=1 PACKED=1 python lab/scripts/profile_steps.py OUT_DIR stage2   # packed rows (lab/packing.py)
-    LIGER=1 python lab/scripts/profile_steps.py OUT_DIR stage3   # Liger-Kernel's layers (lab.bench.LigerLayers)
+    LIGER=1 python lab/scripts/profile_steps.py OUT_DIR stage3   # Liger-Kernel's layers (lab.bench.Liger)
 STEPS: the optimizer steps profiled, counted from 1 (default 12,13,14), the step before them the profiler's warm-up;
 one table over all of them, or with PER_STEP=1 one per step. Writes OUT_DIR/profile.txt (per step: its wall time, the
 GPU's busy time and copies, the host time of DeepSpeed's engine.forward/backward/step; then the operators by GPU time
@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lab import packing  # noqa: E402
-from lab.bench import LigerLayers  # noqa: E402
+from lab.bench import Liger  # noqa: E402
 from workshop_lib.config import parse_run_args  # noqa: E402
 from workshop_lib.train import run_experiment  # noqa: E402
 
@@ -128,7 +128,7 @@ with packing.packed() if os.environ.get("PACKED") == "1" else nullcontext():
             output_dir=f"{out}/run",
             overwrite=True,
         ),
-        callbacks=[Profile()] + ([LigerLayers()] if os.environ.get("LIGER") == "1" else []),
+        callbacks=[Profile()] + ([Liger()] if os.environ.get("LIGER") == "1" else []),
     )
 Path(out, "profile.txt").write_text(
     f"steady step time {r['steady_step_time_s']} s, "
