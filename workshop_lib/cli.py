@@ -12,8 +12,8 @@
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
 
 torch, transformers and pandas are imported only by the subcommand that needs them: `workshop --help` is quick.
-Exit status: 0 done; 2 bad input, or a run stopped by a cause it names (a full disk, the GPU's memory, another
-rank lost): one message ending in "To fix: ..."; 130 stopped by SIGINT (143, 138 by SIGTERM, SIGUSR1 before
+Exit status: 0 done; 2 bad input, or a run stopped by a cause it names (the GPU's memory, a damaged checkpoint):
+one message ending in "To fix: ..."; 130 stopped by SIGINT (143, 138 by SIGTERM, SIGUSR1 before
 training); 75 stopped by SIGTERM or SIGUSR1 during training, with a checkpoint (continue with --resume)."""
 
 from __future__ import annotations
