@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import skip_unless_runnable, workshop
+from conftest import HANG_S, skip_unless_runnable, workshop
 from workshop_lib import checkpoint, evaluation, rundir
 from workshop_lib.ds_config import EXPERIMENTS
 
@@ -251,7 +251,7 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
         env=os.environ | cpu,
     )
     assert p.returncode == 0, p.stderr[-3000:]
@@ -397,7 +397,7 @@ def test_a_run_stopped_at_an_epochs_end_resumes_with_every_evaluation(runs, tmp_
         [sys.executable, Path(__file__).with_name("faults.py"), when, sig, *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_S,
     )
     assert p.returncode == {"KILL": -9, "INT": 130, "TERM": rundir.EXIT_PREEMPTED}[sig], p.stderr[-2000:]
     assert not (out / "results.json").exists()
@@ -438,7 +438,7 @@ def test_a_full_disk_stops_the_run_with_one_message_and_nothing_half_written(sma
         [sys.executable, Path(__file__).with_name("faults.py"), when, "FILL", *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_S,
         cwd=small_disk,
     )
     assert p.returncode == 2, p.stderr[-3000:]

@@ -10,6 +10,7 @@ import sys
 import pytest
 from hub_standin import StandInHub
 
+from conftest import HANG_S
 from workshop_lib.hub import OFFLINE
 
 MODEL = "workshop-test/tiny-qwen3"  # a hub name, not a folder: it can only come from the hub or its cache
@@ -49,7 +50,7 @@ def workshop(env, *args):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
     )
 
 

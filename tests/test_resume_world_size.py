@@ -28,7 +28,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import skip_unless_runnable
+from conftest import HANG_S, skip_unless_runnable
 from workshop_lib import checkpoint, evaluation, rundir
 
 # one pytest-xdist worker holds the module's reference runs (scripts/test.sh runs two, --dist loadgroup)
@@ -47,7 +47,7 @@ def run(nproc: int, *args, stop: bool = False, check: bool = True) -> subprocess
         ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] if nproc > 1 else []
     )
     cmd += [str(FAULTS), "step_end", "TERM"] if stop else ["-m", "workshop_lib.cli"]
-    p = subprocess.run(cmd + ["run", *map(str, args)], capture_output=True, text=True, timeout=600, env=ENV)
+    p = subprocess.run(cmd + ["run", *map(str, args)], capture_output=True, text=True, timeout=HANG_S, env=ENV)
     if check and not stop and p.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} run {args} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
