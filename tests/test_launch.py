@@ -57,7 +57,7 @@ def test_a_job_is_submitted_from_the_working_folder_and_read_back_from_it(tmp_pa
         tmp_path / "bin",
         'n=$(cat "$(dirname "$0")/polls" 2>/dev/null || echo 0)\n'
         'if [[ " $* " == *" -j "* ]]; then echo $((n + 1)) > "$(dirname "$0")/polls"; '
-        '[ "$n" -lt 3 ] && echo "PENDING Resources"; else echo 6; fi',
+        '[ "$n" -lt 3 ] && echo "PENDING Resources"; else echo 6; fi; true',
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("WORKSHOP_DIR", raising=False)
@@ -66,6 +66,7 @@ def test_a_job_is_submitted_from_the_working_folder_and_read_back_from_it(tmp_pa
         launch.submit("multi_node")
     assert launch.submit("stage2") == "7"
     assert (tmp_path / "bin" / "submitted_from").read_text().strip() == str(top.resolve())
+    assert (top / "logs").is_dir()  # made before sbatch: SLURM cannot open a job's log in a missing folder
     (top / "runs" / "stage2-7").mkdir(parents=True)
     (top / "runs" / "stage2-7" / "results.json").write_text(json.dumps({"global_steps": 2}))
     # pending: a job ahead runs, so no bound applies (start_within_s=0 would trip at once otherwise)
@@ -76,7 +77,7 @@ def test_a_job_is_submitted_from_the_working_folder_and_read_back_from_it(tmp_pa
 @pytest.mark.parametrize(
     "squeue, message",
     [
-        ('[[ " $* " == *" -j "* ]] && echo "PENDING ReqNodeNotAvail, UnavailableNodes:n1"', "will not start it"),
+        ('[[ " $* " == *" -j "* ]] && echo "PENDING ReqNodeNotAvail, UnavailableNodes:n1"; true', "will not start it"),
         ('[[ " $* " == *" -j "* ]] && echo "PENDING Resources"; true', "while the cluster ran no job"),
     ],
 )

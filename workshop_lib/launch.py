@@ -134,6 +134,7 @@ def submit(script: str, *args: str, sbatch_options: tuple[str, ...] = (), env: d
             "above it holding slurm/).",
             "run from the workshop folder (or a folder below it), or set WORKSHOP_DIR to it.",
         )
+    (where / "logs").mkdir(exist_ok=True)  # the scripts' --output=logs/%x-%j.out: SLURM fails a job without it
     p = subprocess.run(
         ["sbatch", "--parsable", *sbatch_options, f"slurm/{script}.slurm", *args],
         cwd=where,
@@ -149,11 +150,13 @@ def submit(script: str, *args: str, sbatch_options: tuple[str, ...] = (), env: d
     return p.stdout.strip().split(";")[0]
 
 
-def job_state(job_id: str) -> tuple[str, str]:
-    """The job's state and reason as squeue gives them (("PENDING", "Resources"), ("RUNNING", "None")), or ("", "")
-    once it has left the queue."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True).stdout
-    state, _, reason = out.strip().partition(" ")
+def job_state(job_id: str) -> tuple[str, str] | None:
+    """The job's state and reason as squeue gives them (("PENDING", "Resources"), ("RUNNING", "None")), ("", "")
+    once it has left the queue, or None when squeue did not answer (a controller too busy to reply in time)."""
+    p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True)
+    if p.returncode != 0:  # squeue -j of a job that has left the queue answers 0 with nothing, or "Invalid job id"
+        return ("", "") if "Invalid job id" in p.stderr else None
+    state, _, reason = p.stdout.strip().partition(" ")
     return state, reason
 
 
@@ -175,16 +178,22 @@ def wait(
         WorkshopError: the job ended without results (the message holds the end of logs/<name>-<id>.out), the
             cluster refuses it, or it stayed pending `start_within_s` seconds with nothing running ahead of it."""
     idle, last = 0.0, time.monotonic()
+    answered = last
     while True:
-        state, reason = job_state(job_id)
+        now, seen = time.monotonic(), job_state(job_id)
+        answered = now if seen else answered
+        if now - answered > 900:  # not load: a controller that stopped answering
+            raise WorkshopError(
+                f"squeue has not answered for {now - answered:.0f} s about job {job_id}.", "check `sinfo`."
+            )
+        state, reason = seen or ("UNKNOWN", "")
         if not state:
             break
-        now = time.monotonic()
         if state == "PENDING":
             ahead = subprocess.run(
                 ["squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i"], capture_output=True, text=True
             )
-            idle = idle if ahead.stdout.split() else idle + now - last
+            idle = idle if ahead.returncode or ahead.stdout.split() else idle + now - last  # nothing runs
             never = any(reason.startswith(r) for r in REFUSED)
             if never or (start_within_s is not None and idle > start_within_s):
                 subprocess.run(["scancel", job_id], capture_output=True)
