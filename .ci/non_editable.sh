@@ -21,7 +21,9 @@ cd "$work/course"
 # Both at 4 steps a run (the suite runs them at length; here what is checked is where things are found): 02's
 # reference from the package data; 04's two-rank run, where a SLURM cluster answers (CI starts one), a two-node job
 # submitted from this folder and read back by the installed package, which has no slurm/ of its own
-HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg timeout 2400 "$venv/bin/python" - <<'PY'
+# The new venv as a learner has it active (an active environment is what a batch job uses: slurm/common.sh)
+VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg \
+  timeout 2400 "$venv/bin/python" - <<'PY'
 import json, os, shutil, subprocess, sys
 import jupytext, nbclient
 import workshop_lessons, workshop_lib
@@ -59,7 +61,9 @@ if slurm:
         line for line in outputs.split("\\n") if "two-node job" in line or "SLURM" in line
     )
     job = outputs.split("stage2 on 2 nodes: SLURM job ")[1].split(",")[0]
-    assert os.path.exists(f"../logs/multi_node-{job}.out"), os.listdir("..")
+    log = open(f"../logs/multi_node-{job}.out").read()
+    installed = os.path.dirname(workshop_lib.__file__)  # the job's ranks read the bundled data from the install
+    assert f"({installed}/squad/" in log, f"the job's ranks did not run the new install ({installed}):\n{log[-2000:]}"
     print(f"notebook 04 ran in {os.getcwd()}: its two-node job {job} was submitted from {os.path.dirname(os.getcwd())}"
           " (its slurm/, its logs/) and read back")
 else:

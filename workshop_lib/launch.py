@@ -193,7 +193,9 @@ def wait(
             ahead = subprocess.run(
                 ["squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i"], capture_output=True, text=True
             )
-            idle = idle if ahead.returncode or ahead.stdout.split() else idle + now - last  # nothing runs
+            # pending with nothing running, for no reason of its own (a requeued job's BeginTime, a dependency)
+            waits = ahead.returncode or ahead.stdout.split() or reason.startswith(("BeginTime", "Dependency"))
+            idle = idle if waits else idle + now - last
             never = any(reason.startswith(r) for r in REFUSED)
             if never or (start_within_s is not None and idle > start_within_s):
                 subprocess.run(["scancel", job_id], capture_output=True)
