@@ -4,8 +4,8 @@
 # Containerfile the clusters use, `workshop run stage2_offload --tiny` inside the image (results.json
 # checked), the image as a SquashFS (what `enroot import` makes for pyxis), and a SLURM job on CI's cluster
 # whose ranks run inside that SquashFS (WORKSHOP_CONTAINER_RUNTIME=podman: pyxis is not in Debian).
-# Run as root; the check needs .ci/slurm_cluster.sh started (SLURM_CONF set). .ci/run builds in the
-# background while the tests run, then checks:
+# Run as root; the check needs .ci/slurm_cluster.sh started (SLURM_CONF set). .ci/run builds in the background
+# while the tests run, then checks, each part only when its inputs changed since it passed (its stamps):
 #   bash .ci/container.sh build [STATE_DIR]   # base image (kept between runs) and the image
 #   bash .ci/container.sh check [STATE_DIR]   # run inside, SquashFS, SLURM job inside it
 #   bash .ci/container.sh readme [STATE_DIR]  # the README's set-up and fast tests in the bare base image
