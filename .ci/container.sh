@@ -4,8 +4,8 @@
 # Containerfile the clusters use, `workshop run stage2_offload --tiny` inside the image (results.json
 # checked), the image as a SquashFS (what `enroot import` makes for pyxis), and a SLURM job on CI's cluster
 # whose ranks run inside that SquashFS (WORKSHOP_CONTAINER_RUNTIME=podman: pyxis is not in Debian).
-# Run as root; the check needs .ci/slurm_cluster.sh started (SLURM_CONF set). .ci/run builds in the
-# background while the tests run, then checks:
+# Run as root; the check needs .ci/slurm_cluster.sh started (SLURM_CONF set). .ci/run builds in the background
+# while the tests run, then checks, each part only when its inputs changed since it passed (its stamps):
 #   bash .ci/container.sh build [STATE_DIR]   # base image (kept between runs) and the image
 #   bash .ci/container.sh check [STATE_DIR]   # run inside, SquashFS, SLURM job inside it
 #   bash .ci/container.sh readme [STATE_DIR]  # the README's set-up and fast tests in the bare base image
@@ -44,8 +44,7 @@ fi
 
 if [ "$phase" = readme ]; then
   # The README's set-up and fast tests, word for word, on a new machine: the bare Debian base (python3, venv, g++;
-  # no libaio, nothing installed) and a user without root, so set-up cannot install libaio: it must say so, and
-  # pytest must pass, its summary naming what was skipped and why. The project's files as this checkout has them.
+  # nothing installed) and a user without root; pytest must pass, its summary naming anything skipped and why. The project's files as this checkout has them.
   pod=(podman --runtime runc)
   base=localhost/debian-python:bookworm
   podman image exists "$base" || { echo "container CI: no $base; run .ci/container.sh build first"; exit 1; }

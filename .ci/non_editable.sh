@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A non-editable `pip install .` runs notebook 02 from outside the checkout, its GPU reference runs beside the
-# learner's figures: the package data reaches an install. A new venv sees the active environment's packages
-# (a .pth file: nothing is downloaded again) and holds its own copy of the workshop (not a link to this folder).
+# A non-editable `pip install .` runs notebooks 02 and 04 from a learner's folder outside the checkout: 02's GPU
+# reference runs beside the learner's figures (the package data reaches an install), 04's two-node SLURM job
+# submitted from that folder's slurm/ and read back (the engine uses the caller's folder, never its own location).
+# A new venv sees the active environment's packages (a .pth file: nothing is downloaded again) and holds its own
+# copy of the workshop (not a link to this folder).
 #   bash .ci/non_editable.sh [VENV_DIR]     # with the set-up's environment active (source .venv/bin/activate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,22 +15,57 @@ site python > "$(site "$venv/bin/python")/outer.pth"
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(python -c "import os, workshop_lib.env; print(os.environ['TORCH_EXTENSIONS_DIR'])" 2>/dev/null)}
 src=$(mktemp -d) && git ls-files -z | xargs -0 cp --parents -t "$src"  # built there: no build/ left here
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation "$src" 2> >(grep -v "^WARNING: Location" >&2)
-work=$(mktemp -d) && mkdir "$work/course" && cp -r slurm "$work/" && cp course/02_zero_stages.py "$work/course/" && cd "$work/course"  # a learner's folder
-HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg timeout 1200 "$venv/bin/python" - <<'PY'
-import json, os, sys
+# A learner's folder outside the checkout: the batch scripts (slurm/) beside the course's notebooks, nothing else
+work=$(mktemp -d) && mkdir "$work/course" && cp -r slurm "$work/" && cp course/02_zero_stages.py course/04_multi_gpu.py "$work/course/"
+cd "$work/course"
+# Both at 4 steps a run (the suite runs them at length; here what is checked is where things are found): 02's
+# reference from the package data; 04's two-rank run, where a SLURM cluster answers (CI starts one), a two-node job
+# submitted from this folder and read back by the installed package, which has no slurm/ of its own
+# The new venv as a learner has it active (an active environment is what a batch job uses: slurm/common.sh)
+VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg \
+  timeout 2400 "$venv/bin/python" - <<'PY'
+import json, os, shutil, subprocess, sys
 import jupytext, nbclient
 import workshop_lessons, workshop_lib
 
 for m in (workshop_lib, workshop_lessons):
     assert m.__file__.startswith(sys.prefix), f"{m.__name__} imported from {m.__file__}, not the new install"
-nb = jupytext.read("02_zero_stages.py")
-nbclient.NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}).execute()
-outputs = json.dumps([o for c in nb.cells for o in c.get("outputs", [])])
+assert not (__import__("pathlib").Path(workshop_lib.__file__).parents[1] / "slurm").exists()
+
+
+def run(name, **env):
+    nb = jupytext.read(f"{name}.py")
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}).execute()
+    finally:
+        for k in env:
+            del os.environ[k]
+    # what a learner would see as red boxes: any warning a library printed to the cell's stderr
+    red = [line for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr"
+           for line in o.get("text", "").splitlines() if "warn" in line.lower()]
+    assert not red, f"warnings in {name}'s executed outputs:\n" + "\n".join(red[:20])
+    return json.dumps([o for c in nb.cells for o in c.get("outputs", [])])
+
+
+outputs = run("02_zero_stages", WORKSHOP_MAX_STEPS="4")
 assert "Reference: NVIDIA H100" in outputs, "no GPU reference beside the learner's figures"
-# what a learner would see as red boxes: any warning a library printed to the cell's stderr
-red = [line for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr"
-       for line in o.get("text", "").splitlines() if "warn" in line.lower()]
-assert not red, "warnings in the executed notebook's outputs:\n" + "\n".join(red[:20])
 print(f"non-editable install ({workshop_lessons.__file__}): notebook 02 ran in {os.getcwd()}, the H100 "
       "reference beside the learner's figures")
+slurm = shutil.which("sbatch") and subprocess.run(["sinfo"], capture_output=True).returncode == 0
+if os.environ.get("WORKSHOP_REQUIRE_SLURM") == "1":
+    assert slurm, "WORKSHOP_REQUIRE_SLURM=1 but no SLURM cluster answers (bash .ci/slurm_cluster.sh start)"
+outputs = run("04_multi_gpu", WORKSHOP_MAX_STEPS="4")
+if slurm:
+    assert "stage2 on 2 nodes: SLURM job" in outputs, "notebook 04's two-node job did not run:\n" + "\n".join(
+        line for line in outputs.split("\\n") if "two-node job" in line or "SLURM" in line
+    )
+    job = outputs.split("stage2 on 2 nodes: SLURM job ")[1].split(",")[0]
+    log = open(f"../logs/multi_node-{job}.out").read()
+    installed = os.path.dirname(workshop_lib.__file__)  # the job's ranks read the bundled data from the install
+    assert f"({installed}/squad/" in log, f"the job's ranks did not run the new install ({installed}):\n{log[-2000:]}"
+    print(f"notebook 04 ran in {os.getcwd()}: its two-node job {job} was submitted from {os.path.dirname(os.getcwd())}"
+          " (its slurm/, its logs/) and read back")
+else:
+    print(f"notebook 04 ran in {os.getcwd()}; no SLURM cluster here, its ranks ran on this machine")
 PY

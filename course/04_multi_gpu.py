@@ -112,7 +112,7 @@ for stage, g in arith.groupby("zero_stage"):
 # Timeouts make a dead rank end the job instead of hanging:
 
 # %%
-common = (launch.ROOT / "slurm" / "common.sh").read_text()
+common = (launch.workdir() / "slurm" / "common.sh").read_text()
 print(common[common.index("# workshop_launch") :])
 
 # %% [markdown]
@@ -146,8 +146,8 @@ extra = lesson.run_options(on_gpus, COMMON, size_micro_batches=on_gpus and not u
 
 
 def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | None = None, args=()) -> dict:
-    """`sbatch --nodes=2 slurm/multi_node.slurm EXPERIMENT ...` into `out`; waits for it (at most a minute in
-    the queue) and returns its results."""
+    """`sbatch --nodes=2 slurm/multi_node.slurm EXPERIMENT ...` into `out`; waits for it (at most a minute
+    pending with no job ahead of it) and returns its results."""
     shutil.rmtree(out, ignore_errors=True)  # the job resumes a run in its output directory: start afresh
     job = launch.submit(
         "multi_node",

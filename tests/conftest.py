@@ -18,6 +18,10 @@ os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="workshop-tests-datase
 # DeepSpeed's own detection would announce with a warning in every worker
 import workshop_lib.env  # noqa: E402, F401
 
+# How long a test waits on a process or an event before calling it a hang: a guard, never a speed check, so far
+# beyond what any load makes of a tiny run (a test must not fail by a clock a busy machine can reach)
+HANG_S = 3600
+
 
 def workshop(*args, cwd=None, check=True):
     """Run the `workshop` command line in a subprocess; return the CompletedProcess (stdout+stderr text)."""
@@ -26,7 +30,7 @@ def workshop(*args, cwd=None, check=True):
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_S,
     )
     if check and p.returncode != 0:
         raise AssertionError(f"workshop {' '.join(map(str, args))} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG_S
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NOTEBOOK, CELLS = "00_setup.py", 2  # its first code cells: imports and the header, then ds_report
@@ -68,7 +70,7 @@ def lab(tmp_path):
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
+    for _ in range(2 * HANG_S):  # polled each half second while the server lives: load only makes it longer
         try:
             urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
             break
@@ -78,12 +80,12 @@ def lab(tmp_path):
             time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("jupyter lab did not answer within 60 s")
+        pytest.fail(f"jupyter lab did not answer within {HANG_S} s")
     if proc.poll() is not None:
         pytest.fail(f"jupyter lab exited: {proc.communicate()[0][-2000:]}")
     yield url, token
     proc.terminate()
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=HANG_S)
 
 
 def test_a_course_notebook_opens_and_runs_in_jupyterlab_without_a_dialog_or_a_warning(lab):
@@ -98,8 +100,8 @@ def test_a_course_notebook_opens_and_runs_in_jupyterlab_without_a_dialog_or_a_wa
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            page.get_by_text("| Idle").wait_for(timeout=120_000)  # the status bar: the kernel started
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=HANG_S * 1000)
+            page.get_by_text("| Idle").wait_for(timeout=HANG_S * 1000)  # the status bar: the kernel started
             assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
             page.wait_for_timeout(2000)  # the kernel's language_info reaches the notebook's metadata
             assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, "the notebook opened modified"
@@ -109,7 +111,7 @@ def test_a_course_notebook_opens_and_runs_in_jupyterlab_without_a_dialog_or_a_wa
             page.wait_for_function(  # an execution count in each cell run ("[1]:"; "[*]:" while it runs)
                 "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
                 f".filter(e => /\\[\\d+\\]/.test(e.textContent)).length >= {CELLS}",
-                timeout=300_000,
+                timeout=HANG_S * 1000,
             )
             page.wait_for_timeout(1000)  # the last outputs' rendering
             outputs = page.locator(".jp-Notebook .jp-OutputArea-output")

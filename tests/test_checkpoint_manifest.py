@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import workshop
+from conftest import HANG_S, workshop
 from workshop_lib import checkpoint, rundir
 from workshop_lib.config import RunConfig, parse_run_args
 from workshop_lib.errors import WorkshopError
@@ -326,7 +326,7 @@ def _start(args, cwd):
     )
 
 
-def _wait(until, proc, timeout=300):
+def _wait(until, proc, timeout=HANG_S):
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         if until():
@@ -352,7 +352,7 @@ def _trains_past(out: Path, step: int, proc) -> bool:
 
 
 def _message(proc, code) -> str:
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     assert proc.returncode == code and "Traceback" not in stderr, stderr[-3000:]
     lines = [ln for ln in stderr.splitlines() if ln.startswith("workshop:")]
     assert len(lines) == 1, stderr[-3000:]

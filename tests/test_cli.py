@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import workshop
+from conftest import HANG_S, workshop
 from workshop_lib import checkpoint, evaluation, rundir
 from workshop_lib.ds_config import EXPERIMENTS
 
@@ -245,7 +245,7 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
         env=os.environ | cpu,
     )
     assert p.returncode == 0, p.stderr[-3000:]
@@ -391,7 +391,7 @@ def test_a_run_stopped_at_an_epochs_end_resumes_with_every_evaluation(runs, tmp_
         [sys.executable, Path(__file__).with_name("faults.py"), when, sig, *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_S,
     )
     assert p.returncode == {"KILL": -9, "INT": 130, "TERM": rundir.EXIT_PREEMPTED}[sig], p.stderr[-2000:]
     assert not (out / "results.json").exists()

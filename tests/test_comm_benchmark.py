@@ -6,6 +6,8 @@ import sys
 import pandas as pd
 import pytest
 
+from conftest import HANG_S
+
 
 @pytest.mark.slow
 def test_comm_benchmark_times_zero2s_collectives_with_nccl_tests_bandwidths(tmp_path):
@@ -30,7 +32,7 @@ def test_comm_benchmark_times_zero2s_collectives_with_nccl_tests_bandwidths(tmp_
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     df = pd.read_csv(out).set_index(["op", "what"])

@@ -12,6 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
+from conftest import HANG_S
 from workshop_lessons import REFERENCE, band, multi_gpu
 from workshop_lib import launch, memory
 from workshop_lib.config import parse_run_args, resolve
@@ -189,7 +190,7 @@ def two_ranks(tiny_runs, tmp_path_factory):
             sbatch_options=("--nodes=2", "--gpus-per-node=0"),
             env={"WORKSHOP_OUTPUT_DIR": str(out), "WORKSHOP_TINY": "1", "WORKSHOP_ENV": sys.prefix},
         )
-        launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=120)
+        launch.wait(job, "multi_node", output_dir=out, poll_s=1, start_within_s=600)
     else:
         launch.run_local("stage2", 2, out, *ARGS, env={"CUDA_VISIBLE_DEVICES": ""})
     yield load_results([tiny_runs / "stage2", out])
@@ -347,7 +348,7 @@ def test_a_killed_torchrun_leaves_its_worker_running(tmp_path):
         worker = psutil.Process(int(pid_file.read_text()))
         assert worker.ppid() == agent.pid and os.getsid(worker.pid) != os.getsid(agent.pid)
         os.killpg(agent.pid, signal.SIGKILL)  # torchrun's process group, as `kill -9 -- -PGID` sends it
-        agent.wait(timeout=30)
+        agent.wait(timeout=HANG_S)
         time.sleep(1)
         assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
     finally:

@@ -1,4 +1,5 @@
 import csv
+import time
 
 import numpy as np
 import torch
@@ -6,13 +7,19 @@ import torch
 from workshop_lib.memory import MemorySampler, estimate_model_states
 
 
+def sampled(mem, n=3):
+    """Wait until the sampler's thread has taken `n` more samples: a fixed sleep is not enough on a loaded machine,
+    where the thread may not run at all within it."""
+    want = len(mem.rows) + n
+    while len(mem.rows) < want:
+        time.sleep(0.05)
+
+
 def test_sampler_sees_host_memory_grow_and_writes_csv(tmp_path):
     with MemorySampler(tmp_path / "memory.csv", interval_s=0.05) as mem:
         before = mem.sample()["host_rss_mib"]
         block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
-        import time
-
-        time.sleep(0.3)
+        sampled(mem)
         del block
     s = mem.summary()
     assert s["host_peak_rss_mib"] >= before + 250
@@ -51,14 +58,12 @@ def test_the_trainer_alone_is_estimated_at_16_bytes_per_parameter():
 def test_phases_split_setup_from_training(tmp_path):
     """Peaks are those of the training window: memory freed before "train_begin" does not count."""
     with MemorySampler(tmp_path / "memory.csv", interval_s=0.05) as mem:
-        import time
-
         block = np.ones(300 * 2**20 // 8)  # set-up: 300 MiB, touched, then freed
-        time.sleep(0.3)
+        sampled(mem)
         del block
-        time.sleep(0.2)
+        sampled(mem)
         mem.mark("train_begin")
-        time.sleep(0.2)
+        sampled(mem)
         mem.mark("states")
         mem.mark("train_end")
         time.sleep(0.1)

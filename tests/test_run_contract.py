@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import workshop
+from conftest import HANG_S, workshop
 from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
@@ -378,7 +378,7 @@ def test_refusals_hold_on_2_cpu_ranks(case, tmp_path, model_dirs):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         env=os.environ | {"CUDA_VISIBLE_DEVICES": ""},
     )
     errs = [f.read_text() for f in sorted((tmp_path / "logs").glob("**/attempt_0/*/stderr.log"))]
@@ -674,8 +674,8 @@ def test_a_stale_op_build_lock_is_named_at_once_and_a_live_build_is_waited_for(t
     t0 = time.monotonic()
     with pytest.raises(WorkshopError, match=f"no process is building there.*\nTo fix: .*rm {lock}"):
         env.wait_for_file_lock(lock, "DeepSpeed's cpu_adam op", timeout_s=600, notice_after_s=0.3, poll_s=0.1)
-    assert time.monotonic() - t0 < 5 and "Waiting" not in capsys.readouterr().out
-    build = subprocess.Popen(["sleep", "60"], cwd=tmp_path)  # a build in progress, as ninja is
+    assert time.monotonic() - t0 < 300 and "Waiting" not in capsys.readouterr().out  # not the 600 s time-out
+    build = subprocess.Popen(["sleep", "3600"], cwd=tmp_path)  # a build in progress, as ninja is
     try:
         with pytest.raises(WorkshopError, match=f"(?s)has blocked the build of DeepSpeed's cpu_adam op.*rm {lock}"):
             env.wait_for_file_lock(lock, "DeepSpeed's cpu_adam op", timeout_s=1.0, notice_after_s=0.3, poll_s=0.1)
@@ -807,7 +807,7 @@ def _start(args, tmp_path):
     )
 
 
-def _wait_for_training(out: Path, proc, timeout=300):
+def _wait_for_training(out: Path, proc, timeout=HANG_S):
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         log = out / "train_log.csv"
@@ -827,7 +827,7 @@ def test_sigint_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(tmp_p
     proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out, "--overwrite"], tmp_path)
     _wait_for_training(out, proc)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     assert proc.returncode == code, stderr[-2000:]
     assert "Traceback" not in stderr
     last = [ln for ln in stderr.splitlines() if "workshop:" in ln]
@@ -857,7 +857,7 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     )
     _wait_for_training(out, proc)
     proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     assert proc.returncode == rundir.EXIT_PREEMPTED == 75, stderr[-2000:]
     last = [ln for ln in stderr.splitlines() if "workshop:" in ln]
     assert len(last) == 1 and last[0].startswith("workshop: stopped by SIGTERM at step") and "--resume" in last[0]
@@ -897,7 +897,11 @@ def kill_rank_1(tmp_path, when: str, *args) -> tuple[str, str]:
         tmp_path / "run",
     ]
     p = subprocess.run(
-        list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""}
+        list(map(str, cmd)),
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        env=os.environ | {"CUDA_VISIBLE_DEVICES": ""},
     )
     return p.stderr, next((tmp_path / "logs").glob("**/attempt_0/0/stderr.log")).read_text()
 
@@ -1037,7 +1041,7 @@ def test_help_imports_no_heavy_library(argv):
         text=True,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
+        timeout=HANG_S,
     )
     assert out.returncode == 0 and out.stdout.startswith("usage: workshop"), out.stderr[-2000:]
     imported = {

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG_S
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
@@ -24,14 +26,14 @@ if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).
 
 
 def job_env(env=None) -> dict:
-    """The environment of a submission: this Python's environment, the tiny model, short timeouts."""
+    """The environment of a submission: this Python's environment, the tiny model, common.sh's timeouts."""
     e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
     return (
         e
         | {
             "WORKSHOP_TINY": "1",
             "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
-            "WORKSHOP_DIST_TIMEOUT_S": "60",
+            "WORKSHOP_DIST_TIMEOUT_S": "300",  # common.sh's: a loaded machine's ranks join late
         }
         | (env or {})
     )
@@ -58,7 +60,7 @@ def state(jid: str) -> tuple[str, int]:
     return re.search(r"JobState=(\S+)", out).group(1), code or (128 + sig if sig else 0)
 
 
-def wait(jid: str, timeout: float = 1200) -> int:
+def wait(jid: str, timeout: float = HANG_S) -> int:
     """Wait for the job to end, through any requeue: its exit code, as `sbatch --wait` returns it. Polled every
     half second: `sbatch --wait` polls at growing intervals (up to 32 s), which added up to a minute to each test."""
     deadline = time.time() + timeout
@@ -195,7 +197,7 @@ def test_a_rank_that_dies_ends_the_job():
     import signal
 
     jid = submit("--job-name", "multi_node_kill", "slurm/multi_node.slurm", "stage2", "--max-steps", "200")
-    victim, deadline = None, time.time() + 600
+    victim, deadline = None, time.time() + HANG_S
     while victim is None and time.time() < deadline and state(jid)[0] not in ENDED:
         if glob.glob(str(ROOT / "runs" / "multi_node_kill-*" / "train_log.csv")):  # training has started
             for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -210,8 +212,8 @@ def test_a_rank_that_dies_ends_the_job():
     assert victim, "rank 1 never started training"
     killed_at = time.time()
     os.kill(victim, signal.SIGKILL)
-    rc = wait(jid, timeout=300)
-    assert rc != 0 and time.time() - killed_at < 240
+    rc = wait(jid)
+    assert rc != 0 and time.time() - killed_at < 1800  # not the job's hour: a hang would reach it, load does not
     assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
 
 
@@ -228,7 +230,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
         argv = ["--job-name", run_name, "slurm/stage2.slurm"]
     else:
         run_name, argv = "stage2", ["slurm/one_gpu.slurm", "stage2"]
-    jid, deadline = submit(*argv, *args), time.time() + 600
+    jid, deadline = submit(*argv, *args), time.time() + HANG_S
     log_path = ROOT / "runs" / f"{run_name}-{jid}" / "train_log.csv"
     while time.time() < deadline and not (log_path.exists() and len(log_path.read_text().splitlines()) > 3):
         time.sleep(0.2)
@@ -245,7 +247,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
             subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True)
             break
         time.sleep(0.5)
-    rc = wait(jid, timeout=900)
+    rc = wait(jid)
     log = (ROOT / "logs" / f"{run_name}-{jid}.out").read_text()
     assert rc == 0, log[-3000:]
     assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]

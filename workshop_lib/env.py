@@ -410,14 +410,14 @@ def wait_for_file_lock(
                 "killed midway left this lock behind.",
                 fix,
             )
-        if now - t0 > timeout_s:
-            raise WorkshopError(f"{lock} has blocked the build of {what} for {now - t0:.0f} s.", fix)
         if now - t0 > notice_after_s and not told:
             print(
                 f"Waiting for {lock}: another process is building {what}. Giving up after {timeout_s:.0f} s.",
                 flush=True,
             )
             told = True
+        if now - t0 > timeout_s:
+            raise WorkshopError(f"{lock} has blocked the build of {what} for {now - t0:.0f} s.", fix)
         time.sleep(poll_s)
 
 

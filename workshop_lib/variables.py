@@ -104,6 +104,13 @@ VARIABLES = {
             choices=("torchrun", "srun", "deepspeed"),
         ),
         Variable(
+            "WORKSHOP_DIR",
+            str,
+            "the current folder or the first above it with slurm/",
+            "`launch`",
+            "the working folder batch jobs are submitted from (its slurm/, runs/, logs/)",
+        ),
+        Variable(
             "WORKSHOP_OUTPUT_DIR", str, "runs/<run name>-<job id>", "slurm/common.sh", "a batch job's run directory"
         ),
         Variable("WORKSHOP_RUN_NAME", str, "the job's name", "slurm/common.sh", "the run directory's and log's name"),
