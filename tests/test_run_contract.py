@@ -1181,8 +1181,8 @@ def test_a_stop_after_the_run_claimed_its_folder_never_says_nothing_was_written(
         (False, "stopped by SIGTERM before anything was written."),
         (True, "stopped by SIGTERM after the run had started: its folder's RUNNING marker"),
     ):
-        with pytest.raises(rundir.RunInterrupted) as e, rundir.interruptible():
-            rundir.StopRequest.claimed = claimed
+        with pytest.raises(rundir.RunInterrupted) as e, rundir.interruptible() as stop:
+            stop.claimed = claimed
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler raises at the next bytecode
         assert str(e.value).startswith(words) and e.value.exit_code == 143

@@ -142,15 +142,15 @@ class MicroBatches(TrainerCallback):
 
 
 class StopAtStepBoundary(TrainerCallback):
-    """At every optimizer step's end, asks all ranks whether one received SIGTERM or SIGUSR1 (`rundir.StopRequest`) or
-    sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at the same step whichever rank was asked. If so
-    the Trainer saves a checkpoint there and stops. `signum` keeps the signal."""
+    """At every optimizer step's end, asks all ranks whether one received SIGTERM or SIGUSR1 (`request`, the run's
+    `rundir.StopRequest`) or sees `stop_file` (taken as SIGUSR1): a max over ranks, so they stop at the same step
+    whichever rank was asked. If so the Trainer saves a checkpoint there and stops. `signum` keeps the signal."""
 
-    def __init__(self, stop_file: Path):
-        self.stop_file, self.signum = stop_file, None
+    def __init__(self, stop_file: Path, request: rundir.StopRequest):
+        self.stop_file, self.request, self.signum = stop_file, request, None
 
     def on_step_end(self, args, state, control, **kw):
-        asked = int(rundir.StopRequest.signum or (signal.SIGUSR1 if self.stop_file.exists() else 0))
+        asked = int(self.request.signum or (signal.SIGUSR1 if self.stop_file.exists() else 0))
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             asked_ = torch.tensor([asked], device=args.device)  # a world of one needs no GPU round trip
             dist.all_reduce(asked_, op=dist.ReduceOp.MAX)

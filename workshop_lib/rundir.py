@@ -26,6 +26,7 @@ import signal
 import socket
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -103,14 +104,18 @@ class RunPreempted(RunInterrupted):
         return EXIT_PREEMPTED
 
 
+@dataclass
 class StopRequest:
-    """The signal (SIGTERM, SIGUSR1) that asked the training in progress to stop at the next step boundary; None when
-    none did. `training` is True while steps run, `ending` while a failed run ends (a launcher's SIGTERM to every rank
-    once one failed must not replace the error): `interruptible` defers the signal only then; `claimed` once the run
-    has claimed its output directory (a stop then is no longer "before anything was written")."""
+    """One run's stop state, made by `interruptible` and owned by the run (`train.Run.stop`), which hands it to the
+    step callback (`callbacks.StopAtStepBoundary`). `signum`: the signal (SIGTERM, SIGUSR1) that asked the training in
+    progress to stop at the next step boundary; None when none did. `training` is True while steps run, `ending`
+    while a failed run ends (a launcher's SIGTERM to every rank once one failed must not replace the error):
+    `interruptible` defers the signal only then; `claimed` once the run has claimed its output directory (a stop
+    then is no longer "before anything was written")."""
 
     signum: int | None = None
-    training = ending = False
+    training: bool = False
+    ending: bool = False
     claimed: bool = False
 
 
@@ -390,25 +395,25 @@ def finish(out: str | os.PathLike, results: dict) -> None:
 @contextmanager
 def interruptible():
     """Turn SIGINT, SIGTERM and SIGUSR1 into `RunInterrupted` in the main thread for the duration, except
-    SIGTERM and SIGUSR1 while `StopRequest.training` or `.ending`: those are recorded in `StopRequest.signum` for the
-    training loop to stop at the next step boundary with a checkpoint. Restores the previous handlers after.
-    Elsewhere than the main thread it changes nothing."""
+    SIGTERM and SIGUSR1 while the yielded `StopRequest`'s `training` or `ending`: those are recorded in its `signum`
+    for the training loop to stop at the next step boundary with a checkpoint. Restores the previous handlers after.
+    Elsewhere than the main thread it changes nothing but the yielded state."""
 
     def raise_interrupted(signum, frame):
-        if signum != signal.SIGINT and (StopRequest.training or StopRequest.ending):
-            StopRequest.signum = signum  # the training loop checkpoints and stops at the next step boundary
+        if signum != signal.SIGINT and (stop.training or stop.ending):
+            stop.signum = signum  # the training loop checkpoints and stops at the next step boundary
             return
-        if StopRequest.claimed:  # the run tells the step where it can (`RunInterrupted.at_step`)
+        if stop.claimed:  # the run tells the step where it can (`RunInterrupted.at_step`)
             raise RunInterrupted(signum, "after the run had started: its folder's RUNNING marker says how far it got.")
         raise RunInterrupted(signum)
 
-    StopRequest.signum, StopRequest.training, StopRequest.ending, StopRequest.claimed = None, False, False, False
+    stop = StopRequest()
     try:
         previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     except ValueError:  # not the main thread
         previous = {}
     try:
-        yield
+        yield stop
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -87,14 +87,14 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
     # what an earlier run in this process (a notebook kernel) left in reference cycles: GiB, until collected
     teardown.free_memory()
     # the rank variables a world of one sets (`env.ensure_distributed_env`) go when the run ends
-    with teardown.restored_world(), rundir.interruptible():
+    with teardown.restored_world(), rundir.interruptible() as stop:
         cfg = resolve(cfg)
         exp = EXPERIMENTS[cfg.experiment]
         check_model_source(cfg.model, cfg.tiny, cfg.random_weights)
         rundir.check(cfg.output_dir, cfg.overwrite, cfg.resume)
         cfg = preflight.check_machine(cfg, exp)
         preflight.check_resume(cfg)
-        return _run(Run(cfg, exp, *env.world(), callbacks, asked))
+        return _run(Run(cfg, exp, *env.world(), callbacks, asked, stop))
 
 
 @dataclass
@@ -110,6 +110,7 @@ class Run:
     world_size: int = 1
     callbacks: Sequence = ()  # the caller's TrainerCallbacks, after the workshop's own
     asked: RunConfig | None = None  # the settings as given, which a stopped run's command repeats
+    stop: rundir.StopRequest = field(default_factory=rundir.StopRequest)  # `rundir.interruptible`'s, for the stages
     # load_data
     train_raw: Any = None  # SQuAD rows, a datasets.Dataset (`data.load_squad`)
     eval_raw: Any = None
@@ -150,8 +151,8 @@ def _run(run: Run) -> dict:
         load_model(run)
         claim(run)
     except (Exception, rundir.RunInterrupted) as e:
-        rundir.StopRequest.ending = True
-        if rundir.StopRequest.claimed:  # a failure in the barrier after rank 0 claimed the directory
+        run.stop.ending = True
+        if run.stop.claimed:  # a failure in the barrier after rank 0 claimed the directory
             mark_ended(run, e)
         raise
     try:
@@ -171,7 +172,7 @@ def _run(run: Run) -> dict:
         if rank == 0:
             rundir.finish(run.out, run.results)
     except BaseException as e:
-        rundir.StopRequest.ending = True  # torchrun's SIGTERM to every rank once one failed waits: this error is told
+        run.stop.ending = True  # torchrun's SIGTERM to every rank once one failed waits: this error is told
         step = mark_ended(run, e)
         if isinstance(e, rundir.RunInterrupted):
             raise e.at_step(step, checkpoint.kept(cfg.output_dir, run.asked)).with_traceback(e.__traceback__) from None
@@ -228,7 +229,7 @@ def claim(run: Run) -> None:
     if run.rank == 0:
         rundir.claim(run.out, run.cfg.overwrite, run.cfg.resume)
         checkpoint.write_run_config(run.out, asdict(run.cfg), run.world_size)
-    rundir.StopRequest.claimed = True
+    run.stop.claimed = True
     env.barrier()
 
 
@@ -425,16 +426,16 @@ def train(run: Run) -> None:
     trainer, mem, out, resume_from = run.trainer, run.mem, run.out, run.resume_from
     try:
         steps = StepLog(out / "train_log.csv", mem.t0)
-        stop = StopAtStepBoundary(out / rundir.STOP_FILE)
+        stop = StopAtStepBoundary(out / rundir.STOP_FILE, run.stop)
         shapes = MicroBatches(out / ("micro_batches.csv" if run.rank == 0 else f"micro_batches.rank{run.rank}.csv"))
         for callback in (steps, stop, Phases(mem), EvaluateBeforeSave(), shapes, *run.callbacks):
             trainer.add_callback(callback)
-        rundir.StopRequest.training = True
+        run.stop.training = True
         try:
             with checkpoint.weights_only_loads():  # a resume's DeepSpeed loads
                 train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
-            rundir.StopRequest.training = False
+            run.stop.training = False
         if stop.signum and trainer.state.global_step < trainer.state.max_steps:
             raise rundir.RunPreempted(stop.signum)
         if not any("eval_loss" in h for h in trainer.state.log_history):
