@@ -91,7 +91,7 @@ rows, _ = lessons.gpu_results(NOTEBOOK, RUNS, ORDER)  # the table's runs, by the
 print(lesson.explain_states(rows))
 
 # %% [markdown]
-# Without a GPU the memory above cannot show what a stage keeps (00_setup): the H100 reference runs below do.
+# Without a GPU the memory above cannot show what a stage keeps (00_setup): the GPU reference runs below do.
 
 # %%
 if results.cpu_memory_note(df):

@@ -80,7 +80,7 @@ def band_then() -> float:
         steady = pd.read_csv(run / "train_log.csv").dropna(subset=["step_time_s"]).iloc[8:]
         return statistics.median(steady["tokens"] / steady["step_time_s"])
 
-    root = lessons.REFERENCE_DIR
+    root = lessons.REFERENCE / "h100" / "course"  # the course reference of that time
     repeated = sorted(d.name for d in (root / "repeat").iterdir() if (d / "results.json").is_file())
     spreads = [
         abs(a - b) / ((a + b) / 2)
@@ -858,7 +858,7 @@ def run_order(p: Page) -> None:
     p("baseline second tokens/s", n(tps["2-baseline"]))
     p("baseline sixth tokens/s", n(tps["6-baseline"]))
     p("sixth / second", x(tps["6-baseline"] / tps["2-baseline"]))
-    p("band", f"±{lessons.band('steady_train_tokens_per_second'):.1%}")
+    p("band", f"±{lessons.band('steady_train_tokens_per_second', root=lessons.REFERENCE / 'h100' / 'course'):.1%}")
     p("forward ms, first", f"{steady_median(d / 'runs' / '1-stage2'):.1f}")
     p("first / fourth, cuDNN", first_over_fourth(FINDINGS / "new-shapes" / "cudnn-run-order"))
     p("forward ms, fourth", f"{steady_median(d / 'runs' / '4-stage2'):.1f}")

@@ -4,7 +4,6 @@ against `fit.estimate`, its margin against what the H100 reference runs measured
 and WORKSHOP_GPU_MEMORY_FRACTION. Fast: estimates on the meta device, no training."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -56,11 +55,11 @@ def test_the_setups_are_the_token_budget_runs_of_notebooks_01_to_03():
 
 
 def test_the_headroom_covers_what_the_estimate_leaves_out_in_the_reference_runs():
-    """Every H100 reference run of the default recipe without activation checkpointing: torch's peak allocated
+    """Every reference run of the default recipe without activation checkpointing: torch's peak allocated
     plus the memory outside torch's allocator (NVML peak - torch peak reserved) within estimate / (1 - HEADROOM),
-    up to 1/0.88 of the estimate as fit.HEADROOM's comment says. The allocator's free cached blocks are left out:
+    as fit.HEADROOM's comment says. The allocator's free cached blocks are left out:
     it releases them before it reports out of memory."""
-    checked, shares = [], []
+    checked = []
     for name, setup in lessons.budget_setups().items():
         f = REFERENCE_DIR / "runs" / name / "results.json"
         if name == "baseline_ac" or not f.is_file():
@@ -70,10 +69,6 @@ def test_the_headroom_covers_what_the_estimate_leaves_out_in_the_reference_runs(
         used = r["gpu_peak_allocated_mib"] + r["gpu_peak_mib"] - r["gpu_peak_reserved_mib"]
         assert used <= est / SHARE, name
         checked.append(name)
-        shares.append(est / used)
-    assert f"reached up to 1/{min(shares):.2f} of the estimate" in " ".join(
-        (Path(__file__).resolve().parents[1] / "workshop_lib" / "fit.py").read_text().replace("#", " ").split()
-    )
     assert {"stage3", "stage3_offload"} <= set(checked)  # the uncompiled runs, where the estimate is closest
 
 

@@ -96,10 +96,11 @@ def test_why_zero3_peaks_above_zero2_is_compilation_in_the_h100_reference_runs(t
     assert c.gap.difference == pytest.approx(c.without.difference + c.zero_mib)  # the sentence's sum
     # notebook 02's stage 2 and stage 3 are the reference runs notebook 03's gap was measured on: the same figure
     assert c.gap.difference == pytest.approx(offload.figures(r).stage3_over_stage2_peak.difference)
-    # only compilation differs between the two baselines: the same model states; compiled, the steps add less
-    assert c.states.verdict in ("equal", "within the band") and c.without.verdict == "higher"
+    # only compilation differs between the two baselines: model states within a hundredth of what compilation
+    # saves at the peak; compiled, the steps add less
+    assert abs(c.states.difference) < c.without.difference / 100 and c.without.verdict == "higher"
     # "Not ZeRO alone": compilation's part is larger than the gap, and ZeRO's is of the other sign and smaller
-    assert c.without.difference > c.gap.difference > 0 > c.zero_mib > -0.1 * c.without.difference
+    assert c.without.difference > c.gap.difference > 0 > c.zero_mib > -c.without.difference
 
 
 def test_notebook_02s_runs_part_compilation_from_zero_only_where_they_compiled_as_03s(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import workshop
-from workshop_lessons import REFERENCE_DIR, zero_stages
+from workshop_lessons import REFERENCE, REFERENCE_DIR, zero_stages
 from workshop_lessons.baseline import gpu_share, gpu_total_mib, peak, speed
 from workshop_lessons.zero_stages import compiled
 from workshop_lib.fit import GPUS
@@ -48,15 +48,15 @@ def _check(r):
     return f
 
 
-def test_figures_and_verdicts_agree_with_the_h100_reference_runs():
+def test_figures_and_verdicts_agree_with_the_reference_runs():
     r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
     f = _check(r)
-    assert f.on_gpu and f.slowest == "stage3" and f.slowest_apart  # on the H100, stage 3 is clearly slowest
+    assert f.on_gpu and f.slowest == "stage3" and f.slowest_apart  # on the H200, stage 3 is clearly slowest
     # stage 3 without compilation, the baseline with it, and no uncompiled baseline on file: no like-for-like row
     assert f.stage3_uncompiled and f.stage3_like is None
-    # how close stage 3 came to the GPU's limit: its NVML peak over the H100's memory (fit.GPUS, by device name)
-    assert f.stage3_gpu_total_mib == GPUS["H100 80GB"] and r["stage3"]["device"] == "NVIDIA H100 80GB HBM3"
-    assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H100 80GB"])
+    # how close stage 3 came to the GPU's limit: its NVML peak over the H200's memory (fit.GPUS, by device name)
+    assert f.stage3_gpu_total_mib == GPUS["H200 141GB"] and r["stage3"]["device"] == "NVIDIA H200"
+    assert f.stage3_gpu_share == pytest.approx(r["stage3"]["gpu_peak_mib"] / GPUS["H200 141GB"])
     # stage 2 against the baseline: inside the measured band, so no finding
     assert f.stages["stage2"].speed.verdict == "within the band" and f.stages["stage3"].speed.verdict == "lower"
     # activation checkpointing: memory and speed clearly lower (the recomputation costs time); HFU counts the
@@ -160,7 +160,11 @@ def test_the_learners_blank_answers_reach_only_lessons_that_say_so(tmp_path, cap
     assert "Write your KEY=VALUE in MY_OVERRIDE" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("where", ["runs", "repeat"])
+# every complete set of the course's GPU runs on file: today's reference, and the H100's and its repeat
+COURSE_SETS = [REFERENCE_DIR / "runs", REFERENCE / "h100/course/runs", REFERENCE / "h100/course/repeat"]
+
+
+@pytest.mark.parametrize("where", COURSE_SETS, ids=lambda d: f"{d.parent.parent.name}-{d.name}")
 def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers(where):
     """Notebook 02's table of model states per parameter (H100 reference, Qwen3-0.6B, bf16): stages 1-2 keep 14
     bytes/param (16-bit weights, fp32 master weights, Adam's moments) and stage 3 2 more of gradient partitions
@@ -171,7 +175,7 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     from workshop_lib.units import MiB
 
     r = {
-        n: json.loads((REFERENCE_DIR / where / n / "results.json").read_text())
+        n: json.loads((where / n / "results.json").read_text())
         for n in ["baseline", "stage1", "stage2", "stage3", "stage2_no_overlap", "baseline_ac"]
     }
     a = {n: zero_stages.account_states(x) for n, x in r.items()}
@@ -189,14 +193,10 @@ def test_the_bytes_per_parameter_each_stage_keeps_add_up_from_deepspeeds_buffers
     extra_mib = r["stage3"]["gpu_states_allocated_mib"] - r["stage2"]["gpu_states_allocated_mib"]
     noise = lessons.band("gpu_states_allocated_mib") * r["stage3"]["gpu_states_allocated_mib"]
     assert abs(extra_mib - (2 * n3 / MiB + bucket)) <= max(noise, 0.1)  # 0.1: results.json's rounding of MiB
-    for n, x in a.items():  # what the process held before (64 MiB) closes the rest to under 2.5 MiB
-        assert r[n]["gpu_allocated_at_start_mib"] == 64.0
-        assert 0 <= x.rest_mib < 2.5, (n, x.rest_mib)
-    assert a["stage3"].measured == pytest.approx(17.79, abs=0.01) and a["stage1"].measured == pytest.approx(
-        14.11, abs=0.01
-    )
+    for n, x in a.items():  # with what the process held before the run, all but 1% of the states accounted for
+        assert 0 <= x.rest < 0.01 * x.measured, (n, x.rest_mib)
     with pytest.raises(ValueError, match="offload"):
-        zero_stages.account_states(json.loads((REFERENCE_DIR / where / "stage3_offload" / "results.json").read_text()))
+        zero_stages.account_states(json.loads((where / "stage3_offload" / "results.json").read_text()))
     text = zero_stages.explain_states(r)  # notebook 02's two sentences, from these accounts
     assert f"{bucket:,.1f} MiB): {a['stage3'].predicted:.2f}" in text and f"({a['stage1'].predicted:.2f})" in text
     worst = max(a, key=lambda k: a[k].rest)

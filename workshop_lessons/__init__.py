@@ -26,10 +26,8 @@ _HOMES = {
     **dict.fromkeys(["budget_setups", "course_budget", "notebook_run_options", "run_config", "run_own_key"], "runs"),
     **dict.fromkeys(["WARM_UP_STEPS", "warm_up"], "warmup"),
     **dict.fromkeys(
-        # _repeats: lab/tests and tests/test_docs read the repeated runs as `band` pairs them
+        # _repeats: lab/tests and tests/test_docs read the repeated runs as `band` groups them
         [
-            "REPEATS",
-            "REPEATS_METRICS",
             "CPU_RUN_ORDER",
             "reference",
             "band",

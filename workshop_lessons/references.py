@@ -1,11 +1,10 @@
 """The GPU reference runs beside the learner's own and the tolerance band of those references.
 
-- `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h100/course/runs/NAME/results.json) of a
+- `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h200/course/runs/NAME/results.json) of a
   notebook's runs.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
-  |a - b| / mean over the reference runs measured again (`REPEATS`: the same configuration in an earlier call
-  on another H100, workshop_lessons/reference/h100/runs; and any OUT_DIR/repeat/NAME of `--repeat`), as a fraction
-  (0.05 = +-5%).
+  (max - min) / mean(max, min) over a reference run and its repeats (root/repeat/NAME, root/repeat/NAME-rK), as a
+  fraction (0.05 = +-5%).
 - `cpu_band()`: the spread between processes of a run's tokens/s relative to its process's baseline on a CPU
   (workshop_lessons/reference/cpu/run_order.csv), the band of a CPU run's speed verdicts.
 - `table(notebook, runs_dir)`: the learner's exercise table (`results.exercise_table`) with the reference and its
@@ -13,6 +12,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -20,19 +20,6 @@ import pandas as pd
 from workshop_lib.results import exercise_table, find_runs, load_results, title
 
 from .registry import COLUMNS, COURSE_RUNS, REFERENCE, REFERENCE_DIR
-
-# Reference runs measured again: the same model, recipe, data, steps and experiment in workshop_lessons/reference/h100/runs
-# (scripts/gpu_benchmark.sh with MAX_STEPS=24, another call on another H100 instance).
-REPEATS = {
-    "baseline": REFERENCE / "h100/runs/Qwen3-0.6B-default-baseline",
-    "stage2": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2",
-    "stage2_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage2_offload",
-    "stage3_offload": REFERENCE / "h100/runs/Qwen3-0.6B-default-stage3_offload",
-    "baseline_classic": REFERENCE / "h100/runs/bloom-560m-classic-baseline",
-}
-# What those earlier runs measured as the reference runs do; their memory was taken over another window (set-up
-# included), so memory has no band until a run is repeated with `--repeat`.
-REPEATS_METRICS = {"steady_train_tokens_per_second", "steady_step_time_s", "mfu", "gpu_util_pct", "train_loss"}
 
 
 def _load(root: Path) -> pd.DataFrame:
@@ -52,29 +39,27 @@ def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.Dat
     return df.loc[[n for n in COURSE_RUNS[notebook] if n in df.index]]
 
 
-def _repeats(root: Path) -> dict[str, dict]:
-    """name -> results.json of the runs measured again: root/repeat/NAME, and `REPEATS` for the committed reference."""
-    earlier = {n: d for n, d in REPEATS.items() if (d / "results.json").is_file()} if root == REFERENCE_DIR else {}
-    found = {
-        n: {k: v for k, v in json.loads((d / "results.json").read_text()).items() if k in REPEATS_METRICS}
-        for n, d in earlier.items()
-    }
-    return found | {
-        d.name: json.loads((d / "results.json").read_text())
-        for d in (root / "repeat").glob("*")
-        if (d / "results.json").is_file()
-    }
+def _repeats(root: Path) -> dict[str, list[dict]]:
+    """name -> the results.json of each run of that configuration measured again: root/repeat/NAME (made by
+    `--repeat`) and root/repeat/NAME-rK (fresh-process repeats by the measurement protocol, `scripts/repeats.py`)."""
+    found: dict[str, list[dict]] = {}
+    for d in sorted((root / "repeat").glob("*")):
+        if (d / "results.json").is_file():
+            found.setdefault(re.sub(r"-r\d+$", "", d.name), []).append(json.loads((d / "results.json").read_text()))
+    return found
 
 
 def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
-    """The largest relative spread |a - b| / mean(a, b) of `metric` over the reference runs measured again
-    (`_repeats`), a fraction; None where no run was repeated or the metric is missing in the repeats."""
+    """The largest relative spread (max - min) / mean(max, min) of `metric` over each configuration's reference
+    run and its repeats (`_repeats`), the measurement protocol's band (docs/measurement.md), a fraction; None where
+    no run was repeated or the metric is missing."""
     first, spreads = _load(root / "runs"), []
     for name, again in _repeats(root).items():
-        a = first.at[name, metric] if name in first.index and metric in first else None
-        b = again.get(metric)
-        if a is not None and b is not None and pd.notna(a) and pd.notna(b) and (a + b):
-            spreads.append(abs(a - b) / ((a + b) / 2))
+        values = [r[metric] for r in again if pd.notna(r.get(metric))]
+        if name in first.index and metric in first and pd.notna(first.at[name, metric]):
+            values.append(first.at[name, metric])
+        if len(values) > 1 and max(values) + min(values):
+            spreads.append((max(values) - min(values)) / ((max(values) + min(values)) / 2))
     return max(spreads) if spreads else None
 
 
@@ -113,12 +98,16 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
     repeated = sorted(set(df.index) & set(_repeats(root)))
     where = root.relative_to(REFERENCE.parents[1]) if root.is_relative_to(REFERENCE.parents[1]) else root
     budget = df.at["baseline", "config"]["max_tokens_per_micro_batch"] if "baseline" in df.index else None
+    v = r["versions"]
     return (
         f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
-        + (f"micro-batches of up to {budget:,} tokens, " if budget else "")
-        + f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
-        f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
-        f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
+        f"the {r['config']['recipe']} recipe"
+        + (f", micro-batches of up to {budget:,} tokens" if budget else "")
+        + f", {int(r['global_steps'])} optimizer steps, each notebook's runs in one process after its warm-up as a "
+        f"kernel makes them (DeepSpeed {v['deepspeed']}, torch {v['torch']}, transformers {v['transformers']}); "
+        f"steady state = each run's tokens over its time after the warm-up its log shows; runs in {where}/runs. "
+        f"± band: the largest (max - min) / mean of a run and the same configuration measured again in other "
+        f"processes ({', '.join(repeated) or 'none repeated'}; docs/measurement.md), as a percentage; "
         "figures without a band were measured once."
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # The reference runs the notebooks show beside the learner's, shipped with the package (pyproject's package-data)
 REFERENCE = Path(__file__).resolve().parent / "reference"
-REFERENCE_DIR = REFERENCE / "h100" / "course"  # runs/NAME: one reference run each; repeat/NAME: the same again
+REFERENCE_DIR = REFERENCE / "h200" / "course"  # runs/NAME: one reference run each; repeat/NAME[-rK]: the same again
 
 QUARTER = "quarter"  # a quarter of the recipe's max_tokens_per_micro_batch (its --tiny value with the tiny model)
 # run name -> (experiment, RunConfig settings beyond the notebook's common options)
@@ -40,7 +40,7 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
 }
 # The notebooks and the reference stop after this many optimizer steps (the warm-up found in each run's log),
 # the tiny CPU runs too (6 epochs of the tiny data). WORKSHOP_MAX_STEPS changes it (0: the recipe's epochs).
-GPU_MAX_STEPS = 24
+GPU_MAX_STEPS = 40
 # The columns of each notebook's exercise table (results.json keys; titles and units from `results.COLUMNS`).
 _SPEED = ["train_loss", "steady_train_tokens_per_second", "steady_step_time_s", "mfu", "hfu", "gpu_util_pct"]
 COLUMNS = {

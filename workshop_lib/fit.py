@@ -32,8 +32,8 @@ PAPER_CONSTANTS = (34, 5)  # eq. 1's GPT block: s·b·h·(34 + 5·a·s/h) bytes
 # (`estimate`) when its estimate fills at most 1 - HEADROOM = 85% of the GPU, the notebooks size micro-batches to
 # 85% of the free memory (`micro_batch_budget`), the preflight refuses model states alone past 85% (`states_fit`).
 # The 15% holds what the estimate leaves out: the CUDA context, libraries' workspaces (cuBLAS, NCCL), the caching
-# allocator's fragmentation, ZeRO-3's gathered layers and prefetch buckets, transient tensors. In the reference runs
-# torch's peak allocated plus the memory outside it reached up to 1/0.88 of the estimate (tests/test_gpu_budget.py).
+# allocator's fragmentation, ZeRO-3's gathered layers and prefetch buckets, transient tensors: in every reference run
+# torch's peak allocated plus the memory outside it stays within estimate / (1 - HEADROOM) (tests/test_gpu_budget.py).
 HEADROOM = 0.15
 
 

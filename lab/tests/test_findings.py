@@ -25,7 +25,7 @@ def _band_then() -> float:
     takes now (no earlier repeat beside them)."""
     import workshop_lessons as lessons
 
-    root = lessons.REFERENCE_DIR
+    root = lessons.REFERENCE / "h100" / "course"
     repeated = sorted(d.name for d in (root / "repeat").iterdir() if (d / "results.json").is_file())
     assert repeated == sorted(lessons._repeats(root))
     return figures.band_then()
