@@ -134,16 +134,17 @@ HF_PEER = "HF Trainer + ZeRO-2 + Liger (best)"
 HF_FLAT = "HF Trainer + ZeRO-2 + Liger, padding-free (flattened)"
 FSDP2_PEER = "HF Trainer + FSDP2 + Liger (best)"
 TRL_PEER = "TRL SFTTrainer + ZeRO-2 + Liger (best)"
+# the A/B rows last: a call stopped by its time limit keeps the best rows (bench.csv is rewritten after each row)
 PEERS = {
     HF_PEER: Peer(),
-    HF_FLAT: Peer(collate="flatten"),
-    "A/B: HF Trainer + ZeRO-2 + Liger, attention mask": Peer(collate="mask"),
-    "A/B: HF Trainer + ZeRO-2 + Liger, torch_compile": Peer(torch_compile=True),
     FSDP2_PEER: Peer(sharding="fsdp2"),
     TRL_PEER: Peer("trl"),
+    HF_FLAT: Peer(collate="flatten"),
+    "A/B: HF Trainer + ZeRO-2 + Liger, attention mask": Peer(collate="mask"),
     "A/B: TRL SFTTrainer + ZeRO-2 + Liger, packing + padding-free": Peer(
         "trl", sft=(("packing", True), ("packing_strategy", "bfd"))
     ),
+    "A/B: HF Trainer + ZeRO-2 + Liger, torch_compile": Peer(torch_compile=True),
 }
 
 
