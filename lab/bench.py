@@ -116,7 +116,11 @@ class Peer:
         micro = self.micro_batch(tiny)
         if self.trainer == "trl":
             sft = dict(self.sft)
-            rows = f"{micro} packed rows of 512 tokens (BFD)" if sft.get("packing") else f"{micro} sequences"
+            rows = (
+                f"{micro} packed rows of 512 tokens (BFD)"
+                if sft.get("packing")
+                else f"{micro} sequences length-grouped"
+            )
             mode = "padding-free (one flattened row), " if sft.get("packing") or sft.get("padding_free") else ""
             return (
                 f"TRL SFTTrainer, {rows}, {mode}prompt/completion (loss on the completion), TRL's fused LM head + "
@@ -137,7 +141,13 @@ HF_FLAT = "HF Trainer + ZeRO-2 + Liger, padding-free (flattened)"
 FSDP2_PEER = "HF Trainer + FSDP2 + Liger (best)"
 TRL_PEER = "TRL SFTTrainer + ZeRO-2 + Liger (best)"
 HF_COMPILE = "A/B: HF Trainer + ZeRO-2 + Liger, torch_compile"
-# the A/B rows last: a call stopped by its time limit keeps the best rows (bench.csv is rewritten after each row)
+# What each tool documents as its fastest setting (searched 2026-11-29): transformers' padding-free guide flattens with
+# DataCollatorWithFlattening and "relies on a FlashAttention implementation"; without one, transformers 5 builds a
+# block-diagonal mask from the position_ids for SDPA (masking_utils.find_packed_sequence_indices): exact, but a dense
+# mask over the whole flattened row. TRL 1.16's padding_free and BFD packing are "only supported with FlashAttention
+# 2 or 3"; its use_liger_kernel is deprecated (hub kernels) and it refuses Liger's fused linear cross-entropy (it
+# has its own chunked LM head). transformers 5.20 drops the string form of `fsdp` (fsdp=True + fsdp_config), which
+# the image's 5.17 still takes. The A/B rows last: a call stopped by its time limit keeps the best rows.
 PEERS = {
     HF_PEER: Peer(),
     FSDP2_PEER: Peer(sharding="fsdp2"),
@@ -678,7 +688,17 @@ def configuration(label: str, fields: dict, tiny: bool = False) -> str:
         return f"plain PyTorch loop: bf16 weights, torch.compile, fused AdamW, {rows}; no Trainer, no DeepSpeed"
     fields = dict(fields)
     liger = fields.pop("liger", None)
-    text = ", ".join([f"workshop run {fields.pop('experiment')}", *(f"{k}={v}" for k, v in fields.items())])
+    levers = {  # what the rows run by the lab's own code change, beyond their RunConfig fields
+        PACKED: "packed rows (FlexAttention)",
+        PACKED_NO_GC: "packed rows (FlexAttention)",
+        CHUNKED: "DeepSpeed's chunked cross-entropy",
+        BUCKETED: "one gradient hook per bucket",
+        CORES_BOUND: "cores bound as --bind_cores_to_rank",
+    }
+    text = ", ".join(
+        [f"workshop run {fields.pop('experiment')}", *(f"{k}={v}" for k, v in fields.items())]
+        + ([levers[label]] if label in levers else [])
+    )
     if liger is not None:
         text += ", Liger-Kernel: " + (" + ".join(k for k, on in liger.items() if on) or "its defaults")
     return text
