@@ -585,8 +585,8 @@ def peer(label: str, cfg: RunConfig, liger: dict | None = None) -> dict:
     Trainer's use_liger_kernel), `PEER_MICRO_BATCH` sequences a step (`PEER_PACKED_ROWS` packed rows), lengths grouped
     (transformers 5's train_sampling_strategy), no checkpoint; `cfg.max_steps` steps logged by `SyncedStepLog` into
     OUTPUT_DIR/train_log.csv (non-padding tokens: the Trainer's include_num_input_tokens_seen) and memory sampled
-    into memory.csv, then the row's figures from that directory (`run_dir_figures`) and its configuration. Returns
-    results.json's keys of `COLUMNS`.
+    into memory.csv, then the row's figures from that directory (`run_dir_figures`). Returns results.json's keys of
+    `COLUMNS`.
 
     Raises:
         WorkshopError: what `check_machine` raises; Liger-Kernel missing on a GPU; TRL missing for its rows."""
