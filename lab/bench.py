@@ -1,13 +1,15 @@
 """The speed benchmark: every recipe and ZeRO setting side by side on one GPU, in one process and one call,
 against a plain PyTorch training loop on the same model and data as the ceiling (its H100 run is in
-lab/findings/h100/bench), and against the peers: what a practitioner writes without the workshop's engine,
-transformers' Trainer and TRL's SFTTrainer, each with a plain ZeRO-2 config and Liger-Kernel (`peer`; TRL's row is
-skipped, with the reason, where TRL is not installed). From the repository's root:
+lab/findings/h100/bench), and against the peers at their best (issue 56, `PEERS`): what a practitioner gets from
+transformers' Trainer (ZeRO-2 or FSDP2) and TRL's SFTTrainer at their fastest documented settings, each row's
+settings in the table's configuration column (TRL's rows are skipped, with the reason, where TRL is not installed;
+the FSDP2 and torch_compile rows on a CPU). From the repository's root:
 
     python -m lab.bench --out bench                      # every row, 30 steps each, random weights
     python -m lab.bench --tiny --max-steps 3 --only "default ZeRO-2"   # a CPU check of the benchmark itself
-    python -m lab.bench --out bench --only "default ZeRO-2" "HF Trainer + ZeRO-2 + Liger" \
-        "TRL SFTTrainer + ZeRO-2 + Liger"                # the lead over the peers (and the ceiling, always run)
+    python -m lab.bench --out bench --only "default ZeRO-2" "HF Trainer + ZeRO-2 + Liger (best)" \
+        "TRL SFTTrainer + ZeRO-2 + Liger (best)"         # the lead over the peers (and the ceiling, always run)
+    bash lab/scripts/device_bench.sh                     # the one-GPU device call: ceiling, ZeRO rows, every peer
 
 Every figure is steady state (`metrics.steady_state`): the warm-up, found from each row's own step log (a peer's
 in train_log.csv's columns, as every run's), and any step that compiled are left out, then all the steady steps'
@@ -61,6 +63,104 @@ from . import packing
 LIGER_FLCE_ONLY = dict(rope=False, rms_norm=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True)
 LIGER_FUSED_LAYERS = dict(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False)
 
+# The peers' DeepSpeed config: ZeRO-2 as transformers' DeepSpeed guide gives it (its buckets of 2e8 elements), every
+# "auto" filled by the Trainer (bf16 from its bf16, the batch sizes, AdamW's settings: DeepSpeed's FusedAdam, a fused
+# AdamW), DeepSpeed's defaults for the rest: what a practitioner writes, not `ds_config.build_ds_config`
+PEER_ZERO2 = {
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "zero_optimization": {
+        "stage": 2,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": 2e8,
+        "allgather_bucket_size": 2e8,
+    },
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+}
+# Sequences per micro-batch, one micro-batch per optimizer step: 64 (issue 56's probes; 128 ran out of memory on an
+# H100 80GB); --tiny: 8 of its 64 questions. TRL's packed rows hold ~3 questions each (512 tokens / 168 on average):
+# 20 rows, about the tokens of 64 questions
+PEER_MICRO_BATCH, PEER_MICRO_BATCH_TINY, PEER_PACKED_ROWS = 64, 8, 20
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer row (issue 56: each tool at its fastest documented setting on this image: torch 2.11, transformers
+    5.17, accelerate 1.15, TRL 1.16, SDPA attention, no flash-attn wheel). `trainer`: "hf" (transformers' Trainer)
+    or "trl" (TRL's SFTTrainer); `collate` (HF only): "no_mask" (right padding to the batch's longest, labels -100,
+    no attention mask: exact for right-padded causal batches, and SDPA runs its mask-free kernels), "mask" (the same
+    with the attention mask), "flatten" (DataCollatorWithFlattening: one row, position_ids restarting per question;
+    transformers builds a block-diagonal mask from them for SDPA); `sharding`: "zero2" (`PEER_ZERO2`) or "fsdp2"
+    (fsdp="full_shard auto_wrap", fsdp_version 2, one unit per decoder layer, torch's fused AdamW); `sft`:
+    SFTConfig's own settings. Every row: bf16, Liger-Kernel on a GPU, lengths grouped, loss on the answer, no
+    activation checkpointing, one micro-batch per step."""
+
+    trainer: str = "hf"
+    collate: str = "no_mask"
+    sharding: str = "zero2"
+    torch_compile: bool = False
+    sft: tuple = ()  # SFTConfig's keyword arguments, as (key, value) pairs
+
+    def micro_batch(self, tiny: bool) -> int:
+        """Sequences (packed rows) per micro-batch: `PEER_MICRO_BATCH` (`PEER_PACKED_ROWS`), --tiny's for `tiny`."""
+        if dict(self.sft).get("packing"):
+            return 2 if tiny else PEER_PACKED_ROWS
+        return PEER_MICRO_BATCH_TINY if tiny else PEER_MICRO_BATCH
+
+    def configuration(self, tiny: bool = False) -> str:
+        """The row's settings in one line, for the table's configuration column."""
+        micro = self.micro_batch(tiny)
+        if self.trainer == "trl":
+            sft = dict(self.sft)
+            rows = (
+                f"{micro} packed rows of 512 tokens (BFD)"
+                if sft.get("packing")
+                else f"{micro} sequences length-grouped"
+            )
+            mode = "padding-free (one flattened row), " if sft.get("packing") or sft.get("padding_free") else ""
+            return (
+                f"TRL SFTTrainer, {rows}, {mode}prompt/completion (loss on the completion), TRL's fused LM head + "
+                "Liger's layers, no activation checkpointing, ZeRO-2, bf16"
+            )
+        batch = {
+            "no_mask": "right padding, labels -100, no attention mask",
+            "mask": "right padding, labels -100, attention mask",
+            "flatten": "DataCollatorWithFlattening (one row, position_ids; SDPA block-diagonal mask)",
+        }[self.collate]
+        shard = "FSDP2 (one unit per decoder layer), adamw_torch_fused" if self.sharding == "fsdp2" else "ZeRO-2"
+        compiled = ", torch_compile" if self.torch_compile else ""
+        return f"HF Trainer, {micro} sequences length-grouped, {batch}, Liger{compiled}, {shard}, bf16"
+
+
+HF_PEER = "HF Trainer + ZeRO-2 + Liger (best)"
+HF_FLAT = "HF Trainer + ZeRO-2 + Liger, padding-free (flattened)"
+FSDP2_PEER = "HF Trainer + FSDP2 + Liger (best)"
+TRL_PEER = "TRL SFTTrainer + ZeRO-2 + Liger (best)"
+HF_COMPILE = "A/B: HF Trainer + ZeRO-2 + Liger, torch_compile"
+# What each tool documents as its fastest setting (searched 2026-11-29): transformers' padding-free guide flattens with
+# DataCollatorWithFlattening and "relies on a FlashAttention implementation"; without one, transformers 5 builds a
+# block-diagonal mask from the position_ids for SDPA (masking_utils.find_packed_sequence_indices): exact, but a dense
+# mask over the whole flattened row. TRL 1.16's padding_free and BFD packing are "only supported with FlashAttention
+# 2 or 3"; its use_liger_kernel is deprecated (hub kernels) and it refuses Liger's fused linear cross-entropy (it
+# has its own chunked LM head). transformers 5.20 drops the string form of `fsdp` (fsdp=True + fsdp_config), which
+# the image's 5.17 still takes. The A/B rows last: a call stopped by its time limit keeps the best rows.
+PEERS = {
+    HF_PEER: Peer(),
+    FSDP2_PEER: Peer(sharding="fsdp2"),
+    TRL_PEER: Peer("trl"),
+    HF_FLAT: Peer(collate="flatten"),
+    "A/B: HF Trainer + ZeRO-2 + Liger, attention mask": Peer(collate="mask"),
+    "A/B: TRL SFTTrainer + ZeRO-2 + Liger, packing + padding-free": Peer(
+        "trl", sft=(("packing", True), ("packing_strategy", "bfd"))
+    ),
+    HF_COMPILE: Peer(torch_compile=True),
+}
+
+
 # (row label, RunConfig fields and the lab's own `liger`, Liger-Kernel's kernels applied by `Liger`, the
 # peers' Trainer or the ceiling, on a GPU): the classic recipe; the default recipe before this benchmark (4 x 4
 # sequences, every logit, no compile); the default recipe under each experiment; then A/B rows, each
@@ -76,7 +176,6 @@ BEFORE = dict(
 )
 NO_OVERLAP = ["zero_optimization.overlap_comm=false"]
 CORES_BOUND = "A/B: ZeRO-2 + CPU offload, cores bound (DeepSpeed's --bind_cores_to_rank)"  # run in `cores_bound`
-HF_PEER, TRL_PEER = "HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"  # run by `peer`
 CHUNKED = "A/B: ZeRO-2, 16k tokens, all logits, DeepSpeed's chunked cross-entropy"  # its loss by `ChunkedLoss`
 BUCKETED = "A/B: ZeRO-2, one gradient hook per bucket"  # its hooks by `BucketHooks`
 LIGER_LAYERS = "A/B: ZeRO-3, Liger-Kernel's RMSNorm, SwiGLU and RoPE"  # its layers by `Liger`
@@ -147,9 +246,8 @@ VARIANTS = [
     (PACKED, dict(experiment="stage2")),
     (PACKED_NO_GC, dict(experiment="stage2", ds_config=["disable_python_gc=true"])),
     (CORES_BOUND, dict(experiment="stage2_offload")),
-    # The peers (issue 42): what a practitioner writes without the workshop's engine, run by `peer`
-    (HF_PEER, dict(experiment="stage2", liger={}, logits_on="all")),
-    (TRL_PEER, dict(experiment="stage2", liger={}, logits_on="all")),
+    # The peers (issues 42, 56): what a practitioner writes without the workshop's engine, run by `peer` (`PEERS`)
+    *[(label, dict(experiment="stage2", liger={}, logits_on="all")) for label in PEERS],
 ]
 # The table's figures: results.json keys, shown under their `results.title`
 COLUMNS = [
@@ -392,22 +490,6 @@ def row_error(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-# The peers' DeepSpeed config: ZeRO-2 as transformers' DeepSpeed guide gives it, every "auto" filled by the Trainer
-# (bf16 from its bf16, the batch sizes, AdamW's settings, buckets of hidden_size² elements), DeepSpeed's defaults for
-# the rest (bf16's per-tensor overflow check among them): what a practitioner writes, not `ds_config.build_ds_config`
-PEER_ZERO2 = {
-    "bf16": {"enabled": "auto"},
-    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
-    "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto"},
-    "gradient_accumulation_steps": "auto",
-    "gradient_clipping": "auto",
-    "train_batch_size": "auto",
-    "train_micro_batch_size_per_gpu": "auto",
-}
-# Sequences per micro-batch, one micro-batch per optimizer step (the issue's probes); --tiny: 8 of its 64 questions
-PEER_MICRO_BATCH, PEER_MICRO_BATCH_TINY = 64, 8
-
-
 class SyncedStepLog(StepLog):
     """The workshop's step log (train_log.csv, the same columns) for a peer's Trainer, each optimizer step's end
     waiting for the GPU first: the Trainer's own syncs (the tokens read back after each backward) come before the
@@ -420,42 +502,61 @@ class SyncedStepLog(StepLog):
 
 
 @contextmanager
-def torch_sdpa_defaults():
-    """cuDNN's SDPA kernel as torch has it (on) within the block: `apply_speed_levers` turns it off process-wide
-    for the workshop's rows and the ceiling, and a peer gets torch's defaults, as in a process of its own."""
-    was = torch.backends.cuda.cudnn_sdp_enabled()
+def peer_process_state():
+    """cuDNN's SDPA kernel as torch has it (on) within the block, and the environment as it was on entry after it:
+    `apply_speed_levers` turns cuDNN's SDPA off process-wide for the workshop's rows and the ceiling, and a peer gets
+    torch's defaults, as in a process of its own; an FSDP row's TrainingArguments set FSDP_* and ACCELERATE_USE_FSDP
+    in os.environ, which would make the next Trainer in the process an FSDP one."""
+    was, environ = torch.backends.cuda.cudnn_sdp_enabled(), dict(os.environ)
     torch.backends.cuda.enable_cudnn_sdp(True)
     try:
         yield
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+        for k in set(os.environ) - set(environ):
+            del os.environ[k]
+        os.environ.update(environ)
 
 
-def hf_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
-    """`HF_PEER`: transformers' Trainer as its causal-LM example (run_clm.py) uses it, on the questions tokenised as
-    the workshop does (`ds`: `data.tokenize_squad` of `raw`): lengths grouped (transformers 5's
-    train_sampling_strategy, formerly group_by_length=True), padded to each batch's longest with an attention mask
-    by DataCollatorForLanguageModeling, which labels every non-padding token: the loss is on all tokens, the plain
-    causal-LM loss."""
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+def hf_collator(tok, collate: str):
+    """A Trainer peer's collator: transformers' DataCollatorWithFlattening ("flatten"), or its DataCollatorForSeq2Seq
+    (right padding to the batch's longest, labels padded with -100) with the attention mask dropped ("no_mask") or
+    kept ("mask")."""
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening
 
-    return Trainer(
-        model=net,
-        args=TrainingArguments(**args, train_sampling_strategy="group_by_length"),
-        train_dataset=ds.remove_columns("labels"),
-        processing_class=tok,
-        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
-    )
+    if collate == "flatten":
+        return DataCollatorWithFlattening()
+    pad = DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
+    if collate == "mask":
+        return pad
+    return lambda features: {k: v for k, v in pad(features).items() if k != "attention_mask"}
 
 
-def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
-    """`TRL_PEER`: TRL's SFTTrainer on prompt/completion pairs of `raw` (not `ds`), the workshop's prompt
-    (`data.PROMPT`) cut before the answer; TRL tokenises them (truncated at max_length), pads each batch to its
-    longest and takes the loss on the completion, its default for such data. SFTConfig's other defaults stay,
-    activation checkpointing on among them.
+def peer_trainer(spec: Peer, net, tok, raw, ds, cfg: RunConfig, args: dict):
+    """The Trainer of a peer row: transformers' Trainer on the questions tokenised as the workshop does (`ds`:
+    `data.tokenize_squad` of `raw`, loss on the answer) with `hf_collator`; or TRL's SFTTrainer on prompt/completion
+    pairs of `raw`, the workshop's prompt (`data.PROMPT`) cut before the answer, which TRL tokenises (truncated or
+    packed at max_length), pads or flattens, and takes the loss on the completion (its default for such data).
 
     Raises:
-        WorkshopError: TRL is not installed."""
+        WorkshopError: TRL is not installed, for a TRL row."""
+    from transformers import Trainer, TrainingArguments
+
+    if spec.sharding == "fsdp2":
+        layers = list(getattr(net, "_no_split_modules", None) or [])  # the decoder layer's class: one unit each
+        args = {k: v for k, v in args.items() if k != "deepspeed"} | dict(
+            fsdp="full_shard auto_wrap",
+            fsdp_config={"fsdp_version": 2, "transformer_layer_cls_to_wrap": layers, "reshard_after_forward": True},
+            optim="adamw_torch_fused",
+        )
+    if spec.trainer == "hf":
+        return Trainer(
+            model=net,
+            args=TrainingArguments(**args, torch_compile=spec.torch_compile),
+            train_dataset=ds,
+            processing_class=tok,
+            data_collator=hf_collator(tok, spec.collate),
+        )
     try:
         from trl import SFTConfig, SFTTrainer
     except ImportError as e:
@@ -469,28 +570,27 @@ def trl_trainer(net, tok, raw, ds, cfg: RunConfig, args: dict):
             "completion": f" {ex['answers']['text'][0]}",
         }
 
+    sft = dict(max_length=cfg.max_length, gradient_checkpointing=False, completion_only_loss=True) | dict(spec.sft)
     return SFTTrainer(
         model=net,
-        args=SFTConfig(**args, max_length=cfg.max_length),
+        args=SFTConfig(**args, **sft),
         processing_class=tok,
         train_dataset=raw.map(pair, remove_columns=raw.column_names),
     )
 
 
-PEERS = {HF_PEER: hf_trainer, TRL_PEER: trl_trainer}  # label -> the builder of its Trainer
-
-
 def peer(label: str, cfg: RunConfig, liger: dict | None = None) -> dict:
-    """A peer's row: the Trainer `PEERS[label]` builds, on the model and questions of `cfg` (stage2, checked as a
-    workshop run is: `check_machine`), the peer's own ZeRO-2 (`PEER_ZERO2`), bf16 and Liger-Kernel's `liger` kernels
-    on a GPU (the Trainer's use_liger_kernel),
-    `PEER_MICRO_BATCH` sequences a step, no checkpoint; `cfg.max_steps` steps logged by `SyncedStepLog` into
-    OUTPUT_DIR/train_log.csv and memory sampled into memory.csv, then the row's figures from that directory
-    (`run_dir_figures`). Returns results.json's keys of `COLUMNS`.
+    """A peer's row: the Trainer `peer_trainer` builds for `PEERS[label]`, on the model and questions of `cfg`
+    (stage2, checked as a workshop run is: `check_machine`), bf16, Liger-Kernel's `liger` kernels on a GPU (the
+    Trainer's use_liger_kernel), `PEER_MICRO_BATCH` sequences a step (`PEER_PACKED_ROWS` packed rows), lengths grouped
+    (transformers 5's train_sampling_strategy), no checkpoint; `cfg.max_steps` steps logged by `SyncedStepLog` into
+    OUTPUT_DIR/train_log.csv (non-padding tokens: the Trainer's include_num_input_tokens_seen) and memory sampled
+    into memory.csv, then the row's figures from that directory (`run_dir_figures`). Returns results.json's keys of
+    `COLUMNS`.
 
     Raises:
-        WorkshopError: what `check_machine` raises; Liger-Kernel missing on a GPU; TRL missing for its row."""
-    out = Path(cfg.output_dir)
+        WorkshopError: what `check_machine` raises; Liger-Kernel missing on a GPU; TRL missing for its rows."""
+    out, spec = Path(cfg.output_dir), PEERS[label]
     env.quiet_libraries()
     teardown.free_memory()  # as `run_experiment` starts: the rows before hold nothing while this one measures
     with teardown.restored_world():  # the rank variables of a world of one go when the row ends, as a run's
@@ -501,13 +601,26 @@ def peer(label: str, cfg: RunConfig, liger: dict | None = None) -> dict:
                 "Liger-Kernel is not installed: the peers' rows use it on a GPU.",
                 "pip install liger-kernel (0.8.5 measured).",
             )
+        if spec.sharding == "fsdp2" and not torch.cuda.is_available():
+            raise WorkshopError(
+                "accelerate shards with FSDP on GPUs only (on a CPU the Trainer would run DDP): the FSDP2 row is "
+                "skipped.",
+                "run the benchmark on a GPU.",
+            )
+        if spec.torch_compile and not torch.cuda.is_available():  # its first step took 7 min on a shared CPU
+            raise WorkshopError(
+                "the torch_compile row asks whether torch.compile works with Liger-Kernel's Triton kernels, which "
+                "need a GPU: the row is skipped.",
+                "run the benchmark on a GPU.",
+            )
         set_seed(cfg.seed)  # the workshop rows' random init
         net, tok, info = load_model_and_tokenizer(
             cfg.model, tiny=cfg.tiny, random_weights=cfg.random_weights, attn_implementation=None
         )
+        tok.padding_side = "right"  # labels -100 and no mask are exact only for right padding
         raw = load_squad("train", cfg.num_train_samples, cfg.train_file, verbose=False)
-        ds, stats = tokenize_squad(raw, tok, cfg.max_length, "all")  # HF's row trains on it; MFU: the mean length
-        micro = PEER_MICRO_BATCH_TINY if cfg.tiny else PEER_MICRO_BATCH
+        ds, stats = tokenize_squad(raw, tok, cfg.max_length, "answer")  # the Trainer rows' data; MFU: mean length
+        micro = spec.micro_batch(cfg.tiny)
         args = dict(
             output_dir=str(out / "checkpoints"),
             per_device_train_batch_size=micro,
@@ -525,9 +638,10 @@ def peer(label: str, cfg: RunConfig, liger: dict | None = None) -> dict:
             use_liger_kernel=liger is not None,
             liger_kernel_config=liger or None,
             include_num_input_tokens_seen="non_padding",
+            train_sampling_strategy="group_by_length",
         )
-        with torch_sdpa_defaults(), memory.MemorySampler(out / "memory.csv") as mem:
-            trainer = PEERS[label](net, tok, raw, ds, cfg, args)
+        with peer_process_state(), memory.MemorySampler(out / "memory.csv") as mem:
+            trainer = peer_trainer(spec, net, tok, raw, ds, cfg, args)
             try:
                 for callback in (SyncedStepLog(out / "train_log.csv", mem.t0), Phases(mem)):
                     trainer.add_callback(callback)
@@ -563,6 +677,33 @@ def run_dir_figures(out: Path, cfg: RunConfig, info: dict, stats, global_batch: 
     )
 
 
+def configuration(label: str, fields: dict, tiny: bool = False) -> str:
+    """A row's settings in one line, the table's configuration column: a peer's `Peer.configuration`, the ceiling's
+    loop, or a workshop row's `workshop run` experiment and the RunConfig fields it changes (`fields`: the row's
+    entry in `VARIANTS`, its `liger` kernels among them)."""
+    if label in PEERS:
+        return PEERS[label].configuration(tiny)
+    if label in (CEILING, CEILING_PACKED):
+        rows = "packed rows, FlexAttention" if label == CEILING_PACKED else "the recipe's token-budget batches, SDPA"
+        return f"plain PyTorch loop: bf16 weights, torch.compile, fused AdamW, {rows}; no Trainer, no DeepSpeed"
+    fields = dict(fields)
+    liger = fields.pop("liger", None)
+    levers = {  # what the rows run by the lab's own code change, beyond their RunConfig fields
+        PACKED: "packed rows (FlexAttention)",
+        PACKED_NO_GC: "packed rows (FlexAttention)",
+        CHUNKED: "DeepSpeed's chunked cross-entropy",
+        BUCKETED: "one gradient hook per bucket",
+        CORES_BOUND: "cores bound as --bind_cores_to_rank",
+    }
+    text = ", ".join(
+        [f"workshop run {fields.pop('experiment')}", *(f"{k}={v}" for k, v in fields.items())]
+        + ([levers[label]] if label in levers else [])
+    )
+    if liger is not None:
+        text += ", Liger-Kernel: " + (" + ".join(k for k, on in liger.items() if on) or "its defaults")
+    return text
+
+
 def run_bench(
     out_dir: str | Path = "bench",
     model: str | None = None,
@@ -581,6 +722,10 @@ def run_bench(
     Returns {name: path}. A row that fails (out of memory, say) is kept in the table with its error."""
     titles = {k: title(k) for k in COLUMNS}
     out = Path(out_dir)
+
+    def pick(figures: dict) -> dict:
+        return {k: figures.get(k) for k in COLUMNS}
+
     # the machine checked before the first row: nothing is written where the benchmark cannot run (no GPU)
     base = check_machine(
         resolve(
@@ -603,13 +748,14 @@ def run_bench(
         print(f"\n=== {label} ===", flush=True)
         try:
             figures = ceiling(base, max_steps, packed=label == CEILING_PACKED)
-            rows.append({"row": label, **{k: v for k, v in figures.items() if k in COLUMNS}})
+            rows.append({"row": label, "configuration": configuration(label, {}, tiny)} | pick(figures))
         except Exception as e:  # noqa: BLE001 - kept in the table, like a row's
-            rows.append({"row": label, "error": row_error(e)})
+            rows.append({"row": label, "configuration": configuration(label, {}, tiny), "error": row_error(e)})
     for label, fields in VARIANTS:
         if only and label not in only:
             continue
         fields = dict(fields)
+        conf = configuration(label, fields, tiny)
         liger = fields.pop("liger", None)  # the lab's own setting, not a RunConfig field
         cfg = RunConfig(
             **fields,
@@ -630,9 +776,9 @@ def run_bench(
                 callbacks = {CHUNKED: [ChunkedLoss()], BUCKETED: [BucketHooks()]}.get(label, [])
                 callbacks += [Liger(liger)] if liger is not None else []
                 r = peer(label, cfg, liger) if label in PEERS else run_experiment(cfg, callbacks=callbacks)
-            rows.append({"row": label, **{k: r.get(k) for k in COLUMNS}})
+            rows.append({"row": label, "configuration": conf} | pick(r))
         except Exception as e:  # noqa: BLE001 - out of memory, a compile failure: the row says so, the rest run
-            rows.append({"row": label, "error": row_error(e)})
+            rows.append({"row": label, "configuration": conf, "error": row_error(e)})
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).rename(columns=titles).to_csv(out / "bench.csv", index=False)
     df = pd.DataFrame(rows)
@@ -657,8 +803,10 @@ def run_bench(
         f"{PACKED} / {CEILING_PACKED}": tps.get(PACKED, nan) / tps.get(CEILING_PACKED, nan),
         f"{PACKED} / default ZeRO-2": tps.get(PACKED, nan) / tps.get("default ZeRO-2", nan),
     }
-    for name in PEERS:  # the lead over what a practitioner writes (issue 42: at least 4x HF's, 6x TRL's)
+    for name in [p for p in PEERS if not p.startswith("A/B")]:  # the lead over a practitioner's best (issue 56)
         ratios[f"default ZeRO-2 / {name}"] = tps.get("default ZeRO-2", nan) / tps.get(name, nan)
+    ratios[f"{FSDP2_PEER} / {HF_PEER}"] = tps.get(FSDP2_PEER, nan) / tps.get(HF_PEER, nan)
+    ratios[f"{FSDP2_PEER} / default ZeRO-3"] = tps.get(FSDP2_PEER, nan) / tps.get("default ZeRO-3", nan)
     offload = tps[[r for r in tps.index if "offload" in r.lower()]].dropna()
     if len(offload):
         ratios[f"fastest offload row ({offload.idxmax()}) / default ZeRO-2"] = offload.max() / tps.get(

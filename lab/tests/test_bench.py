@@ -26,9 +26,6 @@ def bench(*args):
     )
 
 
-PEERS = ["HF Trainer + ZeRO-2 + Liger", "TRL SFTTrainer + ZeRO-2 + Liger"]
-
-
 def steady_tokens_per_s(run_dir):
     """The steady tokens/s of a row's own step log (train_log.csv), by the bench's one definition."""
     log = pd.read_csv(run_dir / "train_log.csv").dropna(subset=["step_time_s"])
@@ -39,9 +36,22 @@ def steady_tokens_per_s(run_dir):
 
 @pytest.mark.slow
 def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
-    """A workshop row, the same on packed rows, the peers (TRL's skipped with its reason where TRL is not installed)
-    and both ceilings in one call, real DeepSpeed on the CPU; each figure is its own train_log.csv's steady state."""
-    from lab.bench import CEILING, CEILING_PACKED, PACKED, run_dir_name
+    """A workshop row, the same on packed rows, every peer row (TRL's skipped with its reason where TRL is not
+    installed, FSDP2's on a CPU) and both ceilings in one call, real DeepSpeed on the CPU; each figure is its own
+    train_log.csv's steady state, each row's configuration stated. The Trainer rows see the same batches: the same
+    real tokens a step and the same losses with and without the attention mask and flattened (right padding under a
+    causal mask and position_ids per question change no real token's result)."""
+    from lab.bench import (
+        CEILING,
+        CEILING_PACKED,
+        FSDP2_PEER,
+        HF_COMPILE,
+        HF_FLAT,
+        HF_PEER,
+        PACKED,
+        PEERS,
+        run_dir_name,
+    )
 
     p = bench(
         "--tiny", "--max-steps", "3", "--out", tmp_path, "--only", "default ZeRO-2", PACKED, CEILING_PACKED, *PEERS
@@ -50,22 +60,34 @@ def test_bench_runs_rows_peers_and_the_plain_pytorch_ceiling(tmp_path):
     table = pd.read_csv(tmp_path / "bench.csv").set_index("row")
     # the ceilings first: the peers' Liger-Kernel patches the model classes of every later row
     assert list(table.index) == [CEILING, CEILING_PACKED, "default ZeRO-2", PACKED, *PEERS]
+    assert table["configuration"].notna().all() and table["configuration"].is_unique, table["configuration"]
     trl = importlib.util.find_spec("trl") is not None  # the bench runs in this environment
-    ran = ["default ZeRO-2", PACKED, PEERS[0]] + ([PEERS[1]] if trl else [])
+    trl_rows = [r for r in PEERS if "TRL" in r]
+    gpu_only = {FSDP2_PEER: "accelerate shards with FSDP on GPUs only", HF_COMPILE: "the torch_compile row asks"}
+    ran = ["default ZeRO-2", PACKED, *(r for r in PEERS if r not in gpu_only and (trl or r not in trl_rows))]
     assert (table.loc[[*ran, CEILING, CEILING_PACKED], "steady tokens/s"] > 0).all(), table.to_string()
+    for row, reason in gpu_only.items():
+        assert table.loc[row, "error"].startswith(f"WorkshopError: {reason}"), row
     packed = pd.read_csv(tmp_path / "runs" / run_dir_name(PACKED) / "micro_batches.csv")
     assert set(zip(packed["sequences"], packed["length"])) == {(1, 6144)}  # one row of --tiny's budget, every step
     for row in ran:  # the workshop's row (results.json) and the peers' (their logs) read the same columns
         got = steady_tokens_per_s(tmp_path / "runs" / run_dir_name(row))
         assert table.loc[row, "steady tokens/s"] == pytest.approx(got, rel=0.01), row
+    logs = {r: pd.read_csv(tmp_path / "runs" / run_dir_name(r) / "train_log.csv") for r in PEERS if r in ran}
+    for row in (HF_FLAT, "A/B: HF Trainer + ZeRO-2 + Liger, attention mask"):
+        assert logs[row]["tokens"].tolist() == logs[HF_PEER]["tokens"].tolist(), row
+        assert logs[row]["loss"].tolist() == pytest.approx(logs[HF_PEER]["loss"].tolist(), rel=1e-4), row
     md = (tmp_path / "bench.md").read_text()
-    assert f"- default ZeRO-2 / {PEERS[0]} (steady tokens/s): " in md and "plain PyTorch" in md
-    assert (f"- default ZeRO-2 / {PEERS[1]} (steady tokens/s): " in md) == trl
+    assert f"- default ZeRO-2 / {HF_PEER} (steady tokens/s): " in md and "plain PyTorch" in md
+    assert (f"- default ZeRO-2 / {trl_rows[0]} (steady tokens/s): " in md) == trl
     if not trl:
-        assert table.loc[PEERS[1], "error"] == (
-            "WorkshopError: TRL is not installed (No module named 'trl'): its "
-            "row is skipped. To fix: pip install trl (1.16.0 measured) to run it."
-        )
+        assert (
+            table.loc[trl_rows, "error"]
+            == (
+                "WorkshopError: TRL is not installed (No module named 'trl'): its "
+                "row is skipped. To fix: pip install trl (1.16.0 measured) to run it."
+            )
+        ).all()
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
