@@ -111,9 +111,6 @@ EXPERIMENTS = {
         Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
         Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
         Experiment("fsdp2", None, fsdp=True, summary="PyTorch FSDP2: ZeRO-3's sharding, one unit per decoder layer"),
-        Experiment(
-            "fsdp2_offload", None, "cpu", "cpu", fsdp=True, summary="FSDP2, parameters, gradients and Adam on the CPU"
-        ),
     ]
 }
 

@@ -73,6 +73,13 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                 "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
                 "--torch-compile-zero3 true compiles anyway)."
             )
+    if exp.fsdp and env.world()[0] == 0:  # what differs from the ZeRO runs, said before anything starts
+        print(
+            f"{cfg.experiment}: PyTorch FSDP2 through the HF Trainer (fsdp_config.json), not DeepSpeed. Its checkpoints "
+            "hold the whole model and optimizer states, gathered on rank 0 (pytorch_model_fsdp.bin, optimizer.bin, "
+            "model.safetensors): --resume loads them on the same number of ranks, as with ZeRO, and `workshop export` "
+            "has no partitions to join (checkpoint-N loads with from_pretrained)."
+        )
     return replace(
         cfg,
         precision=precision,
