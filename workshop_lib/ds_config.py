@@ -1,4 +1,4 @@
-"""Experiments and their DeepSpeed configs (introduced in `02_zero_stages`).
+"""Experiments and their DeepSpeed configs (introduced in `02_zero_stages`), and the FSDP2 one's `fsdp_config`.
 
 `EXPERIMENTS` holds every experiment as one `Experiment` record: its ZeRO stage, offload and any extra keys (`overlay`);
 `check_combination` holds the rules they obey. `build_ds_config(experiment, settings)` is the single source of truth for
@@ -62,7 +62,7 @@ def check_combination(zero_stage: int | None, offload_optimizer: str = "none", o
 @dataclass(frozen=True)
 class Experiment:
     """What DeepSpeed does in a run, checked at creation (`check_combination`): the ZeRO stage (None: the HF
-    Trainer alone), where optimizer states and parameters live, and `overlay`: the ds_config keys (dotted, as
+    Trainer alone, or with `fsdp` PyTorch FSDP2), where optimizer states and parameters live, and `overlay`: the ds_config keys (dotted, as
     `--ds-config` writes them) this experiment sets on top of what its stage and offload build.
 
     A new DeepSpeed variant is one record in `EXPERIMENTS`, a `KEYS` line for each new key, and a test."""

@@ -69,7 +69,7 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
 
     Writes into the output directory (`rundir.RUN_OUTPUTS`): results.json (rank 0, last, atomically), memory.csv
     (MiB; memory.rankN.csv), train_log.csv (per step and evaluation), micro_batches.csv (`MicroBatches`),
-    ds_config.json, comms.json (`comms`), run_config.json (for --resume), checkpoints/ (`checkpoint`), model/ (the
+    ds_config.json (fsdp_config.json with FSDP2), comms.json (`comms`), run_config.json (for --resume), checkpoints/ (`checkpoint`), model/ (the
     fine-tuned model), and RUNNING while the run is in progress.
 
     Raises:
@@ -308,7 +308,8 @@ def _activation_checkpointing(on: bool) -> dict:
 
 
 def build_trainer(run: Run):
-    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, and
+    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, FSDP2
+    (`ds_config.build_fsdp_config`, written to fsdp_config.json) for an FSDP one, and
     with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned."""
     cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds, run.world_size)
@@ -384,8 +385,8 @@ def build_trainer(run: Run):
 
 
 class WorkshopTrainer(Trainer):
-    """The HF Trainer with the workshop's one change, off unless asked for: `batches` (a `TokenBudgetBatchSampler`),
-    training micro-batches sized in tokens, drawn from it."""
+    """The HF Trainer with the workshop's changes: `batches` (a `TokenBudgetBatchSampler`), training micro-batches
+    sized in tokens, drawn from it (off unless asked for); FSDP on a CPU (`create_accelerator_and_postprocess`)."""
 
     def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, **kwargs):
         self.batches = batches
