@@ -62,8 +62,9 @@ def check_combination(zero_stage: int | None, offload_optimizer: str = "none", o
 @dataclass(frozen=True)
 class Experiment:
     """What DeepSpeed does in a run, checked at creation (`check_combination`): the ZeRO stage (None: the HF
-    Trainer alone, or with `fsdp` PyTorch FSDP2), where optimizer states and parameters live, and `overlay`: the ds_config keys (dotted, as
-    `--ds-config` writes them) this experiment sets on top of what its stage and offload build.
+    Trainer alone, or with `fsdp` PyTorch FSDP2), where optimizer states and parameters live, and `overlay`: the
+    ds_config keys (dotted, as `--ds-config` writes them) this experiment sets on top of what its stage and offload
+    build.
 
     A new DeepSpeed variant is one record in `EXPERIMENTS`, a `KEYS` line for each new key, and a test."""
 
@@ -244,7 +245,7 @@ def build_fsdp_config(experiment: Experiment, layer_classes: list[str], activati
     Raises:
         WorkshopError: `experiment` is not an FSDP2 one."""
     if not experiment.fsdp:
-        raise WorkshopError(f"{experiment.name} does not use FSDP.", "pick fsdp2 or fsdp2_offload.")
+        raise WorkshopError(f"{experiment.name} does not use FSDP.", "pick fsdp2.")
     return {
         "version": 2,
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",

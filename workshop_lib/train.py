@@ -69,8 +69,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
 
     Writes into the output directory (`rundir.RUN_OUTPUTS`): results.json (rank 0, last, atomically), memory.csv
     (MiB; memory.rankN.csv), train_log.csv (per step and evaluation), micro_batches.csv (`MicroBatches`),
-    ds_config.json (fsdp_config.json with FSDP2), comms.json (`comms`), run_config.json (for --resume), checkpoints/ (`checkpoint`), model/ (the
-    fine-tuned model), and RUNNING while the run is in progress.
+    ds_config.json (fsdp_config.json with FSDP2), comms.json (`comms`), run_config.json (for --resume), checkpoints/
+    (`checkpoint`), model/ (the fine-tuned model), and RUNNING while the run is in progress.
 
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
