@@ -119,6 +119,15 @@ def test_single_node_batch_job_as_printed():
     assert "wrote runs/stage2_offload-" in log
 
 
+def test_fsdp2_batch_job_as_printed():
+    """slurm/fsdp2.slurm: PyTorch FSDP2 through the Trainer, its config beside the results, its note in the log."""
+    rc, job, log, r = sbatch("fsdp2", "--max-steps", "2")
+    assert rc == 0, log[-3000:]
+    assert (r["experiment"], r["zero_stage"], r["world_size"]) == ("fsdp2", None, 1)
+    assert "fsdp2: PyTorch FSDP2 through the HF Trainer" in log and f"wrote runs/fsdp2-{job}/results.json" in log
+    assert json.loads((ROOT / "runs" / f"fsdp2-{job}" / "fsdp_config.json").read_text())["version"] == 2
+
+
 def test_one_gpu_script_runs_the_experiment_named_first_as_its_own_script_does():
     """`sbatch slurm/one_gpu.slurm stage2_offload`: the job of slurm/stage2_offload.slurm, its run and log named
     after the experiment (runs/stage2_offload-<job id>; logs/stage2_offload-<job id>.out links to SLURM's

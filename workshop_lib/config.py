@@ -1,6 +1,6 @@
 """Every setting of a run, declared once: experiments, recipes and `RunConfig` (introduced in `01_baseline`).
 
-- `Experiment` (from `ds_config`, with `EXPERIMENTS`): what DeepSpeed does in a run.
+- `Experiment` (from `ds_config`, with `EXPERIMENTS`): what DeepSpeed (or FSDP2) does in a run.
 - `RunConfig`: one run's settings, each declared once with its help text and unit. `workshop run` is generated
   from it (`transformers.HfArgumentParser`, as in the HF examples), notebooks build it directly, and
   results.json stores it resolved (every field filled in) under "config".

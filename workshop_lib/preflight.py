@@ -57,6 +57,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
             ) from e
         env.check_deepspeed_version(deepspeed.__version__)
         env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, env.world()[2]))
+    if exp.deepspeed or exp.fsdp:  # both shard over a process group, of one without a launcher
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
@@ -72,6 +73,13 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
                 "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
                 "--torch-compile-zero3 true compiles anyway)."
             )
+    if exp.fsdp and env.world()[0] == 0:  # what differs from the ZeRO runs, said before anything starts
+        print(
+            f"{cfg.experiment}: PyTorch FSDP2 through the HF Trainer (fsdp_config.json), not DeepSpeed. Its checkpoints "
+            "hold the whole model and optimizer states, gathered on rank 0 (pytorch_model_fsdp.bin, optimizer.bin, "
+            "model.safetensors): --resume loads them on the same number of ranks, as with ZeRO, and `workshop export` "
+            "has no partitions to join (checkpoint-N loads with from_pretrained)."
+        )
     return replace(
         cfg,
         precision=precision,
@@ -111,7 +119,7 @@ def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
     return estimate_model_states(
         counts["num_params"],
         counts["largest_layer_params"],
-        exp.zero_stage,
+        exp.states_stage,
         exp.offload_optimizer != "none",
         exp.offload_param != "none",
         num_gpus_per_node=min(world_size, gpus_per_node),

@@ -95,9 +95,10 @@ def release(trainer) -> None:
         trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
         unset_hf_deepspeed_config()
         AcceleratorState._reset_state(reset_partial_state=True)
-        # set by accelerate's Accelerator for a DeepSpeed run and never unset: a later Trainer in this process
-        # (a baseline run, an evaluation) would build a DeepSpeed engine from it
-        os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+        # set by accelerate's Accelerator for a DeepSpeed or FSDP run and never unset: a later Trainer in this
+        # process (a baseline run, an evaluation) would build a DeepSpeed engine or FSDP state from them
+        for v in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"):
+            os.environ.pop(v, None)
         torch._dynamo.reset()  # compiled blocks' caches hold the model (torch_compile)
         release_zero3_globals()
         free_memory()

@@ -39,7 +39,7 @@ from . import checkpoint, comms, env, preflight, rundir, teardown
 from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
 from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
+from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config, build_fsdp_config
 from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
@@ -69,8 +69,8 @@ def run_experiment(config: RunConfig | str, /, callbacks: Sequence = (), **setti
 
     Writes into the output directory (`rundir.RUN_OUTPUTS`): results.json (rank 0, last, atomically), memory.csv
     (MiB; memory.rankN.csv), train_log.csv (per step and evaluation), micro_batches.csv (`MicroBatches`),
-    ds_config.json, comms.json (`comms`), run_config.json (for --resume), checkpoints/ (`checkpoint`), model/ (the
-    fine-tuned model), and RUNNING while the run is in progress.
+    ds_config.json (fsdp_config.json with FSDP2), comms.json (`comms`), run_config.json (for --resume), checkpoints/
+    (`checkpoint`), model/ (the fine-tuned model), and RUNNING while the run is in progress.
 
     Raises:
         WorkshopError: bad settings or data, a model that cannot be had, a machine that cannot run the
@@ -308,7 +308,8 @@ def _activation_checkpointing(on: bool) -> dict:
 
 
 def build_trainer(run: Run):
-    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, and
+    """The HF Trainer for this run, with DeepSpeed (config written to ds_config.json) for ZeRO experiments, FSDP2
+    (`ds_config.build_fsdp_config`, written to fsdp_config.json) for an FSDP one, and
     with token-budget batching its sampler (`token_budget_batches`); both set on `run` and the Trainer returned."""
     cfg, exp, net, out, world_size = run.cfg, run.exp, run.net, run.out, run.world_size
     ds_config, batches = None, token_budget_batches(cfg, run.train_ds, run.world_size)
@@ -326,6 +327,12 @@ def build_trainer(run: Run):
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
+    sharding = {"deepspeed": ds_config, **_activation_checkpointing(cfg.activation_checkpointing)}
+    if exp.fsdp:
+        fsdp_config = build_fsdp_config(exp, net._no_split_modules, cfg.activation_checkpointing)
+        sharding = {"fsdp": True, "fsdp_config": fsdp_config}
+        if run.rank == 0:
+            rundir.write_json_atomic(out / "fsdp_config.json", fsdp_config)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS),
         per_device_train_batch_size=micro,
@@ -346,13 +353,12 @@ def build_trainer(run: Run):
         bf16=cfg.precision == "bf16",
         fp16=cfg.precision == "fp16",
         use_cpu=not torch.cuda.is_available(),
-        deepspeed=ds_config,
         seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers,
         include_num_input_tokens_seen="non_padding",
         ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
-        **_activation_checkpointing(cfg.activation_checkpointing),
+        **sharding,
     )
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
@@ -379,12 +385,23 @@ def build_trainer(run: Run):
 
 
 class WorkshopTrainer(Trainer):
-    """The HF Trainer with the workshop's one change, off unless asked for: `batches` (a `TokenBudgetBatchSampler`),
-    training micro-batches sized in tokens, drawn from it."""
+    """The HF Trainer with the workshop's changes: `batches` (a `TokenBudgetBatchSampler`), training micro-batches
+    sized in tokens, drawn from it (off unless asked for); FSDP on a CPU (`create_accelerator_and_postprocess`)."""
 
     def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, **kwargs):
         self.batches = batches
         super().__init__(*args, **kwargs)
+
+    def create_accelerator_and_postprocess(self):
+        # accelerate 1.15 keeps an FSDP plugin only in an accelerator's world (AcceleratorState: MULTI_GPU, ...) and
+        # trains a CPU's (MULTI_CPU) with DDP, though torch's FSDP2 shards over gloo too: a CPU's world is taken
+        # for a GPU's while accelerate makes its FSDP state, which then names the world FSDP, as on a GPU
+        from accelerate import PartialState
+        from accelerate.utils import DistributedType
+
+        if self.args.fsdp and PartialState().distributed_type == DistributedType.MULTI_CPU:
+            PartialState().distributed_type = DistributedType.MULTI_GPU
+        super().create_accelerator_and_postprocess()
 
     def get_train_dataloader(self):
         if self.batches is None:
