@@ -51,16 +51,18 @@ SPEED = ["steady_train_tokens_per_second", "steady_step_time_s", "mfu", "train_l
 TORCH_OPS = {
     "_allgather_base_": "all_gather_into_tensor",
     "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "allgather_": "all_gather",
     "allreduce_": "all_reduce",
     "broadcast_": "broadcast",
 }
 
 
 def runs_here(gpus: int) -> list[str]:
-    """The runs of `RUNS` this machine makes: every one with 2+ GPUs, the one-rank ones with one GPU, the
-    uncompiled ones on a CPU (2 gloo ranks of the tiny model; nothing compiles on a CPU)."""
+    """The runs of `RUNS` this machine makes: every one with 2+ GPUs, the one-rank ones with one GPU; on a CPU the
+    two-rank ones only, 2 gloo ranks of the tiny model uncompiled (they count the collectives; a CPU's memory and
+    speed leave the other questions to the reference)."""
     if not gpus:
-        return [n for n in RUNS if "compiled" not in n]
+        return [n for n in RUNS if RUNS[n][1] == 2]
     return [n for n, (_, ranks, _) in RUNS.items() if ranks <= gpus]
 
 
@@ -103,7 +105,8 @@ def collective_table(root: Path) -> pd.DataFrame:
             c, r = found
             m = comm_measured(c, int(r["num_params"]), BYTES_PER_ELEMENT[r["precision"]]).set_index("collective")
             parts.append(m[["calls per step", "volume (Ψ)"]].add_prefix(f"{name} "))
-    return pd.concat(parts, axis=1).fillna(0).reset_index() if parts else pd.DataFrame()
+    t = pd.concat(parts, axis=1).fillna(0) if parts else pd.DataFrame()
+    return t.sort_index(key=lambda i: i == "total", kind="stable").reset_index() if parts else t  # "total" last
 
 
 def results_of(root: Path) -> dict[str, dict]:
