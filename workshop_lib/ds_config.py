@@ -73,20 +73,30 @@ class Experiment:
     offload_param: Offload = "none"  # parameters (stage 3 only)
     summary: str = ""
     overlay: dict = field(default_factory=dict, compare=False)
+    # PyTorch FSDP2 instead of DeepSpeed (zero_stage None), through the HF Trainer's own integration (accelerate's
+    # FSDP plugin, `build_fsdp_config`); offload: FSDP2's CPUOffloadPolicy, parameters, gradients and Adam step
+    fsdp: bool = False
 
     def __post_init__(self):
-        check_combination(self.zero_stage, self.offload_optimizer, self.offload_param)
+        check_combination(self.states_stage, self.offload_optimizer, self.offload_param)
 
     @property
     def deepspeed(self) -> bool:
         return self.zero_stage is not None
 
     @property
+    def states_stage(self) -> int | None:
+        """The ZeRO stage whose partitioning the model states follow: FSDP2 shards parameters, gradients and
+        optimizer states across the ranks as ZeRO-3 does (Zhao et al. 2023, "PyTorch FSDP"), else `zero_stage`."""
+        return 3 if self.fsdp else self.zero_stage
+
+    @property
     def fit_setup(self) -> dict:
         """`fit.estimate`'s zero_stage and offload for this experiment: {"zero_stage": None | 0-3, "offload":
-        "none" | "cpu"}, where the optimizer states go. At stage 3 `fit.estimate` offloads the
-        parameters with them, as every stage-3 experiment here does (tests/test_fit.py checks it)."""
-        return {"zero_stage": self.zero_stage, "offload": self.offload_optimizer}
+        "none" | "cpu"}, where the optimizer states go (FSDP2 as ZeRO-3, `states_stage`). At stage 3
+        `fit.estimate` offloads the parameters with them, as every stage-3 experiment here does
+        (tests/test_fit.py checks it)."""
+        return {"zero_stage": self.states_stage, "offload": self.offload_optimizer}
 
 
 EXPERIMENTS = {
@@ -100,6 +110,10 @@ EXPERIMENTS = {
         Experiment("stage1_offload", 1, "cpu", summary="ZeRO-1, optimizer states and Adam step on the CPU"),
         Experiment("stage2_offload", 2, "cpu", summary="ZeRO-2, optimizer states and Adam step on the CPU"),
         Experiment("stage3_offload", 3, "cpu", "cpu", summary="ZeRO-3, optimizer states and parameters on the CPU"),
+        Experiment("fsdp2", None, fsdp=True, summary="PyTorch FSDP2: ZeRO-3's sharding, one unit per decoder layer"),
+        Experiment(
+            "fsdp2_offload", None, "cpu", "cpu", fsdp=True, summary="FSDP2, parameters, gradients and Adam on the CPU"
+        ),
     ]
 }
 
@@ -222,6 +236,27 @@ def _set(cfg: dict, key: str, value) -> None:
 # DeepSpeed's communication logger (deepspeed/comm/config.py, `comms`): prof_all times every collective (not a
 # chosen few, `prof_ops`); verbose False keeps a line per collective out of the log; debug False: records by op.
 COMMS_LOGGER = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
+
+
+def build_fsdp_config(experiment: Experiment, layer_classes: list[str], activation_checkpointing: bool = False) -> dict:
+    """TrainingArguments' `fsdp_config` of an FSDP2 experiment (with `fsdp=True`): transformers passes it to
+    accelerate's FSDP plugin, which applies `torch.distributed.fsdp.fully_shard` to each module of
+    `layer_classes` (the decoder layer: `model._no_split_modules`), then to the whole model. Activation
+    checkpointing is FSDP's own here: TrainingArguments' would gather each layer's parameters a third time.
+
+    Raises:
+        WorkshopError: `experiment` is not an FSDP2 one."""
+    if not experiment.fsdp:
+        raise WorkshopError(f"{experiment.name} does not use FSDP.", "pick fsdp2 or fsdp2_offload.")
+    return {
+        "version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "transformer_layer_cls_to_wrap": list(layer_classes),  # one unit: gathered, used and freed together
+        "reshard_after_forward": True,  # free each unit's gathered parameters after its forward (ZeRO-3), not ZeRO-2
+        "cpu_offload": experiment.offload_param != "none",  # FSDP2's CPUOffloadPolicy
+        "state_dict_type": "FULL_STATE_DICT",  # save_model gathers one whole model.safetensors, as ZeRO-3's does
+        "activation_checkpointing": activation_checkpointing,
+    }
 
 
 # The files shipped for Trainer-script users: name -> experiment.

@@ -57,6 +57,7 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
             ) from e
         env.check_deepspeed_version(deepspeed.__version__)
         env.check_deepspeed_ops(env.deepspeed_ops(exp.offload_optimizer, env.world()[2]))
+    if exp.deepspeed or exp.fsdp:  # both shard over a process group, of one without a launcher
         env.ensure_distributed_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.world()[1])
@@ -111,7 +112,7 @@ def model_states(counts: dict, exp: Experiment, world_size: int) -> dict:
     return estimate_model_states(
         counts["num_params"],
         counts["largest_layer_params"],
-        exp.zero_stage,
+        exp.states_stage,
         exp.offload_optimizer != "none",
         exp.offload_param != "none",
         num_gpus_per_node=min(world_size, gpus_per_node),

@@ -49,6 +49,7 @@ RUN_OUTPUTS = RUN_FILES + (
     "micro_batches.csv",
     "micro_batches.rankN.csv",
     "ds_config.json",
+    "fsdp_config.json",
     "run_config.json",
     "launch.log",
     "model",

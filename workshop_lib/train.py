@@ -39,7 +39,7 @@ from . import checkpoint, comms, env, preflight, rundir, teardown
 from .callbacks import EvaluateBeforeSave, MicroBatches, Phases, StepLog, StopAtStepBoundary
 from .config import RunConfig, resolve
 from .data import DataStats, TokenBudgetBatchSampler, load_squad, make_collator, tokenize_squad
-from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config
+from .ds_config import EXPERIMENTS, Experiment, apply_overrides, build_ds_config, build_fsdp_config
 from .errors import WorkshopError
 from .evaluation import EVAL_BATCH_SIZE, evaluate_squad, score_model
 from .memory import MemorySampler
@@ -326,6 +326,12 @@ def build_trainer(run: Run):
             ds_config = apply_overrides(ds_config, cfg.ds_config)
         if run.rank == 0:
             rundir.write_json_atomic(out / "ds_config.json", ds_config)
+    sharding = {"deepspeed": ds_config, **_activation_checkpointing(cfg.activation_checkpointing)}
+    if exp.fsdp:
+        fsdp_config = build_fsdp_config(exp, net._no_split_modules, cfg.activation_checkpointing)
+        sharding = {"fsdp": True, "fsdp_config": fsdp_config}
+        if run.rank == 0:
+            rundir.write_json_atomic(out / "fsdp_config.json", fsdp_config)
     args = TrainingArguments(
         output_dir=str(out / checkpoint.CHECKPOINTS),
         per_device_train_batch_size=micro,
@@ -346,13 +352,12 @@ def build_trainer(run: Run):
         bf16=cfg.precision == "bf16",
         fp16=cfg.precision == "fp16",
         use_cpu=not torch.cuda.is_available(),
-        deepspeed=ds_config,
         seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers,
         include_num_input_tokens_seen="non_padding",
         ddp_timeout=env.dist_timeout_s(),  # a dead rank fails, never hangs
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
-        **_activation_checkpointing(cfg.activation_checkpointing),
+        **sharding,
     )
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
@@ -385,6 +390,17 @@ class WorkshopTrainer(Trainer):
     def __init__(self, *args, batches: TokenBudgetBatchSampler | None = None, **kwargs):
         self.batches = batches
         super().__init__(*args, **kwargs)
+
+    def create_accelerator_and_postprocess(self):
+        # accelerate 1.15 keeps an FSDP plugin only in an accelerator's world (AcceleratorState: MULTI_GPU, ...) and
+        # trains a CPU's (MULTI_CPU) with DDP, though torch's FSDP2 shards over gloo too: a CPU's world is taken
+        # for a GPU's while accelerate makes its FSDP state, which then names the world FSDP, as on a GPU
+        from accelerate import PartialState
+        from accelerate.utils import DistributedType
+
+        if self.args.fsdp and PartialState().distributed_type == DistributedType.MULTI_CPU:
+            PartialState().distributed_type = DistributedType.MULTI_GPU
+        super().create_accelerator_and_postprocess()
 
     def get_train_dataloader(self):
         if self.batches is None:
