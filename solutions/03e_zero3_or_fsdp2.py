@@ -193,7 +193,15 @@ def said(q: str) -> str:
 
 print("1. " + "; ".join(said(q) for q in by if "memory" in q or "states" in q) + ".")
 print("2. " + "; ".join(said(q) for q in by if "tokens/s" in q) + ".")
-print("3. " + said("collectives' volume per optimizer step, 2 ranks") + ".")
+print(
+    "3. "
+    + said("collectives' volume per optimizer step, 2 ranks")
+    + ". Both reduce-scatter every gradient once a step (Ψ). FSDP2 gathers each decoder layer twice (its forward,"
+    " then its backward: reshard_after_forward) but its root unit (embeddings, final norm, LM head) once, kept"
+    " gathered from its forward to its backward; ZeRO-3 keeps small parameters whole"
+    " (stage3_param_persistence_threshold) and a gathered one it will reuse soon (stage3_max_reuse_distance): both"
+    " stay under the paper's 3Ψ, by how much depends on the model's share of embeddings and small tensors."
+)
 wins = {b: [r.question for r in ROWS if r.better == b] for b in ("FSDP2", "ZeRO-3", "within the noise")}
 print(
     "4. FSDP2 where it measured better: "
