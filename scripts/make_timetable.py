@@ -22,7 +22,7 @@ from workshop_lessons import WORDS_PER_MINUTE, markdown_cells, prose_paragraphs,
 
 MINUTES_PER_EXERCISE = 5  # an assumption, stated in the table's caption
 CORE = ["00_setup", "01_baseline", "02_zero_stages", "03_cpu_offload", "04_multi_gpu"]
-OPTIONAL = ["03b_the_fine_tuned_model", "03c_models_that_do_not_fit", "03d_failure_drills"]
+OPTIONAL = ["03b_the_fine_tuned_model", "03c_models_that_do_not_fit", "03d_failure_drills", "03e_zero3_or_fsdp2"]
 CORE_BUDGET_MIN = 210  # the core track fits a day's 3.5 hours of teaching
 BEGIN, END = "<!-- timetable -->", "<!-- /timetable -->"
 

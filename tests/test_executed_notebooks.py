@@ -35,3 +35,25 @@ def test_an_executed_learner_notebook_shows_no_warning_bar_or_error(name):
         text = o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
         noise = [line for line in text.splitlines() if NOISE.search(line)]
         assert o["output_type"] != "error" and not noise, (i, o.get("ename"), noise[:5])
+
+
+def test_notebook_03e_decision_table_is_made_of_its_own_runs():
+    """03e executed on this machine: the decision table it wrote (decision.csv) is `fsdp.decision` of the runs beside
+    it; the collectives come from its own two-rank runs, and each reduce-scattered every gradient once a step
+    (Ψ) and gathered every parameter at least once."""
+    import pandas as pd
+
+    from workshop_lessons import fsdp
+    from workshop_lessons.multi_gpu import COMM_TOLERANCE
+
+    runs = ROOT / "solutions" / "runs" / "03e_zero3_or_fsdp2"
+    if not (runs / "decision.csv").is_file():
+        pytest.skip("03e_zero3_or_fsdp2 was not executed here")
+    written = pd.read_csv(runs / "decision.csv", dtype=str, keep_default_na=False)
+    rows = fsdp.decision(runs)
+    assert written.equals(fsdp.decision_table(rows).astype(str))
+    assert rows[-1].source == "your runs"
+    t = fsdp.collective_table(runs).set_index("collective")
+    for name in ("ZeRO-3", "FSDP2"):
+        assert abs(t.at["reduce_scatter_tensor", f"{name} volume (Ψ)"] - 1) <= COMM_TOLERANCE
+        assert t.at["all_gather_into_tensor", f"{name} volume (Ψ)"] >= 1 - COMM_TOLERANCE
