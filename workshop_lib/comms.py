@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
 from . import env
@@ -32,6 +34,28 @@ SOURCE = (
     "deepspeed.comm.comms_logger (CommsLogger.log_all), collectives inside the optimizer steps "
     "(Trainer on_step_begin to on_step_end)"
 )
+
+
+class TorchCollectives(TorchDispatchMode):
+    """The collectives an FSDP2 run issues (torch's c10d ops, which DeepSpeed's logger never sees), counted by op
+    and message bytes (the tensor handed over, as DeepSpeed's logger counts) in the layout of DeepSpeed's summary
+    ({op: {bytes: {"count", ...}}}), while `Window` holds it open over an optimizer step. Collectives issued inside
+    DTensor ops (the gradient norm's all-reduce, a few bytes) go through another path and are not counted."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("c10d", "_c10d_functional"):
+            name = func._overloadpacket.__name__
+            t = args[1] if name in ("_allgather_base_", "_reduce_scatter_base_") else args[0]
+            size = sum(x.nbytes for x in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(x, torch.Tensor))
+            s = self.ops.setdefault(name, {}).setdefault(
+                size, {"count": 0, "total_latency_ms": 0.0, "tput_avg_gbps": 0.0, "busbw_avg_gbps": 0.0}
+            )
+            s["count"] += 1
+        return func(*args, **(kwargs or {}))
 
 
 class Window(TrainerCallback):
@@ -61,11 +85,17 @@ class Window(TrainerCallback):
             self._logger().reset_data()
 
     def on_step_begin(self, args, state, control, **kw):
-        if self.on:
+        if self.on and getattr(args, "fsdp", None):
+            self.mode = getattr(self, "mode", None) or TorchCollectives()
+            self.mode.__enter__()
+        elif self.on:
             self._logger().prof_all = True
 
     def on_step_end(self, args, state, control, **kw):
-        if self.on:
+        if self.on and getattr(self, "mode", None):
+            self.mode.__exit__(None, None, None)
+            self.steps += 1
+        elif self.on:
             self._logger().prof_all = False
             self.steps += 1
 
@@ -93,7 +123,8 @@ def write(out: Path, trainer) -> dict | None:
     out/comms.json; the logger then turned off and cleared. Returns the file's content (None on other ranks)."""
     window = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Window))
     log = Window._logger()
-    mine = summary(log.log_all(print_log=False, return_dict=True)["summary"])
+    mode = getattr(window, "mode", None)
+    mine = summary(mode.ops if mode else log.log_all(print_log=False, return_dict=True)["summary"])
     log.enabled = log.prof_all = False
     log.reset_data()
     ranks = env.gather(mine)  # torch.distributed's own gather: DeepSpeed's would log itself

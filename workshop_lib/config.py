@@ -446,7 +446,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
             "pass --seed 42 (the default) or another number in that range.",
         )
     exp = EXPERIMENTS[cfg.experiment]
-    if cfg.comms_logger and not exp.deepspeed:
+    if cfg.comms_logger and not (exp.deepspeed or exp.fsdp):
         raise WorkshopError(
             f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
             "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.",

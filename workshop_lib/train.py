@@ -363,7 +363,7 @@ def build_trainer(run: Run):
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
         callbacks.append(EpochOrder(batches))
-    if exp.deepspeed:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
+    if exp.deepspeed or exp.fsdp:  # DeepSpeed's comms logger on (--comms-logger) or off, to the optimizer steps
         callbacks.append(comms.Window(cfg.comms_logger))
     run.trainer = WorkshopTrainer(
         model=net,
