@@ -188,10 +188,15 @@ def build(out: Path) -> None:
                 ),
             )
         )
+        title = next(
+            (ln[2:] for c in nb.cells if c.cell_type == "markdown" for ln in c.source.splitlines() if ln[:2] == "# "),
+            name,
+        )
         images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
         rows.append(
-            f'<tr><td>{name}</td><td><a href="solutions/{name}.html">solution, executed</a></td>'
-            f'<td><a href="course/{name}.html">learner version</a></td>'
+            f"<tr><td>{name}</td><td>{html.escape(title)}</td>"
+            f'<td><a href="solutions/{name}.html">solution, executed</a></td><td><a href="course/{name}.html">learner '
+            "version</a></td>"
             f"<td>{html.escape(meta.get('machine', '?'))}</td><td>{meta.get('seconds', 0):,.0f} s</td>"
             f"<td>{images}</td><td>{'source changed since' if stale else 'current'}</td></tr>"
         )
@@ -203,8 +208,8 @@ def build(out: Path) -> None:
         "named, stored in site/executed/ and never re-executed to build this site, and the learner version, "
         "whose blanks the learner fills. Regenerate the outputs with <code>python scripts/make_site.py execute"
         "</code> on a GPU, then <code>python scripts/make_site.py build --out site_build</code>.</p><table>"
-        "<tr><th>notebook</th><th></th><th></th><th>executed on</th><th>time</th><th>plots</th><th>outputs</th>"
-        "</tr>" + "".join(rows) + "</table></body></html>"
+        "<tr><th>notebook</th><th>title</th><th></th><th></th><th>executed on</th><th>time</th><th>plots</th>"
+        "<th>outputs</th></tr>" + "".join(rows) + "</table></body></html>"
     )
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     files = sum(1 for p in out.rglob("*.html"))
