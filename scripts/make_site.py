@@ -75,7 +75,9 @@ def execute(selected: list[str], cpu: bool) -> int:
     gpus = torch.cuda.device_count()
     machine = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    command = "python scripts/make_site.py execute" + (" --cpu" if cpu else "")
+    steps = os.environ.get("WORKSHOP_MAX_STEPS")  # another run length than the course's (runs.notebook_run_options)
+    command = (f"WORKSHOP_MAX_STEPS={steps} " if steps else "") + "python scripts/make_site.py execute"
+    command += " --cpu" if cpu else ""
     EXECUTED.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in selected or names():
