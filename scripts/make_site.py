@@ -8,13 +8,13 @@ and needs no GPU.
     python scripts/make_site.py execute --cpu 00_setup 01_baseline   # here: the tiny model on the CPU
     python scripts/make_site.py build --out site_build   # then open site_build/index.html
 
-`execute` runs solutions/NAME.py in solutions/ through a Jupyter kernel (nbclient; a cell tagged raises-exception
-may raise, no time-out) and stores site/executed/NAME.ipynb: its outputs and images, less the widgets' state
-(a static page cannot run them; their text stays), with metadata["workshop_site"]: the machine that executed it
-(`env.device_name`, "N x" for several GPUs), the date, the commit, the wall seconds, the command and the source's
-sha256. `build` writes OUT (a folder this command made, or a new one): index.html, solutions/NAME.html and
-course/NAME.html (nbconvert's lab template, self-contained: images inline, no script from another host), each page
-labelled from that metadata; a stored notebook whose source has changed since says so on its page.
+`execute` runs solutions/NAME.py in solutions/ through a Jupyter kernel (nbclient, ipykernel and jupytext: the
+notebooks extra; a cell tagged raises-exception may raise; no time-out; WORKSHOP_MAX_STEPS is passed on and
+recorded) and stores site/executed/NAME.ipynb: its outputs and images, less the widgets' state (a static page cannot
+run them; their text stays), with metadata["workshop_site"]: the machine that executed it (`env.device_name`, "N x"
+for several GPUs), the date, the commit, the wall seconds, the command and the source's sha256. `build` writes OUT
+(a folder this command made, or a new one): index.html, solutions/NAME.html and course/NAME.html (nbconvert's lab
+template, self-contained: images inline, no script from another host), each page labelled from that metadata; a stored notebook whose source has changed since says so on its page.
 MyST / Jupyter Book 2 was not used: its site build downloads its theme from api.mystmd.org and GitHub at build
 time, which neither this machine nor CI reaches (they reach package registries only).
 """
