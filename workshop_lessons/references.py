@@ -117,8 +117,9 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
         f"Reference: {r['device']}, {r['model']} ({'random weights' if r['random_weights'] else 'pretrained'}), "
         + (f"micro-batches of up to {budget:,} tokens, " if budget else "")
         + f"{int(r['global_steps'])} optimizer steps, steady state = each run's tokens over its time after the "
-        f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread between two measurements of the "
-        f"same run ({', '.join(repeated) or 'none repeated'}; the second from another call), as a percentage; "
+        f"warm-up its log shows; runs in {where}/runs. ± band: the largest spread of a figure between two measurements "
+        f"of one run, over every run measured twice ({', '.join(repeated) or 'none repeated'}; the second from "
+        "another call), as a percentage, one band per figure; "
         "figures without a band were measured once."
     )
 
