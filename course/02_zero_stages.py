@@ -219,11 +219,14 @@ if missing := [n for n in PAIR if n not in ref.index]:
 # did overlapping the reduction with the backward pass buy on one GPU, and what would it buy on several?
 
 # %% [markdown] tags=["exercise"]
-# **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
-# (for example `zero_optimization.stage3_param_persistence_threshold`: parameters of fewer elements stay whole on
-# every GPU). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction in `MY_PREDICTION`:
-# which figure moves, which way, about how much. Then run the two cells after it. A misspelt key stops with the
-# nearest valid one.
+# **Exercise: a key of your own.** Change one key of stage 3's config yourself, one that acts on one GPU: for
+# example `zero_optimization.contiguous_gradients=false` (stage 3 then allocates no gradient bucket) or
+# `zero_optimization.overlap_comm=false` (the bucket is reduced on the compute stream). Keys about gathering
+# (`stage3_param_persistence_threshold`, `stage3_prefetch_bucket_size`) change nothing here: one GPU gathers
+# nothing (notebook 4 has several). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction
+# in `MY_PREDICTION`: which figure moves, which way, how much, from the config in section 4 (`reduce_bucket_size`,
+# in elements). Then run the two cells after it; the GPU reference's run with each suggested key stands below
+# yours. A misspelt key stops with the nearest valid one.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
@@ -235,6 +238,15 @@ if MINE:
     cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "host_peak_rss_mib"]
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+# The GPU reference's stage 3 with each suggested key (made by scripts/make_references.py, as its README says)
+ref = lessons.reference(NOTEBOOK)
+cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib"]
+for key, run in lesson.OWN_KEYS.items():
+    if {"stage3", run} <= set(ref.index):
+        print(f"Reference, {key} ({run}) against stage3:")
+        display(Markdown(ref.loc[["stage3", run], cols].to_markdown()))
+    else:
+        print(f"No GPU reference on file yet for {key} ({run}).")
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference
