@@ -374,10 +374,8 @@ if ref is not None:
 # ## 5. Links and stragglers
 #
 # The reference on 2 x H100: two nodes on one host (`scripts/two_nodes_one_host.sh`: NCCL over sockets) against
-# NVLink, with ZeRO-2's collectives as DeepSpeed issues them (`lesson.zero2_collectives_ms`: every gradient
-# all-reduced, the parameters all-gathered; `scripts/comm_benchmark.py` timed them); then how far apart your ranks'
-# forward passes were (each rank's `micro_batches.csv`). ZeRO-2's forward has no collective: the faster rank waits
-# at the first one both need, the gradients' all-reduce in the backward pass.
+# NVLink, with ZeRO-2's collectives as DeepSpeed issues them (`lesson.zero2_collectives_ms`); then how far apart
+# your ranks' forward passes were (`micro_batches.csv`): the faster rank waits at the gradients' all-reduce.
 
 # %%
 display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
@@ -392,23 +390,17 @@ print(
 # A job that hangs or crawls:
 #
 # 1. Time the link first: `scripts/comm_benchmark.py` under the job's launcher, against the table.
-# 2. `NCCL_DEBUG=INFO`: "Using network" names NCCL's network, "NET/...: Using [...]" its interface or device, and
-#    "via P2P", "via NET/Socket" or "via NET/IB" each channel's transport (three such lines below).
-# 3. `NCCL_SOCKET_IFNAME` (NCCL's sockets), `GLOO_SOCKET_IFNAME` (gloo's, which torch.distributed also uses) and
-#    `NCCL_IB_HCA` choose the interface. One that matches no interface fails at once (NCCL: "no socket
-#    interface found" when it starts); one that exists but does not reach the other nodes hangs at the first
-#    collective, until the timeout.
+# 2. `NCCL_DEBUG=INFO` names the network, the interface and each channel's transport ("via P2P", "via
+#    NET/Socket", "via NET/IB"): three lines below.
+# 3. `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME` and `NCCL_IB_HCA` choose the interface: one that matches none
+#    fails at once, one that cannot reach the other nodes hangs until the timeout.
 # 4. A hang at start: can every node reach `MASTER_ADDR:MASTER_PORT`?
 # 5. A slow step: which rank waited (`lesson.stragglers`)?
-# 6. Ending a hung job by hand: end its workers, not only `torchrun`. torchrun starts each worker in a session of
-#    its own, so `kill -9` of torchrun leaves them running and holding their GPUs (`nvidia-smi` lists them);
-#    under SLURM, `scancel` ends the whole job step.
-#
-# Item 2 in NCCL's own words: three raw lines from your two-rank run's `launch.log` (NCCL_DEBUG=INFO), or, where
-# your ranks had no NCCL (CPU processes talk through gloo, and a batch job logs to `logs/`), from the reference's
-# two nodes over sockets (`nccl-sockets.txt`: its `NCCL_DEBUG=INFO` lines, counted):
+# 6. A hung job: end its workers, not only `torchrun`, whose workers each have a session of their own and keep
+#    their GPUs (`nvidia-smi`); under SLURM `scancel` ends the job step.
 
 # %%
+# item 2: your run's launch.log, else (no NCCL here) the reference's run over sockets
 lines, log = lesson.nccl_lines(*(d / "launch.log" for d in COMMS_RUNS.values()), lesson.LINKS / "nccl-sockets.txt")
 print(f"From {log}:" if log else "No NCCL log found.")
 print("\n".join(lines))
@@ -427,8 +419,7 @@ print("\n".join(lines))
 # 4. How does your runs' scaling efficiency compare with the reference's, and why may it differ?
 #
 # 5. How did the run with the most hosts compare with one rank of the same experiment, and what carries the
-#    gradients between nodes? In the reference's links table (section 5), how much of the time ZeRO-2's step lost
-#    over sockets do the collectives DeepSpeed issues explain?
+#    gradients between nodes? How much of ZeRO-2's step lost over sockets (section 5) do its collectives explain?
 # 6. Which collectives carried gradients and parameters in your two-rank runs, and how does their logged volume
 #    per step compare with the paper's 2Ψ (ZeRO-2) and 3Ψ (ZeRO-3)? Where they differ, why?
 # 7. Predict what a 10x smaller `reduce_bucket_size` (`--reduce-bucket-size 50000000`) would do to ZeRO-2 in the
@@ -439,5 +430,5 @@ print("\n".join(lines))
 # ## Summary
 # - ZeRO divides model states across ranks; activations, logits and buffers stay whole on each, so the peak per
 #   GPU stops falling where they dominate.
-# - In the ZeRO paper stages 1 and 2 move 2Ψ a step and stage 3 3Ψ; DeepSpeed 0.19.8 all-reduces the gradients
-#   at stages 1 and 2, 3Ψ (section 4's table); the comms logger shows what DeepSpeed moved.
+# - ZeRO-1 and -2 move 2Ψ a step in the paper, 3Ψ as DeepSpeed all-reduces the gradients; ZeRO-3 3Ψ. The comms
+#   logger shows what moved.

@@ -194,10 +194,9 @@ print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n
 # DeepSpeed's config classes: a typo stops with the nearest valid key, and a key an option sets (stage, batch
 # sizes, precision) is refused with that option's name.
 #
-# Stage 2 again with `zero_optimization.overlap_comm=false` (`workshop run stage2 --ds-config
-# zero_optimization.overlap_comm=false`): a full gradient bucket is still reduced during the backward pass, but on
-# the compute stream, between its kernels; with overlap it goes to a side stream while a second bucket fills. So
-# DeepSpeed keeps one bucket instead of two (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
+# Stage 2 again with `zero_optimization.overlap_comm=false`: a full bucket is still reduced during the backward
+# pass, but on the compute stream, not on a side stream while a second bucket fills: one bucket instead of two
+# (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
@@ -269,14 +268,12 @@ print(
 )
 
 # %% [markdown] tags=["exercise"]
-# **Exercise: a key of your own.** Change one key of stage 3's config yourself, one that acts on one GPU: for
-# example `zero_optimization.contiguous_gradients=false` (stage 3 then allocates no gradient bucket) or
-# `zero_optimization.overlap_comm=false` (the bucket is reduced on the compute stream). Keys about gathering
-# (`stage3_param_persistence_threshold`, `stage3_prefetch_bucket_size`) change nothing here: one GPU gathers
-# nothing (notebook 4 has several). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction
-# in `MY_PREDICTION`: which figure moves, which way, how much, from the config in section 4 (`reduce_bucket_size`,
-# in elements). Then run the two cells after it; the GPU reference's run with each suggested key stands below
-# yours. A misspelt key stops with the nearest valid one.
+# **Exercise: a key of your own.** Change one key of stage 3's config that acts on one GPU, e.g.
+# `zero_optimization.contiguous_gradients=false` (no gradient bucket) or `zero_optimization.overlap_comm=false`
+# (the bucket reduced on the compute stream); keys about gathering do nothing on one GPU. Write `KEY=VALUE` in
+# `MY_OVERRIDE` and your prediction (which figure, which way, how much, from the config above) in `MY_PREDICTION`,
+# then run the two cells after it; the GPU reference's run of each suggested key stands below. A misspelt key
+# stops with the nearest valid one.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
