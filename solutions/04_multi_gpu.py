@@ -588,8 +588,9 @@ for e, d in COMMS_RUNS.items():
     elif k.paper.verdict == "lower" and k.zero_stage == 3:
         line += (
             f" The parameters moved {k.parameters:.2f}Ψ, not the paper's 2Ψ: ZeRO-3 need not gather every "
-            "parameter twice; it keeps a gathered parameter it will use again soon (`stage3_max_reuse_distance`) "
-            "and parameters under `stage3_param_persistence_threshold` whole on every rank."
+            "parameter twice; it keeps a gathered parameter it will use again soon (`stage3_max_reuse_distance`), "
+            "and parameters of at most `stage3_param_persistence_threshold` elements stay whole on every rank, "
+            "all-gathered once after each step instead of in each pass (`_post_step`, the lesson module's docstring)."
         )
     print(line)
 if ref is not None:
