@@ -928,6 +928,7 @@ def links_h200(p: Page) -> None:
 
 
 def x2_h200_26(p: Page) -> None:
+    from workshop_lessons import multi_gpu
     from workshop_lessons.multi_gpu import stragglers
 
     d = REF / "h200" / "x2-2026-11-26"
@@ -950,9 +951,8 @@ def x2_h200_26(p: Page) -> None:
         step = json.loads((d / "links" / f"{s}-sockets" / "results.json").read_text())["steady_step_time_s"]
         p(f"{s} over sockets s/step", f"{step:.2f}")
         p(f"{name} NVLink / sockets", x(tps[f"runs/{s}-nvlink"] / tps[f"links/{s}-sockets"], 1))
-    c = pd.read_csv(d / "comm-sockets.csv").set_index("op")
-    comm = c.loc["reduce_scatter"].iloc[-1]["ms"] + c.loc["all_gather"].iloc[-1]["ms"]
-    p("reduce-scatter and all-gather over sockets s", f"{comm / 1000:.2f}")
+    comm = multi_gpu.zero2_collectives_ms(pd.read_csv(d / "comm-sockets.csv"))["serial"]
+    p("all-reduce and all-gather over sockets s", f"{comm / 1000:.2f}")
     bal, rnd = ([tps[f"ab/stage2-{v}-{i}"] for i in (1, 2)] for v in ("balanced", "unbalanced"))
     for v, runs in (("balanced", bal), ("random order", rnd)):
         p(f"{v} tokens/s", " and ".join(map(n, runs)))
