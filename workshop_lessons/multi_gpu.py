@@ -337,8 +337,9 @@ def figures(
 # Parameter Models", section 7): data parallelism all-reduces the gradients, which a ring does as a reduce-scatter
 # (Ψ elements) plus an all-gather (Ψ): 2Ψ. In the paper ZeRO-1 and ZeRO-2 reduce-scatter the gradients (Ψ; each
 # rank keeps the sum of its partition) and all-gather the updated parameters (Ψ): 2Ψ, the same as data
-# parallelism; DeepSpeed 0.19.8 all-reduces them instead (`DEEPSPEED`, the module docstring): 3Ψ. ZeRO-3 all-gathers the parameters in the forward pass (Ψ), again in the backward pass (Ψ),
-# and reduce-scatters the gradients (Ψ): 3Ψ, 1.5x. A ring moves (N-1)/N of each Ψ through every rank's link.
+# parallelism; DeepSpeed 0.19.8 all-reduces them instead (`DEEPSPEED`, the module docstring): 3Ψ. ZeRO-3
+# all-gathers the parameters in the forward pass (Ψ), again in the backward pass (Ψ), and reduce-scatters the
+# gradients (Ψ): 3Ψ, 1.5x. A ring moves (N-1)/N of each Ψ through every rank's link.
 # ------------------------------------------------------------------------------------------------------------
 
 # The paper's collectives per stage: (name, Ψ per optimizer step, done every micro-batch rather than once a step).
