@@ -381,7 +381,7 @@ if ref is not None:
 # your ranks' forward passes were (`micro_batches.csv`): the faster rank waits at the gradients' all-reduce.
 
 # %%
-display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
+display(Markdown(lesson.links(lesson.LINKS).round(3).to_markdown(index=False)))
 s = lesson.stragglers(RUNS / "stage2-2")
 print(
     f"Your stage2 x2: in the steady steps the ranks' forward passes differed by {s.mean_waited_ms:,.1f} ms a step on "
