@@ -178,10 +178,9 @@ print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n
 # DeepSpeed's config classes: a typo stops with the nearest valid key, and a key an option sets (stage, batch
 # sizes, precision) is refused with that option's name.
 #
-# Stage 2 again with `zero_optimization.overlap_comm=false` (`workshop run stage2 --ds-config
-# zero_optimization.overlap_comm=false`): a full gradient bucket is still reduced during the backward pass, but on
-# the compute stream, between its kernels; with overlap it goes to a side stream while a second bucket fills. So
-# DeepSpeed keeps one bucket instead of two (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
+# Stage 2 again with `zero_optimization.overlap_comm=false`: a full bucket is still reduced during the backward
+# pass, but on the compute stream, not on a side stream while a second bucket fills: one bucket instead of two
+# (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
@@ -219,11 +218,12 @@ if missing := [n for n in PAIR if n not in ref.index]:
 # did overlapping the reduction with the backward pass buy on one GPU, and what would it buy on several?
 
 # %% [markdown] tags=["exercise"]
-# **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
-# (for example `zero_optimization.stage3_param_persistence_threshold`: parameters of fewer elements stay whole on
-# every GPU). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction in `MY_PREDICTION`:
-# which figure moves, which way, about how much. Then run the two cells after it. A misspelt key stops with the
-# nearest valid one.
+# **Exercise: a key of your own.** Change one key of stage 3's config that acts on one GPU, e.g.
+# `zero_optimization.contiguous_gradients=false` (no gradient bucket) or `zero_optimization.overlap_comm=false`
+# (the bucket reduced on the compute stream); keys about gathering do nothing on one GPU. Write `KEY=VALUE` in
+# `MY_OVERRIDE` and your prediction (which figure, which way, how much, from the config above) in `MY_PREDICTION`,
+# then run the two cells after it; the GPU reference's run of each suggested key stands below. A misspelt key
+# stops with the nearest valid one.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
@@ -235,6 +235,15 @@ if MINE:
     cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "host_peak_rss_mib"]
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+# The GPU reference's stage 3 with each suggested key (made by scripts/make_references.py, as its README says)
+ref = lessons.reference(NOTEBOOK)
+cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib"]
+for key, run in lesson.OWN_KEYS.items():
+    if {"stage3", run} <= set(ref.index):
+        print(f"Reference, {key} ({run}) against stage3:")
+        display(Markdown(ref.loc[["stage3", run], cols].to_markdown()))
+    else:
+        print(f"No GPU reference on file yet for {key} ({run}).")
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference

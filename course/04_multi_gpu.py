@@ -234,13 +234,16 @@ if on_gpus:  # 2 steps each on 2 GPUs with the comms logger, apart from the time
                     *extra,
                     *small,
                     sbatch_options=("--gpus-per-node=2",),
-                    env={"WORKSHOP_OUTPUT_DIR": str(out.resolve())},
+                    env={"WORKSHOP_OUTPUT_DIR": str(out.resolve()), "NCCL_DEBUG": "INFO"},
                 ),
                 "multi_gpu",
                 output_dir=out,
             )
     else:
-        at_once([dict(experiment=e, n=2, out=out, args=small) for e, out in COMMS_RUNS.items()])
+        # NCCL_DEBUG=INFO: NCCL says in each run's launch.log how it joined the ranks (section 5's checklist)
+        at_once(
+            [dict(experiment=e, n=2, out=out, args=small, env={"NCCL_DEBUG": "INFO"}) for e, out in COMMS_RUNS.items()]
+        )
 
 # %%
 df = results.load_results(RUNS)
@@ -371,27 +374,36 @@ if ref is not None:
 # ## 5. Links and stragglers
 #
 # The reference on 2 x H100: two nodes on one host (`scripts/two_nodes_one_host.sh`: NCCL over sockets) against
-# NVLink; then how long your ranks waited for each other (each rank's `micro_batches.csv`):
+# NVLink, with ZeRO-2's collectives as DeepSpeed issues them (`lesson.zero2_collectives_ms`); then how far apart
+# your ranks' forward passes were (`micro_batches.csv`): the faster rank waits at the gradients' all-reduce.
 
 # %%
-display(Markdown(lesson.links(lesson.LINKS).to_markdown(index=False)))
+display(Markdown(lesson.links(lesson.LINKS).round(3).to_markdown(index=False)))
 s = lesson.stragglers(RUNS / "stage2-2")
 print(
-    f"Your stage2 x2: in the steady steps the faster rank's forward pass waited {s.mean_waited_ms:,.1f} ms on "
-    f"average for the slower's; their micro-batches' padded lengths differed by {s.length_gap:,.0f} tokens."
+    f"Your stage2 x2: in the steady steps the ranks' forward passes differed by {s.mean_waited_ms:,.1f} ms a step on "
+    f"average, which the faster rank then waits at the gradients' all-reduce; their micro-batches' padded lengths "
+    f"differed by {s.length_gap:,.0f} tokens."
 )
 
 # %% [markdown]
 # A job that hangs or crawls:
 #
 # 1. Time the link first: `scripts/comm_benchmark.py` under the job's launcher, against the table.
-# 2. `NCCL_DEBUG=INFO`: "via P2P", "via NET/Socket" or "via NET/IB" names the transport.
-# 3. `NCCL_SOCKET_IFNAME` and `NCCL_IB_HCA` choose the interface; a wrong one hangs at start.
+# 2. `NCCL_DEBUG=INFO` names the network, the interface and each channel's transport ("via P2P", "via
+#    NET/Socket", "via NET/IB"): three lines below.
+# 3. `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME` and `NCCL_IB_HCA` choose the interface: one that matches none
+#    fails at once, one that cannot reach the other nodes hangs until the timeout.
 # 4. A hang at start: can every node reach `MASTER_ADDR:MASTER_PORT`?
 # 5. A slow step: which rank waited (`lesson.stragglers`)?
-# 6. Ending a hung job by hand: end its workers, not only `torchrun`. torchrun starts each worker in a session of
-#    its own, so `kill -9` of torchrun leaves them running and holding their GPUs (`nvidia-smi` lists them);
-#    under SLURM, `scancel` ends the whole job step.
+# 6. A hung job: end its workers, not only `torchrun`, whose workers each have a session of their own and keep
+#    their GPUs (`nvidia-smi`); under SLURM `scancel` ends the job step.
+
+# %%
+# item 2: your run's launch.log, else (no NCCL here) the reference's run over sockets
+lines, log = lesson.nccl_lines(*(d / "launch.log" for d in COMMS_RUNS.values()), lesson.LINKS / "nccl-sockets.txt")
+print(f"From {log}:" if log else "No NCCL log found.")
+print("\n".join(lines))
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -407,7 +419,7 @@ print(
 # 4. How does your runs' scaling efficiency compare with the reference's, and why may it differ?
 #
 # 5. How did the run with the most hosts compare with one rank of the same experiment, and what carries the
-#    gradients between nodes?
+#    gradients between nodes? How much of ZeRO-2's step lost over sockets (section 5) do its collectives explain?
 # 6. Which collectives carried gradients and parameters in your two-rank runs, and how does their logged volume
 #    per step compare with the paper's 2Ψ (ZeRO-2) and 3Ψ (ZeRO-3)? Where they differ, why?
 # 7. Predict what a 10x smaller `reduce_bucket_size` (`--reduce-bucket-size 50000000`) would do to ZeRO-2 in the
@@ -418,4 +430,5 @@ print(
 # ## Summary
 # - ZeRO divides model states across ranks; activations, logits and buffers stay whole on each, so the peak per
 #   GPU stops falling where they dominate.
-# - ZeRO-1 and -2 move 2Ψ a step, ZeRO-3 3Ψ; the comms logger shows what DeepSpeed moved.
+# - ZeRO-1 and -2 move 2Ψ a step in the paper, 3Ψ as DeepSpeed all-reduces the gradients; ZeRO-3 3Ψ. The comms
+#   logger shows what moved.

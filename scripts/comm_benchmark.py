@@ -1,18 +1,20 @@
-"""What ZeRO-2's communication costs on this node: the collectives it runs every optimizer step, timed at the sizes
-a model's gradients and parameters have, beside the step time they could explain. DeepSpeed's own `ds_bench` is
-not in its wheel (the `benchmarks` package is missing), so this times `torch.distributed` directly.
+"""What ZeRO's communication costs on this node: the collectives DeepSpeed 0.19.8 runs every optimizer step, timed
+at the sizes a model's gradients and parameters have, beside the step time they could explain. DeepSpeed's own
+`ds_bench` is not in its wheel (the `benchmarks` package is missing), so this times `torch.distributed` directly.
 
-ZeRO-2 on N GPUs, per optimizer step: a reduce-scatter of the 16-bit gradients (in buckets of
-`reduce_bucket_size` elements) and an all-gather of the updated 16-bit parameters, each moving (N-1)/N of
-2 bytes x parameters through every GPU's links. Bandwidths as NVIDIA's nccl-tests report them
+ZeRO-1/2 on N GPUs, per optimizer step, as DeepSpeed 0.19.8 issues them (workshop_lessons/multi_gpu.py's docstring
+cites the functions): an all-reduce of each bucket of `reduce_bucket_size` 16-bit gradients
+(`use_multi_rank_bucket_allreduce`, on by default; the ZeRO paper's reduce-scatter moves half of it) and an
+all-gather of the updated 16-bit parameters. ZeRO-3 reduce-scatters its gradient buckets (timed too, its own row)
+and all-gathers each layer's parameters in the passes. Bandwidths as NVIDIA's nccl-tests report them
 (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x (N-1)/N for reduce-scatter and all-gather, x 2(N-1)/N
 for all-reduce, comparable with the links' peak whatever N is.
 
     torchrun --standalone --nproc_per_node 4 scripts/comm_benchmark.py --model Qwen/Qwen3-0.6B --out comm.csv
 
-Writes one row per collective and size (MiB, median ms over --iters after --warmup, algbw and busbw GB/s, and for
-the model's sizes the ms per optimizer step); NCCL on GPUs, gloo on the CPU (where reduce-scatter is
-missing, that row says so).
+Writes one row per collective and size (`issued_by`: the ZeRO stages that issue it at the model's sizes; MiB, median
+ms over --iters after --warmup, algbw and busbw GB/s, and for the model's sizes the ms per optimizer step); NCCL on
+GPUs, gloo on the CPU (where reduce-scatter is missing, that row says so).
 """
 
 import argparse
@@ -65,7 +67,7 @@ def main():
         "--reduce-bucket-size",
         type=int,
         default=500_000_000,
-        help="gradient elements per reduce-scatter (the default recipe's)",
+        help="gradient elements per bucket (the default recipe's)",
     )
     p.add_argument("--sizes-mib", type=float, nargs="*", default=[16, 64, 256], help="further sizes to sweep")
     p.add_argument("--iters", type=int, default=10)
@@ -86,15 +88,20 @@ def main():
     params = count_params(args.model)["num_params"]
     bucket = min(args.reduce_bucket_size, params)
     rows = []
-    cases = [(op, int(mib * MiB / 2), "sweep") for mib in args.sizes_mib for op in OPS]
-    cases += [("reduce_scatter", bucket, "gradient bucket"), ("all_gather", params, "parameters")]
-    for op, numel, what in cases:
+    cases = [(op, int(mib * MiB / 2), "sweep", "") for mib in args.sizes_mib for op in OPS]
+    cases += [
+        ("all_reduce", bucket, "gradient bucket", "ZeRO-1/2"),  # DeepSpeedZeroOptimizer.average_tensor
+        ("all_gather", params, "parameters", "ZeRO-1/2"),  # all_gather_dp_groups, after the optimizer step
+        ("reduce_scatter", bucket, "gradient bucket", "ZeRO-3"),  # reduce_scatter_coalesced
+    ]
+    for op, numel, what, issued_by in cases:
         sec = time_op(op, numel, device, args.iters, args.warmup)
         size = numel * 2
         row = {
             "world_size": n,
             "op": op,
             "what": what,
+            "issued_by": issued_by,
             "mib": round(size / MiB, 1),
             "ms": None if sec is None else round(sec * 1e3, 3),
             "algbw_gbps": None if sec is None else round(size / sec / 1e9, 1),
@@ -110,11 +117,13 @@ def main():
         df.to_csv(args.out, index=False)
         print(
             f"{args.model}: {params:,} parameters, {n} ranks ({'NCCL' if cuda else 'gloo'}); "
-            f"ZeRO-2 moves {params * 2 / MiB:,.0f} MiB of gradients and of parameters per optimizer step"
+            f"ZeRO-2 all-reduces {params * 2 / MiB:,.0f} MiB of gradients and all-gathers as many of parameters per "
+            "optimizer step"
         )
         print(df.to_string(index=False))
-        step = df["ms_per_step"].sum() if "ms_per_step" in df else float("nan")
-        print(f"ZeRO-2's collectives, unoverlapped: {step:,.1f} ms per optimizer step; wrote {args.out}")
+        mine = df[df["issued_by"] == "ZeRO-1/2"]
+        step = mine["ms_per_step"].sum() if "ms_per_step" in df else float("nan")
+        print(f"ZeRO-2's collectives as DeepSpeed issues them, unoverlapped: {step:,.1f} ms per step; wrote {args.out}")
     dist.destroy_process_group()
 
 

@@ -182,6 +182,8 @@ def bucket_ab_table(p: Page, d: Path | None = None) -> None:
     )
     p("bucket A/B band", ab[0].band_text)
     folder = d or multi_gpu.BUCKET_AB
+    peak = multi_gpu.bucket_ab(folder, "gpu_peak_allocated_mib")
+    p("small buckets peak allocated MiB less", " and ".join(f"{-c.difference:,.0f}" for c in peak))
     for run, name in (("stage2-small-buckets", "small"), ("stage2-recipe-buckets", "recipe's")):
         r = next(folder.glob(f"*/{run}"))
         b = multi_gpu.buckets(
@@ -870,17 +872,12 @@ def links_page(p: Page, d: Path) -> dict:
     tps = {q.parent.name: json.loads(q.read_text())["steady_train_tokens_per_second"] for q in d.glob("*/results.json")}
     rows = []
     for link, name in (("nvlink", "NVLink"), ("sockets", "sockets over loopback")):
-        rs, ag = (
-            f"{t.at[link, f'{op} ms ({mib} MiB)']:.{2 if link == 'nvlink' else 1}f} ms, "
-            f"{t.at[link, f'{op} bus GB/s']:.1f} GB/s bus"
-            for op, mib in (("reduce_scatter", "954"), ("all_gather", "1,137"))
-        )
         rows.append(
             [
                 name,
                 t.at[link, "NCCL transport"],
-                rs,
-                ag,
+                *(f"{t.at[link, f'{k} ms']:.{2 if link == 'nvlink' else 1}f}" for k in ("all_reduce", "all_gather")),
+                f"{t.at[link, 'all_gather bus GB/s']:.1f}",
                 f"{t.at[link, 'stage2 s/step']:.3f}",
                 f"{t.at[link, 'stage3 s/step']:.3f}",
             ]
@@ -890,8 +887,9 @@ def links_page(p: Page, d: Path) -> dict:
         [
             "link",
             "NCCL transport",
-            "reduce-scatter of 953.7 MiB (gradients)",
-            "all-gather of 1,136.9 MiB (parameters)",
+            "ZeRO-2's all-reduce of the gradients, ms",
+            "its all-gather of the parameters, ms",
+            "all-gather bus GB/s",
             "ZeRO-2 s/step",
             "ZeRO-3 s/step",
         ],
@@ -912,6 +910,7 @@ def links_h100(p: Page) -> None:
     t = multi_gpu.links(d).set_index("link")
     for s, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
         p(f"{name} step grew ms", f"{1000 * (t.at['sockets', f'{s} s/step'] - t.at['nvlink', f'{s} s/step']):.0f}")
+    p("ZeRO-2 collectives grew ms", f"{t.at['sockets', 'serial ms'] - t.at['nvlink', 'serial ms']:.0f}")
     cfg = json.loads((d / "stage2-nvlink" / "ds_config.json").read_text())
     params = json.loads((d / "stage2-nvlink" / "results.json").read_text())["num_params"]
     p("first bucket fills at", f"{multi_gpu.buckets(cfg, params).first_sent_at:.0%}")
@@ -927,6 +926,7 @@ def links_h200(p: Page) -> None:
 
 
 def x2_h200_26(p: Page) -> None:
+    from workshop_lessons import multi_gpu
     from workshop_lessons.multi_gpu import stragglers
 
     d = REF / "h200" / "x2-2026-11-26"
@@ -949,9 +949,8 @@ def x2_h200_26(p: Page) -> None:
         step = json.loads((d / "links" / f"{s}-sockets" / "results.json").read_text())["steady_step_time_s"]
         p(f"{s} over sockets s/step", f"{step:.2f}")
         p(f"{name} NVLink / sockets", x(tps[f"runs/{s}-nvlink"] / tps[f"links/{s}-sockets"], 1))
-    c = pd.read_csv(d / "comm-sockets.csv").set_index("op")
-    comm = c.loc["reduce_scatter"].iloc[-1]["ms"] + c.loc["all_gather"].iloc[-1]["ms"]
-    p("reduce-scatter and all-gather over sockets s", f"{comm / 1000:.2f}")
+    comm = multi_gpu.zero2_collectives_ms(pd.read_csv(d / "comm-sockets.csv"))["serial"]
+    p("all-reduce and all-gather over sockets s", f"{comm / 1000:.2f}")
     bal, rnd = ([tps[f"ab/stage2-{v}-{i}"] for i in (1, 2)] for v in ("balanced", "unbalanced"))
     for v, runs in (("balanced", bal), ("random order", rnd)):
         p(f"{v} tokens/s", " and ".join(map(n, runs)))
@@ -1019,8 +1018,11 @@ def x2_h100_28(p: Page) -> None:
     bucket_ab_table(p)
     steps = [median(f"ab/{part}", "stage2-recipe-buckets", "step_time_s") * 1000 for part in ("runs", "repeat")]
     p("recipe's buckets step ms", f"{min(steps):.0f}-{max(steps):.0f}")
-    rs = multi_gpu.links(multi_gpu.LINKS).set_index("link").at["nvlink", "reduce_scatter ms (954 MiB)"]
-    p("954 MiB reduce-scatter over NVLink ms", f"{rs:.0f}")
+    t = multi_gpu.links(multi_gpu.LINKS).set_index("link")
+    params = json.loads((d / "runs" / "stage2-2" / "results.json").read_text())["num_params"]
+    b = multi_gpu.buckets(json.loads((d / "runs" / "stage2-2" / "ds_config.json").read_text()), params)
+    share = min(b.reduce_bucket_size, params) / params  # of every gradient's all-reduce, a full bucket's
+    p("bucket all-reduce over NVLink ms", f"{t.at['nvlink', 'all_reduce ms'] * share:.1f}")
 
 
 def x2_h100_27b(p: Page) -> None:

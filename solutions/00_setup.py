@@ -231,7 +231,8 @@ print(
 #   (docs/h100/run-order).
 #
 # - **Bands.** Each of your figures stands beside the GPU reference run of the same name and its band: the largest
-#   spread between two measurements of that run. A difference within the band is noise, not a finding.
+#   spread of that figure between two measurements of any reference run measured twice. A difference within the
+#   band is noise, not a finding.
 # - **Memory.** Peaks are over the training steps only. Without a GPU, memory is the whole process's RSS (Python,
 #   torch, the data, earlier runs), which swamps a tiny model's states: the GPU reference rows show what ZeRO or
 #   offload saves.

@@ -75,10 +75,17 @@ display(Markdown(ds_config.explain(build_ds_config("stage3")).to_markdown(index=
 MY_BYTES_PER_PARAM = {"baseline": None, "stage1": None, "stage2": None, "stage3": None}
 
 # %% tags=["solution"]
-from workshop_lib.memory import zero_bytes_per_param
-
-# One GPU: nothing to partition across, so the 16Ψ arithmetic leaves every stage all 16 bytes (2 + 2 + 12)
-MY_BYTES_PER_PARAM = {name: zero_bytes_per_param(stage, 1) for stage, name in enumerate(MY_BYTES_PER_PARAM)}
+# One GPU: nothing to partition across. What stays between steps, in bf16: as 01 measured, the baseline keeps its
+# fp32 weights and Adam's two moments (4 + 8; its gradients are freed after the step); DeepSpeed keeps its 16-bit
+# weights beside fp32 master weights and the moments (2 + 4 + 8) and frees its gradients too, but stage 3 keeps a
+# 16-bit gradient partition for every parameter, all of them on one GPU (+ 2)
+W16, MASTER, MOMENTS, GRAD16 = 2, lesson.FP32_WEIGHTS, lesson.ADAM_MOMENTS, 2
+MY_BYTES_PER_PARAM = {
+    "baseline": MASTER + MOMENTS,
+    "stage1": W16 + MASTER + MOMENTS,
+    "stage2": W16 + MASTER + MOMENTS,
+    "stage3": W16 + MASTER + MOMENTS + GRAD16,
+}
 
 # %%
 lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
@@ -187,10 +194,9 @@ print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n
 # DeepSpeed's config classes: a typo stops with the nearest valid key, and a key an option sets (stage, batch
 # sizes, precision) is refused with that option's name.
 #
-# Stage 2 again with `zero_optimization.overlap_comm=false` (`workshop run stage2 --ds-config
-# zero_optimization.overlap_comm=false`): a full gradient bucket is still reduced during the backward pass, but on
-# the compute stream, between its kernels; with overlap it goes to a side stream while a second bucket fills. So
-# DeepSpeed keeps one bucket instead of two (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
+# Stage 2 again with `zero_optimization.overlap_comm=false`: a full bucket is still reduced during the backward
+# pass, but on the compute stream, not on a side stream while a second bucket fills: one bucket instead of two
+# (DeepSpeed's lines: `lesson.OVERLAP_COMM`).
 
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "stage2_no_overlap", RUNS, **COMMON))
@@ -231,11 +237,7 @@ if missing := [n for n in PAIR if n not in ref.index]:
 pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in PAIR}
 metric = "gpu_peak_allocated_mib" if pair["stage2"]["gpu_peak_allocated_mib"] is not None else "host_peak_rss_mib"
 mem = lessons.compare(metric, pair["stage2_no_overlap"][metric], pair["stage2"][metric])
-fast = lessons.compare(
-    "steady_train_tokens_per_second",
-    pair["stage2_no_overlap"]["steady_train_tokens_per_second"],
-    pair["stage2"]["steady_train_tokens_per_second"],
-)
+fast = lesson.compare_speed(pair["stage2_no_overlap"], pair["stage2"])  # the band exercise 2 uses on this machine
 saved = buckets["stage2"] - buckets["stage2_no_overlap"]
 elements = ds["stage2"]["zero_optimization"]["reduce_bucket_size"]
 print(
@@ -266,21 +268,24 @@ print(
 )
 
 # %% [markdown] tags=["exercise"]
-# **Exercise: a key of your own.** Change one key of stage 3's config yourself: pick it from the table in section 1
-# (for example `zero_optimization.stage3_param_persistence_threshold`: parameters of fewer elements stay whole on
-# every GPU). Write it as `KEY=VALUE` in `MY_OVERRIDE` and, before you run, your prediction in `MY_PREDICTION`:
-# which figure moves, which way, about how much. Then run the two cells after it. A misspelt key stops with the
-# nearest valid one.
+# **Exercise: a key of your own.** Change one key of stage 3's config that acts on one GPU, e.g.
+# `zero_optimization.contiguous_gradients=false` (no gradient bucket) or `zero_optimization.overlap_comm=false`
+# (the bucket reduced on the compute stream); keys about gathering do nothing on one GPU. Write `KEY=VALUE` in
+# `MY_OVERRIDE` and your prediction (which figure, which way, how much, from the config above) in `MY_PREDICTION`,
+# then run the two cells after it; the GPU reference's run of each suggested key stands below. A misspelt key
+# stops with the nearest valid one.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage3 --ds-config
 MY_PREDICTION = ""
 
 # %% tags=["solution"]
-MY_OVERRIDE = "zero_optimization.stage3_param_persistence_threshold=1e9"  # more elements than any parameter has
+MY_OVERRIDE = "zero_optimization.contiguous_gradients=false"
+# stage 3 keeps one bucket from its start (section 2's account): reduce_bucket_size elements of the training dtype
+bucket, elements = ds_config.gradient_bucket_mib(ds["stage3"]), ds["stage3"]["zero_optimization"]["reduce_bucket_size"]
 MY_PREDICTION = (
-    "no parameter is partitioned or gathered any more: the model states grow towards stage 2's, and "
-    "the steps get faster without the gathers"
+    f"no reduce bucket: the model states fall by {bucket:,.1f} MiB ({elements:,} elements), the peak by about as "
+    "much; the speed within the band"
 )
 
 # %%
@@ -289,24 +294,31 @@ if MINE:
     cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib", "host_peak_rss_mib"]
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+# The GPU reference's stage 3 with each suggested key (made by scripts/make_references.py, as its README says)
+ref = lessons.reference(NOTEBOOK)
+cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib"]
+for key, run in lesson.OWN_KEYS.items():
+    if {"stage3", run} <= set(ref.index):
+        print(f"Reference, {key} ({run}) against stage3:")
+        display(Markdown(ref.loc[["stage3", run], cols].to_markdown()))
+    else:
+        print(f"No GPU reference on file yet for {key} ({run}).")
 
 # %% tags=["solution"]
 pair = {n: json.loads(Path(f"{RUNS}/{n}/results.json").read_text()) for n in MINE}
 states = "gpu_states_allocated_mib" if pair["stage3"]["gpu_states_allocated_mib"] is not None else "host_peak_rss_mib"
 grew = lessons.compare(states, pair["stage3_mine"][states], pair["stage3"][states])
-fast = lessons.compare(
-    "steady_train_tokens_per_second",
-    pair["stage3_mine"]["steady_train_tokens_per_second"],
-    pair["stage3"]["steady_train_tokens_per_second"],
-)
+fast = lesson.compare_speed(pair["stage3_mine"], pair["stage3"])
+predicted = lesson.states_change_mib(pair["stage3_mine"], pair["stage3"])  # from the two runs' configs
 print(
-    f"{states}: {grew.value:,.1f} MiB against stage 3's {grew.other:,.1f} ({grew.difference:+,.1f}): {grew.verdict} "
-    f"({grew.band_text}). Speed: {fast.ratio:.2f}x stage 3's tokens/s: {fast.verdict} ({fast.band_text})."
+    f"Predicted from the configs: model states {predicted:+,.1f} MiB. Measured {states}: {grew.value:,.1f} MiB "
+    f"against stage 3's {grew.other:,.1f} ({grew.difference:+,.1f}): {grew.verdict} ({grew.band_text}). Speed: "
+    f"{fast.ratio:.2f}x stage 3's tokens/s: {fast.verdict} ({fast.band_text})."
 )
 if states == "host_peak_rss_mib":
     print(
-        "Without a GPU the memory is the whole process's host memory: the GPU reference's stage 2 and stage 3 rows "
-        "show the two ends this key moves between."
+        "Without a GPU the memory is the whole process's host memory, where a bucket of this tiny model is lost: "
+        "the GPU reference's rows above are where the prediction is checked."
     )
 
 # %% [markdown]
@@ -410,16 +422,19 @@ ratios = ", ".join(f"{s} {f.stages[s].speed.ratio_text}" for s in lesson.STAGES)
 line = f"2. slowest: {f.slowest} ({f.speed_kind}); against the baseline: {ratios}."
 if f.slowest == "stage3" and f.slowest_apart:
     line += (
-        " Stage 3 gathers every layer's parameters before its forward and again before its backward, and "
-        "frees them after: extra copies and synchronisation that buy nothing on one GPU."
+        " On one GPU stage 3 gathers nothing: with a partition world of one its parameters are views of the "
+        "rank's own partition, no collective and no copy (`_no_gather_coalesced`, the lesson module's "
+        "docstring). Its cost is host work, hooks that fetch and release every module's parameters around its "
+        "forward and backward, and, without torch.compile, many small elementwise kernels "
+        "(lab/findings/h100/bench-zero3-offload profiles both)."
     )
 
 elif not f.slowest_apart:
     line += " The slowest is not slower than every other run by more than the band: no stage is clearly slowest here."
 else:
     line += (
-        " Not stage 3, which the GPU reference is slowest at: on a CPU with the tiny model the gathers are small "
-        "memory copies, while fixed per-step costs decide."
+        " Not stage 3, which the GPU reference is slowest at: with the tiny model its per-module hooks are few "
+        "beside the fixed per-step costs that decide on a CPU."
     )
 if not f.on_gpu:
     line += (

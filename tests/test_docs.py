@@ -240,7 +240,7 @@ def _links_are_the_runs(d: Path) -> dict:
 
     t = links(d).set_index("link")
     tps = {p.parent.name: json.loads(p.read_text())["steady_train_tokens_per_second"] for p in d.glob("*/results.json")}
-    for col in ("stage2 s/step", "stage3 s/step", "reduce_scatter ms (954 MiB)", "all_gather ms (1,137 MiB)"):
+    for col in ("stage2 s/step", "stage3 s/step", "all_reduce ms", "all_gather ms", "serial ms"):
         assert t.at["sockets", col] > t.at["nvlink", col], col
     for stage in ("stage2", "stage3"):
         assert tps[f"{stage}-nvlink"] > tps[f"{stage}-sockets"]
@@ -261,6 +261,9 @@ def test_links_readme_states_its_runs():
     t = multi_gpu.links(d).set_index("link")
     grew = {s: t.at["sockets", f"{s} s/step"] - t.at["nvlink", f"{s} s/step"] for s in ("stage2", "stage3")}
     assert grew["stage2"] > grew["stage3"] > 0
+    # DeepSpeed's ZeRO-2 collectives (gradients all-reduced, parameters all-gathered), one after the other, take
+    # most of what the sockets added to its step
+    assert 0.85 < (t.at["sockets", "serial ms"] - t.at["nvlink", "serial ms"]) / 1000 / grew["stage2"] < 1
     cfg = json.loads((d / "stage2-nvlink" / "ds_config.json").read_text())
     params = json.loads((d / "stage2-nvlink" / "results.json").read_text())["num_params"]
     assert 0.5 < multi_gpu.buckets(cfg, params).first_sent_at < 1  # late in the backward pass

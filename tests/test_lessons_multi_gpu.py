@@ -300,13 +300,22 @@ def test_zero2_reduces_gradients_in_every_micro_batch(comm_runs):
 
 def test_links_read_the_two_nodes_on_one_host_reference():
     """multi_gpu.links on the committed 2 x H100 folder notebook 04 reads (`LINKS`): NCCL's transport per link,
-    the collectives' times."""
+    ZeRO-2's collectives as DeepSpeed issues them: the gradients' all-reduce at the largest all-reduce's bandwidth,
+    the parameters' all-gather, and their sum; three raw NCCL lines from its sockets log."""
     t = multi_gpu.links(multi_gpu.LINKS).set_index("link")
     assert list(t.index) == ["nvlink", "sockets"]
     assert t.at["nvlink", "NCCL transport"].startswith("P2P") and t.at["sockets", "NCCL transport"].startswith(
         "NET/Socket"
     )
-    assert t.at["sockets", "reduce_scatter bus GB/s"] < t.at["nvlink", "reduce_scatter bus GB/s"] / 10
+    comm = pd.read_csv(multi_gpu.LINKS / "comm-sockets.csv")
+    ar = comm.query("op == 'all_reduce'").sort_values("mib").iloc[-1]
+    gather = comm.query("what == 'parameters'").iloc[0]
+    assert t.at["sockets", "all_reduce ms"] == pytest.approx(ar["ms"] / ar["mib"] * gather["mib"])
+    assert t.at["sockets", "serial ms"] == pytest.approx(t.at["sockets", "all_reduce ms"] + gather["ms"])
+    assert t.at["sockets", "all_gather bus GB/s"] < t.at["nvlink", "all_gather bus GB/s"] / 10
+    lines, log = multi_gpu.nccl_lines(tmp := multi_gpu.LINKS / "missing.log", multi_gpu.LINKS / "nccl-sockets.txt")
+    assert log.name == "nccl-sockets.txt" and not tmp.exists() and len(lines) == 3
+    assert all(ln.startswith("[") and "NCCL INFO" in ln for ln in lines) and lines[2].endswith("via NET/Socket/0")
     assert t.at["sockets", "stage2 s/step"] > t.at["nvlink", "stage2 s/step"]
     assert t.at["sockets", "stage3 s/step"] > t.at["nvlink", "stage3 s/step"]
 

@@ -26,8 +26,9 @@ HOLDS = {
 # What a checkpoint of mixed-precision Adam holds per parameter: the optimizer states, K = 12 bytes (fp32 master
 # weights 4, Adam's momentum 4 and variance 4: Rajbhandari et al. 2020, "ZeRO", section 3.1), and the model's own
 # weights in the training precision (model.safetensors: 2 bytes in bf16 or fp16, 4 in fp32). Gradients are not
-# saved. A bf16 run on a GPU: 14 bytes/param; the CPU's fp32 run: 16. Small files (tokenizer, trainer state, RNG
-# states) come on top: on a tiny model they weigh more than on a real one.
+# saved. A bf16 ZeRO-3 run on a GPU, as this notebook's: 14 bytes/param; the CPU's fp32 run: 16. At stages 0-2 the
+# model_states file holds the module's weights too (`HOLDS`): 2 (or 4) bytes/param more. Small files (tokenizer,
+# trainer state, RNG states) come on top: on a tiny model they weigh more than on a real one.
 # A resumed run's last eval loss counts as the uninterrupted run's within this relative difference: on the CPU
 # in fp32 the two were measured identical (tests/test_cli.py); on a GPU, kernels may differ in the last bits.
 RESUME_TOLERANCE = 1e-3

@@ -2,12 +2,27 @@
 learner's runs (`results.scaling_table`) beside the reference runs on 2 H100s (`REFERENCE`), the bytes each
 ZeRO stage communicates per step (Rajbhandari et al. 2020, section 7) beside what DeepSpeed's comms logger
 recorded in the learner's own run (comms.json, `workshop_lib.comms`), and the gradient buckets of a ds_config.
-Records only: the notebook writes the sentences from them."""
+Records only: the notebook writes the sentences from them.
+
+The collectives DeepSpeed 0.19.8 issues, as notebook 04 states them (module:qualname, resolved in the installed
+DeepSpeed by tests/test_deepspeed_citations.py):
+- ZeRO-1/2 gradients: each full bucket is all-reduced and each rank keeps its partition of the sum
+  (`deepspeed.runtime.zero.stage_1_and_2:DeepSpeedZeroOptimizer.average_tensor`, with
+  use_multi_rank_bucket_allreduce, on by default, through
+  `deepspeed.runtime.zero.stage_1_and_2:DeepSpeedZeroOptimizer.allreduce_and_scatter`): 2Ψ, not the paper's Ψ.
+- ZeRO-1/2 parameters after the step: one all_gather_into_tensor per parameter group
+  (`deepspeed.runtime.utils:all_gather_dp_groups`; allgather_bucket_size acts only without it).
+- ZeRO-3 gradients: a reduce-scatter per bucket (`deepspeed.runtime.comm.coalesced_collectives:reduce_scatter_coalesced`);
+  its persistent parameters (stage3_param_persistence_threshold) are all-gathered after every step
+  (`deepspeed.runtime.zero.stage3:DeepSpeedZeroOptimizer_Stage3._post_step`) instead of in the passes.
+- ZeRO-2's forward pass issues no collective: ranks meet in the backward pass, at the gradients' all-reduce, so a
+  rank with a slower forward makes the other wait there (`stragglers`)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,12 +76,12 @@ BUCKET_AB = REFERENCE / "ab"
 LINKS = REFERENCE.parent / "links-2026-11-28"
 
 
-def bucket_ab(folder: Path = BUCKET_AB) -> list[Comparison]:
-    """Exercise 7 from its A/B in `folder`: per pair (folder/runs, folder/repeat), steady tokens/s of ZeRO-2
-    with `--reduce-bucket-size 50000000` (stage2-small-buckets) against the recipe's buckets
-    (stage2-recipe-buckets); band: the largest spread of one run between the pairs (`band`). Empty where no
-    pair is on file."""
-    metric, out = "steady_train_tokens_per_second", []
+def bucket_ab(folder: Path = BUCKET_AB, metric: str = "steady_train_tokens_per_second") -> list[Comparison]:
+    """Exercise 7 from its A/B in `folder`: per pair (folder/runs, folder/repeat), `metric` (a results.json key:
+    steady tokens/s, or a peak in MiB) of ZeRO-2 with `--reduce-bucket-size 50000000` (stage2-small-buckets)
+    against the recipe's buckets (stage2-recipe-buckets); band: the largest spread of one run between the pairs
+    (`band`). Empty where no pair is on file."""
+    out = []
     noise = band(metric, folder)
     for part in ("runs", "repeat"):
         small, recipe = (folder / part / f"stage2-{k}-buckets" / "results.json" for k in ("small", "recipe"))
@@ -320,10 +335,11 @@ def figures(
 # ------------------------------------------------------------------------------------------------------------
 # Communication per optimizer step (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
 # Parameter Models", section 7): data parallelism all-reduces the gradients, which a ring does as a reduce-scatter
-# (Ψ elements) plus an all-gather (Ψ): 2Ψ. ZeRO-1 and ZeRO-2 reduce-scatter the gradients (Ψ; each rank keeps
-# the sum of its partition; ZeRO-2 does NOT all-reduce) and all-gather the updated parameters (Ψ): 2Ψ, the same
-# as data parallelism. ZeRO-3 all-gathers the parameters in the forward pass (Ψ), again in the backward pass (Ψ),
-# and reduce-scatters the gradients (Ψ): 3Ψ, 1.5x. A ring moves (N-1)/N of each Ψ through every rank's link.
+# (Ψ elements) plus an all-gather (Ψ): 2Ψ. In the paper ZeRO-1 and ZeRO-2 reduce-scatter the gradients (Ψ; each
+# rank keeps the sum of its partition) and all-gather the updated parameters (Ψ): 2Ψ, the same as data
+# parallelism; DeepSpeed 0.19.8 all-reduces them instead (`DEEPSPEED`, the module docstring): 3Ψ. ZeRO-3
+# all-gathers the parameters in the forward pass (Ψ), again in the backward pass (Ψ), and reduce-scatters the
+# gradients (Ψ): 3Ψ, 1.5x. A ring moves (N-1)/N of each Ψ through every rank's link.
 # ------------------------------------------------------------------------------------------------------------
 
 # The paper's collectives per stage: (name, Ψ per optimizer step, done every micro-batch rather than once a step).
@@ -529,8 +545,10 @@ class Stragglers:
     """Each rank's forward pass per optimizer step of a run on several ranks, from its micro_batches*.csv
     (`workshop_lib.callbacks.MicroBatches`): `steps` has one row per step and columns forward_ms_<rank> (ms,
     summed over the step's micro-batches), length_<rank> (padded length of its last micro-batch) and waited_ms
-    (the slowest rank's forward less the fastest's: how long the fastest waited, in the forward alone). `steady_from`: the
-    first steady step (results.json's warm-up)."""
+    (the slowest rank's forward less the fastest's: what the faster rank has to wait for later, at the first
+    collective both need, ZeRO-2's gradient all-reduce in the backward pass; ZeRO-2's forward has none). Under
+    ZeRO-3 the forward's own all-gathers make part of the wait inside it. `steady_from`: the first steady step
+    (results.json's warm-up)."""
 
     steps: pd.DataFrame
     steady_from: int
@@ -571,20 +589,46 @@ def stragglers(run_dir: str | Path) -> Stragglers:
     return Stragglers(steps, int(warm) + 1)
 
 
+def zero2_collectives_ms(comm: pd.DataFrame) -> dict[str, float]:
+    """ZeRO-1/2's collectives per optimizer step as DeepSpeed 0.19.8 issues them (module docstring), ms, from a
+    scripts/comm_benchmark.py CSV (`comm`): "all_reduce", every gradient's all-reduce, the CSV's largest timed
+    all-reduce scaled to the parameters' bytes at its bandwidth (a CSV made before the benchmark timed the
+    all-reduce at the bucket's size has only its sweep's); "all_gather", the parameters' all-gather; "serial", their
+    sum: the time they add to a step where nothing overlaps them."""
+    ar = comm.query("op == 'all_reduce'").sort_values("mib").iloc[-1]
+    params = comm.query("op == 'all_gather' and what == 'parameters'").iloc[0]
+    out = {"all_reduce": ar["ms"] * params["mib"] / ar["mib"], "all_gather": params["ms"]}
+    return out | {"serial": out["all_reduce"] + out["all_gather"]}
+
+
+def nccl_lines(*logs: Path) -> tuple[list[str], Path | None]:
+    """Three raw `NCCL_DEBUG=INFO` lines that say how NCCL joined the ranks, from the first of `logs` that holds
+    them (a run's launch.log, or a reference's nccl-<link>.txt, whose `uniq -c` counts are dropped): the network
+    it chose ("Using network"), the interface or device it uses ("NET/...: Using [..."), and a channel's transport
+    (" via ..."); and that file. ([], None) where no log holds all three."""
+    for log in (p for p in logs if p.is_file()):
+        info = [re.sub(r"^\s*\d+ ", "", ln) for ln in log.read_text(errors="replace").splitlines() if "NCCL INFO" in ln]
+        picked = [next((ln for ln in info if key in ln), None) for key in ("Using network", "Using [", " via ")]
+        if None not in picked:
+            return picked, log
+    return [], None
+
+
 def links(folder: str | Path) -> pd.DataFrame:
     """Each link of a two-nodes-on-one-host folder (scripts/two_nodes_one_host.sh: comm-<link>.csv,
     nccl-<link>.txt, <experiment>-<link>/results.json anywhere below): the transport NCCL chose (its first
-    "via ..." line), ZeRO-2's gradient reduce-scatter and parameter all-gather (ms, bus GB/s, as
-    scripts/comm_benchmark.py measures them) and each run's steady step time (s). One row per link."""
+    "via ..." line), ZeRO-2's collectives per step as DeepSpeed issues them (`zero2_collectives_ms`: the gradients'
+    all-reduce, the parameters' all-gather, their serial sum, ms) with the all-gather's bus GB/s, and each run's
+    steady step time (s). One row per link."""
     folder, rows = Path(folder), []
     for comm in sorted(folder.glob("comm-*.csv")):
         link = comm.stem.split("-", 1)[1]
-        c = pd.read_csv(comm).query("what != 'sweep'").set_index("op")
+        c = pd.read_csv(comm)
         nccl = folder / f"nccl-{link}.txt"
         lines = nccl.read_text().splitlines() if nccl.is_file() else []
         row = {"link": link, "NCCL transport": next((ln.split(" via ")[1] for ln in lines if " via " in ln), "?")}
-        for op in ("reduce_scatter", "all_gather"):
-            row |= {f"{op} ms ({c.at[op, 'mib']:,.0f} MiB)": c.at[op, "ms"], f"{op} bus GB/s": c.at[op, "busbw_gbps"]}
+        row |= {f"{k} ms": v for k, v in zero2_collectives_ms(c).items()}
+        row["all_gather bus GB/s"] = c.query("what == 'parameters'")["busbw_gbps"].iloc[0]
         for res in sorted(folder.rglob(f"*-{link}/results.json")):
             r = json.loads(res.read_text())
             row[f"{r['experiment']} s/step"] = r["steady_step_time_s"]

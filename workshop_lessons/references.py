@@ -107,7 +107,7 @@ def reference_note(root: Path = REFERENCE_DIR) -> str:
         f"kernel makes them (DeepSpeed {v['deepspeed']}, torch {v['torch']}, transformers {v['transformers']}); "
         f"steady state = each run's tokens over its time after the warm-up its log shows; runs in {where}/runs. "
         f"± band: the largest (max - min) / mean of a run and the same configuration measured again in other "
-        f"processes ({', '.join(repeated) or 'none repeated'}; docs/measurement.md), as a percentage; "
+        f"processes ({', '.join(repeated) or 'none repeated'}; docs/measurement.md), as a percentage, one band per figure; "
         "figures without a band were measured once."
     )
 

@@ -29,6 +29,10 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "baseline_no_compile": ("baseline", {"torch_compile": False}),
         # one key of stage 2's ds_config.json changed (--ds-config): one gradient bucket instead of two
         "stage2_no_overlap": ("stage2", {"ds_config": ["zero_optimization.overlap_comm=false"]}),
+        # reference only: the keys the own-key exercise suggests (`zero_stages.OWN_KEYS`), which a learner runs
+        # as stage3_mine, so that a learner without a GPU sees their effect there too
+        "stage3_no_contiguous": ("stage3", {"ds_config": ["zero_optimization.contiguous_gradients=false"]}),
+        "stage3_no_overlap": ("stage3", {"ds_config": ["zero_optimization.overlap_comm=false"]}),
     },
     "03_cpu_offload": {
         "stage2": ("stage2", {}),

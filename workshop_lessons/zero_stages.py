@@ -1,7 +1,29 @@
 """Notebook 02's figures and verdicts, computed from its runs (results.json dicts by run name): baseline,
 stage1, stage2, stage3, baseline_ac (the baseline with activation checkpointing) and, where it ran,
 baseline_no_compile (the baseline without torch.compile, as ZeRO-3 runs). The solution notebook writes the
-answers from them."""
+answers from them.
+
+What DeepSpeed 0.19.8 does on one GPU, as notebook 02 states it (each function cited as module:qualname;
+tests/test_deepspeed_citations.py resolves every such citation in the lessons' docstrings in the installed DeepSpeed):
+- ZeRO-3 never gathers on one rank: its all_gather_coalesced sees a partition world of one and returns
+  `deepspeed.runtime.zero.partition_parameters:_no_gather_coalesced`, whose
+  `deepspeed.runtime.zero.partition_parameters:NoGatherCoalescedHandle` points param.data at the rank's own
+  ds_tensor: no collective, no copy. Its cost on one GPU is host work: hooks on every module
+  (`deepspeed.runtime.zero.parameter_offload:DeepSpeedZeRoOffload.setup_zero_stage3_hooks`) that fetch and release
+  each module's parameters, in
+  `deepspeed.runtime.zero.partitioned_param_coordinator:PartitionedParameterCoordinator.fetch_sub_module`,
+  and, as ZeRO-3 runs without torch.compile here, uncompiled elementwise kernels
+  (lab/findings/h100/bench-zero3-offload profiles both).
+- stage3_param_persistence_threshold: a parameter of at most that many elements persists
+  (`deepspeed.runtime.zero.partition_parameters:Init._convert_to_deepspeed_param`): it stays whole between uses,
+  still has a partition for the optimizer step and is all-gathered after every step
+  (`deepspeed.runtime.zero.stage3:DeepSpeedZeroOptimizer_Stage3._post_step`). On one GPU neither moves anything.
+- What stage 3 keeps from its start
+  (`deepspeed.runtime.zero.stage3:DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer`): with
+  contiguous_gradients one bucket of reduce_bucket_size elements per communication dtype, and a gradient
+  partition for every parameter; overlap_comm chooses only the stream the
+  bucket is reduced on (`deepspeed.runtime.zero.stage3:DeepSpeedZeroOptimizer_Stage3.__init__`). Hence `OWN_KEYS`.
+- Stages 1-2 (`OVERLAP_COMM`): `deepspeed.runtime.zero.stage_1_and_2:DeepSpeedZeroOptimizer.setup_buckets`."""
 
 from __future__ import annotations
 
@@ -210,6 +232,16 @@ def account_states(r: dict) -> StatesAccount:
     Raises:
         ValueError: the run offloaded (its states are on the host, not in these buffers), or its config sets
             data_types.grad_accum_dtype (other buffers' dtypes, not counted here)."""
+    n = r["num_params"]
+    return StatesAccount(
+        r["gpu_states_allocated_mib"] * MiB / n, states_parts(r), r["gpu_allocated_at_start_mib"] * MiB / n, n
+    )
+
+
+def states_parts(r: dict) -> dict[str, float]:
+    """`account_states`'s buffers of run `r` (a results.json), bytes per parameter by name, from its config alone:
+    what a run keeps can be predicted before it runs (the stage-3 bucket is 0 without contiguous_gradients).
+    Raises ValueError as `account_states`."""
     n, ds = r["num_params"], ds_config_of(r)
     exp = EXPERIMENTS[r["experiment"]]
     if exp.offload_optimizer != "none" or exp.offload_param != "none":
@@ -217,14 +249,27 @@ def account_states(r: dict) -> StatesAccount:
     if ds is not None and ds.get("data_types", {}).get("grad_accum_dtype") is not None:
         raise ValueError(f"{r['experiment']} sets data_types.grad_accum_dtype: account_states assumes it unset")
     if ds is None:
-        parts = {"fp32 weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
-    else:
-        low = 2 if any(ds[k].get("enabled") is True for k in ("bf16", "fp16")) else 4
-        parts = {"16-bit weights": low, "fp32 master weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
-        if exp.zero_stage == 3:
-            parts["gradient partitions"] = low
-            parts["reduce bucket"] = float(gradient_bucket_mib(ds)) * MiB / n
-    return StatesAccount(r["gpu_states_allocated_mib"] * MiB / n, parts, r["gpu_allocated_at_start_mib"] * MiB / n, n)
+        return {"fp32 weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
+    low = 2 if any(ds[k].get("enabled") is True for k in ("bf16", "fp16")) else 4
+    parts = {"16-bit weights": low, "fp32 master weights": FP32_WEIGHTS, "Adam moments": ADAM_MOMENTS}
+    if exp.zero_stage == 3:
+        parts["gradient partitions"] = low
+        parts["reduce bucket"] = float(gradient_bucket_mib(ds)) * MiB / n
+    return parts
+
+
+# Notebook 02's own-key exercise: each key it suggests acts on one GPU at stage 3 and its effect follows from the
+# config (module docstring), and the GPU reference run made with it (`COURSE_RUNS`, reference only).
+OWN_KEYS = {
+    "zero_optimization.contiguous_gradients=false": "stage3_no_contiguous",  # no reduce bucket: states fall by it
+    "zero_optimization.overlap_comm=false": "stage3_no_overlap",  # another stream, the same buffers: no change
+}
+
+
+def states_change_mib(r: dict, other: dict) -> float:
+    """How much more run `r` keeps than `other` after its first step, MiB, predicted from their configs
+    (`states_parts`); the two runs must have the same model."""
+    return (sum(states_parts(r).values()) - sum(states_parts(other).values())) * r["num_params"] / MiB
 
 
 def explain_states(rows: dict[str, dict]) -> str:

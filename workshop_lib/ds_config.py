@@ -383,8 +383,9 @@ KEYS: dict[str, Key] = {
         "pick another experiment (stage0, stage1, stage2, stage3, *_offload)",
     ),
     "zero_optimization.overlap_comm": Key(
-        "reduce the gradients while the backward pass goes on. At stages 1-2 it doubles the gradient bucket (two "
-        "buffers of reduce_bucket_size elements). Absent: true at stage 3, false below",
+        "reduce each full gradient bucket on a side stream while the backward pass goes on (else on the compute "
+        "stream, between its kernels). Stages 1-2 then keep two buffers of reduce_bucket_size elements, not one "
+        "(setup_buckets); stage 3 keeps one either way, only the stream changes. Absent: true at stage 3, false below",
         "workshop: true",
         stages=(1, 2, 3),
     ),
@@ -396,8 +397,9 @@ KEYS: dict[str, Key] = {
         stages=(1, 2),
     ),
     "zero_optimization.contiguous_gradients": Key(
-        "copy each gradient into a contiguous buffer as it is produced: less fragmentation (stages 1-2: the "
-        "buffer of reduce_bucket_size elements)",
+        "copy each gradient into a bucket buffer of reduce_bucket_size elements as it is produced: less "
+        "fragmentation. Stage 3 allocates that buffer at its start and keeps it (false: no buffer, "
+        "reduce_bucket_size x 2 bytes less in bf16); stages 1-2 allocate it at each backward pass",
         "workshop: true",
         stages=(1, 2, 3),
     ),
@@ -409,7 +411,9 @@ KEYS: dict[str, Key] = {
         stages=(1, 2, 3),
     ),
     "zero_optimization.allgather_bucket_size": Key(
-        "ELEMENTS of updated parameters all-gathered in one collective after the optimizer step (stages 1-2)",
+        "ELEMENTS per all-gather of the updated parameters after the optimizer step (stages 1-2), used only "
+        "where torch.distributed lacks all_gather_into_tensor (NCCL and gloo have it: one all-gather per "
+        "parameter group, whatever this says; runtime/utils.py all_gather_dp_groups)",
         _DEFAULT,
         stages=(1, 2),
     ),
@@ -419,8 +423,10 @@ KEYS: dict[str, Key] = {
         stages=(3,),
     ),
     "zero_optimization.stage3_param_persistence_threshold": Key(
-        "parameters of fewer ELEMENTS than this are not partitioned: every GPU keeps them whole and they are never "
-        "gathered (fewer small, latency-bound gathers; more memory)",
+        "parameters of at most this many ELEMENTS persist: every GPU keeps them whole between uses, so the forward "
+        "and backward passes gather them no more; they are still partitioned for the optimizer step and "
+        "all-gathered after every step (stage3.py _post_step). On one GPU nothing is ever gathered "
+        "(partition_parameters.py _no_gather_coalesced): no effect there",
         _hidden("10 x hidden_size"),
         stages=(3,),
     ),
