@@ -586,6 +586,91 @@ def bench_prefetch(p: Page) -> None:
         p(key, other.figures[key])
 
 
+PEERS_BEST = ROOT / "lab" / "findings" / "h200" / "bench-peers-best"
+
+
+def peers_best_ratios(tps: pd.Series) -> list[tuple[str, str, str, float, float | None]]:
+    """Issue 56's ratios from bench-peers-best's steady tokens/s ({row: tokens/s}): (what, numerator row,
+    denominator row, ratio, goal or None), the strongest HF Trainer and TRL rows the fastest of their kind."""
+    hf = tps[[r for r in tps.index if "HF Trainer" in r]].idxmax()
+    trl = tps[[r for r in tps.index if "TRL SFTTrainer" in r]].idxmax()
+    z2, fsdp2 = "default ZeRO-2", "HF Trainer + FSDP2 + Liger (best)"
+    pairs = [
+        ("default ZeRO-2 / the plain PyTorch ceiling", z2, "plain PyTorch (ceiling)", 0.9),
+        ("default ZeRO-2 / the strongest HF Trainer row", z2, hf, 4),
+        ("default ZeRO-2 / the strongest TRL row", z2, trl, 6),
+        ("default ZeRO-3 / default ZeRO-2", "default ZeRO-3", z2, 0.6),
+        ("the offload row / default ZeRO-2", "A/B: ZeRO-2 + CPU offload, 4 x 32k tokens (accumulation 4)", z2, 0.7),
+        ("HF Trainer + FSDP2 / default ZeRO-3", fsdp2, "default ZeRO-3", None),
+        ("HF Trainer + FSDP2 / HF Trainer + ZeRO-2 (best)", fsdp2, "HF Trainer + ZeRO-2 + Liger (best)", None),
+    ]
+    return [(what, a, b, tps[a] / tps[b], goal) for what, a, b, goal in pairs]
+
+
+def bench_peers_best(p: Page) -> None:
+    from repeats import band
+
+    from lab.bench import HF_COMPILE, run_dir_name
+    from workshop_lessons.comparisons import compare
+
+    d = PEERS_BEST
+    table = pd.read_csv(d / "bench.csv")
+    tps = table.set_index("row")[title("steady_train_tokens_per_second")]
+    p.table("configurations", ["row", "configuration"], table[["row", "configuration"]].values.tolist())
+    cols = [title(c) for c in ("steady_train_tokens_per_second", "mfu", "gpu_util_pct", "gpu_peak_mib", "train_loss")]
+    p.table(
+        "bench",
+        ["row", *cols],
+        [
+            [r["row"], *("" if pd.isna(r[c]) else f(r[c]) for c, f in zip(cols, (n, str, n, n, str)))]
+            for _, r in table.iterrows()
+        ],
+    )
+    p.table(
+        "ratios",
+        ["ratio", "rows (numerator / denominator)", "measured", "goal", "met"],
+        [
+            [
+                what,
+                f"{a} / {b}",
+                x(v),
+                "" if goal is None else f">= {goal:g}x",
+                "" if goal is None else ("met" if round(v, 2) >= goal else "not met"),
+            ]
+            for what, a, b, v, goal in peers_best_ratios(tps)
+        ],
+    )
+    repeats = pd.read_csv(ROOT / "lab" / "findings" / "h200" / "protocol" / "repeats" / "repeats.csv")
+    z2_band = band(repeats[repeats["configuration"] == "stage2:40"]["steady_train_tokens_per_second"].tolist())
+    p("ZeRO-2 band, protocol", f"±{z2_band:.1%}")
+    for key, a, b in (
+        (
+            "attention mask / no mask",
+            "A/B: HF Trainer + ZeRO-2 + Liger, attention mask",
+            "HF Trainer + ZeRO-2 + Liger (best)",
+        ),
+        (
+            "TRL packing + padding-free / TRL padded",
+            "A/B: TRL SFTTrainer + ZeRO-2 + Liger, packing + padding-free",
+            "TRL SFTTrainer + ZeRO-2 + Liger (best)",
+        ),
+        (
+            "padding-free (flattened) / no mask",
+            "HF Trainer + ZeRO-2 + Liger, padding-free (flattened)",
+            "HF Trainer + ZeRO-2 + Liger (best)",
+        ),
+    ):
+        p(key, compare("steady_train_tokens_per_second", tps[a], tps[b], noise=z2_band).ratio_text)
+    steps = {json.loads(f.read_text())["max_steps"] for f in (d / "runs").glob("*/results.json")}
+    p("optimizer steps per row", ", ".join(map(str, sorted(steps))))
+    log = (d / "log_headers_and_errors.txt").read_text()
+    p("torch_compile row's CompilationErrors", str(log.count("triton.compiler.errors.CompilationError")))
+    p("their error", re.findall(r"AttributeError\(\"(.*?)\"\)", log)[0])
+    compiled = d / "runs" / run_dir_name(HF_COMPILE) / "train_log.csv"
+    p("torch_compile row's logged steps", str(compiled.read_text().count("\n") - 1 if compiled.stat().st_size else 0))
+    p("torch_compile row in bench.csv", "yes" if HF_COMPILE in tps.index else "no")
+
+
 def zero3_prefetch(p: Page) -> None:
     logs = ROOT / "lab" / "findings" / "h200" / "zero3-prefetch" / "logs"
     tps = {q.stem: steady_line(q)[0] for q in logs.glob("*.log")}
@@ -1280,6 +1365,7 @@ PAGES = {
     "lab/findings/h100/bench-peers/README.md": bench_peers,
     "lab/findings/h200/bench-prefetch/README.md": bench_prefetch,
     "lab/findings/h200/zero3-prefetch/README.md": zero3_prefetch,
+    "lab/findings/h200/bench-peers-best/README.md": bench_peers_best,
     "lab/findings/h100/bench-collation-gc-loss/README.md": collation_gc_loss,
     "lab/findings/h100/bench-bucket-hooks/README.md": bucket_hooks,
     "lab/findings/h100/bench-packed/README.md": packed,
