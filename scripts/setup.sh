@@ -1,13 +1,17 @@
 # The README's set-up (`bash scripts/setup.sh`), also sourced by scripts/main.sh and scripts/test.sh: create
-# .venv (once) and install into it what the work needs, saying what each part is and how long it took. An
-# already active environment (conda, venv) is used as it is.
+# .venv (once) and install into it what the work needs. An already active environment (conda, venv) is used as it is.
 #   bash scripts/setup.sh               # everything: runs, notebooks, tests
 #   WORKSHOP_SETUP=run bash scripts/setup.sh   # what `workshop run` needs, no more (scripts/main.sh)
-# torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 (small, fast).
-# DeepSpeed's optimizer ops are compiled here, once, with their time printed: CPU Adam (offload) always,
-# and with the full set-up every op the notebooks and tests use, into this environment's extension cache
-# (`workshop_lib.env`); no run or notebook compiles them later. (Just in time, as runs would: DeepSpeed's
-# install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
+#   WORKSHOP_SETUP_TIMES=scripts/setup_times.json bash scripts/setup.sh   # in a fresh clone: measure each part
+# Before it starts it says what it will install and how long that took in a measured fresh set-up
+# (scripts/setup_times.json, the README's timetable states it); each part is announced with its expected time,
+# and one running longer than 30 s says so every 30 s.
+# torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 from PyTorch's CPU index
+# (WORKSHOP_TORCH_INDEX; empty: pip's configured index), not PyPI's CUDA build of several GB.
+# DeepSpeed's ops: only the core's is compiled here, CPU Adam (the main job, ZeRO-2 + CPU offload); the others
+# (fused Adam, the CPU's shared-memory collectives of several ranks) compile when a run first needs them, announced
+# by that run, into the same cache (`workshop_lib.env`), once. (Just in time, as runs would: DeepSpeed's install-time
+# build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
 _setup_mode=${WORKSHOP_SETUP:-full}
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   if [ ! -x .venv/bin/python ]; then
@@ -17,35 +21,65 @@ if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   source .venv/bin/activate
 fi
 quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }  # drop pip's notes about unused local indexes
-installing() { echo "Installing $1 into $(python -c 'import sys; print(sys.prefix)') ..."; SECONDS=0; }
+# expected NAME: the seconds part NAME took in the measured fresh set-up (scripts/setup_times.json), 0 if not measured
+expected() { python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["seconds"].get(sys.argv[2], 0)))' \
+  scripts/setup_times.json "$1" 2>/dev/null || echo 0; }
+_measured=()
+# part NAME WHAT CMD...: CMD announced with its expected time, a line every 30 s while it runs, its time at the end
+part() {
+  local name=$1 what=$2 t0=$SECONDS e rc=0; shift 2; e=$(expected "$name")
+  echo "$what$([ "$e" = 0 ] || echo " (about $e s in the measured set-up)") ..."
+  "$@" & local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1; [ $(( (SECONDS - t0) % 30 )) != 0 ] || echo "  ... $((SECONDS - t0)) s so far"
+  done
+  wait "$pid" || rc=$?
+  echo "  done in $((SECONDS - t0)) s"; _measured+=("$name=$((SECONDS - t0))")
+  return $rc
+}
 _gpu=0; if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then _gpu=1; fi
-if ! python -c "import torch" 2>/dev/null; then
-  if [ $_gpu = 1 ]; then
-    installing "torch with CUDA (a download of several GB)"; quiet pip install -q torch
-  else
-    installing "torch 2.13.0, CPU build (no GPU here)"; quiet pip install -q torch==2.13.0
-  fi
-  echo "  done in ${SECONDS} s"
-fi
+_torch=0; python -c "import torch" 2>/dev/null && _torch=1
 # installed, not merely importable from this folder: the package's metadata and what it needs
 # (their metadata, not an import: importing DeepSpeed here would print its accelerator warning on a CPU)
-_check="deepspeed-workshop deepspeed transformers datasets"
-if [ "$_setup_mode" = run ]; then _extras=""; else _extras="[test]"; _check="$_check pytest nbmake pytest-xdist jupytext playwright"; fi
-if ! python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.argv[1:]]" $_check 2>/dev/null; then
-  installing "the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})"
+_check="deepspeed-workshop deepspeed transformers datasets" _pkg=workshop_run
+if [ "$_setup_mode" != run ]; then _extras="[test]" _pkg=workshop; _check="$_check pytest nbmake pytest-xdist jupytext playwright"; fi
+_pkgs=0; python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.argv[1:]]" $_check 2>/dev/null && _pkgs=1
+if [ $_torch = 0 ] || [ $_pkgs = 0 ]; then  # a fresh environment: torch, the packages and the core's op to come
+  _todo=$(expected CPUAdamBuilder)
+  [ $_torch = 1 ] || _todo=$((_todo + $(expected torch)))
+  [ $_pkgs = 1 ] || _todo=$((_todo + $(expected $_pkg)))
+  echo "Set-up: about $(( (_todo + 59) / 60 )) min, as long as the measured fresh set-up took (scripts/setup_times.json; longer on a busy machine)"
+fi
+if [ $_torch = 0 ]; then
+  if [ $_gpu = 1 ]; then
+    part torch "Installing torch with CUDA (a download of several GB)" quiet pip install -q torch
+  else  # torch alone from the CPU index, then what it needs from pip's own
+    part torch "Installing torch 2.13.0, CPU build (no GPU here)" bash -c 'set -e
+      pip install -q --no-deps torch==2.13.0 ${0:+--index-url "$0"}; pip install -q torch==2.13.0' \
+      "${WORKSHOP_TORCH_INDEX-https://download.pytorch.org/whl/cpu}" 2> >(grep -v "^WARNING: Location" >&2)
+  fi
+fi
+if [ $_pkgs = 0 ]; then
   # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
-  PYTHONWARNINGS="ignore:Editable installation" quiet pip install -q -e ".$_extras"
-  echo "  done in ${SECONDS} s"
+  part $_pkg "Installing the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})" \
+    env PYTHONWARNINGS="ignore:Editable installation" bash -c 'pip install -q -e ".$0" 2> >(grep -v "^WARNING: Location" >&2)' "${_extras:-}"
 fi
 if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (workshop_lessons/jupyter.py):
   # pyproject's data-files reach an environment through a wheel's install, not an editable one
   _cfg=$(python -c 'import sys; print(sys.prefix)')/etc/jupyter/jupyter_server_config.d
   mkdir -p "$_cfg" && cp workshop_lessons/jupyter_config/workshop_course.json "$_cfg/"
 fi
-# Compile DeepSpeed's ops now (announced and timed), unless this environment already has them: CPU Adam (offload);
-# with the full set-up every op a notebook or test uses: fused Adam (the stages without offload, on a CPU too), and
-# on a CPU the shared-memory collectives of several ranks (better here than inside a run's warm-up)
-_ops="CPUAdamBuilder"; { [ $_gpu = 1 ] || [ "$_setup_mode" != run ]; } && _ops="FusedAdamBuilder $_ops"
-[ "$_setup_mode" != run ] && [ $_gpu = 0 ] && _ops="$_ops ShareMemCommBuilder"
-python -m workshop_lib.env --build-ops $_ops
-unset _setup_mode _extras _check _gpu _ops
+# The core's DeepSpeed op, CPU Adam, compiled now unless this environment has it (then loaded in seconds)
+part CPUAdamBuilder "DeepSpeed's CPU Adam op, compiled once per environment" python -m workshop_lib.env --build-ops CPUAdamBuilder
+if [ -n "${WORKSHOP_SETUP_TIMES:-}" ]; then
+  python3 - "$WORKSHOP_SETUP_TIMES" "${_measured[@]}" <<'PY'
+import json, os, platform, sys, torch
+seconds = dict(kv.split("=") for kv in sys.argv[2:])
+device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}, {len(os.sched_getaffinity(0))} cores)"
+json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()},
+           "measured by": "WORKSHOP_SETUP_TIMES=FILE bash scripts/setup.sh, in a fresh clone without .venv"},
+          open(sys.argv[1], "w"), indent=1)
+print("Set-up times written to", sys.argv[1])
+PY
+fi
+unset _setup_mode _extras _check _gpu _torch _pkgs _pkg _todo _cfg _measured
