@@ -13,13 +13,6 @@
 # by that run, into the same cache (`workshop_lib.env`), once. (Just in time, as runs would: DeepSpeed's install-time
 # build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
 _setup_mode=${WORKSHOP_SETUP:-full}
-if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
-  if [ ! -x .venv/bin/python ]; then
-    echo "Creating the virtual environment .venv"; python3 -m venv .venv
-    .venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)  # Debian's 23.0 builds DeepSpeed the legacy way
-  fi
-  source .venv/bin/activate
-fi
 quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }  # drop pip's notes about unused local indexes
 # expected NAME: the seconds part NAME took in the measured fresh set-up (scripts/setup_times.json), 0 if not measured
 expected() { python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["seconds"].get(sys.argv[2], 0)))' \
@@ -37,18 +30,29 @@ part() {
   echo "  done in $((SECONDS - t0)) s"; _measured+=("$name=$((SECONDS - t0))")
   return $rc
 }
+# before anything starts: how long the parts to come took in the measured fresh set-up
+announce() {
+  local t=0 p; for p; do t=$((t + $(expected "$p"))); done
+  echo "Set-up: about $(( (t + 59) / 60 )) min ($*), as long as the measured fresh set-up took" \
+    "(scripts/setup_times.json; longer on a busy machine)"
+}
+if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
+  if [ ! -x .venv/bin/python ]; then  # a newer pip: Debian's 23.0 builds DeepSpeed the legacy way
+    announce venv torch workshop CPUAdamBuilder
+    part venv "Creating the virtual environment .venv" \
+      bash -c 'python3 -m venv .venv && .venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)'
+  fi
+  source .venv/bin/activate
+fi
 _gpu=0; if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then _gpu=1; fi
 _torch=0; python -c "import torch" 2>/dev/null && _torch=1
 # installed, not merely importable from this folder: the package's metadata and what it needs
 # (their metadata, not an import: importing DeepSpeed here would print its accelerator warning on a CPU)
-_check="deepspeed-workshop deepspeed transformers datasets" _pkg=workshop_run
-if [ "$_setup_mode" != run ]; then _extras="[test]" _pkg=workshop; _check="$_check pytest nbmake pytest-xdist jupytext playwright"; fi
+_check="deepspeed-workshop deepspeed transformers datasets"
+if [ "$_setup_mode" != run ]; then _extras="[test]"; _check="$_check pytest nbmake pytest-xdist jupytext playwright"; fi
 _pkgs=0; python -c "import importlib.metadata as m, sys; [m.version(n) for n in sys.argv[1:]]" $_check 2>/dev/null && _pkgs=1
-if [ $_torch = 0 ] || [ $_pkgs = 0 ]; then  # a fresh environment: torch, the packages and the core's op to come
-  _todo=$(expected CPUAdamBuilder)
-  [ $_torch = 1 ] || _todo=$((_todo + $(expected torch)))
-  [ $_pkgs = 1 ] || _todo=$((_todo + $(expected $_pkg)))
-  echo "Set-up: about $(( (_todo + 59) / 60 )) min, as long as the measured fresh set-up took (scripts/setup_times.json; longer on a busy machine)"
+if [ ${#_measured[@]} = 0 ] && { [ $_torch = 0 ] || [ $_pkgs = 0 ]; }; then  # an environment without them yet
+  announce $([ $_torch = 1 ] || echo torch) $([ $_pkgs = 1 ] || echo workshop) CPUAdamBuilder
 fi
 if [ $_torch = 0 ]; then
   if [ $_gpu = 1 ]; then
@@ -61,7 +65,7 @@ if [ $_torch = 0 ]; then
 fi
 if [ $_pkgs = 0 ]; then
   # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
-  part $_pkg "Installing the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})" \
+  part workshop "Installing the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})" \
     env PYTHONWARNINGS="ignore:Editable installation" bash -c 'pip install -q -e ".$0" 2> >(grep -v "^WARNING: Location" >&2)' "${_extras:-}"
 fi
 if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (workshop_lessons/jupyter.py):
@@ -82,4 +86,4 @@ json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()}
 print("Set-up times written to", sys.argv[1])
 PY
 fi
-unset _setup_mode _extras _check _gpu _torch _pkgs _pkg _todo _cfg _measured
+unset _setup_mode _extras _check _gpu _torch _pkgs _cfg _measured
