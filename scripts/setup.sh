@@ -20,11 +20,11 @@ expected() { python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1
 _measured=()
 # part NAME WHAT CMD...: CMD announced with its expected time, a line every 30 s while it runs, its time at the end
 part() {
-  local name=$1 what=$2 t0=$SECONDS e rc=0; shift 2; e=$(expected "$name")
+  local name=$1 what=$2 t0=$SECONDS e rc=0 tick=30; shift 2; e=$(expected "$name")
   echo "$what$([ "$e" = 0 ] || echo " (about $e s in the measured set-up)") ..."
   "$@" & local pid=$!
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 1; [ $(( (SECONDS - t0) % 30 )) != 0 ] || echo "  ... $((SECONDS - t0)) s so far"
+    sleep 1; [ $((SECONDS - t0)) -lt $tick ] || { echo "  ... $((SECONDS - t0)) s so far"; tick=$((tick + 30)); }
   done
   wait "$pid" || rc=$?
   echo "  done in $((SECONDS - t0)) s"; _measured+=("$name=$((SECONDS - t0))")
@@ -33,6 +33,7 @@ part() {
 # before anything starts: how long the parts to come took in the measured fresh set-up
 announce() {
   local t=0 p; for p; do t=$((t + $(expected "$p"))); done
+  [ $t = 0 ] && echo "Set-up: $* (no measured times: scripts/setup_times.json is missing)" && return
   echo "Set-up: about $(( (t + 59) / 60 )) min ($*), as long as the measured fresh set-up took" \
     "(scripts/setup_times.json; longer on a busy machine)"
 }
