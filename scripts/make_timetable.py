@@ -159,7 +159,8 @@ def setup_line(root: Path = ROOT) -> str:
     parts = "; ".join(f"{what} {seconds[name]} s" for name, what in SETUP_PARTS.items())
     return (
         f"Set-up, once before the first notebook: {math.ceil(sum(seconds[n] for n in SETUP_PARTS) / 60)} min on a "
-        f"{measured['machine']} ({parts}), a fresh `bash scripts/setup.sh` as `scripts/setup_times.json` measured it "
+        f"{measured['machine']} under a load average of {measured['load_average_15min']} ({parts}), a fresh "
+        "`bash scripts/setup.sh` as `scripts/setup_times.json` measured it "
         "(`WORKSHOP_SETUP_TIMES=scripts/setup_times.json bash scripts/setup.sh` in a fresh clone; with a GPU torch's "
         "CUDA build is a download of several GB more). Other DeepSpeed ops compile at the first run that needs them."
     )

@@ -82,6 +82,7 @@ import json, os, platform, sys, torch
 seconds = dict(kv.split("=") for kv in sys.argv[2:])
 device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}, {len(os.sched_getaffinity(0))} cores)"
 json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()},
+           "load_average_15min": round(os.getloadavg()[2], 1),  # what else ran: a busy machine's parts take longer
            "measured by": "WORKSHOP_SETUP_TIMES=FILE bash scripts/setup.sh, in a fresh clone without .venv"},
           open(sys.argv[1], "w"), indent=1)
 print("Set-up times written to", sys.argv[1])
