@@ -63,8 +63,9 @@ def threads_per_rank(local_ranks: int = 1) -> int:
     return max(1, cores // local_ranks)
 
 
-# A CPU run's threads from the cores it really gets (torch's default counts the machine's cores), unless the user
-# set OMP_NUM_THREADS; set in torch, not exported, so processes started from here (torchrun) compute their own.
+# A CPU run's threads: its share of the cores it gets (torch's default gives every process all of them, whatever
+# the ranks beside it), unless the user set OMP_NUM_THREADS; set in torch, not exported: a launch from here
+# (`launch.run_local`, a batch job) gives its ranks their own.
 if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
 
