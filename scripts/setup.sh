@@ -34,8 +34,8 @@ part() {
 announce() {
   local t=0 p; for p; do t=$((t + $(expected "$p"))); done
   [ $t = 0 ] && echo "Set-up: $* (no measured times: scripts/setup_times.json is missing)" && return
-  echo "Set-up: about $(( (t + 59) / 60 )) min ($*), as long as the measured fresh set-up took" \
-    "(scripts/setup_times.json; longer on a busy machine)"
+  echo "Set-up: about $(( (t + 59) / 60 )) min ($*), as long as the measured fresh set-up took on a" \
+    "$(python3 -c 'import json; print(json.load(open("scripts/setup_times.json"))["machine"])') (scripts/setup_times.json)"
 }
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   if [ ! -x .venv/bin/python ]; then  # a newer pip: Debian's 23.0 builds DeepSpeed the legacy way
