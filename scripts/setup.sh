@@ -75,7 +75,7 @@ if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (wor
   mkdir -p "$_cfg" && cp workshop_lessons/jupyter_config/workshop_course.json "$_cfg/"
 fi
 # The core's DeepSpeed op, CPU Adam, compiled now unless this environment has it (then loaded in seconds)
-part CPUAdamBuilder "DeepSpeed's CPU Adam op, compiled once per environment" python -m workshop_lib.env --build-ops CPUAdamBuilder
+part CPUAdamBuilder "DeepSpeed's CPU Adam op: loaded where this environment has it, else compiled" python -m workshop_lib.env --build-ops CPUAdamBuilder
 if [ -n "${WORKSHOP_SETUP_TIMES:-}" ]; then
   python3 - "$WORKSHOP_SETUP_TIMES" "${_measured[@]}" <<'PY'
 import json, os, platform, sys, torch
