@@ -2,10 +2,11 @@
 # .venv (once) and install into it what the work needs. An already active environment (conda, venv) is used as it is.
 #   bash scripts/setup.sh               # everything: runs, notebooks, tests
 #   WORKSHOP_SETUP=run bash scripts/setup.sh   # what `workshop run` needs, no more (scripts/main.sh)
-#   WORKSHOP_SETUP_TIMES=scripts/setup_times.json bash scripts/setup.sh   # in a fresh clone: measure each part
+#   WORKSHOP_SETUP_TIMES=workshop_lessons/reference/setup_times.json bash scripts/setup.sh
+#                                       # in a fresh clone: measure each part (the README's timetable states them)
 # Before it starts it says what it will install and how long that took in a measured fresh set-up
-# (scripts/setup_times.json, the README's timetable states it); each part is announced with its expected time,
-# and one running longer than 30 s says so every 30 s.
+# (workshop_lessons/reference/setup_times.json); each part is announced with its expected time, and one running
+# longer than 30 s says so every 30 s.
 # torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 from PyTorch's CPU index
 # (WORKSHOP_TORCH_INDEX; empty: pip's configured index), not PyPI's CUDA build of several GB.
 # DeepSpeed's ops: only the core's is compiled here, CPU Adam (the main job, ZeRO-2 + CPU offload); the others
@@ -14,9 +15,10 @@
 # build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
 _setup_mode=${WORKSHOP_SETUP:-full}
 quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }  # drop pip's notes about unused local indexes
-# expected NAME: the seconds part NAME took in the measured fresh set-up (scripts/setup_times.json), 0 if not measured
+# expected NAME: the seconds part NAME took in the measured fresh set-up, 0 if not measured
+_times=workshop_lessons/reference/setup_times.json
 expected() { python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["seconds"].get(sys.argv[2], 0)))' \
-  scripts/setup_times.json "$1" 2>/dev/null || echo 0; }
+  "$_times" "$1" 2>/dev/null || echo 0; }
 _measured=()
 # part NAME WHAT CMD...: CMD announced with its expected time, a line every 30 s while it runs, its time at the end
 part() {
@@ -33,15 +35,15 @@ part() {
 # before anything starts: how long the parts to come took in the measured fresh set-up
 announce() {
   local t=0 p; for p; do t=$((t + $(expected "$p"))); done
-  [ $t = 0 ] && echo "Set-up: $* (no measured times: scripts/setup_times.json is missing)" && return
+  [ $t = 0 ] && echo "Set-up: $* (no measured times: $_times is missing)" && return
   echo "Set-up: about $(( (t + 59) / 60 )) min ($*), as long as the measured fresh set-up took on a" \
-    "$(python3 -c 'import json; print(json.load(open("scripts/setup_times.json"))["machine"])') (scripts/setup_times.json)"
+    "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["machine"])' "$_times") ($_times)"
 }
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
   if [ ! -x .venv/bin/python ]; then  # a newer pip: Debian's 23.0 builds DeepSpeed the legacy way
     announce venv torch workshop CPUAdamBuilder
     part venv "Creating the virtual environment .venv" \
-      bash -c 'python3 -m venv .venv && .venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)'
+      bash -c 'python3 -m venv .venv && .venv/bin/python -m pip install -q --upgrade pip' 2> >(grep -v "^WARNING: Loc" >&2)
   fi
   source .venv/bin/activate
 fi
@@ -59,15 +61,16 @@ if [ $_torch = 0 ]; then
   if [ $_gpu = 1 ]; then
     part torch "Installing torch with CUDA (a download of several GB)" quiet pip install -q torch
   else  # torch alone from the CPU index, then what it needs from pip's own
-    part torch "Installing torch 2.13.0, CPU build (no GPU here)" bash -c 'set -e
-      pip install -q --no-deps torch==2.13.0 ${0:+--index-url "$0"}; pip install -q torch==2.13.0' \
-      "${WORKSHOP_TORCH_INDEX-https://download.pytorch.org/whl/cpu}" 2> >(grep -v "^WARNING: Location" >&2)
+    _cpu_torch() { quiet pip install -q --no-deps torch==2.13.0 ${1:+--index-url "$1"} && quiet pip install -q torch==2.13.0; }
+    part torch "Installing torch 2.13.0, CPU build (no GPU here)" \
+      _cpu_torch "${WORKSHOP_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
   fi
 fi
 if [ $_pkgs = 0 ]; then
   # (setuptools's box about editable installs and same-named folders: this folder is the package's own)
-  part workshop "Installing the workshop and what it needs (deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...})" \
-    env PYTHONWARNINGS="ignore:Editable installation" bash -c 'pip install -q -e ".$0" 2> >(grep -v "^WARNING: Location" >&2)' "${_extras:-}"
+  _what="deepspeed, transformers, datasets, accelerate${_extras:+, jupyterlab, pytest, ...}"
+  part workshop "Installing the workshop and what it needs ($_what)" \
+    quiet env PYTHONWARNINGS="ignore:Editable installation" pip install -q -e ".${_extras:-}"
 fi
 if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (workshop_lessons/jupyter.py):
   # pyproject's data-files reach an environment through a wheel's install, not an editable one
@@ -75,12 +78,14 @@ if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (wor
   mkdir -p "$_cfg" && cp workshop_lessons/jupyter_config/workshop_course.json "$_cfg/"
 fi
 # The core's DeepSpeed op, CPU Adam, compiled now unless this environment has it (then loaded in seconds)
-part CPUAdamBuilder "DeepSpeed's CPU Adam op: loaded where this environment has it, else compiled" python -m workshop_lib.env --build-ops CPUAdamBuilder
+part CPUAdamBuilder "DeepSpeed's CPU Adam op: loaded where this environment has it, else compiled" \
+  python -m workshop_lib.env --build-ops CPUAdamBuilder
 if [ -n "${WORKSHOP_SETUP_TIMES:-}" ]; then
   python3 - "$WORKSHOP_SETUP_TIMES" "${_measured[@]}" <<'PY'
 import json, os, platform, sys, torch
 seconds = dict(kv.split("=") for kv in sys.argv[2:])
-device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}, {len(os.sched_getaffinity(0))} cores)"
+cpu = f"CPU ({platform.machine()}, {len(os.sched_getaffinity(0))} cores)"
+device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
 json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()},
            "load_average_15min": round(os.getloadavg()[2], 1),  # what else ran: a busy machine's parts take longer
            "measured by": "WORKSHOP_SETUP_TIMES=FILE bash scripts/setup.sh, in a fresh clone without .venv"},
@@ -88,4 +93,4 @@ json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()}
 print("Set-up times written to", sys.argv[1])
 PY
 fi
-unset _setup_mode _extras _check _gpu _torch _pkgs _cfg _measured
+unset _setup_mode _extras _check _gpu _torch _pkgs _cfg _measured _times _what

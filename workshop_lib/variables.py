@@ -150,7 +150,7 @@ VARIABLES = {
             str,
             "unset",
             "scripts/setup.sh",
-            "a file to write each part's seconds into (the measured fresh set-up: scripts/setup_times.json)",
+            "a file to write each part's seconds into (the measured fresh set-up: workshop_lessons/reference/setup_times.json)",
         ),
         Variable("WORKSHOP_TEST_WORKERS", int, "2", "scripts/test.sh", "pytest workers"),
         Variable(
