@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# A non-editable `pip install .` runs notebooks 02 and 04 from a learner's folder outside the checkout: 02's GPU
-# reference runs beside the learner's figures (the package data reaches an install), 04's two-node SLURM job
-# submitted from that folder's slurm/ and read back (the engine uses the caller's folder, never its own location).
+# The package installed as a user or a cluster installs it, run from a learner's folder outside the checkout:
+#  1. a non-editable `pip install .` into a new venv runs notebooks 02 and 04: 02's GPU reference runs beside the
+#     learner's figures (the package data reaches an install), 04's two-node SLURM job submitted from that folder's
+#     slurm/ and read back (the engine uses the caller's folder, never its own location);
+#  2. `pip install --target TREE` (a cluster's module tree: a folder not named site-packages, found through
+#     PYTHONPATH, its `workshop` command in TREE/bin) runs a tiny `workshop run` and notebook 02 (~2 min of the check).
 # A new venv sees the active environment's packages (a .pth file: nothing is downloaded again) and holds its own
-# copy of the workshop (not a link to this folder).
+# copy of the workshop (not a link to this folder); the tree holds the workshop alone, the rest comes from the
+# active environment.
 #   bash .ci/non_editable.sh [VENV_DIR]     # with the set-up's environment active (source .venv/bin/activate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,20 +20,23 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(python -c "import os, work
 src=$(mktemp -d) && git ls-files -z | xargs -0 cp --parents -t "$src"  # built there: no build/ left here
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation "$src" 2> >(grep -v "^WARNING: Location" >&2)
 # A learner's folder outside the checkout: the batch scripts (slurm/) beside the course's notebooks, nothing else
+tree=$venv-modules/workshop/0.1  # as a site's module tree names it (not site-packages)
+rm -rf "$tree" && pip install -q --no-deps --no-build-isolation --target "$tree" "$src" 2> >(grep -v "^WARNING: Location" >&2)
 work=$(mktemp -d) && mkdir "$work/course" && cp -r slurm "$work/" && cp course/02_zero_stages.py course/04_multi_gpu.py "$work/course/"
 cd "$work/course"
 # Both at 4 steps a run (the suite runs them at length; here what is checked is where things are found): 02's
 # reference from the package data; 04's two-rank run, where a SLURM cluster answers (CI starts one), a two-node job
 # submitted from this folder and read back by the installed package, which has no slurm/ of its own
 # The new venv as a learner has it active (an active environment is what a batch job uses: slurm/common.sh)
-VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg \
-  timeout 2400 "$venv/bin/python" - <<'PY'
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
+check=$(cat <<'PY'
 import json, os, shutil, subprocess, sys
 import jupytext, nbclient
 import workshop_lessons, workshop_lib
 
+root, notebooks = sys.argv[1], sys.argv[2:]  # the install's folder; the notebooks to run
 for m in (workshop_lib, workshop_lessons):
-    assert m.__file__.startswith(sys.prefix), f"{m.__name__} imported from {m.__file__}, not the new install"
+    assert m.__file__.startswith(root), f"{m.__name__} imported from {m.__file__}, not the install in {root}"
 assert not (__import__("pathlib").Path(workshop_lib.__file__).parents[1] / "slurm").exists()
 
 
@@ -50,8 +57,9 @@ def run(name, **env):
 
 outputs = run("02_zero_stages", WORKSHOP_MAX_STEPS="4")
 assert "Reference: NVIDIA H100" in outputs, "no GPU reference beside the learner's figures"
-print(f"non-editable install ({workshop_lessons.__file__}): notebook 02 ran in {os.getcwd()}, the H100 "
-      "reference beside the learner's figures")
+print(f"install in {root}: notebook 02 ran in {os.getcwd()}, the H100 reference beside the learner's figures")
+if "04" not in notebooks:
+    sys.exit()
 slurm = shutil.which("sbatch") and subprocess.run(["sinfo"], capture_output=True).returncode == 0
 if os.environ.get("WORKSHOP_REQUIRE_SLURM") == "1":
     assert slurm, "WORKSHOP_REQUIRE_SLURM=1 but no SLURM cluster answers (bash .ci/slurm_cluster.sh start)"
@@ -69,3 +77,13 @@ if slurm:
 else:
     print(f"notebook 04 ran in {os.getcwd()}; no SLURM cluster here, its ranks ran on this machine")
 PY
+)
+VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH timeout 2400 "$venv/bin/python" -c "$check" "$venv" 02 04
+# 2. the module tree, the active environment's Python, nothing else of this checkout on its path
+t0=$SECONDS
+PYTHONPATH=$tree PATH=$tree/bin:$PATH timeout 600 workshop run stage2 --tiny --max-steps 2 --save-strategy no \
+  --no-save-model --output-dir ../runs/target > ../target-run.log 2>&1 || { cat ../target-run.log; exit 1; }
+python -c 'import json; r = json.load(open("../runs/target/results.json")); assert r["train_loss"] > 0, r'
+grep -q "($tree/workshop_lib/squad/" ../target-run.log || { cat ../target-run.log; echo "not the tree's data"; exit 1; }
+PYTHONPATH=$tree timeout 1200 python -c "$check" "$tree" 02
+echo "pip install --target $tree (PYTHONPATH): a tiny run and notebook 02 in $((SECONDS - t0)) s"

@@ -1,7 +1,9 @@
 """Write the day's timetable into README.md, between `<!-- timetable -->` and `<!-- /timetable -->`: per learner
 notebook its reading time (`workshop_lessons.prose_paragraphs` and `reading_minutes`, as its header), its run time on
 an H100 and on a CPU (workshop_lessons/reference/notebook_times.json, written by scripts/time_notebooks.py) and its
-exercises (`MINUTES_PER_EXERCISE` each), the core track's total beside `CORE_BUDGET_MIN`. CI checks that the README
+exercises (`MINUTES_PER_EXERCISE` each), the core track's total beside `CORE_BUDGET_MIN`; under it the set-up's time
+(workshop_lessons/reference/setup_times.json, written by `WORKSHOP_SETUP_TIMES=FILE bash scripts/setup.sh`). CI checks
+that the README
 is up to date (`python scripts/make_timetable.py --check`); change this script or the notebooks, never the table.
 
     python scripts/make_timetable.py            # write the table into README.md
@@ -140,7 +142,30 @@ def table(root: Path = ROOT) -> str:
     ]
     if several:  # a machine of several GPUs, where notebook 04 starts its ranks on them
         lines += ["", f"With several GPUs (run, ranks on each): {'; '.join(several)}."]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", setup_line(root)])
+
+
+SETUP_PARTS = {  # scripts/setup.sh's parts, as it names them in setup_times.json
+    "venv": "the virtual environment",
+    "torch": "torch",
+    "workshop": "the workshop and what it needs",
+    "CPUAdamBuilder": "DeepSpeed's CPU Adam op",
+}
+
+
+def setup_line(root: Path = ROOT) -> str:
+    """Before the first notebook: a fresh `bash scripts/setup.sh`, as workshop_lessons/reference/setup_times.json
+    measured it."""
+    measured = json.loads((root / "workshop_lessons" / "reference" / "setup_times.json").read_text())
+    seconds = measured["seconds"]
+    parts = "; ".join(f"{what} {seconds[name]} s" for name, what in SETUP_PARTS.items())
+    return (
+        f"Set-up, once before the first notebook: {math.ceil(sum(seconds[n] for n in SETUP_PARTS) / 60)} min on a "
+        f"{measured['machine']} under a load average of {measured['load_average_15min']} ({parts}), a fresh "
+        "`bash scripts/setup.sh` as `workshop_lessons/reference/setup_times.json` measured it "
+        "(`WORKSHOP_SETUP_TIMES=FILE bash scripts/setup.sh` in a fresh clone; with a GPU torch's "
+        "CUDA build is a download of several GB more). Other DeepSpeed ops compile at the first run that needs them."
+    )
 
 
 def readme_text(root: Path = ROOT) -> str:

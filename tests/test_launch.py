@@ -5,6 +5,8 @@ pending with nothing running, never for the time a busy cluster or a loaded mach
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +87,31 @@ def test_a_job_the_cluster_refuses_or_leaves_idle_is_cancelled_with_the_reason(t
     with pytest.raises(WorkshopError, match=message):
         launch.wait("7", "stage2", poll_s=0.01, start_within_s=0.05)
     assert (tmp_path / "bin" / "cancelled").read_text().strip() == "7"
+
+
+CORES = sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    "cores, env, threads",
+    [
+        (CORES, {}, len(CORES)),  # a notebook's kernel, `workshop run` alone: every core it may use
+        (CORES[:1], {}, 1),  # a job's share of the machine (its affinity), not the machine
+        (CORES, {"LOCAL_WORLD_SIZE": str(len(CORES))}, 1),  # the node's ranks share the cores
+        (CORES, {"OMP_NUM_THREADS": "1"}, 1),  # the user's choice stands
+    ],
+)
+def test_a_cpu_process_runs_the_threads_of_the_cores_it_gets(cores, env, threads):
+    """A CPU process's torch threads: the cores of its affinity (os.sched_getaffinity, set here as SLURM or taskset
+    would) divided among the node's ranks, or OMP_NUM_THREADS where the user set it (env.threads_per_rank; 2 threads
+    a rank on a busy 2-core machine ran 8-10x slower than 1)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE")}
+    p = subprocess.run(
+        [sys.executable, "-c", "import torch, workshop_lib.env; print(torch.get_num_threads())"],
+        env=base | {"CUDA_VISIBLE_DEVICES": ""} | env,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(p.stdout.split()[-1]) == threads, p.stderr[-2000:]

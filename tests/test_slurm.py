@@ -26,17 +26,15 @@ if not shutil.which("sbatch") or subprocess.run(["sinfo"], capture_output=True).
 
 
 def job_env(env=None) -> dict:
-    """The environment of a submission: this Python's environment, the tiny model, common.sh's timeouts."""
+    """The environment of a submission: this Python's environment, the tiny model, common.sh's timeouts, then `env`
+    (a variable given None is unset)."""
     e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
-    return (
-        e
-        | {
-            "WORKSHOP_TINY": "1",
-            "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
-            "WORKSHOP_DIST_TIMEOUT_S": "300",  # common.sh's: a loaded machine's ranks join late
-        }
-        | (env or {})
-    )
+    e |= {
+        "WORKSHOP_TINY": "1",
+        "WORKSHOP_ENV": str(Path(sys.executable).parent.parent),
+        "WORKSHOP_DIST_TIMEOUT_S": "300",  # common.sh's: a loaded machine's ranks join late
+    } | (env or {})
+    return {k: v for k, v in e.items() if v is not None}  # None: unset
 
 
 def submit(*argv, env=None) -> str:
@@ -154,15 +152,26 @@ def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, erro
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
 def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss, tmp_path):
+    """torchrun's job leaves DeepSpeed's op cache to common.sh: both nodes share $HOME (and here their /tmp), and
+    each builds and loads its ops in a folder of its own, named in the job's log; the others use this suite's."""
     rc, job, log, r = sbatch(
         "multi_node",
         "stage2",
         "--max-steps",
         "2",
-        env={"WORKSHOP_LAUNCHER": launcher},
+        env={"WORKSHOP_LAUNCHER": launcher} | ({"TORCH_EXTENSIONS_DIR": None} if launcher == "torchrun" else {}),
         job_name=f"multi_node_{launcher}",
     )
     assert rc == 0, log[-3000:]
+    caches = dict(re.findall(r"^node (n[12]): TORCH_EXTENSIONS_DIR=(\S+) ", log, re.M))
+    assert sorted(caches) == ["n1", "n2"], log[-3000:]
+    if launcher == "torchrun":  # ZeRO-2 on 2 CPU ranks: fused Adam and the shared-memory collectives, per node
+        assert caches["n1"] != caches["n2"] and not caches["n1"].startswith(str(Path.home())), caches
+        for folder in caches.values():
+            assert {p.parent.name for p in Path(folder).glob("*/*.so")} >= {"fused_adam", "deepspeed_shm_comm"}
+        for cache in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # beside them, per node
+            found = dict(re.findall(rf"^node (n[12]): .*{cache}=(\S+)", log, re.M))
+            assert Path(found["n1"]).parent == Path(caches["n1"]).parent != Path(found["n2"]).parent, found
     assert (r["world_size"], r["global_batch_size"]) == (2, 32)
     assert sorted(m["host"] for m in r["per_rank_memory"]) == ["n1", "n2"]
     assert abs(r["train_loss"] - one_process_loss) < 1e-3, (r["train_loss"], one_process_loss)

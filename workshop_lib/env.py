@@ -53,6 +53,23 @@ if "TORCH_EXTENSIONS_DIR" not in os.environ:
     )
 
 
+def threads_per_rank(local_ranks: int = 1) -> int:
+    """CPU threads for each of `local_ranks` processes on this node: OMP_NUM_THREADS where the user set it, else the
+    cores this process may run on (its affinity, `os.sched_getaffinity`: a SLURM job's or a container's share, not
+    the machine's `os.cpu_count`) divided among them, at least 1. More threads than cores slow every rank down."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return int(os.environ["OMP_NUM_THREADS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // local_ranks)
+
+
+# A CPU run's threads: its share of the cores it gets (torch's default gives every process all of them, whatever
+# the ranks beside it), unless the user set OMP_NUM_THREADS; set in torch, not exported: a launch from here
+# (`launch.run_local`, a batch job) gives its ranks their own.
+if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+
+
 @lru_cache(maxsize=1)
 def device_name() -> str:
     """'NVIDIA H100 80GB HBM3' (the GPU of this rank), or 'cpu (<processor>, N cores)'."""

@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from . import variables
+from .env import threads_per_rank
 from .errors import WorkshopError
 from .rundir import no_link
 
@@ -72,13 +75,18 @@ def torchrun_command(experiment: str, nproc: int, output_dir: str | os.PathLike,
 def run_local(experiment: str, nproc: int, output_dir: str | os.PathLike, *args: str, env: dict | None = None) -> dict:
     """`torchrun_command` run on this machine; returns rank 0's results dict. On a CPU the ranks
     talk through gloo; on GPUs one rank per GPU (NCCL). `env` adds variables (e.g. {"CUDA_VISIBLE_DEVICES": ""}
-    to keep the ranks on the CPU). Every rank's output is appended to OUTPUT_DIR/launch.log.
+    to keep the ranks on the CPU); CPU ranks share this process's cores (OMP_NUM_THREADS: `env.threads_per_rank`).
+    Every rank's output is appended to OUTPUT_DIR/launch.log.
 
     Raises:
         WorkshopError: the launch failed (its last output lines are in the message).
     """
     cmd = torchrun_command(experiment, nproc, output_dir, *args)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | (env or {}))
+    # torchrun alone would give each rank 1 thread, whatever the cores
+    cpu = {} if torch.cuda.is_available() else {"OMP_NUM_THREADS": str(threads_per_rank(nproc))}
+    p = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | cpu | (env or {})
+    )
     log = Path(output_dir) / "launch.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", opener=no_link) as f:  # appended: an earlier launch's log stays

@@ -138,6 +138,20 @@ VARIABLES = {
             "run: what `workshop run` needs; full: the notebooks and tests too",
             choices=("full", "run"),
         ),
+        Variable(
+            "WORKSHOP_TORCH_INDEX",
+            str,
+            "https://download.pytorch.org/whl/cpu",
+            "scripts/setup.sh",
+            "the index torch's CPU build comes from where no GPU is seen; empty: pip's configured index",
+        ),
+        Variable(
+            "WORKSHOP_SETUP_TIMES",
+            str,
+            "unset",
+            "scripts/setup.sh",
+            "a file to write each part's seconds into (the measured fresh set-up: workshop_lessons/reference/setup_times.json)",
+        ),
         Variable("WORKSHOP_TEST_WORKERS", int, "2", "scripts/test.sh", "pytest workers"),
         Variable(
             "WORKSHOP_REQUIRE_SLURM",
