@@ -170,7 +170,7 @@ print(
         f"{first + i:4d} {line}" for i, line in enumerate(lines) if "cmd = " in line or '"workshop_lib.cli"' in line
     )
 )
-common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside this notebook's folder
+common_sh = (lessons.BATCH_SCRIPTS / "common.sh").read_text()  # slurm/common.sh, as the package ships it
 print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]
