@@ -60,8 +60,9 @@ def rows(root: Path = ROOT) -> list[dict]:
     out = []
     for nb in CORE + OPTIONAL:
         path = root / "course" / f"{nb}.py"
-        # the text a GPU run printed where one recorded it, else the CPU run's (the tiny model's)
-        printed = next((t[nb] for t in (on_gpus, on_gpu, on_cpu) if t.get(nb, {}).get("output_words") is not None), {})
+        # the text a GPU run printed where one recorded it (any GPU), else the CPU run's (the tiny model's)
+        gpu_runs = [t for d, t in sorted(times.items()) if "cpu" not in d.lower()]
+        printed = next((t[nb] for t in [*gpu_runs, on_cpu] if t.get(nb, {}).get("output_words") is not None), {})
         run = on_gpus.get(nb) or on_gpu.get(nb)  # a notebook timed on several GPUs needs them
         r = {
             "notebook": nb,
@@ -86,6 +87,10 @@ def table(root: Path = ROOT) -> str:
     total = {
         k: sum(r[k] or 0 for r in core) for k in ("words", "output", "reading", "gpu", "cpu", "questions", "total")
     }
+    unread = [r["notebook"] for r in core if r["output"] is None]
+    if unread:
+        raise SystemExit(f"No printed words recorded for {', '.join(unread)}. To fix: python scripts/time_notebooks.py "
+                         f"--words-only {' '.join(unread)}")  # fmt: skip
     if total["total"] > CORE_BUDGET_MIN:
         raise SystemExit(f"The core track takes {total['total']} min, over its {CORE_BUDGET_MIN}: shorten it.")
     device = timed(notebook_times(root), "H100")[0]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CORE = sorted((ROOT / "course").glob("0[0-4]_*.py"))
 MAX_WORDS, MAX_PARAGRAPH = 4000, 120
@@ -177,3 +179,7 @@ def test_the_timetable_counts_printed_text_every_question_and_the_several_gpu_ti
     assert rows["02_zero_stages"]["total"] == 6 + 1 + 3 * m.MINUTES_PER_QUESTION
     (tmp_path / "course/00_setup.py").write_text(exercise.replace("Write it down.", "Which? When? Where? Who?"))
     assert m.questions(tmp_path / "course/00_setup.py") == 6
+    del times["cpu (x86_64, 2 cores)"]["03_cpu_offload"]["output_words"]
+    (tmp_path / "workshop_lessons/reference/notebook_times.json").write_text(json.dumps(times))
+    with pytest.raises(SystemExit, match="No printed words recorded for 03_cpu_offload. To fix: python scripts/time_"):
+        m.table(tmp_path)
