@@ -116,12 +116,20 @@ def run_cells(path: str, times_path: str | None = None) -> None:
     from IPython.display import display
 
     out = sys.stdout = _Counted(sys.stdout)
-    shell = InteractiveShell.instance()
+    shell, shown = InteractiveShell.instance(), {}
+    # as in a kernel (transformers' and tqdm's test): the Trainer's progress table, not its log lines, is shown
+    shell.config.IPKernelApp.quiet = True
 
-    def publish(data: dict, *args, **kwargs) -> None:  # a table as the learner sees it: every column of its HTML
+    def publish(data: dict, *args, transient=None, update=False, **kwargs) -> None:
+        """A display printed as its text (a table: every column of its HTML); an update of a display (the progress
+        table, every step) replaces its words, as a kernel shows the last state only."""
         html = re.sub(r"<[^>]+>", " ", re.sub(r"(?s)<style.*?</style>", "", data.get("text/html", "")))
-        if not any(k.startswith("image/") for k in data):
-            print(data.get("text/markdown") or html.strip() and html or data.get("text/plain", ""))
+        text = "" if any(k.startswith("image/") for k in data) else data.get("text/markdown") or html.strip() and html
+        text = text or data.get("text/plain", "")
+        key = (transient or {}).get("display_id")
+        out.words -= shown.pop(key, 0) if update and out.counting else 0
+        shown[key] = len(text.split())
+        print(text)
 
     shell.display_pub.publish = publish
     cells, n = [["", 0, []]], 0  # (the cell's "# %%" line, its first line's index, its lines)
