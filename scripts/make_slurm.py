@@ -1,8 +1,9 @@
 """Write the single-GPU batch scripts from one template and `ds_config.EXPERIMENTS`: slurm/one_gpu.slurm (any
 experiment, named first: `sbatch slurm/one_gpu.slurm stage2_offload --epochs 1`) and slurm/<experiment>.slurm for
 every experiment (`sbatch slurm/stage2_offload.slurm --epochs 1`, the same job). They differ only in their name,
-description and last lines: the #SBATCH header and slurm/common.sh are the same for all. CI checks that they are
-up to date (`python scripts/make_slurm.py --check`); change the template here, never a written file.
+description and last lines: the #SBATCH header and slurm/common.sh are the same for all. It copies slurm/common.sh
+into workshop_lessons/slurm/ (package data: the notebooks show it from any folder). CI checks that they are up to
+date (`python scripts/make_slurm.py --check`); change the template here, never a written file.
 
     python scripts/make_slurm.py            # write slurm/one_gpu.slurm and slurm/<experiment>.slurm
     python scripts/make_slurm.py --check    # exit 1 if a file is missing or differs from what would be written
@@ -89,10 +90,16 @@ def one_gpu() -> str:
     )
 
 
+COMMON_SH = ROOT / "slurm" / "common.sh"  # hand-written; the notebooks show the package's copy
+
+
 def scripts() -> dict[Path, str]:
-    """Every file this writes, path -> text."""
-    return {ROOT / "slurm" / "one_gpu.slurm": one_gpu()} | {
-        ROOT / "slurm" / f"{e.name}.slurm": script(e) for e in EXPERIMENTS.values()
+    """Every file this writes, path -> text: the scripts, and the copy of slurm/common.sh that workshop_lessons ships
+    (`lessons.BATCH_SCRIPTS`), so that a notebook copied out of the repository shows it too."""
+    return {
+        ROOT / "slurm" / "one_gpu.slurm": one_gpu(),
+        **{ROOT / "slurm" / f"{e.name}.slurm": script(e) for e in EXPERIMENTS.values()},
+        ROOT / "workshop_lessons" / "slurm" / "common.sh": COMMON_SH.read_text(),
     }
 
 

@@ -153,12 +153,14 @@ display(Markdown(lessons.beside_prediction(MY_AC, ratio, "fraction").to_markdown
 # ## 4. The config your runs used, and one key changed
 #
 # Each DeepSpeed run wrote the config it handed to DeepSpeed, batch and bucket sizes filled in, to its
-# `ds_config.json`. The keys where stage 2 and stage 3 differ, then stage 3's whole:
+# `ds_config.json`. The keys where stage 2 and stage 3 differ, then what the Trainer filled in stage 3's (the
+# rest is section 1's table):
 
 # %%
 ds = {n: json.loads(Path(f"{RUNS}/{n}/ds_config.json").read_text()) for n in ("stage2", "stage3")}
 display(Markdown(ds_config.diff(ds["stage2"], ds["stage3"], ("stage2", "stage3")).to_markdown(index=False)))
-display(Markdown(ds_config.explain(ds["stage3"]).to_markdown(index=False)))
+built = ("as built (section 1)", "as your run used it")
+display(Markdown(ds_config.diff(build_ds_config("stage3"), ds["stage3"], built).to_markdown(index=False)))
 
 # %% [markdown]
 # **How the config reaches the Trainer.** The library passes the dict to `TrainingArguments(deepspeed=...)`; the
@@ -186,7 +188,7 @@ print(
         f"{first + i:4d} {line}" for i, line in enumerate(lines) if "cmd = " in line or '"workshop_lib.cli"' in line
     )
 )
-common_sh = Path("../slurm/common.sh").read_text()  # the batch scripts beside this notebook's folder
+common_sh = (lessons.BATCH_SCRIPTS / "common.sh").read_text()  # slurm/common.sh, as the package ships it
 print(common_sh[common_sh.index("\n_launch() {") + 1 : common_sh.index("  esac\n}") + 7])
 
 # %% [markdown]

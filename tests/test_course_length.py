@@ -3,10 +3,14 @@ no paragraph over `MAX_PARAGRAPH` words; the measurement mechanics are explained
 README's timetable (scripts/make_timetable.py) is current and fits the day."""
 
 import importlib.util
+import json
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = sorted((ROOT / "course").glob("0[0-4]_*.py"))
@@ -147,3 +151,35 @@ def test_every_exercise_a_notebook_names_is_one_of_its_questions():
         named = {int(n) for n in re.findall(r"\b[Ee]xercises? (\d+)\b", text)}
         asked = {int(n) for n in re.findall(r"^# (\d+)\. ", text, re.M)}
         assert named <= asked, (nb.name, sorted(named - asked))
+
+
+def test_the_timetable_counts_printed_text_every_question_and_the_several_gpu_time(tmp_path):
+    """Issue 61, item 6: the timetable counted prose only, one question per numbered item and 04's one-GPU time.
+    Here the printed words (a GPU run's where one recorded them, else the CPU's) are read beside the prose, every
+    question mark of an exercise cell counts, and a notebook timed on several GPUs takes that time."""
+    m = make_timetable()
+    (tmp_path / "course").mkdir()
+    (tmp_path / "workshop_lessons/reference").mkdir(parents=True)
+    exercise = '# %% [markdown] tags=["exercise"]\n# 1. Why? And how?\n# 2. Say when.\n# 3. Write it down.\n'
+    for nb in m.CORE + m.OPTIONAL:
+        (tmp_path / "course" / f"{nb}.py").write_text(f"# %% [markdown]\n# {'word ' * 100}\n\n{exercise}")
+    entry = lambda s, words=None: {"seconds": s, "returncode": 0, "output_words": words}  # noqa: E731
+    times = {
+        "NVIDIA H100 80GB HBM3": {nb: entry(60, 400 if nb == "01_baseline" else None) for nb in m.CORE + m.OPTIONAL},
+        "2 x NVIDIA H100 80GB HBM3": {"04_multi_gpu": entry(420)},
+        "cpu (x86_64, 2 cores)": {nb: entry(30, 1000) for nb in m.CORE + m.OPTIONAL},
+    }
+    (tmp_path / "workshop_lessons/reference/notebook_times.json").write_text(json.dumps(times))
+    rows = {r["notebook"]: r for r in m.rows(tmp_path)}
+    assert {r["questions"] for r in rows.values()} == {3}  # 2 question marks, 3 numbered items: the items
+    assert (rows["01_baseline"]["output"], rows["01_baseline"]["output_on"]) == (400, "GPU")
+    assert (rows["02_zero_stages"]["output"], rows["02_zero_stages"]["output_on"]) == (1000, "CPU")
+    assert rows["02_zero_stages"]["reading"] == math.ceil((100 + 1000) / m.WORDS_PER_MINUTE)
+    assert (rows["04_multi_gpu"]["gpu"], rows["03_cpu_offload"]["gpu"]) == (7, 1)
+    assert rows["02_zero_stages"]["total"] == 6 + 1 + 3 * m.MINUTES_PER_QUESTION
+    (tmp_path / "course/00_setup.py").write_text(exercise.replace("Write it down.", "Which? When? Where? Who?"))
+    assert m.questions(tmp_path / "course/00_setup.py") == 6
+    del times["cpu (x86_64, 2 cores)"]["03_cpu_offload"]["output_words"]
+    (tmp_path / "workshop_lessons/reference/notebook_times.json").write_text(json.dumps(times))
+    with pytest.raises(SystemExit, match="No printed words recorded for 03_cpu_offload. To fix: python scripts/time_"):
+        m.table(tmp_path)

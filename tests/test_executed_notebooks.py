@@ -1,8 +1,9 @@
-"""What a learner sees in every notebook executed on the CPU: no warning, no progress bar and no error in any
-output but the errors a cell exists to show (tagged raises-exception: 03c's out-of-memory refusals). scripts/test.sh executes the notebooks (nbmake --overwrite keeps the
-outputs), then runs this file on its own. The learner's cells are course/NAME.ipynb's where it was executed (it
-runs otherwise than its solution: `make_course.py --diverging`), else solutions/NAME.ipynb's but the answers (the
-same cells in the same state); a notebook executed neither way is skipped."""
+"""What a learner sees in every notebook executed on the CPU: no warning, no progress bar, no widget, no traceback and
+no error in any output (streams, results and displays: their text, HTML included, and their kind) but the errors a cell
+exists to show (tagged raises-exception: 03c's out-of-memory refusals). scripts/test.sh executes the notebooks (nbmake
+--overwrite keeps the outputs), then runs this file on its own. The learner's cells are course/NAME.ipynb's where it was
+executed (it runs otherwise than its solution: `make_course.py --diverging`), else solutions/NAME.ipynb's but the
+answers (the same cells in the same state); a notebook executed neither way is skipped."""
 
 import json
 import re
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Python's warnings, loggers' WARNING lines, tqdm's bars
-NOISE = re.compile(r"Warning\b|WARNING|\d+%\|")
+# Python's warnings, loggers' WARNING lines, tqdm's bars (as text, or as a widget's fallback text), tracebacks
+NOISE = re.compile(r"Warning\b|WARNING|\d+%\||Traceback \(most recent call last\)")
+WIDGET = "application/vnd.jupyter.widget-view+json"  # tqdm.auto's bar in a kernel, datasets' included
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "solutions").glob("[0-9]*.py")))
@@ -32,9 +34,12 @@ def test_an_executed_learner_notebook_shows_no_warning_bar_or_error(name):
     else:
         pytest.skip(f"{name} was not executed here")
     for i, o in outputs:
-        text = o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
+        data = [v for k, v in o.get("data", {}).items() if k.startswith("text/")]  # text/plain, text/html, ...
+        text = "\n".join(
+            t if isinstance(t, str) else "".join(t) for t in [o.get("text", ""), *data, *o.get("traceback", [])]
+        )
         noise = [line for line in text.splitlines() if NOISE.search(line)]
-        assert o["output_type"] != "error" and not noise, (i, o.get("ename"), noise[:5])
+        assert o["output_type"] != "error" and WIDGET not in o.get("data", {}) and not noise, (i, o.get("ename"), noise)
 
 
 def test_notebook_03e_decision_table_is_made_of_its_own_runs():

@@ -1,7 +1,10 @@
 """Notebook 00's figures (`lessons.setup`) against the parameter counts and the estimates table the notebook
 builds, and exercise 3's verdict on a table whose stage-2 row disagrees."""
 
+import re
+
 import pandas as pd
+import pytest
 
 from workshop_lessons import setup
 from workshop_lib import memory, model
@@ -73,3 +76,23 @@ def test_a_warm_up_shows_op_builds_at_once_and_holds_the_rest():
         "  compiled in 95 s, cached in /root/.cache/torch_extensions/py311_cpu/cpu_adam for later runs.",
     ]
     assert held.getvalue().startswith("step 1 of 4\nCompiling")
+
+
+@pytest.mark.slow
+def test_a_warm_up_in_a_kernel_shows_one_line_and_no_progress_table(tmp_path):
+    """Issue 61, item 5: in a kernel the Trainer's progress table (and a datasets' bar) is a display, not text, and
+    the warm-up's redirect of stdout did not hold it back: 01 and 02 showed each warm-up run's table. Executed in a
+    real kernel (nbclient), a warm-up cell's only output is its one line."""
+    import nbclient
+    import nbformat
+
+    cell = (
+        "import workshop_lessons as lessons\n"
+        f"lessons.warm_up('01_baseline', {str(tmp_path / 'runs')!r}, steps=1, experiments=['baseline'], tiny=True)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    nbclient.NotebookClient(nb, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[0].outputs
+    assert [o["output_type"] for o in outputs] == ["stream", "execute_result"], outputs
+    assert re.fullmatch(r"warm-up: \d+ s, not measured\n", outputs[0]["text"]), outputs[0]["text"]
+    assert not (tmp_path / "runs" / "warm-up").exists()

@@ -1,9 +1,12 @@
 import csv
 import time
+from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from workshop_lib import results
 from workshop_lib.memory import MemorySampler, estimate_model_states
 
 
@@ -71,3 +74,22 @@ def test_phases_split_setup_from_training(tmp_path):
     setup_peak = max(r["host_rss_mib"] for r in mem.rows if r["time_s"] < s["train_begin_s"])
     assert s["host_peak_rss_mib"] < setup_peak - 200
     assert s["setup_seconds"] == s["train_begin_s"] < s["train_end_s"] and s["host_states_rss_mib"] > 0
+
+
+def test_the_memory_figure_draws_every_run_within_its_panel():
+    """Issue 61, item 11: the panels share a y-scale; each panel's `set_ylim(bottom=0)` froze it at the first run's
+    top, so a later run's curves ran above its panel (empty panels in 02 and 03). Every visible panel of a run with
+    memory samples draws a line with points inside its limits, and no point beyond them: on the GPU reference runs
+    (GPU curves), in either order, and on the same runs without their GPU figures (host RSS, as on a CPU)."""
+    df = results.load_results([Path(__file__).parent.parent / "workshop_lessons/reference/h100/course/repeat"])
+    assert len(df) >= 4
+    for runs in (df, df.iloc[::-1], df.drop(columns=["gpu_peak_mib"])):
+        fig = results.plot_memory_over_time(runs)
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(panels) == len(runs)
+        for ax in panels:
+            (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+            points = [(x, y) for line in ax.get_lines() for x, y in line.get_xydata() if np.isfinite(y)]
+            assert points, ax.get_title()
+            assert all(x0 <= x <= x1 and y0 <= y <= y1 for x, y in points), (ax.get_title(), (y0, y1))
+        plt.close(fig)

@@ -37,7 +37,7 @@ def test_check_names_a_missing_or_changed_script_and_the_fix(tmp_path, monkeypat
     (tmp_path / "slurm" / "stage2.slurm").write_text("#!/usr/bin/env bash\n")
     capsys.readouterr()
     assert m.main(check=True) == 1
-    assert capsys.readouterr().out.startswith("slurm/ is out of date for stage2.slurm. To fix: ")
+    assert capsys.readouterr().out.startswith("slurm/stage2.slurm out of date. To fix: ")
 
 
 def test_sbatch_reads_one_header_in_every_single_gpu_script():

@@ -2,7 +2,8 @@
 `baseline`, `zero_stages`, `offload`, `fine_tuned`, `large_models`, `drills`, `multi_gpu`) as typed records; the
 sentences that answer an exercise are written in the solution notebook, from those records.
 
-- `registry`: `COURSE_RUNS`, per notebook, run name -> (experiment, settings), and `COLUMNS`, its exercise table's.
+- `registry`: `COURSE_RUNS`, per notebook, run name -> (experiment, settings), and `COLUMNS`, its exercise table's;
+  `BATCH_SCRIPTS`, the package's copy of slurm/common.sh, which 02 and 04 show.
 - `runs`: how a notebook makes those runs (`notebook_run_options`, `course_budget`, `run_config`, `run_own_key`).
 - `warmup`: `warm_up(notebook, runs_dir)`, on a CPU the short runs made and thrown away before those a notebook
   measures (none on a GPU).
@@ -22,7 +23,10 @@ import importlib
 
 # name -> the module of this package that defines it
 _HOMES = {
-    **dict.fromkeys(["REFERENCE", "REFERENCE_DIR", "COURSE_RUNS", "QUARTER", "GPU_MAX_STEPS", "COLUMNS"], "registry"),
+    **dict.fromkeys(
+        ["REFERENCE", "REFERENCE_DIR", "BATCH_SCRIPTS", "COURSE_RUNS", "QUARTER", "GPU_MAX_STEPS", "COLUMNS"],
+        "registry",
+    ),
     **dict.fromkeys(["budget_setups", "course_budget", "notebook_run_options", "run_config", "run_own_key"], "runs"),
     **dict.fromkeys(["WARM_UP_STEPS", "warm_up"], "warmup"),
     **dict.fromkeys(

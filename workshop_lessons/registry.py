@@ -8,6 +8,8 @@ from pathlib import Path
 # The reference runs the notebooks show beside the learner's, shipped with the package (pyproject's package-data)
 REFERENCE = Path(__file__).resolve().parent / "reference"
 REFERENCE_DIR = REFERENCE / "h200" / "course"  # runs/NAME: one reference run each; repeat/NAME[-rK]: the same again
+# slurm/common.sh as the notebooks show it, from a copy of the notebook in any folder (scripts/make_slurm.py copies it)
+BATCH_SCRIPTS = Path(__file__).resolve().parent / "slurm"
 
 QUARTER = "quarter"  # a quarter of the recipe's max_tokens_per_micro_batch (its --tiny value with the tiny model)
 # run name -> (experiment, RunConfig settings beyond the notebook's common options)

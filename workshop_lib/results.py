@@ -426,10 +426,10 @@ def plot_memory_over_time(df: pd.DataFrame):
         if pd.notna(end):
             ax.axvspan(0, float(end) - begin, color="tab:green", alpha=0.1, label="training steps")
         ax.set(title=label if len(mem) else f"{label}: no readable memory.csv", xlabel="s from the first step")
-        ax.set_ylim(bottom=0)  # from zero: a wobble of a few MiB does not fill the panel
         ax.xaxis.set_major_locator(plt.MaxNLocator(4))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("MiB (GPU)" if gpu else "MiB (host, no GPU)")
+    # once all are drawn: the shared scale spans every run's curves (a panel's set_ylim froze it at the first run's)
+    axes[0].set(ylabel="MiB (GPU)" if gpu else "MiB (host, no GPU)", ylim=(0, None))  # from zero: no wobble fills it
     axes[0].legend(fontsize=7)
     banner = cpu_memory_note(df)
     fig.suptitle(
