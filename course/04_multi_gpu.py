@@ -116,7 +116,7 @@ common = (lessons.BATCH_SCRIPTS / "common.sh").read_text()  # slurm/common.sh, a
 print(common[common.index("# workshop_launch") :])
 
 # %% [markdown]
-# A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` in a terminal, `launch.submit(...)` here.
+# A job is one command: `sbatch --nodes=2 slurm/multi_node.slurm stage3` (here `launch.submit(...)`).
 # Rank 0 writes `runs/<job name>-<job id>/results.json` (every rank's peak in `per_rank_memory`), the log `logs/`.
 #
 # ## 3. Scale out

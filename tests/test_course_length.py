@@ -88,8 +88,9 @@ def test_check_names_a_stale_timetable_and_the_fix(tmp_path, monkeypatch, capsys
         (tmp_path / d).mkdir(parents=True)
     for nb in m.CORE + m.OPTIONAL:
         (tmp_path / "course" / f"{nb}.py").write_text((ROOT / "course" / f"{nb}.py").read_text())
-    times = "workshop_lessons/reference/notebook_times.json"
-    (tmp_path / times).write_text((ROOT / times).read_text())
+    for measured in ("notebook_times.json", "setup_times.json"):
+        f = f"workshop_lessons/reference/{measured}"
+        (tmp_path / f).write_text((ROOT / f).read_text())
     (tmp_path / "README.md").write_text(f"# x\n\n{m.BEGIN}\nold\n{m.END}\nrest\n")
     monkeypatch.setattr(m, "ROOT", tmp_path)
     assert m.main(check=True) == 1
