@@ -17,7 +17,6 @@ The rank-side code of the first drill is this module's command line:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import os
 import re
@@ -229,15 +228,6 @@ def batch_size_mismatch(
 
 
 # ---------------------------------------------------------------------------------------------- drill 2
-
-
-@contextlib.contextmanager
-def _world_of_one():
-    """`env.ensure_distributed_env` for the duration only: DeepSpeed needs RANK, MASTER_PORT... in one process,
-    but a MASTER_PORT left in os.environ would reach every later subprocess (`teardown.restored_world`)."""
-    with teardown.restored_world():
-        env.ensure_distributed_env()
-        yield
 
 
 def squad_batch(tokenizer, n: int = 4, max_length: int = 64) -> dict:
@@ -454,7 +444,10 @@ def fp16_overflow(
         )
     if route not in ("auto", "engine", "scaler"):
         raise WorkshopError(f"Unknown route {route!r}.", "use auto, engine or scaler.")
-    with _world_of_one():  # env's quiet probe of DeepSpeed's ops, then DeepSpeed
+    # DeepSpeed needs RANK, MASTER_PORT... in one process, but a MASTER_PORT left in os.environ would reach every
+    # later subprocess: the world of one for the duration only (`teardown.restored_world`)
+    with teardown.restored_world():
+        env.ensure_distributed_env()
         from deepspeed.accelerator import get_accelerator
 
         env.quiet_libraries()

@@ -282,10 +282,9 @@ class CheckpointingRung:
     """The rung notebook 03c trains beside ZeRO-3 + CPU offload: the first change up the ladder that fits the model
     on the GPUs at hand (`fit.fix_on_these_gpus`), where that change is activation checkpointing without offload,
     the model and micro-batch unchanged; as a run, `experiment` (its ZeRO stage: baseline, stage2 or stage3) with
-    activation checkpointing, written to the folder `name`."""
+    activation checkpointing, written to the folder `name`. Its words are `fit.fix_on_these_gpus(est)["change"]`."""
 
     experiment: str
-    change: str  # fit's words for the rung, e.g. "HF Trainer (torch AdamW) + activation checkpointing"
 
     @property
     def name(self) -> str:
@@ -306,9 +305,7 @@ def checkpointing_rung(est: dict) -> CheckpointingRung | None:
     ):
         return None
     setup = {"zero_stage": c["zero_stage"], "offload": "none"}
-    return CheckpointingRung(
-        next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay), fix["change"]
-    )
+    return CheckpointingRung(next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay))
 
 
 @dataclass(frozen=True)
