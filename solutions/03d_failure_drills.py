@@ -106,12 +106,12 @@ print(
 # 2. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
 
 # %% tags=["solution"]
-f16, b16, error = summary.loc["fp16"], summary.loc["bf16"], fp16.attrs["fp16_error"]
+f16, b16, error = summary.loc["fp16"], summary.loc["bf16"], fp16.attrs["fp16_error"]  # rows of floats
 print(
-    f"fp16: {f16.skipped} of {f16.steps} steps skipped, the loss scale from {f16.first_loss_scale:,.0f} to "
+    f"fp16: {f16.skipped:.0f} of {f16.steps:.0f} steps skipped, the loss scale from {f16.first_loss_scale:,.0f} to "
     f"{f16.last_loss_scale:,.0f}"
     + (f', then DeepSpeed stopped: "{error.rstrip(".")}"' if error else ", and DeepSpeed did not stop")
-    + f"; bf16 took {b16.steps - b16.skipped} of {b16.steps} steps, from loss {b16.first_loss:.3f} to "
+    + f"; bf16 took {b16.steps - b16.skipped:.0f} of {b16.steps:.0f} steps, from loss {b16.first_loss:.3f} to "
     f"{b16.last_loss:.3f}: the overflow is in the activations, which bf16's range holds."
 )
 
