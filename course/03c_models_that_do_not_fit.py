@@ -235,7 +235,8 @@ display(large_models.rung_ratios(mine, ref_rung))
 # states is <!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter x its <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor.
 
 # %%
-large_models.exercise_table(offload_run)
+host_table = large_models.exercise_table(offload_run)
+display(host_table)
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises

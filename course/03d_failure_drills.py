@@ -80,16 +80,15 @@ print(
 )
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(
-    fp16.groupby("precision", sort=False).agg(
-        steps=("step", "count"),
-        skipped=("skipped", "sum"),
-        first_loss=("loss", "first"),
-        last_loss=("loss", "last"),
-        first_loss_scale=("loss_scale", "first"),
-        last_loss_scale=("loss_scale", "last"),
-    )
+summary = fp16.groupby("precision", sort=False).agg(
+    steps=("step", "count"),
+    skipped=("skipped", "sum"),
+    first_loss=("loss", "first"),
+    last_loss=("loss", "last"),
+    first_loss_scale=("loss_scale", "first"),
+    last_loss_scale=("loss_scale", "last"),
 )
+display(summary)
 
 # %% [markdown] tags=["exercise"]
 # 1. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?

@@ -233,7 +233,8 @@ display(large_models.rung_ratios(mine, ref_rung))
 # states is <!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter x its <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor.
 
 # %%
-large_models.exercise_table(offload_run)
+host_table = large_models.exercise_table(offload_run)
+display(host_table)
 
 # %% [markdown] tags=["exercise"]
 # ## Exercises
@@ -241,20 +242,15 @@ large_models.exercise_table(offload_run)
 #    how does that compare with DeepSpeed's estimate (<!--fig:host-bytes-->18<!--/fig:host-bytes--> bytes per parameter, x <!--fig:buffer-factor-->1.5<!--/fig:buffer-factor--> buffer factor)?
 
 # %% tags=["solution"]
-ref = large_models.reference_result("stage3_offload")  # None without the reference runs (workshop_lessons/reference)
-for r, who in ((offload_run, "yours"), (ref, "the H100 reference")):
-    if r is None:
-        continue
-    h = large_models.host_states(r)
-    c = h.vs_estimate
+for _, row in host_table.iterrows():  # yours, then the H100 reference's (none without workshop_lessons/reference)
+    host, est = row["host bytes/param after step 1"], row["est. host states bytes/param"]
+    gpu = row[results.title("gpu_peak_mib")]
     print(
-        f"{who}: ZeRO-3 + CPU offload trained {'the tiny model' if h.tiny else h.model} "
-        f"({h.num_params / 1e6:,.1f}M parameters) with "
-        + (f"{h.gpu_peak_mib:,.0f} MiB GPU peak (NVML) and " if h.gpu_peak_mib else "")
-        + f"host RSS {h.host_states_rss_mib:,.0f} MiB after step 1: {h.bytes_per_param:,.1f} bytes/param of host "
-        f"memory against DeepSpeed's estimate of {h.estimate_bytes_per_param:,.1f}, {c.ratio:.2f}x it ({c.verdict}; "
-        f"{c.band_text}: one run)"
-        + ("; on a tiny model the process's own libraries dominate the RSS." if h.libraries_dominate else ".")
+        f"{row['measured']}: ZeRO-3 + CPU offload trained {row['model']} ({row['parameters (M)']:,.1f}M parameters) "
+        + (f"with {gpu:,.0f} MiB GPU peak (NVML) and " if pd.notna(gpu) else "with ")
+        + f"host RSS {row[results.title('host_states_rss_mib')]:,.0f} MiB after step 1: {host:,.1f} bytes/param of "
+        f"host memory against DeepSpeed's estimate of {est:,.1f}, {host / est:.2f}x it (one run: no band)"
+        + ("; on a tiny model the process's own libraries dominate the RSS." if "tiny" in row["model"] else ".")
     )
 
 # %% [markdown] tags=["exercise"]

@@ -78,16 +78,15 @@ print(
 )
 drills.plot_fp16_overflow(fp16)
 plt.show()
-display(
-    fp16.groupby("precision", sort=False).agg(
-        steps=("step", "count"),
-        skipped=("skipped", "sum"),
-        first_loss=("loss", "first"),
-        last_loss=("loss", "last"),
-        first_loss_scale=("loss_scale", "first"),
-        last_loss_scale=("loss_scale", "last"),
-    )
+summary = fp16.groupby("precision", sort=False).agg(
+    steps=("step", "count"),
+    skipped=("skipped", "sum"),
+    first_loss=("loss", "first"),
+    last_loss=("loss", "last"),
+    first_loss_scale=("loss_scale", "first"),
+    last_loss_scale=("loss_scale", "last"),
 )
+display(summary)
 
 # %% [markdown] tags=["exercise"]
 # 1. What arithmetic did DeepSpeed print for the mismatched batch, and what is the fix?
@@ -107,13 +106,13 @@ print(
 # 2. How many fp16 steps were skipped before DeepSpeed stopped, and what did bf16 do with the same steps?
 
 # %% tags=["solution"]
-o = drills.fp16_summary(fp16)
+f16, b16, error = summary.loc["fp16"], summary.loc["bf16"], fp16.attrs["fp16_error"]  # rows of floats
 print(
-    f"fp16: {o.fp16_skipped} of {o.fp16_steps} steps skipped, the loss scale from {o.first_loss_scale:,.0f} to "
-    f"{o.last_loss_scale:,.0f}"
-    + (f', then DeepSpeed stopped: "{o.fp16_error.rstrip(".")}"' if o.fp16_error else ", and DeepSpeed did not stop")
-    + f"; bf16 took {o.bf16_steps - o.bf16_skipped} of {o.bf16_steps} steps, from loss {o.bf16_first_loss:.3f} to "
-    f"{o.bf16_last_loss:.3f}: the overflow is in the activations, which bf16's range holds."
+    f"fp16: {f16.skipped:.0f} of {f16.steps:.0f} steps skipped, the loss scale from {f16.first_loss_scale:,.0f} to "
+    f"{f16.last_loss_scale:,.0f}"
+    + (f', then DeepSpeed stopped: "{error.rstrip(".")}"' if error else ", and DeepSpeed did not stop")
+    + f"; bf16 took {b16.steps - b16.skipped:.0f} of {b16.steps:.0f} steps, from loss {b16.first_loss:.3f} to "
+    f"{b16.last_loss:.3f}: the overflow is in the activations, which bf16's range holds."
 )
 
 # %% [markdown]

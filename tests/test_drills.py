@@ -56,18 +56,14 @@ def test_fp16_loss_scale_collapses_while_bf16_trains(route):
     assert len(f16) == math.log2(start / floor) + hysteresis < 20
     assert df.attrs["fp16_error"].startswith("Current loss scale already at minimum - cannot decrease scale anymore")
     assert f16.error.iloc[-1] == df.attrs["fp16_error"] and (f16.error.iloc[:-1] == "").all()
-    assert "OVERFLOW" in f16.deepspeed_message.iloc[0] and "hysteresis" in f16.deepspeed_message.iloc[0]
 
     # bf16: the same model and data, every step taken, finite losses, falling
     assert len(b16) == 20 and not b16.overflow.any() and not b16.skipped.any()
     assert b16.loss.apply(math.isfinite).all() and (b16.loss_scale == 1).all()
     assert b16.loss.iloc[-1] < b16.loss.iloc[0]
 
-    # the record notebook 03c's answer is written from
-    o = drills.fp16_summary(df)
-    assert (o.fp16_steps, o.fp16_skipped, o.bf16_steps, o.bf16_skipped) == (len(f16), len(f16), 20, 0)
-    assert (o.first_loss_scale, o.last_loss_scale) == (start, floor) and o.fp16_error == df.attrs["fp16_error"]
-    assert (o.bf16_first_loss, o.bf16_last_loss) == (b16.loss.iloc[0], b16.loss.iloc[-1])
+    # the first and last loss scale notebook 03d's summary table shows: the start, then the floor
+    assert (f16.loss_scale.iloc[0], f16.loss_scale.iloc[-1]) == (start, floor)
 
     import matplotlib
 
@@ -90,7 +86,6 @@ def test_batch_size_mismatch_fails_with_deepspeeds_assertion_and_the_fix_runs():
         )
         for ln in bad["error_lines"]
     )
-    assert bad["raised_in"].startswith("deepspeed/runtime/config.py") and bad["raised_in"].endswith("_batch_assertion")
     assert bad["arithmetic"] == "16 != 4 x 4 x 2 = 32"
     assert bad["fixed_config"] == {
         "train_batch_size": 32,

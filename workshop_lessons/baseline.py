@@ -12,7 +12,7 @@ import pandas as pd
 from workshop_lib import env
 from workshop_lib.config import RECIPE_FIELDS, TINY, RunConfig, resolve
 from workshop_lib.ds_config import EXPERIMENTS
-from workshop_lib.fit import GPUS
+from workshop_lib.gpus import CATALOGUE
 from workshop_lib.model import count_params
 from workshop_lib.preflight import check_machine
 from workshop_lib.units import MiB
@@ -107,14 +107,11 @@ def states_bytes_per_param(r: dict) -> float | None:
 
 def gpu_total_mib(r: dict) -> float | None:
     """The run's GPU memory as nvidia-smi prints it, MiB: results.json's gpu_total_mib, or, for a run made before
-    it was recorded, `fit.GPUS`'s entry whose name (all but its size) is in the run's device name, the one that
-    also names the size where several do (None: no GPU, or none or several match)."""
+    it was recorded, the memory of the first `gpus.CATALOGUE` row that matches its device name (None: no GPU, no
+    row, or a row whose name covers several sizes)."""
     if number(r.get("gpu_total_mib")):
         return r["gpu_total_mib"]
-    device = r.get("device") or ""
-    named = [k for k in GPUS if all(w in device for w in k.split()[:-1])]
-    named = [k for k in named if k.split()[-1] in device] or named
-    return GPUS[named[0]] if len(named) == 1 else None
+    return next((g.memory_mib for g in CATALOGUE if g.match in (r.get("device") or "")), None)
 
 
 def gpu_share(r: dict) -> float | None:

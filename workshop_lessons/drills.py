@@ -8,8 +8,7 @@ what its loss scaler held.
   the config built for the world that runs it (`build_ds_config(..., Settings(world_size=2))`) trains.
 - `fp16_overflow(steps)`: a model with a "massive activation" above fp16's largest number (65504) trained in
   fp16 with DeepSpeed's dynamic loss scaler (every step overflows, the scale halves until DeepSpeed gives up) and
-  in bf16 (finite losses). `fp16_summary` gives its figures as a record; `plot_fp16_overflow` draws the loss
-  scale per step.
+  in bf16 (finite losses). `plot_fp16_overflow` draws the loss scale per step.
 
 The rank-side code of the first drill is this module's command line:
 `python -m workshop_lessons.drills batch-size-rank --micro 4 --accum 4 --config-world-size 1`.
@@ -18,17 +17,12 @@ The rank-side code of the first drill is this module's command line:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import logging
-import logging.handlers
 import os
 import re
 import shlex
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -142,12 +136,10 @@ def batch_size_mismatch(
         {"command": the launch command (str), "returncode": int (1 mismatched, 0 fixed), "world_size": nproc,
          "config": {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"} as sent,
          "error_lines": DeepSpeed's assertion line(s) from the ranks' stderr, deduplicated ([] when fixed),
-         "raised_in": the frame that raised it ("deepspeed/runtime/config.py, line 602, in _batch_assertion"; None),
          "arithmetic": "16 != 4 x 4 x 2 = 32" (from DeepSpeed's own numbers) or "32 == 4 x 4 x 2",
          "output_lines": rank 0's line after one optimizer step ([] when mismatched),
          "fixed_config": the batch sizes `build_ds_config(..., Settings(world_size=nproc))` writes for the world that runs it
-         ({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size"}),
-         "wall_s": float}
+         ({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size"})}
 
     Raises:
         WorkshopError: the launch timed out after `timeout_s` s, or ended otherwise than the drill shows (the
@@ -183,7 +175,6 @@ def batch_size_mismatch(
         "OMP_NUM_THREADS": "1",  # torchrun's own default for several ranks, without its warning
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])),
     }
-    t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
@@ -194,16 +185,9 @@ def batch_size_mismatch(
             "run it again with a larger timeout_s (a first use JIT-builds DeepSpeed's CPU ops), "
             "or look for a stale lock in ~/.cache/torch_extensions.",
         ) from e
-    wall = time.perf_counter() - t0
-    # Each rank that gets there prints the same traceback, torch prefixing "[rank1]: "; keep DeepSpeed's line once,
-    # and the frame that raised it, its path from the deepspeed package on.
+    # Each rank that gets there prints the same traceback, torch prefixing "[rank1]: "; keep DeepSpeed's line once
     lines = [re.sub(r"^\[rank\d+\]:\s*", "", ln).strip() for ln in p.stderr.splitlines()]
     errors = list(dict.fromkeys(ln for ln in lines if BATCH_ASSERTION in ln))
-    frames = [
-        re.sub(r'File ".*?/(deepspeed/[^"]+)"', r"\1", ln)
-        for ln in lines
-        if ln.startswith("File") and "/deepspeed/" in ln
-    ]
     ok_lines = [ln.strip() for ln in p.stdout.splitlines() if "deepspeed.initialize accepted" in ln]
     tail = f"{p.stdout[-1500:]}\n{p.stderr[-2500:]}"
     if fixed and p.returncode != 0:
@@ -232,7 +216,6 @@ def batch_size_mismatch(
             k: cfg[k] for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
         },
         "error_lines": errors,
-        "raised_in": next((f for f in frames if f.endswith("_batch_assertion")), None) if errors else None,
         "arithmetic": arithmetic,
         "output_lines": ok_lines,
         "fixed_config": {
@@ -241,42 +224,10 @@ def batch_size_mismatch(
             "gradient_accumulation_steps": accum,
             "world_size": nproc,
         },
-        "wall_s": round(wall, 1),
     }
 
 
 # ---------------------------------------------------------------------------------------------- drill 2
-
-
-@contextlib.contextmanager
-def _world_of_one():
-    """`env.ensure_distributed_env` for the duration only: DeepSpeed needs RANK, MASTER_PORT... in one process,
-    but a MASTER_PORT left in os.environ would reach every later subprocess (`teardown.restored_world`)."""
-    with teardown.restored_world():
-        env.ensure_distributed_env()
-        yield
-
-
-def overflow_lines(messages: logging.handlers.BufferingHandler) -> str:
-    """DeepSpeed's "OVERFLOW! ... Skipping step" lines among the records `messages` holds, joined by " | "."""
-    return " | ".join(r.getMessage().strip() for r in messages.buffer if "OVERFLOW" in r.getMessage())
-
-
-@contextlib.contextmanager
-def _deepspeed_messages():
-    """Collects DeepSpeed's INFO messages (its "OVERFLOW! ... Skipping step" lines, `overflow_lines`) in a
-    `logging.handlers.BufferingHandler` without printing them: DeepSpeed's own stdout handler stays at WARNING."""
-    # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
-    from deepspeed.utils import logger
-
-    handler, level = logging.handlers.BufferingHandler(capacity=10**6), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def squad_batch(tokenizer, n: int = 4, max_length: int = 64) -> dict:
@@ -341,9 +292,7 @@ def plant_massive_activation(
     }
 
 
-def _train_engine(
-    model, batch: dict, cfg: dict, precision: str, steps: int, messages: logging.handlers.BufferingHandler
-) -> list[dict]:
+def _train_engine(model, batch: dict, cfg: dict, precision: str, steps: int) -> list[dict]:
     """`steps` DeepSpeed engine steps on the same batch; one row per step. Stops at the step DeepSpeed's loss
     scaler raises (its text in "error")."""
     # DeepSpeed here, not at the top: importing it picks the accelerator and probes its ops; env settles both first
@@ -353,7 +302,6 @@ def _train_engine(
     batch = {k: v.to(engine.device) for k, v in batch.items()}
     rows = []
     for step in range(steps):
-        messages.buffer.clear()
         # ZeRO's optimizer holds DeepSpeed's loss scaler: dynamic in fp16, a static 1 in bf16
         scale = float(getattr(engine.optimizer, "loss_scale", 1.0))
         skipped_before, error = engine.skipped_steps, ""
@@ -374,7 +322,6 @@ def _train_engine(
                 "loss_scale": scale,
                 "skipped": bool(error) or engine.skipped_steps > skipped_before,
                 "error": error,
-                "deepspeed_message": overflow_lines(messages),
             }
         )
         if error:
@@ -383,7 +330,7 @@ def _train_engine(
     return rows
 
 
-def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: logging.handlers.BufferingHandler) -> list[dict]:
+def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int) -> list[dict]:
     """The fp16 run without DeepSpeed's engine (for CPUs whose DeepSpeed accelerator refuses fp16): DeepSpeed's
     own `DynamicLossScaler` (deepspeed/runtime/fp16/loss_scaler.py, made by `CreateLossScaler` from the config's
     fp16 section as DeepSpeed parses it), fp16 weights for the forward and backward, fp32 master weights for
@@ -403,7 +350,6 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: logging.h
     opt = torch.optim.AdamW(master, **cfg["optimizer"]["params"])
     rows = []
     for step in range(steps):
-        messages.buffer.clear()
         scale, error = float(scaler.loss_scale), ""
         half.zero_grad(set_to_none=True)
         loss = half(**batch).loss
@@ -434,7 +380,6 @@ def _fp16_by_hand(model, batch: dict, cfg: dict, steps: int, messages: logging.h
                 "loss_scale": scale,
                 "skipped": overflow or bool(error),
                 "error": error,
-                "deepspeed_message": overflow_lines(messages),
             }
         )
         if error:
@@ -483,11 +428,10 @@ def fp16_overflow(
         DataFrame, one row per (precision, step): precision ("fp16", "bf16"), step (0-based), loss (nats per
         token; NaN where the forward overflowed), overflow (DeepSpeed found inf/NaN gradients), loss_scale (the
         factor this step's loss was multiplied by before backward; 1.0 in bf16), skipped (no weight update),
-        error (DeepSpeed's exception text on the step it raised, else ""), deepspeed_message (DeepSpeed's
-        "OVERFLOW! ... Skipping step" log line of the step). `df.attrs`: "route", "accelerator" (DeepSpeed's
+        error (DeepSpeed's exception text on the step it raised, else ""). `df.attrs`: "route", "accelerator" (DeepSpeed's
         accelerator's name), "fp16_supported" (its `is_fp16_supported()`, which picked the "auto" route),
         "massive_activation" (`plant_massive_activation`'s dict or None), "fp16_error" (the exception text or
-        None), "fp16_config" (the config's fp16 section), "wall_s".
+        None), "fp16_config" (the config's fp16 section).
 
     Raises:
         WorkshopError: zero_stage not 1 or 2, an unknown route, or route "engine" where DeepSpeed refuses fp16.
@@ -500,8 +444,10 @@ def fp16_overflow(
         )
     if route not in ("auto", "engine", "scaler"):
         raise WorkshopError(f"Unknown route {route!r}.", "use auto, engine or scaler.")
-    t0 = time.perf_counter()
-    with _world_of_one():  # env's quiet probe of DeepSpeed's ops, then DeepSpeed
+    # DeepSpeed needs RANK, MASTER_PORT... in one process, but a MASTER_PORT left in os.environ would reach every
+    # later subprocess: the world of one for the duration only (`teardown.restored_world`)
+    with teardown.restored_world():
+        env.ensure_distributed_env()
         from deepspeed.accelerator import get_accelerator
 
         env.quiet_libraries()
@@ -519,31 +465,30 @@ def fp16_overflow(
         batch = squad_batch(tok, micro_batch, max_length)
         planted = None if massive_activation is None else plant_massive_activation(model, batch, massive_activation)
         rows, fp16_cfg = [], None
-        with _deepspeed_messages() as messages:
-            for precision in ("fp16", "bf16"):
-                cfg = _resolve_auto(
-                    build_ds_config(
-                        f"stage{zero_stage}",
-                        Settings(
-                            precision=precision,
-                            train_micro_batch_size_per_gpu=len(batch["input_ids"]),
-                            gradient_accumulation_steps=1,
-                            world_size=1,
-                        ),
+        for precision in ("fp16", "bf16"):
+            cfg = _resolve_auto(
+                build_ds_config(
+                    f"stage{zero_stage}",
+                    Settings(
+                        precision=precision,
+                        train_micro_batch_size_per_gpu=len(batch["input_ids"]),
+                        gradient_accumulation_steps=1,
+                        world_size=1,
                     ),
-                    info["num_params"],
-                    lr,
+                ),
+                info["num_params"],
+                lr,
+            )
+            net = copy.deepcopy(model)  # the engine casts its module in place; both runs start alike
+            if precision == "fp16":
+                fp16_cfg = cfg["fp16"]
+                rows += (
+                    _train_engine(net, batch, cfg, precision, steps)
+                    if use == "engine"
+                    else _fp16_by_hand(net, batch, cfg, steps)
                 )
-                net = copy.deepcopy(model)  # the engine casts its module in place; both runs start alike
-                if precision == "fp16":
-                    fp16_cfg = cfg["fp16"]
-                    rows += (
-                        _train_engine(net, batch, cfg, precision, steps, messages)
-                        if use == "engine"
-                        else _fp16_by_hand(net, batch, cfg, steps, messages)
-                    )
-                else:
-                    rows += _train_engine(net, batch, cfg, precision, steps, messages)
+            else:
+                rows += _train_engine(net, batch, cfg, precision, steps)
     df = pd.DataFrame(rows)
     errors = [e for e in df["error"] if e]
     df.attrs.update(
@@ -553,43 +498,8 @@ def fp16_overflow(
         massive_activation=planted,
         fp16_config=fp16_cfg,
         fp16_error=errors[0] if errors else None,
-        wall_s=round(time.perf_counter() - t0, 1),
     )
     return df
-
-
-@dataclass(frozen=True)
-class Fp16Overflow:
-    """`fp16_overflow`'s outcome: the fp16 run's steps (until DeepSpeed raised, if it did), how many were skipped,
-    the loss scale of its first and last step (multipliers), DeepSpeed's exception (None where it did not
-    raise), and the bf16 run's steps, skipped steps and first and last loss (nats per token)."""
-
-    fp16_steps: int
-    fp16_skipped: int
-    first_loss_scale: float
-    last_loss_scale: float
-    fp16_error: str | None
-    bf16_steps: int
-    bf16_skipped: int
-    bf16_first_loss: float
-    bf16_last_loss: float
-
-
-def fp16_summary(df: pd.DataFrame) -> Fp16Overflow:
-    """`Fp16Overflow` of `fp16_overflow`'s DataFrame."""
-    f16, b16 = df[df["precision"] == "fp16"], df[df["precision"] == "bf16"]
-    errors = [e for e in f16["error"] if e]
-    return Fp16Overflow(
-        len(f16),
-        int(f16["skipped"].sum()),
-        float(f16["loss_scale"].iloc[0]),
-        float(f16["loss_scale"].iloc[-1]),
-        errors[-1] if errors else None,
-        len(b16),
-        int(b16["skipped"].sum()),
-        float(b16["loss"].iloc[0]),
-        float(b16["loss"].iloc[-1]),
-    )
 
 
 def plot_fp16_overflow(df: pd.DataFrame, ax=None):

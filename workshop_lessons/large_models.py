@@ -2,7 +2,7 @@
 on two H200s, committed under workshop_lessons/reference), each run's outcome read from its directory and log,
 with `fit.estimate` beside every measured figure; the learner's runs beside them (`exercise_table`, and the rung
 with activation checkpointing against ZeRO-3 + CPU offload, both trained here: `checkpointing_rung`, `rung_ratios`),
-and the records the solution notebook writes its answers from (`host_states`, `rung_against_offload`,
+and the records the solution notebook writes its answers from (`exercise_table`, `rung_against_offload`,
 `ratio_against_reference`): figures, not sentences.
 
     python scripts/make_references.py large-models   # rewrites reference/*/large-models*/table.md from the runs
@@ -269,55 +269,8 @@ def pick_model(gpu_mib: float | None, host_mib: float) -> Choice:
     return Choice(*(found := _choose(gpu_mib, host_mib))[:2], gpu_mib, host_mib, False, *found[2:])
 
 
-@dataclass(frozen=True)
-class HostStates:
-    """What the host held after the first optimizer step of a ZeRO-3 + CPU offload run (results.json's
-    host_states_rss_mib, the process's RSS; MiB and bytes/param) against DeepSpeed's estimate of the offloaded
-    model states (estimated_model_states_cpu_mib: 18 bytes/param x its 1.5 buffer factor). `vs_estimate`:
-    measured against estimated, no band (one run). `gpu_peak_mib`: NVML's peak, None without a GPU."""
-
-    model: str
-    tiny: bool
-    num_params: int
-    host_states_rss_mib: float
-    estimated_host_states_mib: float
-    gpu_peak_mib: float | None
-    vs_estimate: Comparison
-
-    @property
-    def bytes_per_param(self) -> float:
-        return self.host_states_rss_mib * MiB / self.num_params
-
-    @property
-    def estimate_bytes_per_param(self) -> float:
-        return self.estimated_host_states_mib * MiB / self.num_params
-
-    @property
-    def libraries_dominate(self) -> bool:
-        """More than LIBRARIES_DOMINATE bytes/param: the process's own libraries (torch, DeepSpeed: about a GiB
-        of RSS), not the model states, make the figure (a tiny model)."""
-        return self.bytes_per_param > LIBRARIES_DOMINATE
-
-
-LIBRARIES_DOMINATE = 100  # bytes/param; model states take 18-27, a tiny model's RSS is mostly its libraries
-
-
 def _tiny(r: dict) -> bool:
     return bool(r.get("tiny", (r.get("config") or {}).get("tiny")))
-
-
-def host_states(run: dict) -> HostStates:
-    """`HostStates` of a ZeRO-3 + CPU offload run's results.json dict (the learner's, or `reference_result`'s)."""
-    host, est = run["host_states_rss_mib"], run["estimated_model_states_cpu_mib"]
-    return HostStates(
-        run["model"],
-        _tiny(run),
-        int(run["num_params"]),
-        float(host),
-        float(est),
-        run.get("gpu_peak_mib"),
-        compare("host_states_rss_mib", host, est, noise=None),
-    )
 
 
 H100 = "one H100 80GB, 128 GiB host"
@@ -329,10 +282,9 @@ class CheckpointingRung:
     """The rung notebook 03c trains beside ZeRO-3 + CPU offload: the first change up the ladder that fits the model
     on the GPUs at hand (`fit.fix_on_these_gpus`), where that change is activation checkpointing without offload,
     the model and micro-batch unchanged; as a run, `experiment` (its ZeRO stage: baseline, stage2 or stage3) with
-    activation checkpointing, written to the folder `name`."""
+    activation checkpointing, written to the folder `name`. Its words are `fit.fix_on_these_gpus(est)["change"]`."""
 
     experiment: str
-    change: str  # fit's words for the rung, e.g. "HF Trainer (torch AdamW) + activation checkpointing"
 
     @property
     def name(self) -> str:
@@ -353,9 +305,7 @@ def checkpointing_rung(est: dict) -> CheckpointingRung | None:
     ):
         return None
     setup = {"zero_stage": c["zero_stage"], "offload": "none"}
-    return CheckpointingRung(
-        next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay), fix["change"]
-    )
+    return CheckpointingRung(next(n for n, e in EXPERIMENTS.items() if e.fit_setup == setup and not e.overlay))
 
 
 @dataclass(frozen=True)
