@@ -448,8 +448,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     exp = EXPERIMENTS[cfg.experiment]
     if cfg.comms_logger and not (exp.deepspeed or exp.fsdp):
         raise WorkshopError(
-            f"--comms-logger logs DeepSpeed's collectives, and {cfg.experiment} runs without DeepSpeed.",
-            "use a ZeRO experiment (stage0-stage3), or leave --comms-logger out.",
+            f"--comms-logger logs the collectives of ZeRO and FSDP2 runs, and {cfg.experiment} shards nothing.",
+            "use a ZeRO experiment (stage0-stage3) or fsdp2, or leave --comms-logger out.",
         )
     if cfg.ds_config:
         cfg = replace(cfg, ds_config=[cfg.ds_config] if isinstance(cfg.ds_config, str) else list(cfg.ds_config))
