@@ -44,3 +44,6 @@ def test_a_tiny_or_random_weight_model_is_named_as_such(tmp_path):
     assert (
         model_caveat(real) is None and model_caveat(real / "model") is None and model_caveat("Qwen/Qwen3-0.6B") is None
     )
+    for damaged in ("[1, 2]", '{"config": 5}', '{"tiny": tr'):  # not an object, a config of another type, cut short
+        (real / "run_config.json").write_text(damaged)
+        assert model_caveat(real) is None

@@ -64,6 +64,8 @@ def snapshot(path: Path):
 def model_dirs(tmp_path_factory):
     """Local model directories: complete (tiny Qwen3 saved with its tokenizer), without weights, without a
     tokenizer, and one whose config needs custom code."""
+    import torch
+
     from workshop_lib.model import load_model_and_tokenizer
 
     root = tmp_path_factory.mktemp("models")
@@ -85,6 +87,10 @@ def model_dirs(tmp_path_factory):
     (root / "empty_weights" / "model.safetensors").write_bytes(b"")
     shutil.copytree(root / "complete", root / "run" / "model")  # a run's folder whose model/ was cut short so
     (root / "run" / "model" / "model.safetensors").write_bytes(b"")
+    (root / "pickle_weights").mkdir()  # weights in a pickle alone (torch.save), no safetensors
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(root / "complete" / f, root / "pickle_weights")
+    torch.save(net.state_dict(), root / "pickle_weights" / "pytorch_model.bin")
     net.resize_token_embeddings(1000)  # fewer embedding rows than its 4,096-token tokenizer has ids
     net.save_pretrained(root / "small_vocab")
     tok.save_pretrained(root / "small_vocab")
@@ -167,6 +173,14 @@ def stringly_run(tmp_path) -> Path:
 def nested_json(path: Path) -> Path:
     """A JSON file nested past Python's recursion limit (json.loads raises RecursionError)."""
     path.write_text("[" * 100_000 + "]" * 100_000)
+    return path
+
+
+def sparse_file(path: Path, head: bytes, size: int) -> Path:
+    """A file of `size` bytes that begins with `head`, the rest a hole (no bytes on disk)."""
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(size)
     return path
 
 
@@ -304,6 +318,21 @@ BAD = [
         "no tokenizer",
     ),
     ("model with custom code", lambda t, m: ["baseline", "--allow-cpu", "--model", m / "custom"], "trust_remote_code"),
+    (
+        "model with pickle weights only",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "pickle_weights", "--max-steps", "1"],
+        "pytorch_model.bin",
+    ),
+    (
+        "train file of 1 GiB",
+        lambda t, m: ["baseline", T, "--train-file", sparse_file(t / "huge.json", b'{"data": [', 2**30)],
+        "holds 1,024 MiB",
+    ),
+    (
+        "train file not JSON",
+        lambda t, m: ["baseline", T, "--train-file", sparse_file(t / "squad.csv", b"id,question,context\n", 2**30)],
+        "is not a SQuAD JSON file",
+    ),
     (
         "model with empty weights",
         lambda t, m: ["baseline", "--allow-cpu", "--model", m / "empty_weights"],

@@ -361,7 +361,12 @@ def zero_partitions(ckpt: str | os.PathLike) -> int:
     return len(list((ckpt / tag).glob("*zero_pp_rank_*_optim_states.pt"))) if tag else 0
 
 
-def _started(out: str | os.PathLike) -> dict | None:
+def run_config(out: str | os.PathLike) -> dict | None:
+    """The settings the run in `out` started with (its run_config.json), or None where it has none.
+
+    Raises:
+        WorkshopError: the file is not a JSON object, or its world_size or gradient_accumulation_steps is no whole
+            number >= 1 (cut short, edited by hand); the fix starts the run again."""
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return None
@@ -418,7 +423,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
 
     Raises:
         WorkshopError: another world size (first: its own fix), or naming each differing setting with both values."""
-    before = _started(out)
+    before = run_config(out)
     if before is None:
         return
     if before.get("world_size", 1) != world_size:

@@ -53,16 +53,16 @@ def model_caveat(path: str | os.PathLike) -> str | None:
                 continue
             try:
                 data = json.loads(f.read_text())
-            except (OSError, ValueError):
+                cfg = data.get("config", data)
+                what = (
+                    "the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
+                    if cfg.get("tiny")
+                    else "a model trained from random weights (--random-weights), not a pretrained one"
+                    if cfg.get("random_weights")
+                    else None
+                )
+            except (OSError, ValueError, AttributeError):  # damaged (cut short, not an object): no caveat from it
                 continue
-            cfg = data.get("config", data)
-            what = (
-                "the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
-                if cfg.get("tiny")
-                else "a model trained from random weights (--random-weights), not a pretrained one"
-                if cfg.get("random_weights")
-                else None
-            )
             if what:
                 return (
                     f"Note: {path} holds {what}: its answers are not meant to be right, and exact match "

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import torch
 
@@ -161,17 +159,19 @@ def sized_micro_batch(argv: list[str]) -> int | None:
     the run's micro-batch token budget on this node's GPU, `fit.micro_batch_budget` of its experiment as the
     notebooks size theirs (the choice and why on stderr), or the budget its output directory's run recorded (a
     resume keeps it). None without a GPU, with --max-tokens-per-micro-batch given, other batching, a model `fit`
-    does not know, or settings `resolve` refuses (the run then says why)."""
+    does not know, settings `resolve` refuses, or a run_config.json that is damaged or records no budget >= 1 (the
+    run then says why). Writes nothing."""
     if "--max-tokens-per-micro-batch" in argv or not torch.cuda.is_available():
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # argparse's complaint: the run itself prints it, once
             cfg = resolve(parse_run_args(argv))
+        started = checkpoint.run_config(cfg.output_dir)  # damaged: the resumed run says so (check_same_run)
     except (WorkshopError, SystemExit):
         return None
-    recorded = Path(cfg.output_dir) / checkpoint.RUN_CONFIG
-    if recorded.is_file():
-        return json.loads(recorded.read_text()).get("max_tokens_per_micro_batch")
+    if started is not None:
+        tokens = started.get("max_tokens_per_micro_batch")
+        return tokens if type(tokens) is int and tokens >= 1 else None  # another: the run names both values
     if cfg.batching != "token_budget" or cfg.model not in fit.MODELS:
         return None
     setup = {cfg.experiment: experiment_named(cfg.experiment).fit_setup | {"logits_on": cfg.logits_on}}
