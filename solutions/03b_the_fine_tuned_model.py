@@ -263,7 +263,7 @@ print(
 pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)
 
 # %% [markdown]
-# One question of your own, as `workshop ask runs/... --question ... --context ...` does:
+# One question of your own (`evaluation.ask`: the answer `generate_answers` gives):
 
 # %%
 row = load_squad("validation" if real else "train", 1, verbose=False)[0]

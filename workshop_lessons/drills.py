@@ -162,10 +162,7 @@ def batch_size_mismatch(
         "torch.distributed.run",
         "--nproc_per_node",
         str(nproc),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(env.free_port()),
+        "--standalone",  # a free local port for the rendezvous, chosen by torchrun
         "-m",
         "workshop_lessons.drills",
         "batch-size-rank",
@@ -254,6 +251,7 @@ def _world_of_one():
     but a MASTER_PORT left in os.environ would reach every later subprocess (`teardown.restored_world`)."""
     with teardown.restored_world():
         env.ensure_distributed_env()
+        env.init_distributed()  # its group on an in-process store: DeepSpeed binds no MASTER_PORT
         yield
 
 

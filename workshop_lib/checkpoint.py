@@ -77,12 +77,9 @@ SAFE_GLOBALS = {
 }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            h.update(chunk)
-    return h.hexdigest()
+def _sha256(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _name_step(ckpt: Path) -> int | None:
@@ -409,8 +406,7 @@ def _with_data(config: dict) -> dict:
     digests = {}
     for name in ("train_file", "eval_file"):
         if config.get(name):
-            with open(config[name], "rb") as f:
-                digests[f"{name}_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+            digests[f"{name}_sha256"] = _sha256(config[name])
     return config | digests
 
 
@@ -515,8 +511,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
                     and not f.name.endswith(".index.json")
                 ):
                     shutil.copy2(f, tmp / f.name)
-    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own
-        if not rundir.disk_full(e, out.parent):
+    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own, no OSError
+        if "No space left on device" not in str(e):
             raise
         raise WorkshopError(
             f"{out} could not be written: No space left on device; nothing was written.",

@@ -326,43 +326,20 @@ def field_types(cls) -> dict:
 
 
 def _check_type(name: str, value, where: str) -> None:
-    """Raise WorkshopError unless `value` is of RunConfig field `name`'s type (None where the field allows it;
-    a `Literal`'s choices; int for int, a number for float, bool for bool, strings for list[str])."""
-    import numbers
-    import types
+    """Raise WorkshopError unless `value` is of RunConfig field `name`'s type as pydantic validates it, strictly: no
+    "512" for 512 nor 1 for True; None where the field allows it; a `Literal`'s choices; an int for a float; one
+    string or a tuple for a list (--ds-config given from Python)."""
+    import pydantic
 
-    hint = field_types(RunConfig)[name]
-    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    for kind in kinds:
-        origin = typing.get_origin(kind)
-        if (
-            kind is type(None)
-            and value is None
-            or origin is Literal
-            and value in typing.get_args(kind)
-            or kind is bool
-            and isinstance(value, bool)
-            or kind is int
-            and isinstance(value, numbers.Integral)
-            and not isinstance(value, bool)
-            or kind is float
-            and isinstance(value, numbers.Real)
-            and not isinstance(value, bool)
-            or kind is str
-            and isinstance(value, str)
-            or origin is list
-            and isinstance(value, (list, tuple, str))
-        ):
-            return
-    choices = [c for k in kinds if typing.get_origin(k) is Literal for c in typing.get_args(k)]
-    expected = (
-        f"one of {', '.join(map(repr, choices))}"
-        if choices
-        else " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
-    )
-    raise WorkshopError(
-        f"{where}: {name} must be {expected}, got {value!r}.", f"set {name} (--{name.replace('_', '-')}) to {expected}."
-    )
+    try:
+        pydantic.TypeAdapter(field_types(RunConfig)[name]).validate_python(
+            [value] if isinstance(value, str) and name == "ds_config" else value, strict=name != "ds_config"
+        )
+    except pydantic.ValidationError as e:
+        raise WorkshopError(
+            f"{where}: {name} {e.errors()[0]['msg'].replace('Input should be', 'must be')}, got {value!r}.",
+            f"set {name} (--{name.replace('_', '-')}) as `workshop run --help` describes it.",
+        ) from None
 
 
 for _name, _recipe in RECIPES.items():  # a typo in a recipe fails here, at import, naming it

@@ -12,7 +12,6 @@ import io
 import logging
 import os
 import platform
-import random
 import re
 import socket
 import subprocess
@@ -102,29 +101,6 @@ def versions() -> dict:
     return out
 
 
-def free_port() -> int:
-    """A TCP port that nothing listens on now, for a world of one's rendezvous (MASTER_PORT). Drawn at random
-    below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel handed out
-    (bind to 0) is one it also hands to outgoing connections, which took it before the run bound it (CI saw
-    EADDRINUSE). Bound on every interface to test it, as torch's TCPStore binds it."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: the IANA dynamic range starts at 49152
-        low = 49152
-    draw = random.Random()  # not the global RNG a seeded run uses
-    for _ in range(100):
-        port = draw.randrange(max(1024, low - 10000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def ensure_distributed_env() -> None:
     """Make a plain process (a notebook kernel, `workshop run` without a launcher) a world of one.
 
@@ -137,7 +113,8 @@ def ensure_distributed_env() -> None:
             WORLD_SIZE="1",
             LOCAL_RANK="0",
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()),
+            # DeepSpeed needs one set; nothing listens on it: the group starts on an in-process store (init_distributed)
+            MASTER_PORT=os.environ.get("MASTER_PORT") or "29500",
         )
     skip_unused_deepspeed_ops(int(os.environ["WORLD_SIZE"]))
 
