@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from functools import lru_cache
@@ -313,26 +312,10 @@ def check_deepspeed_ops(names: list[str]) -> None:
             )
 
 
-def _say_compiling(said: list, name: str, note: str, stdout, done=None, build_dir=None, since=0.0) -> None:
-    while done is not None and not compiling(build_dir, since):  # a cached build: only once torch compiles
-        if done.wait(1.0):
-            return
-    said.append(True)
-    print(f"Compiling DeepSpeed's {name} op ({note}; minutes) ...", file=stdout, flush=True)
-
-
-def compiling(build_dir: Path, since: float) -> bool:
-    """Whether torch compiles in `build_dir`: a file there (build.ninja, an object, ninja's log; not torch's lock, which
-    a load of a cached op takes too) written after `since` (seconds since the epoch)."""
-    return any(f.name != "lock" and f.stat().st_mtime > since for f in build_dir.iterdir() if f.is_file())
-
-
 def build_deepspeed_ops(names: list[str]) -> None:
     """Build (once per machine and torch version, cached in the torch extensions folder) or load each named DeepSpeed op
-    now, saying so when it compiles and how long it took, rather than minutes of silence inside the first step. Torch
-    decides whether to compile (no build yet, or one made by another torch or compiler: a stale cache), so with a
-    cached build the line comes once the build folder gains files (`compiling`), however slow the load; a cached op
-    loads silently.
+    now, saying so and how long it took when there is no build yet, rather than minutes of silence inside the first
+    step; a cached op loads silently (so does the rebuild torch makes of a cache another torch or compiler wrote).
 
     Raises:
         WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
@@ -344,24 +327,14 @@ def build_deepspeed_ops(names: list[str]) -> None:
             f"DeepSpeed's {builder.name} op",
             timeout_s=variables.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600.0),
         )
-        cached = any(build_dir.glob("*.so"))
-        note = (
-            "its cached build is from another torch installation or compiler"
-            if cached
-            else "once per machine and torch"
-        )
-        said, done = [], threading.Event()  # DeepSpeed's own "... built successfully" line is silenced below
-        args = (said, builder.name, note, sys.stdout, done if cached else None, build_dir, time.time())
-        t0, watcher = time.perf_counter(), threading.Thread(target=_say_compiling, args=args, daemon=True)
-        watcher.start()
-        try:
-            # quiet_stderr: load() probes again, and DeepSpeed's own later load() finds it loaded
-            with contextlib.redirect_stdout(io.StringIO()), quiet_stderr():
-                builder.load(verbose=False)
-        finally:
-            done.set()
-            watcher.join()
-        if said:
+        first = not any(build_dir.glob("*.so"))
+        if first:
+            print(f"Compiling DeepSpeed's {builder.name} op (once per machine and torch; minutes) ...", flush=True)
+        t0 = time.perf_counter()
+        # DeepSpeed's own lines silenced; quiet_stderr: load() probes again (DeepSpeed's later load() finds it loaded)
+        with contextlib.redirect_stdout(io.StringIO()), quiet_stderr():
+            builder.load(verbose=False)
+        if first:
             print(f"  compiled in {time.perf_counter() - t0:.0f} s, cached in {build_dir} for later runs.", flush=True)
 
 
