@@ -6,7 +6,7 @@
 # torch: with a GPU the newest CUDA build from PyPI; without, the CPU build of torch 2.13.0 (small, fast).
 # DeepSpeed's optimizer ops are compiled here, once, with their time printed: CPU Adam (offload) always,
 # and with the full set-up every op the notebooks and tests use, into this environment's extension cache
-# (`workshop_lib.env`); no run or notebook compiles them later. (Just in time, as runs would: DeepSpeed's
+# (scripts/build_ops.py); no run or notebook compiles them later. (Just in time, as runs would: DeepSpeed's
 # install-time build, DS_BUILD_CPU_ADAM=1, compiles one file at a time and took about twice as long on 2 cores.)
 _setup_mode=${WORKSHOP_SETUP:-full}
 if [ -z "${VIRTUAL_ENV:-}${CONDA_PREFIX:-}" ]; then
@@ -47,5 +47,5 @@ fi
 # on a CPU the shared-memory collectives of several ranks (better here than inside a run's warm-up)
 _ops="CPUAdamBuilder"; { [ $_gpu = 1 ] || [ "$_setup_mode" != run ]; } && _ops="FusedAdamBuilder $_ops"
 [ "$_setup_mode" != run ] && [ $_gpu = 0 ] && _ops="$_ops ShareMemCommBuilder"
-python -m workshop_lib.env --build-ops $_ops
+python scripts/build_ops.py $_ops
 unset _setup_mode _extras _check _gpu _ops

@@ -96,11 +96,6 @@ def run(argv: list[str]) -> int:
             f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {Path(res['output_dir']) / 'results.json'}"
             + (f", the model in {Path(res['output_dir']) / 'model'}" if res["config"]["save_model"] else "")
         )
-        if res["em"] is not None:
-            print(
-                f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
-                f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)"
-            )
     _end_process_group()
     return 0
 

@@ -459,18 +459,3 @@ def gpu_free_mib() -> float | None:
     if fraction is not None:
         free = min(free, fraction * total - torch.cuda.memory_reserved())
     return free / MiB
-
-
-# `python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now, each
-# announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and set-up goes
-# on (exit status 0): the experiments that do not need it still run.
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["--build-ops"]:
-        sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
-    sanitize_cuda_arch_list()
-    for name in sys.argv[2:]:
-        try:
-            check_deepspeed_ops([name])
-            build_deepspeed_ops([name])
-        except (WorkshopError, ImportError, RuntimeError, OSError) as e:
-            print(f"\nDeepSpeed's {name} was not built: {e}".replace("\n", "\n  "))

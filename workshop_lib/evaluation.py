@@ -175,14 +175,3 @@ def evaluate_squad(
     scores["model"] = str(source)
     write_json_atomic(out / SCORES, scores)
     return scores
-
-
-def ask(path: str | os.PathLike, question: str, context: str, max_new_tokens: int = 32) -> str:
-    """The model's answer to one question about `context` (`generate_answers`), as notebook 03b asks its own."""
-    if not question.strip() or not context.strip():
-        raise WorkshopError(
-            "The question and the context must both hold text.",
-            'pass --question "..." --context "..." (the paragraph the answer is in).',
-        )
-    net, tokenizer = load_model(path)
-    return generate_answers(net, tokenizer, [question], [context], 1, max_new_tokens, progress=False)[0]

@@ -62,14 +62,10 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
     compile_ = cfg.torch_compile and torch.cuda.is_available()
+    # off under ZeRO-3 unless asked: DeepSpeed's parameter-gathering hooks split every compiled block into pieces (the
+    # lab benchmark's compile row, lab/findings/h100/bench); results.json's config records torch_compile false
     if compile_ and (exp.zero_stage or 0) >= 3 and not cfg.torch_compile_zero3:
         compile_ = False
-        if env.world()[0] == 0:
-            print(
-                "torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
-                "--torch-compile-zero3 true compiles anyway)."
-            )
     return replace(
         cfg,
         precision=precision,
