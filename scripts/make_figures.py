@@ -1221,9 +1221,13 @@ def guide(p: Page) -> None:
             for _, r in st.iterrows()
         ],
     )
-    from workshop_lib.variables import markdown_table
+    from workshop_lib.variables import VARIABLES
 
-    p.tables["variables"] = markdown_table().splitlines()  # every WORKSHOP_* variable, from workshop_lib.variables
+    p.tables["variables"] = [  # every WORKSHOP_* variable, from workshop_lib.variables
+        "| variable | default | read by | meaning |",
+        "| --- | --- | --- | --- |",
+        *(f"| `{v.name}` | {v.default} | {v.read_by} | {v.meaning} |" for v in VARIABLES.values()),
+    ]
     import workshop_lessons as lessons
     from workshop_lib.fit import GPUS, HEADROOM
 

@@ -79,7 +79,7 @@ if [ "$_setup_mode" != run ]; then  # the course's Jupyter server extension (wor
 fi
 # The core's DeepSpeed op, CPU Adam, compiled now unless this environment has it (then loaded in seconds)
 part CPUAdamBuilder "DeepSpeed's CPU Adam op: loaded where this environment has it, else compiled" \
-  python -m workshop_lib.env --build-ops CPUAdamBuilder
+  python scripts/build_ops.py CPUAdamBuilder
 if [ -n "${WORKSHOP_SETUP_TIMES:-}" ]; then
   python3 - "$WORKSHOP_SETUP_TIMES" "${_measured[@]}" <<'PY'
 import json, os, platform, sys, torch

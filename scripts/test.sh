@@ -12,7 +12,7 @@ source scripts/setup.sh
 # The suite's other DeepSpeed ops now, not inside a test (set-up compiles the core's only): fused Adam, and without a
 # GPU the shared-memory collectives of several CPU ranks
 _ops=FusedAdamBuilder; nvidia-smi -L >/dev/null 2>&1 || _ops="$_ops ShareMemCommBuilder"
-part suite_ops "DeepSpeed's ops for the suite ($_ops): loaded where built, else compiled" python -m workshop_lib.env --build-ops $_ops
+part suite_ops "DeepSpeed's ops for the suite ($_ops): loaded where built, else compiled" python scripts/build_ops.py $_ops
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WORKSHOP_TINY=1 MPLBACKEND=Agg
 ruff format --check .  # the tree as the formatter writes it (pyproject.toml's [tool.ruff])
 ruff check .

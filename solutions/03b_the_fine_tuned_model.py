@@ -263,11 +263,14 @@ print(
 pd.read_json(RUNS / "scored" / "predictions.jsonl", lines=True)[["question", "prediction", "answers"]].head(8)
 
 # %% [markdown]
-# One question of your own, as `workshop ask runs/... --question ... --context ...` does:
+# One question of your own, answered as `generate_answers` answers every one:
 
 # %%
 row = load_squad("validation" if real else "train", 1, verbose=False)[0]
-print(row["question"], "->", evaluation.ask(RUNS / "scored", row["question"], row["context"]))
+net, tok = evaluation.load_model(RUNS / "scored")
+print(
+    row["question"], "->", evaluation.generate_answers(net, tok, [row["question"]], [row["context"]], progress=False)[0]
+)
 
 # %% [markdown]
 # ## Your runs

@@ -419,11 +419,9 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", disk], check=True)
 
 
-def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
+def test_eval_generates_answers_from_the_saved_model(runs, tmp_path):
     """`workshop eval` writes one prediction per question and their SQuAD scores; the run scored its model
-    before and after training the same way (results.json em, f1); `workshop ask` answers one question."""
-    from workshop_lib.data import load_squad
-
+    before and after training the same way (results.json em, f1)."""
     r = json.loads((runs / "stage2" / "results.json").read_text())
     run_preds = [json.loads(ln) for ln in (runs / "stage2" / "predictions.jsonl").read_text().splitlines()]
     assert len(run_preds) == 4 and all(0 <= r[k] <= 100 for k in ("em", "f1", "em_before", "f1_before"))
@@ -444,19 +442,6 @@ def test_eval_and_ask_generate_answers_from_the_saved_model(runs, tmp_path):
         [x["prediction"] for x in preds], [x["answers"] for x in preds]
     )
     assert f"exact match {scores['em']:.2f}, F1 {scores['f1']:.2f} on 6" in p.stdout
-    row = load_squad("validation", 1, verbose=False)[0]
-    net, tok = evaluation.load_model(runs / "stage2")
-    p = workshop("ask", runs / "stage2", "--question", row["question"], "--context", row["context"])
-    answer = evaluation.generate_answers(net, tok, [row["question"]], [row["context"]])[0]
-    assert p.stdout.splitlines()[0] == (
-        answer if answer.strip() else "(an empty answer: the model's first generated token ended it)"
-    )
-    # the tiny model says what its answers are worth, in both commands
-    assert "not meant to be right" in p.stdout.splitlines()[-1]
-    assert (
-        "not meant to be right"
-        in workshop("eval", runs / "stage2", "--num-questions", 1, "--output-dir", tmp_path / "one").stdout
-    )
 
 
 def test_the_checkpoint_plan_predicts_a_zero3_checkpoints_size(runs):

@@ -258,9 +258,31 @@ def test_a_data_file_too_large_for_the_memory_is_refused_before_it_is_read(tmp_p
 
     big = tmp_path / "big.json"
     with big.open("wb") as f:
+        f.write(b"{")
         f.truncate(int(psutil.virtual_memory().available / data.PARSE_FACTOR) + 2**30)
     with pytest.raises(WorkshopError, match="reading it would take about .*\nTo fix: give --train-file a smaller"):
         data.check_squad_path(big)
+
+
+@pytest.mark.parametrize(
+    "head, size, expected",
+    [
+        (b'{"data": [', 2**30, r"holds 1,024 MiB: reading it .* minutes"),  # 1 GiB, whatever the memory available
+        (b"id,question,context\n", 2**30, "is not a SQuAD JSON file: it begins with 'id,question"),
+        (b"PK\x03\x04", 100, r"is not a SQuAD JSON file: it begins with 'PK\\x03"),  # a zip
+        (b"", 0, "is not a SQuAD JSON file: it begins with ''"),
+    ],
+)
+def test_a_data_file_too_large_or_not_json_is_refused_from_its_size_and_first_bytes(tmp_path, head, size, expected):
+    """Checked before the file is read (`config.resolve` calls `check_squad_path`): its size against `MAX_DATA_MIB`
+    and its first bytes against JSON's (a sparse file: its size, no bytes on disk)."""
+    path = tmp_path / "squad.json"
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(max(size, len(head)))
+    with pytest.raises(WorkshopError, match=expected) as err:
+        data.check_squad_path(path)
+    assert "To fix: give --train-file" in str(err.value)
 
 
 def test_token_budget_batches_reach_the_ranks_of_one_step_in_groups_of_neighbours():

@@ -19,28 +19,3 @@ def test_exact_match_and_f1_follow_the_official_v1_1_definition():
         "num_questions": 5,
     }
     assert squad_scores(["Paris"], [["paris."]]) == {"em": 100.0, "f1": 100.0, "num_questions": 1}
-
-
-def test_a_tiny_or_random_weight_model_is_named_as_such(tmp_path):
-    """`workshop eval` and `ask` add a caveat for the models a run recorded as tiny or random-weight (run_config.json
-    or results.json, the run directory or its model/), and none for any other model."""
-    import json
-
-    from workshop_lib.evaluation import model_caveat
-
-    tiny, rand, real = (tmp_path / n for n in ("tiny", "rand", "real"))
-    for d, cfg in (
-        (tiny, {"tiny": True, "random_weights": False}),
-        (rand, {"tiny": False, "random_weights": True}),
-        (real, {"tiny": False, "random_weights": False}),
-    ):
-        (d / "model").mkdir(parents=True)
-        (d / "run_config.json").write_text(json.dumps(cfg))
-    assert "the tiny model" in model_caveat(tiny) and "not meant to be right" in model_caveat(tiny / "model")
-    assert "random weights" in model_caveat(rand)
-    (rand / "run_config.json").unlink()
-    (rand / "results.json").write_text(json.dumps({"config": {"random_weights": True}}))
-    assert "random weights" in model_caveat(rand / "model")
-    assert (
-        model_caveat(real) is None and model_caveat(real / "model") is None and model_caveat("Qwen/Qwen3-0.6B") is None
-    )

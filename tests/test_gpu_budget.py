@@ -142,3 +142,31 @@ def test_a_batch_job_sizes_its_run_for_its_gpu(experiment, gpu, monkeypatch, tmp
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run_config.json").write_text(json.dumps({"max_tokens_per_micro_batch": 2048}))
     assert preflight.sized_micro_batch(args) == 2048
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        b'{"max_tokens_per_micro_batch": 40',  # cut short
+        b"\xff\xfe not JSON",
+        b"[4096]",
+        b'{"max_tokens_per_micro_batch": "4096"}',
+        b'{"max_tokens_per_micro_batch": 0}',
+        b'{"world_size": "2", "max_tokens_per_micro_batch": 4096}',
+    ],
+)
+def test_a_batch_job_with_a_damaged_run_config_leaves_the_sizing_to_the_run(recorded, monkeypatch, tmp_path, capsys):
+    """`python -m workshop_lib.preflight` (slurm/common.sh) beside a run_config.json that is cut short, not JSON, not
+    an object or of the wrong types: no budget, no traceback, nothing written; the resumed run itself then stops
+    with the one message (`checkpoint.check_same_run`)."""
+    import torch
+
+    from workshop_lib import preflight
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(env, "gpu_free_mib", lambda: GPUS["H100 80GB"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run_config.json").write_bytes(recorded)
+    assert preflight.sized_micro_batch(["stage2", "--output-dir", str(tmp_path / "run")]) is None
+    assert capsys.readouterr().err == "" and [p.name for p in (tmp_path / "run").iterdir()] == ["run_config.json"]
+    assert (tmp_path / "run" / "run_config.json").read_bytes() == recorded

@@ -5,10 +5,10 @@ container check, `.ci/container.sh readme`.)"""
 import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

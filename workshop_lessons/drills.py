@@ -154,10 +154,7 @@ def batch_size_mismatch(
         "torch.distributed.run",
         "--nproc_per_node",
         str(nproc),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(env.free_port()),
+        "--standalone",  # a free local port for the rendezvous, chosen by torchrun
         "-m",
         "workshop_lessons.drills",
         "batch-size-rank",
@@ -448,6 +445,7 @@ def fp16_overflow(
     # later subprocess: the world of one for the duration only (`teardown.restored_world`)
     with teardown.restored_world():
         env.ensure_distributed_env()
+        env.init_distributed()  # its group on an in-process store: DeepSpeed binds no MASTER_PORT
         from deepspeed.accelerator import get_accelerator
 
         env.quiet_libraries()

@@ -77,12 +77,9 @@ SAFE_GLOBALS = {
 }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            h.update(chunk)
-    return h.hexdigest()
+def _sha256(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _name_step(ckpt: Path) -> int | None:
@@ -361,7 +358,12 @@ def zero_partitions(ckpt: str | os.PathLike) -> int:
     return len(list((ckpt / tag).glob("*zero_pp_rank_*_optim_states.pt"))) if tag else 0
 
 
-def _started(out: str | os.PathLike) -> dict | None:
+def run_config(out: str | os.PathLike) -> dict | None:
+    """The settings the run in `out` started with (its run_config.json), or None where it has none.
+
+    Raises:
+        WorkshopError: the file is not a JSON object, or its world_size or gradient_accumulation_steps is no whole
+            number >= 1 (cut short, edited by hand); the fix starts the run again."""
     path = Path(out) / RUN_CONFIG
     if not path.is_file():
         return None
@@ -404,8 +406,7 @@ def _with_data(config: dict) -> dict:
     digests = {}
     for name in ("train_file", "eval_file"):
         if config.get(name):
-            with open(config[name], "rb") as f:
-                digests[f"{name}_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+            digests[f"{name}_sha256"] = _sha256(config[name])
     return config | digests
 
 
@@ -418,7 +419,7 @@ def check_same_run(out: str | os.PathLike, config: dict, world_size: int) -> Non
 
     Raises:
         WorkshopError: another world size (first: its own fix), or naming each differing setting with both values."""
-    before = _started(out)
+    before = run_config(out)
     if before is None:
         return
     if before.get("world_size", 1) != world_size:
@@ -510,8 +511,8 @@ def export(source: str | os.PathLike, out: str | os.PathLike) -> Path:
                     and not f.name.endswith(".index.json")
                 ):
                     shutil.copy2(f, tmp / f.name)
-    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own
-        if not rundir.disk_full(e, out.parent):
+    except Exception as e:  # safetensors' writer says "No space left on device" in an error of its own, no OSError
+        if "No space left on device" not in str(e):
             raise
         raise WorkshopError(
             f"{out} could not be written: No space left on device; nothing was written.",

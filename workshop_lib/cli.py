@@ -1,4 +1,4 @@
-"""`workshop run`, `report`, `export`, `eval` and `ask`: the command line over `run_experiment`,
+"""`workshop run`, `report`, `export` and `eval`: the command line over `run_experiment`,
 `write_report`, `checkpoint.export` and `evaluation`. Models and SQuAD are fetched by Hugging Face's own tools
 (README: `hf download <model>`).
 
@@ -6,7 +6,6 @@
     workshop run stage2 --tiny --output-dir runs/x --resume   # continue runs/x from its last checkpoint
     workshop export runs/x runs/x-exported            # a ZeRO checkpoint -> a Hugging Face model directory
     workshop eval runs/x --num-questions 100          # answers, EM and F1 on SQuAD dev questions
-    workshop ask runs/x --question "..." --context "..."
     workshop run baseline --recipe classic            # the original workshop's recipe (BLOOM-560m, pad 512, fp16)
     workshop run --help                               # every setting: the fields of config.RunConfig
     workshop report runs/*                            # exercise table (markdown + CSV) and plots into report/
@@ -36,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="workshop", description="Fine-tune a causal LM on SQuAD with DeepSpeed and measure memory and speed."
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,eval,ask}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,eval}", parser_class=_Parser)
     # `run` and `eval` only name themselves here: their options are generated from their dataclasses
     # (config.RunConfig, EvalConfig) by config.parse_args.
     sub.add_parser("run", help="run one experiment (workshop run --help lists its options)", add_help=False)
@@ -56,10 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("source", metavar="CHECKPOINT_OR_RUN_DIR", help="checkpoint-N, or a run (its last checkpoint)")
     exp.add_argument("out", metavar="OUT", help="new directory for the model")
     sub.add_parser("eval", help="generate answers for SQuAD dev questions; exact match and F1", add_help=False)
-    ask = sub.add_parser("ask", help="one answer from a model to a question about a context")
-    ask.add_argument("model", metavar="MODEL_OR_RUN_DIR")
-    ask.add_argument("--question", required=True)
-    ask.add_argument("--context", required=True, help="the paragraph that holds the answer")
     return p
 
 
@@ -101,11 +96,6 @@ def run(argv: list[str]) -> int:
             f"host peak {res['host_peak_rss_mib']:,.0f} MiB\nwrote {Path(res['output_dir']) / 'results.json'}"
             + (f", the model in {Path(res['output_dir']) / 'model'}" if res["config"]["save_model"] else "")
         )
-        if res["em"] is not None:
-            print(
-                f"SQuAD exact match {res['em_before']:.2f} -> {res['em']:.2f}, F1 {res['f1_before']:.2f} -> "
-                f"{res['f1']:.2f} (before -> after fine-tuning; predictions.jsonl)"
-            )
     _end_process_group()
     return 0
 
@@ -141,7 +131,7 @@ def beside_runs(dirs: list[str]) -> Path:
 
 def evaluate(cfg) -> int:
     """`workshop eval` with its `config.EvalConfig`."""
-    from .evaluation import evaluate_squad, model_caveat
+    from .evaluation import evaluate_squad
 
     s = evaluate_squad(
         cfg.model,
@@ -156,8 +146,6 @@ def evaluate(cfg) -> int:
         f"questions (SQuAD v1.1 official normalisation, torchmetrics)\nwrote "
         f"{cfg.output_dir or cfg.model}/predictions.jsonl and squad_scores.json"
     )
-    if caveat := model_caveat(cfg.model):
-        print(caveat)
     return 0
 
 
@@ -176,14 +164,6 @@ def main(argv: list[str] | None = None) -> int:
             from .checkpoint import export
 
             print(f"wrote {export(a.source, a.out)} (fp32 safetensors, config, tokenizer)")
-            return 0
-        if a.command == "ask":
-            from .evaluation import ask, model_caveat
-
-            answer = ask(a.model, a.question, a.context)
-            print(answer if answer.strip() else "(an empty answer: the model's first generated token ended it)")
-            if caveat := model_caveat(a.model):
-                print(caveat)
             return 0
         return report(a)
     except WorkshopError as e:

@@ -321,48 +321,25 @@ def check_overlay(settings: dict, where: str, recipe_only: bool = False) -> dict
 @functools.cache
 def field_types(cls) -> dict:
     """{field name: type} of dataclass `cls` (RunConfig, EvalConfig, BenchConfig), its annotations evaluated once
-    (`typing.get_type_hints`), for `resolve`'s check of every field, `check_counts` and the yes/no options."""
+    (`typing.get_type_hints`), for `resolve`'s check of every field and `check_counts`."""
     return typing.get_type_hints(cls)
 
 
 def _check_type(name: str, value, where: str) -> None:
-    """Raise WorkshopError unless `value` is of RunConfig field `name`'s type (None where the field allows it;
-    a `Literal`'s choices; int for int, a number for float, bool for bool, strings for list[str])."""
-    import numbers
-    import types
+    """Raise WorkshopError unless `value` is of RunConfig field `name`'s type as pydantic validates it, strictly: no
+    "512" for 512 nor 1 for True; None where the field allows it; a `Literal`'s choices; an int for a float; one
+    string or a tuple for a list (--ds-config given from Python)."""
+    import pydantic
 
-    hint = field_types(RunConfig)[name]
-    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    for kind in kinds:
-        origin = typing.get_origin(kind)
-        if (
-            kind is type(None)
-            and value is None
-            or origin is Literal
-            and value in typing.get_args(kind)
-            or kind is bool
-            and isinstance(value, bool)
-            or kind is int
-            and isinstance(value, numbers.Integral)
-            and not isinstance(value, bool)
-            or kind is float
-            and isinstance(value, numbers.Real)
-            and not isinstance(value, bool)
-            or kind is str
-            and isinstance(value, str)
-            or origin is list
-            and isinstance(value, (list, tuple, str))
-        ):
-            return
-    choices = [c for k in kinds if typing.get_origin(k) is Literal for c in typing.get_args(k)]
-    expected = (
-        f"one of {', '.join(map(repr, choices))}"
-        if choices
-        else " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
-    )
-    raise WorkshopError(
-        f"{where}: {name} must be {expected}, got {value!r}.", f"set {name} (--{name.replace('_', '-')}) to {expected}."
-    )
+    try:
+        pydantic.TypeAdapter(field_types(RunConfig)[name]).validate_python(
+            [value] if isinstance(value, str) and name == "ds_config" else value, strict=name != "ds_config"
+        )
+    except pydantic.ValidationError as e:
+        raise WorkshopError(
+            f"{where}: {name} {e.errors()[0]['msg'].replace('Input should be', 'must be')}, got {value!r}.",
+            f"set {name} (--{name.replace('_', '-')}) as `workshop run --help` describes it.",
+        ) from None
 
 
 for _name, _recipe in RECIPES.items():  # a typo in a recipe fails here, at import, naming it
@@ -588,7 +565,6 @@ def parse_args(command: str, argv: list[str]):
         argv = [f"--{positional}", argv[0], *argv[1:]]
     usage = f"{prog} {positional.upper() if positional else ''} [options]".replace("  ", " ")
     parser = Parser(cls, prog=prog, usage=usage, formatter_class=Help, allow_abbrev=False, description=description)
-    _yes_no_options(parser, cls)
     cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -615,7 +591,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
 
 def cli_args(cfg: RunConfig) -> list[str]:
     """The `workshop run` arguments of `cfg`: the experiment, then `--option value` for each field that differs
-    from RunConfig's default (a yes/no option alone when true; `--ds-config` once per override). `parse_run_args(cli_args(cfg)) == cfg`, so a
+    from RunConfig's default (a yes/no option with true or false; `--ds-config` once per override). `parse_run_args(cli_args(cfg)) == cfg`, so a
     run started in another process (notebook 03b's killed run) has exactly the settings of the `RunConfig` that
     resumes it."""
     argv = [cfg.experiment]
@@ -627,25 +603,7 @@ def cli_args(cfg: RunConfig) -> list[str]:
         if isinstance(value, (list, tuple)):
             argv += [a for v in value for a in (flag, str(v))]
         elif isinstance(value, bool):
-            argv += [flag] if value else [flag, "false"]
+            argv += [flag, str(value).lower()]
         else:
             argv += [flag, str(value)]
     return argv
-
-
-def _yes_no_options(parser, cls=RunConfig) -> None:
-    """Every yes/no option alike: `--tiny`, `--tiny true` and `--tiny false` all work, for the recipe's options too
-    (HfArgumentParser makes an optional bool with no default demand a value), and the `--no-save-model` that
-    HfArgumentParser adds for a default-True field says what it does instead of repeating --save-model's help."""
-    import argparse
-
-    hints = field_types(cls)
-    yes_no = {name for name, t in hints.items() if t is bool or t == bool | None}
-    for action in parser._actions:
-        if action.dest not in yes_no:
-            continue
-        flag = f"--{action.dest.replace('_', '-')}"
-        if isinstance(action, argparse._StoreFalseAction):
-            action.help = f"the same as {flag} false"
-        else:
-            action.nargs, action.const, action.metavar = "?", True, "{true,false}"

@@ -36,6 +36,10 @@ BUNDLED_FILES = {"train": BUNDLED_DIR / "train-v1.1-subset.json", "validation": 
 # Memory to read a SQuAD JSON file, as a multiple of its size: json.loads and pydantic's validation of the layout
 # peak at about 7x (tests/test_data.py measures it on the bundled train set), the rows then copied into a Dataset
 PARSE_FACTOR = 8
+# The largest data file read: about 4x SQuAD v1.1's train set (29 MiB; v2's: 40 MiB). Reading runs at a few MiB/s
+# (json.loads, pydantic's validation, the Dataset: 1.2 s for the 4.4 MiB dev set on a 2-core machine), so a 1 GiB
+# file would take minutes and ~8 GiB of memory before the first step
+MAX_DATA_MIB = 128
 PROMPT = "Question: {question} Context: {context} Answer: {answer}"
 # Its pieces, tokenised one by one (training: `encode_example`; generation: `prompt_ids`).
 PROMPT_HEAD, PROMPT_TAIL = "Question: {question} Context:", " Answer:"
@@ -65,8 +69,9 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
     `config.resolve` before anything is loaded).
 
     Raises:
-        WorkshopError: the path does not exist, is a directory or no regular file (a pipe), or reading it would
-            take more memory than this machine has available (`PARSE_FACTOR`); the fix names `option`."""
+        WorkshopError: the path does not exist, is a directory or no regular file (a pipe), does not begin as JSON
+            does, or is larger than `MAX_DATA_MIB` or than this machine's available memory allows (`PARSE_FACTOR`);
+            the fix names `option`. Reads the first 4 KiB only."""
     path = Path(path)
     if path.is_dir():
         raise WorkshopError(
@@ -83,11 +88,19 @@ def check_squad_path(path: str | os.PathLike, option: str = "--train-file") -> P
             f"Data file {path} does not exist.",
             f"give the path of a SQuAD v1.1 JSON file, or leave {option} out to use SQuAD itself.",
         )
-    need, free = PARSE_FACTOR * path.stat().st_size / MiB, psutil.virtual_memory().available / MiB
-    if need > free:
+    with path.open("rb") as f:  # a SQuAD file is a JSON object: its first bytes tell, the rest is not read
+        head = f.read(4096).lstrip()
+    if not head.startswith((b"{", b"[")):
         raise WorkshopError(
-            f"Data file {path} holds {path.stat().st_size / MiB:,.0f} MiB: reading it would take "
-            f"about {need:,.0f} MiB of memory, and this machine has {free:,.0f} MiB available.",
+            f"Data file {path} is not a SQuAD JSON file: it begins with {head[:24].decode(errors='replace')!r}.",
+            f'give {option} a SQuAD v1.1 JSON file ({{"data": [...]}}), such as SQuAD\'s own train-v1.1.json.',
+        )
+    size, free = path.stat().st_size / MiB, psutil.virtual_memory().available / MiB
+    if size > min(MAX_DATA_MIB, free / PARSE_FACTOR):
+        raise WorkshopError(
+            f"Data file {path} holds {size:,.0f} MiB: reading it would take about {PARSE_FACTOR * size:,.0f} MiB "
+            f"of memory ({free:,.0f} MiB available here) and minutes; the workshop reads files of up to "
+            f"{MAX_DATA_MIB} MiB.",
             f"give {option} a smaller file (SQuAD v1.1's train set is 29 MiB), or split this one.",
         )
     return path

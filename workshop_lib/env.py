@@ -12,13 +12,11 @@ import io
 import logging
 import os
 import platform
-import random
 import re
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from functools import lru_cache
@@ -119,29 +117,6 @@ def versions() -> dict:
     return out
 
 
-def free_port() -> int:
-    """A TCP port that nothing listens on now, for a world of one's rendezvous (MASTER_PORT). Drawn at random
-    below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel handed out
-    (bind to 0) is one it also hands to outgoing connections, which took it before the run bound it (CI saw
-    EADDRINUSE). Bound on every interface to test it, as torch's TCPStore binds it."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: the IANA dynamic range starts at 49152
-        low = 49152
-    draw = random.Random()  # not the global RNG a seeded run uses
-    for _ in range(100):
-        port = draw.randrange(max(1024, low - 10000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def ensure_distributed_env() -> None:
     """Make a plain process (a notebook kernel, `workshop run` without a launcher) a world of one.
 
@@ -154,7 +129,8 @@ def ensure_distributed_env() -> None:
             WORLD_SIZE="1",
             LOCAL_RANK="0",
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()),
+            # DeepSpeed needs one set; nothing listens on it: the group starts on an in-process store (init_distributed)
+            MASTER_PORT=os.environ.get("MASTER_PORT") or "29500",
         )
     skip_unused_deepspeed_ops(int(os.environ["WORLD_SIZE"]))
 
@@ -353,26 +329,10 @@ def check_deepspeed_ops(names: list[str]) -> None:
             )
 
 
-def _say_compiling(said: list, name: str, note: str, stdout, done=None, build_dir=None, since=0.0) -> None:
-    while done is not None and not compiling(build_dir, since):  # a cached build: only once torch compiles
-        if done.wait(1.0):
-            return
-    said.append(True)
-    print(f"Compiling DeepSpeed's {name} op ({note}; minutes) ...", file=stdout, flush=True)
-
-
-def compiling(build_dir: Path, since: float) -> bool:
-    """Whether torch compiles in `build_dir`: a file there (build.ninja, an object, ninja's log; not torch's lock, which
-    a load of a cached op takes too) written after `since` (seconds since the epoch)."""
-    return any(f.name != "lock" and f.stat().st_mtime > since for f in build_dir.iterdir() if f.is_file())
-
-
 def build_deepspeed_ops(names: list[str]) -> None:
     """Build (once per machine and torch version, cached in the torch extensions folder) or load each named DeepSpeed op
-    now, saying so when it compiles and how long it took, rather than minutes of silence inside the first step. Torch
-    decides whether to compile (no build yet, or one made by another torch or compiler: a stale cache), so with a
-    cached build the line comes once the build folder gains files (`compiling`), however slow the load; a cached op
-    loads silently.
+    now, saying so and how long it took when there is no build yet, rather than minutes of silence inside the first
+    step; a cached op loads silently (so does the rebuild torch makes of a cache another torch or compiler wrote).
 
     Raises:
         WorkshopError: a lock left by a killed build blocks it (see `wait_for_file_lock`;
@@ -384,24 +344,14 @@ def build_deepspeed_ops(names: list[str]) -> None:
             f"DeepSpeed's {builder.name} op",
             timeout_s=variables.get("WORKSHOP_OP_LOCK_TIMEOUT_S", 600.0),
         )
-        cached = any(build_dir.glob("*.so"))
-        note = (
-            "its cached build is from another torch installation or compiler"
-            if cached
-            else "once per machine and torch"
-        )
-        said, done = [], threading.Event()  # DeepSpeed's own "... built successfully" line is silenced below
-        args = (said, builder.name, note, sys.stdout, done if cached else None, build_dir, time.time())
-        t0, watcher = time.perf_counter(), threading.Thread(target=_say_compiling, args=args, daemon=True)
-        watcher.start()
-        try:
-            # quiet_stderr: load() probes again, and DeepSpeed's own later load() finds it loaded
-            with contextlib.redirect_stdout(io.StringIO()), quiet_stderr():
-                builder.load(verbose=False)
-        finally:
-            done.set()
-            watcher.join()
-        if said:
+        first = not any(build_dir.glob("*.so"))
+        if first:
+            print(f"Compiling DeepSpeed's {builder.name} op (once per machine and torch; minutes) ...", flush=True)
+        t0 = time.perf_counter()
+        # DeepSpeed's own lines silenced; quiet_stderr: load() probes again (DeepSpeed's later load() finds it loaded)
+        with contextlib.redirect_stdout(io.StringIO()), quiet_stderr():
+            builder.load(verbose=False)
+        if first:
             print(f"  compiled in {time.perf_counter() - t0:.0f} s, cached in {build_dir} for later runs.", flush=True)
 
 
@@ -526,18 +476,3 @@ def gpu_free_mib() -> float | None:
     if fraction is not None:
         free = min(free, fraction * total - torch.cuda.memory_reserved())
     return free / MiB
-
-
-# `python -m workshop_lib.env --build-ops NAME...` (scripts/setup.sh): compile the named DeepSpeed ops now, each
-# announced and timed (`build_deepspeed_ops`). One that cannot be built here is named with its fix, and set-up goes
-# on (exit status 0): the experiments that do not need it still run.
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["--build-ops"]:
-        sys.exit("usage: python -m workshop_lib.env --build-ops BUILDER_NAME ...")
-    sanitize_cuda_arch_list()
-    for name in sys.argv[2:]:
-        try:
-            check_deepspeed_ops([name])
-            build_deepspeed_ops([name])
-        except (WorkshopError, ImportError, RuntimeError, OSError) as e:
-            print(f"\nDeepSpeed's {name} was not built: {e}".replace("\n", "\n  "))

@@ -12,13 +12,6 @@ class WorkshopError(RuntimeError):
         super().__init__(f"{problem}\nTo fix: {fix}")
 
 
-def causes(e: BaseException | None, hops: int = 20):
-    """`e`, then the exceptions it was raised from or while handling, nearest first (at most `hops` of them)."""
-    while e is not None and hops:
-        yield e
-        e, hops = e.__cause__ or e.__context__, hops - 1
-
-
 def read_json_object(path, problem: str, fix: str) -> dict:
     """The JSON object in the file `path`.
 

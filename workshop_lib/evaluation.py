@@ -1,6 +1,6 @@
 """The fine-tuned model, judged: its eval loss once reloaded from disk, its answers generated for SQuAD
-questions, and their exact match and F1 (introduced in `03b_the_fine_tuned_model`; `workshop eval`,
-`workshop ask` and `run_experiment --score-questions` call it).
+questions, and their exact match and F1 (introduced in `03b_the_fine_tuned_model`; `workshop eval` and
+`run_experiment --score-questions` call it).
 
 EM and F1 are SQuAD v1.1's official definitions (Rajpurkar et al. 2016, evaluate-v1.1.py: normalised answers; EM 1 when
 equal, F1 over shared tokens; the max over gold answers, averaged over questions, in percent), as torchmetrics' `SQuAD`
@@ -39,37 +39,6 @@ def model_dir(path: str | os.PathLike) -> Path:
     path = Path(path) / "model" if (Path(path) / "model" / "config.json").is_file() else Path(path)
     check_model_source(str(path))
     return path
-
-
-def model_caveat(path: str | os.PathLike) -> str | None:
-    """A sentence for `workshop eval` and `ask` when the model at `path` is not meant to answer well: the tiny
-    model or random weights, as the run that made it recorded (run_config.json or results.json in the run
-    directory, or beside model/). None for any other model."""
-    path = Path(path)
-    for d in (path, path.parent):
-        for name in ("results.json", "run_config.json"):
-            f = d / name
-            if not f.is_file():
-                continue
-            try:
-                data = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            cfg = data.get("config", data)
-            what = (
-                "the tiny model (about 0.35M parameters, randomly initialised, trained for seconds)"
-                if cfg.get("tiny")
-                else "a model trained from random weights (--random-weights), not a pretrained one"
-                if cfg.get("random_weights")
-                else None
-            )
-            if what:
-                return (
-                    f"Note: {path} holds {what}: its answers are not meant to be right, and exact match "
-                    "near 0 is what it scores. The mechanics are what it shows; a pretrained model "
-                    "fine-tuned on a GPU gives real answers."
-                )
-    return None
 
 
 def load_model(path: str | os.PathLike):
@@ -206,14 +175,3 @@ def evaluate_squad(
     scores["model"] = str(source)
     write_json_atomic(out / SCORES, scores)
     return scores
-
-
-def ask(path: str | os.PathLike, question: str, context: str, max_new_tokens: int = 32) -> str:
-    """`workshop ask`: the model's answer to one question about `context` (`generate_answers`)."""
-    if not question.strip() or not context.strip():
-        raise WorkshopError(
-            "The question and the context must both hold text.",
-            'pass --question "..." --context "..." (the paragraph the answer is in).',
-        )
-    net, tokenizer = load_model(path)
-    return generate_answers(net, tokenizer, [question], [context], 1, max_new_tokens, progress=False)[0]

@@ -1,4 +1,4 @@
-"""Training metrics from a run's logs: steps per epoch, per-epoch losses, steady-state throughput, model
+"""Training metrics from a run's logs: steps per epoch, steady-state throughput, model
 FLOPs and MFU (introduced in `01_baseline`)."""
 
 from __future__ import annotations
@@ -12,14 +12,6 @@ def steps_per_epoch(micro_batches: int, gradient_accumulation_steps: int, world_
     the Trainer counts them (a last partial round of micro-batches and a last partial accumulation both
     step). Micro-batches: ceil(sequences / micro-batch size), or the token-budget sampler's count."""
     return math.ceil(math.ceil(micro_batches / world_size) / gradient_accumulation_steps)
-
-
-def per_epoch(logs: list[dict], key: str) -> list[float]:
-    """Mean of logs[key] over each epoch (epoch numbers in the Trainer's logs are fractional, 0 < e <= epochs)."""
-    by_epoch: dict[int, list[float]] = {}
-    for h in logs:
-        by_epoch.setdefault(max(math.ceil(h["epoch"] - 1e-9), 1), []).append(h[key])
-    return [round(sum(v) / len(v), 4) for _, v in sorted(by_epoch.items())]
 
 
 SETTLED = 1.25  # a step is settled once its seconds per token are within 25% of the run's second half's median

@@ -126,7 +126,8 @@ def _not_cached(model_name: str, tiny: bool = False) -> WorkshopError:
     )
 
 
-WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+# safetensors only: a pickle (pytorch_model.bin) can name code that loading it runs (`check_model_source` refuses it)
+WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -142,7 +143,9 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
 
     Raises:
         WorkshopError: each case its own message: a local path that does not exist or is no model directory,
-            a directory without weights (or with empty or unreadable ones), without a tokenizer, a model that needs
+            a directory without weights (or with empty or unreadable ones, or only a pickle: torch's weights_only
+            loader is an allowlist of what a pickle may name, with a history of bypasses such as CVE-2025-32434, while a
+            safetensors file holds tensors and nothing else), without a tokenizer, a model that needs
             `trust_remote_code` (the workshop never runs a model's own Python code), a hub model neither cached nor
             reachable. Each is a case whose transformers error is a traceback or misleading (tried with transformers
             5.24: a missing directory is "Repo id must use alphanumeric chars", a file "not a valid JSON file", no
@@ -176,13 +179,21 @@ def check_model_source(model_name: str, tiny: bool = False, random_weights: bool
         has_tokenizer = any((path / t).is_file() for t in TOKENIZER_FILES)
         weights = [f for w in WEIGHTS for f in path.glob(w)]
         bad = [f.name for f in weights if not os.access(f, os.R_OK) or f.stat().st_size == 0]
+        if not (random_weights or weights) and (pickles := sorted(f.name for f in path.glob("pytorch_model*.bin"))):
+            raise WorkshopError(
+                f"{model_name} holds its weights only as a pickle ({', '.join(pickles)}), which can run code as it "
+                "loads; the workshop loads weights from safetensors files only, and nothing was loaded.",
+                f"download the model's safetensors (hf download <model> --include '*.safetensors' --local-dir "
+                f'{model_name}), or, trusting its source, convert it once: python -c "from transformers import '
+                f"AutoModelForCausalLM as M; M.from_pretrained('{model_name}').save_pretrained('{model_name}')\".",
+            )
         if not random_weights and (bad or not weights):
             raise WorkshopError(
                 f"{model_name} has a config.json but "
                 + (
                     f"weights that are empty or cannot be read: {', '.join(bad)}."
                     if bad
-                    else "no weights (*.safetensors or pytorch_model*.bin)."
+                    else "no weights (*.safetensors)."
                 ),
                 "copy the weights there again (model."
                 "save_pretrained writes them), or pass --random-weights to train its architecture from random weights.",

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import torch
 
@@ -65,14 +63,10 @@ def check_machine(cfg: RunConfig, exp: Experiment) -> RunConfig:
     env.init_distributed()
     precision = env.pick_precision(cfg.precision)
     compile_ = cfg.torch_compile and torch.cuda.is_available()
+    # off under ZeRO-3 unless asked: DeepSpeed's parameter-gathering hooks split every compiled block into pieces (the
+    # lab benchmark's compile row, lab/findings/h100/bench); results.json's config records torch_compile false
     if compile_ and (exp.zero_stage or 0) >= 3 and not cfg.torch_compile_zero3:
         compile_ = False
-        if env.world()[0] == 0:
-            print(
-                "torch_compile is off under ZeRO-3: DeepSpeed's parameter-gathering hooks split every compiled "
-                "block into pieces (the lab benchmark's compile row, lab/findings/h100/bench; "
-                "--torch-compile-zero3 true compiles anyway)."
-            )
     if exp.fsdp and env.world()[0] == 0:  # what differs from the ZeRO runs, said before anything starts
         print(
             f"{cfg.experiment}: PyTorch FSDP2 through the HF Trainer (fsdp_config.json), not DeepSpeed. Its checkpoints "
@@ -169,17 +163,19 @@ def sized_micro_batch(argv: list[str]) -> int | None:
     the run's micro-batch token budget on this node's GPU, `fit.micro_batch_budget` of its experiment as the
     notebooks size theirs (the choice and why on stderr), or the budget its output directory's run recorded (a
     resume keeps it). None without a GPU, with --max-tokens-per-micro-batch given, other batching, a model `fit`
-    does not know, or settings `resolve` refuses (the run then says why)."""
+    does not know, settings `resolve` refuses, or a run_config.json that is damaged or records no budget >= 1 (the
+    run then says why). Writes nothing."""
     if "--max-tokens-per-micro-batch" in argv or not torch.cuda.is_available():
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # argparse's complaint: the run itself prints it, once
             cfg = resolve(parse_run_args(argv))
+        started = checkpoint.run_config(cfg.output_dir)  # damaged: the resumed run says so (check_same_run)
     except (WorkshopError, SystemExit):
         return None
-    recorded = Path(cfg.output_dir) / checkpoint.RUN_CONFIG
-    if recorded.is_file():
-        return json.loads(recorded.read_text()).get("max_tokens_per_micro_batch")
+    if started is not None:
+        tokens = started.get("max_tokens_per_micro_batch")
+        return tokens if type(tokens) is int and tokens >= 1 else None  # another: the run names both values
     if cfg.batching != "token_budget" or cfg.model not in fit.MODELS:
         return None
     setup = {cfg.experiment: experiment_named(cfg.experiment).fit_setup | {"logits_on": cfg.logits_on}}

@@ -89,7 +89,6 @@ def record(run) -> dict:
             steps_per_epoch=per_epoch,
             global_steps=trainer.state.global_step,
             train_loss=round(sum(step_losses) / len(step_losses), 4),
-            train_loss_per_epoch=metrics.per_epoch([h for h in history if "loss" in h], "loss"),
             eval_loss=[round(h["eval_loss"], 4) for h in evals],
             train_samples_per_second=round(m["train_samples_per_second"], 2),
             eval_samples_per_second=round(evals[-1]["eval_samples_per_second"], 2),

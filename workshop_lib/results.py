@@ -107,7 +107,6 @@ class RunResults:
     steps_per_epoch: int
     global_steps: int
     train_loss: float  # mean over all optimizer steps
-    train_loss_per_epoch: list[float]
     eval_loss: list[float]  # one per epoch (one at the end when max_steps ends the run first)
     # the HF Trainer's own, whole run, of the rounded mean micro-batch: the tables show the steady figure instead
     train_samples_per_second: float

@@ -17,7 +17,6 @@ reaches every rank on every node whatever the launcher (torchrun would die of a 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -32,8 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from .errors import WorkshopError, causes
-from .units import MiB
+from .errors import WorkshopError
 
 MARKER = "RUNNING"
 STOP_FILE = "STOP"  # created by the batch scripts on SLURM's warning signal; removed when a run starts
@@ -120,10 +118,6 @@ class StopRequest:
     claimed: bool = False
 
 
-# Below this many MiB free on the output's disk, a failed write is taken for a full disk: torch.save's writer
-# says only "unexpected pos N vs M", without the OS error
-DISK_FULL_FREE_MIB = 16
-
 # psutil's create_time is read from /proc in clock ticks: two reads of one process agree to well under this
 PID_CREATED_TOLERANCE_S = 1.0
 
@@ -185,20 +179,6 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
     """Write `obj` as JSON (indent 2) to `path` through `atomic_path`."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2) + "\n")
-
-
-def disk_full(e: BaseException, out: str | os.PathLike) -> bool:
-    """True when the error `e` is a full disk: `e` or an exception it was raised from is OSError ENOSPC or says
-    "No space left on device" (safetensors: "... (os error 28)"), or the disk holding `out` has less than
-    DISK_FULL_FREE_MIB MiB free (torch.save's writer reports only "unexpected pos N vs M")."""
-    if any(
-        (isinstance(c, OSError) and c.errno == errno.ENOSPC) or "No space left on device" in str(c) for c in causes(e)
-    ):
-        return True
-    try:
-        return shutil.disk_usage(out).free < DISK_FULL_FREE_MIB * MiB
-    except OSError:
-        return False
 
 
 def alive(pid: int, host: str, created: float | None = None) -> bool:

@@ -2,7 +2,7 @@
 
 The library reads them only through `get`, which parses a value to its type and refuses a bad one with the fix; the
 batch scripts, set-up and CI read theirs in bash, and are listed here too. The README's table of them is
-`markdown_table()` (written into docs/guide.md by scripts/make_figures.py, checked by its --check), and tests/test_layers.py checks that every `WORKSHOP_*` name the
+written from `VARIABLES` into docs/guide.md by scripts/make_figures.py (checked by its --check), and tests/test_layers.py checks that every `WORKSHOP_*` name the
 repository uses is in `VARIABLES` and that no other module reads one itself."""
 
 from __future__ import annotations
@@ -206,9 +206,3 @@ def get(name: str, default=None):
             f"{name}={raw!r} is not {expected} ({v.meaning}).", f"set {name} to {expected}, or unset it."
         )
     return value
-
-
-def markdown_table() -> str:
-    """The README's table of `VARIABLES`: name, default, read by, meaning; one row each."""
-    rows = [f"| `{v.name}` | {v.default} | {v.read_by} | {v.meaning} |" for v in VARIABLES.values()]
-    return "\n".join(["| variable | default | read by | meaning |", "| --- | --- | --- | --- |", *rows])

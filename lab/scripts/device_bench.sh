@@ -21,7 +21,7 @@ print('FlashAttention importable: flash_attn', importlib.util.find_spec('flash_a
       'flash_attn_interface (FA3)', importlib.util.find_spec('flash_attn_interface') is not None)
 " 2>&1 | grep -v -i "ascend\|cutedsl"
 t0=$SECONDS
-timeout -k 5 200 python3 -m workshop_lib.env --build-ops FusedAdamBuilder CPUAdamBuilder
+timeout -k 5 200 python3 scripts/build_ops.py FusedAdamBuilder CPUAdamBuilder
 echo "ops: $((SECONDS - t0)) s"
 t0=$SECONDS
 mapfile -t peers < <(python3 -c "from lab.bench import PEERS; print(*PEERS, sep='\n')" 2>/dev/null)

@@ -10,7 +10,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
-t0=$SECONDS; timeout -k 5 150 python3 -m workshop_lib.env --build-ops FusedAdamBuilder ${OPS:-}; echo "ops: $((SECONDS - t0)) s"
+t0=$SECONDS; timeout -k 5 150 python3 scripts/build_ops.py FusedAdamBuilder ${OPS:-}; echo "ops: $((SECONDS - t0)) s"
 mkdir -p /tmp/rep
 [ -d .whl/rep ] && cp -r .whl/rep/. /tmp/rep/  # earlier repeats: more add to them
 t0=$SECONDS

@@ -112,6 +112,29 @@ PREEMPTED=0
 trap 'PREEMPTED=1; echo "job $SLURM_JOB_ID: SIGUSR1 (time limit or preemption ahead): checkpointing at the next step"
       touch "$WORKSHOP_OUTPUT_DIR/STOP"' USR1
 
+# --- per node: caches and threads ---------------------------------------------------------------------
+# Run by every srun task of a launch, on its own node, before the launcher (prints one line per node to the log):
+#  - compiled code on node-local storage, ${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/$USER/workshop-<node>/: DeepSpeed's op
+#    builds (TORCH_EXTENSIONS_DIR), Triton's kernels (TRITON_CACHE_DIR), Inductor's (TORCHINDUCTOR_CACHE_DIR). On a
+#    shared $HOME the nodes would build into one folder, wait on each other's lock, and load ops compiled for
+#    another node's CPU. Each variable already set is kept (the container's built ops, too); the folder the engine
+#    picks per environment under ~/.cache/torch_extensions, inherited from a notebook's submission, is not a choice.
+#  - on CPU nodes, OpenMP threads per rank: the cores this task may run on (nproc: its affinity) shared among the
+#    node's ranks, unless OMP_NUM_THREADS is set (torchrun would give each rank 1; 2 threads per rank on 2 cores
+#    for 2 ranks ran 8-10x slower than 1).
+NODE_SETUP='case ${TORCH_EXTENSIONS_DIR:-} in "$HOME"/.cache/torch_extensions/*) unset TORCH_EXTENSIONS_DIR ;; esac
+  node_=${SLURMD_NODENAME:-$(hostname -s)}
+  if [ -z "${WORKSHOP_CONTAINER:-}" ]; then
+    tmp_=${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/${USER:-$(id -un)}/workshop-$node_
+    export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$tmp_/torch_extensions} \
+      TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$tmp_/triton} TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$tmp_/inductor}
+  fi
+  [ "$GPUS_PER_NODE" -gt 0 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > NPROC_PER_NODE ? $(nproc) / NPROC_PER_NODE : 1 ))}
+  [ "${SLURM_LOCALID:-0}" != 0 ] || echo "node $node_: TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-}" \
+    "TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-} TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-}" \
+    "OMP_NUM_THREADS=${OMP_NUM_THREADS:-}"'
+export GPUS_PER_NODE NPROC_PER_NODE
+
 # workshop_launch EXPERIMENT [workshop run arguments]: start every rank with the chosen launcher, resuming
 # the run in WORKSHOP_OUTPUT_DIR if there is one; requeue the job if SLURM asked it to stop.
 workshop_launch() {
@@ -139,20 +162,21 @@ _launch() {
   local run=("$@")
   case ${WORKSHOP_LAUNCHER:-torchrun} in
     torchrun)   # one torchrun per node; c10d rendezvous at MASTER_ADDR, no ssh
-      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" "${PY[@]}" \
-        -m torch.distributed.run --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d \
-        --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" \
-        --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S,read_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
+      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" \
+        bash -c "$NODE_SETUP"'; exec "$@"' _ "${PY[@]}" -m torch.distributed.run --nnodes="$NNODES" \
+        --nproc_per_node="$NPROC_PER_NODE" --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
+        --rdzv_id="$SLURM_JOB_ID" --rdzv_conf="join_timeout=$WORKSHOP_DIST_TIMEOUT_S,read_timeout=$WORKSHOP_DIST_TIMEOUT_S" --max_restarts=0 "${run[@]}" ;;
     srun)       # SLURM starts every rank itself; ranks from its variables
       srun --kill-on-bad-exit=1 --ntasks=$((NNODES * NPROC_PER_NODE)) --ntasks-per-node="$NPROC_PER_NODE" \
-        "${SRUN_CONTAINER[@]}" bash -c \
-        'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec python "$@"' \
+        "${SRUN_CONTAINER[@]}" bash -c "$NODE_SETUP"'
+        export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec python "$@"' \
         _ "${run[@]}" ;;
     deepspeed)  # DeepSpeed's launcher on each node, hostfile from the allocation, --no_ssh
       local hostfile=$WORKSHOP_OUTPUT_DIR.hostfile
       scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/ slots=$NPROC_PER_NODE/" > "$hostfile"
-      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" bash -c \
-        'exec deepspeed --hostfile "$0" --no_ssh --node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR" \
+      srun --kill-on-bad-exit=1 --ntasks="$NNODES" --ntasks-per-node=1 "${SRUN_CONTAINER[@]}" \
+        bash -c "$NODE_SETUP"'
+         exec deepspeed --hostfile "$0" --no_ssh --node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR" \
            --master_port "$MASTER_PORT" --no_local_rank --module "$@"' \
         "$hostfile" "${run[@]:1}" ;;
     *) fail "unknown WORKSHOP_LAUNCHER=$WORKSHOP_LAUNCHER." "use torchrun (default), srun or deepspeed." ;;
