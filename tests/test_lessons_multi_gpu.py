@@ -170,7 +170,7 @@ def test_buckets_of_the_h200_recipe():
 def test_comms_logger_option():
     assert parse_run_args(["stage2", "--comms-logger"]).comms_logger is True
     assert parse_run_args(["stage2"]).comms_logger is False
-    with pytest.raises(WorkshopError, match="without DeepSpeed"):
+    with pytest.raises(WorkshopError, match="baseline shards nothing"):
         resolve(parse_run_args(["baseline", "--tiny", "--comms-logger"]))
 
 
