@@ -93,4 +93,4 @@ json.dump({"machine": device, "seconds": {k: int(v) for k, v in seconds.items()}
 print("Set-up times written to", sys.argv[1])
 PY
 fi
-unset _setup_mode _extras _check _gpu _torch _pkgs _cfg _measured _times _what
+unset _setup_mode _extras _check _gpu _torch _pkgs _cfg _what  # _times, _measured: part() and expected() use them later
