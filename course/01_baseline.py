@@ -76,7 +76,7 @@ print(f"results: {RUNS}/baseline/results.json ({len(base)} keys)")
 # The loss per step from `train_log.csv`, the eval loss as a marker:
 
 # %%
-results.plot_loss(results.load_results(f"{RUNS}/baseline"))
+_ = results.plot_loss(results.load_results(f"{RUNS}/baseline"))  # shown once, by the backend
 # %% [markdown]
 # ## 2. The classic recipe
 #
@@ -86,7 +86,7 @@ results.plot_loss(results.load_results(f"{RUNS}/baseline"))
 # %%
 classic = run_experiment(lessons.run_config(NOTEBOOK, "baseline_classic", RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_classic"])
-results.plot_memory_over_time(df)
+_ = results.plot_memory_over_time(df)  # shown once, by the backend
 # %% [markdown]
 # The memory figures (their phases: 00_setup, "How the numbers are measured"):
 # - **GPU peak MiB** (NVML, as `nvidia-smi` shows): everything on the GPU, PyTorch's cache and the CUDA context
@@ -117,7 +117,7 @@ print(
 # %%
 accum = run_experiment(lessons.run_config(NOTEBOOK, "baseline_accum4", RUNS, **COMMON))
 df = results.load_results(RUNS)
-results.plot_memory_and_throughput(df)
+_ = results.plot_memory_and_throughput(df)  # shown once, by the backend
 # %% [markdown]
 # ## 4. Your figures, beside the reference
 #

@@ -63,8 +63,8 @@ lessons.warm_up(NOTEBOOK, RUNS, **COMMON)
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
-results.plot_memory_and_throughput(df)
-results.plot_memory_over_time(df)
+_ = results.plot_memory_and_throughput(df)  # shown once, by the backend
+_ = results.plot_memory_over_time(df)  # shown once, by the backend
 measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states on the GPU per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))

@@ -274,7 +274,7 @@ else:
 # prediction:
 
 # %%
-results.plot_scaling(df)
+_ = results.plot_scaling(df)  # shown once, by the backend
 print(f"Your runs: {df['device'].iloc[0]}, {df['model'].iloc[0]}.")
 display(Markdown(lesson.beside(scaling, ref).to_markdown(index=False)))
 display(Markdown(pd.DataFrame([lesson.multi_node_row(df)]).to_markdown(index=False)))

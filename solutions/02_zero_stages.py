@@ -93,8 +93,8 @@ ORDER = ["baseline", "stage1", "stage2", "stage3"]
 for name in ORDER:
     run_experiment(lessons.run_config(NOTEBOOK, name, RUNS, **COMMON))
 df = results.load_results([f"{RUNS}/{n}" for n in ORDER])
-results.plot_memory_and_throughput(df)
-results.plot_memory_over_time(df)
+_ = results.plot_memory_and_throughput(df)  # shown once, by the backend
+_ = results.plot_memory_over_time(df)  # shown once, by the backend
 measured, source = lessons.states_per_param(NOTEBOOK, RUNS, ORDER)
 print(f"Model states per parameter after the first step, measured in {source}:")
 display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes").to_markdown(index=False)))
@@ -140,7 +140,7 @@ MY_AC = {"peak": 0.6, "tokens/s": 0.75}
 # %%
 run_experiment(lessons.run_config(NOTEBOOK, "baseline_ac", RUNS, **COMMON))
 ac = results.load_results([f"{RUNS}/baseline", f"{RUNS}/baseline_ac"])
-results.plot_memory_over_time(ac)
+_ = results.plot_memory_over_time(ac)  # shown once, by the backend
 rows, where = lessons.gpu_results(NOTEBOOK, RUNS, ["baseline", "baseline_ac"])
 ratio = {
     k: rows["baseline_ac"][c] / rows["baseline"][c]
