@@ -372,7 +372,7 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     proc.send_signal(signal.SIGINT)
     line, _ = _message(proc, 130)
     assert "kept no checkpoint" in line and line.endswith(
-        f"To start again: workshop run baseline --tiny --max-steps 100000 --save-strategy no --output-dir {out} "
+        f"To start again: workshop run baseline --tiny true --max-steps 100000 --save-strategy no --output-dir {out} "
         "--overwrite"
     )
 
@@ -386,7 +386,7 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     assert line.startswith("workshop: stopped by SIGINT at step") and kept
     assert all(f"{p} (step {checkpoint.step_of(p)})" in line for p in kept), line
     cmd = line.split(f"To continue from step {last}: ")[1]
-    assert cmd == f"workshop run baseline --tiny --max-steps 100000 --output-dir {out} --resume"
+    assert cmd == f"workshop run baseline --tiny true --max-steps 100000 --output-dir {out} --resume"
 
     proc = _start(shlex.split(cmd)[1:], tmp_path)  # the command as printed, through python -m workshop_lib.cli
     _wait(lambda: _trains_past(out, last, proc), proc)

@@ -150,6 +150,11 @@ def test_one_gpu_script_without_a_known_experiment_fails_with_the_fix(args, erro
     assert lines[-1].startswith("To fix: ") and lines[-1].endswith("one of: " + " ".join(EXPERIMENTS))
 
 
+# what common.sh puts on node-local storage; this process may have set some (torch's inductor writes its own
+# TORCHINDUCTOR_CACHE_DIR into os.environ), so the torchrun job gets them unset
+NODE_CACHES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
 def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_loss, tmp_path):
     """torchrun's job leaves DeepSpeed's op cache to common.sh: both nodes share $HOME (and here their /tmp), and
@@ -159,7 +164,7 @@ def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_lo
         "stage2",
         "--max-steps",
         "2",
-        env={"WORKSHOP_LAUNCHER": launcher} | ({"TORCH_EXTENSIONS_DIR": None} if launcher == "torchrun" else {}),
+        env={"WORKSHOP_LAUNCHER": launcher} | (dict.fromkeys(NODE_CACHES) if launcher == "torchrun" else {}),
         job_name=f"multi_node_{launcher}",
     )
     assert rc == 0, log[-3000:]
