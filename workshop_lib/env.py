@@ -402,7 +402,7 @@ def quiet_libraries() -> None:
     """Silence, once per process, the library messages that tell a learner nothing about the run: PyTorch's
     FutureWarnings on the collectives DeepSpeed calls (one per call site, hundreds under ZeRO-3), its barrier() device
     notice, accelerate's OMP_NUM_THREADS notice, accelerate's "Gradient accumulation steps mismatch" (the Trainer hands
-    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" bar (one shard, shown at 0% in a
+    DeepSpeed its own accumulation on purpose), transformers' "Writing model shards" and "Loading weights" bars (shown at 0% in a
     notebook's output), its "process group is initialized, but parallel_mode != DISTRIBUTED" for a world of one; a
     resume's expected notes are `checkpoint.quiet_resume_notes`'. Everything else, errors included, still shows."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
@@ -420,7 +420,8 @@ def quiet_libraries() -> None:
     if hasattr(hf_logging, "set_tqdm_hook"):  # transformers >= 5.x: the bars of its own loops, one by one
 
         def no_shard_bar(factory, args, kwargs, previous=None):
-            if kwargs.get("desc") == "Writing model shards":  # save_pretrained's, one shard: "0%" then done
+            # save_pretrained's (one shard: "0%" then done) and from_pretrained's, a bar left at 0% in a notebook
+            if kwargs.get("desc") in ("Writing model shards", "Loading weights"):
                 return hf_logging.EmptyTqdm(*args, **kwargs)
             return previous(factory, args, kwargs) if previous else factory(*args, **kwargs)
 
