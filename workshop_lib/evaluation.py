@@ -95,7 +95,9 @@ def generate_answers(
     side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow every prompt directly
     answers = []
     try:
-        for i in tqdm(range(0, len(questions), batch_size), desc="generating answers", disable=not progress):
+        # a bar for work of several batches only: one batch's would stay at 0% in a notebook's saved output
+        batches = range(0, len(questions), batch_size)
+        for i in tqdm(batches, desc="generating answers", disable=not progress or len(batches) < 2):
             ids = [
                 prompt_ids(q, c, tokenizer, max_length - max_new_tokens)
                 for q, c in zip(questions[i : i + batch_size], contexts[i : i + batch_size])
