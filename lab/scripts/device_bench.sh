@@ -8,12 +8,7 @@
 # no checkpoints). Wall time on one H200: about 8.5 minutes (install 15 s, ops 90 s, the bench BUDGET=400 s at most:
 # stopped there, it keeps the rows it finished, the peers' A/B rows last). As the device command, carrying .whl:
 #   bash lab/scripts/device_bench.sh                  # STEPS=20 BUDGET=400 by default
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages \
-  .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export PYTHONUNBUFFERED=1
-nvidia-smi -L
+source lab/scripts/device_env.sh  # the carried wheels installed, the call's environment
 python3 -c "import importlib.util, torch, transformers, accelerate, trl, deepspeed, liger_kernel
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__,
       'trl', trl.__version__, 'deepspeed', deepspeed.__version__)

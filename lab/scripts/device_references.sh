@@ -5,12 +5,7 @@
 # a time, GPU_MAX_STEPS steps) into /tmp/ref/runs, or /tmp/ref/repeat with REPEAT=1, and brings back every run's
 # small files (never model/). Runs finished in an earlier call (carried in .whl/ref) are skipped.
 #   NOTEBOOKS="01_baseline 02_zero_stages" bash lab/scripts/device_references.sh
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages \
-  .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export PYTHONUNBUFFERED=1
-nvidia-smi -L
+source lab/scripts/device_env.sh  # the carried wheels installed, the call's environment
 t0=$SECONDS; timeout -k 5 200 python3 scripts/build_ops.py FusedAdamBuilder CPUAdamBuilder; echo "ops: $((SECONDS - t0)) s"
 mkdir -p /tmp/ref && [ -d .whl/ref ] && cp -r .whl/ref/. /tmp/ref/
 end=$((SECONDS + ${BUDGET:-440}))  # the whole call stays inside the device's 600 s

@@ -4,12 +4,7 @@
 # runs scripts/repeats.py on RUNS, REPEATS times each (adding to earlier repeats in .whl/rep), and brings back
 # every run's results.json, train_log.csv and configuration.txt.
 #   RUNS="stage2:40 stage3:40" REPEATS=3 bash lab/scripts/device_repeats.sh
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages \
-  .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export PYTHONUNBUFFERED=1
-nvidia-smi -L
+source lab/scripts/device_env.sh  # the carried wheels installed, the call's environment
 t0=$SECONDS; timeout -k 5 150 python3 scripts/build_ops.py FusedAdamBuilder ${OPS:-}; echo "ops: $((SECONDS - t0)) s"
 mkdir -p /tmp/rep
 [ -d .whl/rep ] && cp -r .whl/rep/. /tmp/rep/  # earlier repeats: more add to them

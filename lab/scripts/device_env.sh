@@ -1,0 +1,9 @@
+# Sourced by every lab/scripts/device_*.sh: installs the carried wheels (.whl/: deepspeed, datasets and their needs,
+# into a folder named site-packages: NOTES) and sets the device call's environment (TORCH_CUDA_ARCH_LIST=9.0: the
+# image's 9.0a breaks DeepSpeed's op builder; no hub).
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages \
+  .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export PYTHONUNBUFFERED=1
+nvidia-smi -L
