@@ -55,9 +55,12 @@ def run(name, **env):
     return json.dumps([o for c in nb.cells for o in c.get("outputs", [])])
 
 
+from workshop_lessons.references import reference
+
 outputs = run("02_zero_stages", WORKSHOP_MAX_STEPS="4")
-assert "Reference: NVIDIA H100" in outputs, "no GPU reference beside the learner's figures"
-print(f"install in {root}: notebook 02 ran in {os.getcwd()}, the H100 reference beside the learner's figures")
+device = reference("02_zero_stages")["device"].iloc[0]  # read from the install's package data
+assert f"Reference: {device}" in outputs, f"no {device} reference beside the learner's figures"
+print(f"install in {root}: notebook 02 ran in {os.getcwd()}, the {device} reference beside the learner's figures")
 if "04" not in notebooks:
     sys.exit()
 slurm = shutil.which("sbatch") and subprocess.run(["sinfo"], capture_output=True).returncode == 0
