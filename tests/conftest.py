@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -23,17 +22,89 @@ import workshop_lib.env  # noqa: E402, F401
 HANG_S = 3600
 
 
-def workshop(*args, cwd=None, check=True):
-    """Run the `workshop` command line in a subprocess; return the CompletedProcess (stdout+stderr text)."""
-    p = subprocess.run(
-        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
+# What `workshop` imports before it reads its arguments (transformers' Trainer, DeepSpeed, pandas: ~8 of a tiny run's
+# ~14 s on a 2-core machine), imported once per test worker by a server process that forks each command's process
+# (multiprocessing's forkserver, `workshop` below). The server only imports: its children start as a fresh process
+# would after those imports.
+PRELOAD = [
+    "workshop_child",
+    "workshop_lib.cli",
+    "workshop_lib.train",
+    "workshop_lib.evaluation",
+    "workshop_lib.results",
+]
+
+
+class Workshop:
+    """A started `workshop` command (`start_workshop`), as much of a `subprocess.Popen` as the tests use: pid,
+    poll(), send_signal(), kill(), communicate() -> (stdout, stderr) text, returncode (-N where signal N ended it)."""
+
+    def __init__(self, args, cwd=None, env=None, fault=None):
+        import multiprocessing
+
+        import workshop_child
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        self.args, self.dir = ["workshop", *map(str, args)], tempfile.TemporaryDirectory(prefix="workshop-cli-")
+        self.files = [os.path.join(self.dir.name, f) for f in ("stdout", "stderr")]
+        environ = {k: v for k, v in (os.environ | (env or {})).items() if v is not None}  # None: unset
+        cwd = os.fspath(cwd or os.getcwd())
+        self.process = ctx.Process(
+            target=workshop_child.main_in_child, args=(self.args[1:], cwd, environ, *self.files, fault)
+        )
+        self.process.start()
+        self.pid = self.process.pid
+
+    @property
+    def returncode(self):
+        return self.process.exitcode
+
+    def poll(self):
+        return self.returncode
+
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def kill(self):
+        self.process.kill()
+
+    def wait(self, timeout=HANG_S):
+        self.process.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout=HANG_S):
+        """Wait for the end (killed after `timeout` s: TimeoutExpired); its (stdout, stderr) text."""
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        out = tuple(open(f, errors="replace").read() for f in self.files)
+        self.dir.cleanup()
+        return out
+
+
+def start_workshop(*args, cwd=None, env=None, fault=None) -> Workshop:
+    """Start the `workshop` command line (`workshop_lib.cli.main`) in a process of its own, forked from a server that
+    imported `PRELOAD`, in this process's environment updated by `env` (a variable given None is unset) and folder
+    `cwd`; `fault` = (WHEN, SIGNAL) as tests/faults.py takes them."""
+    return Workshop(args, cwd, env, fault)
+
+
+def workshop(*args, cwd=None, env=None, check=True, fault=None):
+    """Run `workshop ARGS` (`start_workshop`) to its end; return a CompletedProcess with its stdout and stderr text.
+
+    Raises:
+        AssertionError: with `check`, a non-zero exit, its output in the message.
+        subprocess.TimeoutExpired: still running after `HANG_S` (killed)."""
+    w = start_workshop(*args, cwd=cwd, env=env, fault=fault)
+    p = subprocess.CompletedProcess(w.args, 0, *w.communicate())
+    p.returncode = w.returncode
     if check and p.returncode != 0:
-        raise AssertionError(f"workshop {' '.join(map(str, args))} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        raise AssertionError(f"{' '.join(w.args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
 
 

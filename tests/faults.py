@@ -19,7 +19,7 @@ import sys
 import transformers
 from transformers import TrainerCallback
 
-when, (action, _, only_rank) = sys.argv[1], sys.argv[2].partition("@")
+when = action = only_rank = None  # install()'s
 
 
 def fault() -> None:
@@ -55,17 +55,24 @@ class Fault(TrainerCallback):
             fault()
 
 
-transformers.trainer.DEFAULT_CALLBACKS.append(Fault)
-if when == "saving":
-    save_rng_state = transformers.Trainer._save_rng_state
+def install(at: str, signal_at_rank: str) -> None:
+    """Plant the fault: at `at` (WHEN), SIGNAL[@RANK] (the script's two first arguments)."""
+    global when, action, only_rank
+    when, (action, _, only_rank) = at, signal_at_rank.partition("@")
+    transformers.trainer.DEFAULT_CALLBACKS.append(Fault)
+    if when == "saving":
+        save_rng_state = transformers.Trainer._save_rng_state
 
-    def _save_rng_state(self, output_dir):
-        if end_of_first_epoch(self.state):
-            fault()
-        save_rng_state(self, output_dir)
+        def _save_rng_state(self, output_dir):
+            if end_of_first_epoch(self.state):
+                fault()
+            save_rng_state(self, output_dir)
 
-    transformers.Trainer._save_rng_state = _save_rng_state
+        transformers.Trainer._save_rng_state = _save_rng_state
 
-from workshop_lib import cli  # noqa: E402 - after the hooks
 
-sys.exit(cli.main(sys.argv[3:]))
+if __name__ == "__main__":
+    install(sys.argv[1], sys.argv[2])
+    from workshop_lib import cli  # after the hooks
+
+    sys.exit(cli.main(sys.argv[3:]))

@@ -12,8 +12,6 @@ import pickle
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import HANG_S, workshop
+from conftest import HANG_S, start_workshop, workshop
 from workshop_lib import checkpoint, rundir
 from workshop_lib.config import RunConfig, parse_run_args
 from workshop_lib.errors import WorkshopError
@@ -317,13 +315,7 @@ def test_export_refuses_a_damaged_checkpoint_and_names_the_complete_one(unfinish
 
 
 def _start(args, cwd):
-    return subprocess.Popen(
-        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
-        cwd=cwd,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    return start_workshop(*args, cwd=cwd)
 
 
 def _wait(until, proc, timeout=HANG_S):

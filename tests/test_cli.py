@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import HANG_S, workshop
+from conftest import HANG_S, start_workshop, workshop
 from workshop_lib import checkpoint, evaluation, rundir
 from workshop_lib.ds_config import EXPERIMENTS
 
@@ -222,7 +222,6 @@ def test_under_a_launcher_rank_zero_writes_for_the_whole_world(tmp_path, runs):
     """torchrun with 2 CPU processes (gloo): batch sizes follow the world size, only rank 0 writes results."""
     import os
     import subprocess
-    import sys
 
     cpu = {"CUDA_VISIBLE_DEVICES": ""} if torch.cuda.device_count() < 2 else {}  # one rank per GPU, or the CPU
     p = subprocess.run(
@@ -321,11 +320,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     uninterrupted stage2 run."""
     out, ckpts = tmp_path / "run", tmp_path / "run" / checkpoint.CHECKPOINTS
     args = ["run", "stage2", "--tiny", "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workshop_lib.cli", *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_workshop(*args)
     while proc.poll() is None and checkpoint.step_of(ckpts / "checkpoint-3") is None:  # complete: its manifest
         time.sleep(0.05)
     proc.kill()
@@ -387,12 +382,7 @@ def test_a_run_stopped_at_an_epochs_end_resumes_with_every_evaluation(runs, tmp_
     the uninterrupted stage2 run, every step and evaluation logged once, the same losses."""
     out = tmp_path / "run"
     args = ["run", "stage2", "--tiny", "--save-strategy", save, "--save-steps", "2", "--output-dir", out]
-    p = subprocess.run(
-        [sys.executable, Path(__file__).with_name("faults.py"), when, sig, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
+    p = workshop(*args, fault=(when, sig), check=False)
     assert p.returncode == {"KILL": -9, "INT": 130, "TERM": rundir.EXIT_PREEMPTED}[sig], p.stderr[-2000:]
     assert not (out / "results.json").exists()
     p = workshop(*args, "--resume")

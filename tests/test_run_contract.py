@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import HANG_S, workshop
+from conftest import HANG_S, start_workshop, workshop
 from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
@@ -657,15 +657,15 @@ def test_export_onto_a_disk_too_small_for_the_model_ends_in_one_message(tmp_path
 def test_a_tilde_in_the_output_dir_is_one_folder_for_the_workshop_and_the_trainer(given, tmp_path):
     """`~` the shell left (`--output-dir=~/x`, or from Python) is expanded once: the run's files, its checkpoints
     and a --resume all see $HOME/x; no folder named `~` appears."""
-    env = os.environ | {"HOME": str(tmp_path / "home")}
+    env = {"HOME": str(tmp_path / "home")}
     (tmp_path / "home").mkdir()
     args = ["baseline", "--tiny", "--max-steps", "1", "--save-strategy", "steps", "--save-steps", "1"]
     if given.startswith("--"):
-        cmd = [sys.executable, "-m", "workshop_lib.cli", "run", *args, given]
+        p = workshop("run", *args, given, cwd=tmp_path, env=env, check=False)
     else:
         code = f"from workshop_lib.train import run_experiment; run_experiment('baseline', tiny=True, {given}, "
         cmd = [sys.executable, "-c", code + "max_steps=1, save_strategy='steps', save_steps=1)"]
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        p = subprocess.run(cmd, cwd=tmp_path, env=os.environ | env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     out = tmp_path / "home" / "x"
     assert (out / "results.json").is_file() and checkpoint.find_checkpoints(out)[0], sorted(os.listdir(out))
@@ -807,15 +807,7 @@ def test_notebook_03b_writes_few_checkpoints_and_knows_their_size_first():
 
 
 def _start(args, tmp_path):
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "workshop_lib.cli", "run", *map(str, args)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_workshop("run", *args, cwd=tmp_path)
 
 
 def _wait_for_training(out: Path, proc, timeout=HANG_S):
@@ -847,13 +839,9 @@ def test_sigint_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(tmp_p
     assert not (out / "results.json").exists() and (out / "train_log.csv").exists()
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "interrupted" and marker["signal"] == sig.name and marker["step"] >= 1
-    p = subprocess.run(
-        [sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
-        capture_output=True,
-        text=True,
-    )
+    p = workshop("run", "baseline", "--tiny", "--output-dir", out, check=False)
     assert p.returncode == 2 and f"stopped by {sig.name}" in p.stderr and "--overwrite" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "report", tmp_path], capture_output=True, text=True)
+    p = workshop("report", tmp_path, check=False)
     assert p.returncode == 2 and f"skipped {out}" in p.stderr
 
 
@@ -875,11 +863,7 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     marker = json.loads((out / rundir.MARKER).read_text())
     assert marker["status"] == "preempted" and marker["step"] >= 1
     assert checkpoint.find_checkpoints(out) == ([out / "checkpoints" / f"checkpoint-{marker['step']}"], [])
-    p = subprocess.run(
-        [sys.executable, "-m", "workshop_lib.cli", "run", "baseline", "--tiny", "--output-dir", out],
-        capture_output=True,
-        text=True,
-    )
+    p = workshop("run", "baseline", "--tiny", "--output-dir", out, check=False)
     assert p.returncode == 2 and "with a checkpoint at step" in p.stderr and "--resume" in p.stderr
 
 

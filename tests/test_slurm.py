@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG_S
+from conftest import HANG_S, workshop
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,24 +89,7 @@ def one_process_loss(tmp_path_factory):
     """Train loss of one process with the multi-node runs' global batch: 2 token-budget micro-batches per
     step, by accumulation here (2 x 1 rank), by the ranks there (1 x 2 ranks); 32 questions either way."""
     out = tmp_path_factory.mktemp("one")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workshop_lib.cli",
-            "run",
-            "stage2",
-            "--tiny",
-            "--max-steps",
-            "2",
-            "--gradient-accumulation-steps",
-            "2",
-            "--output-dir",
-            out,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    workshop("run", "stage2", "--tiny", "--max-steps", 2, "--gradient-accumulation-steps", 2, "--output-dir", out)
     return json.loads((out / "results.json").read_text())["train_loss"]
 
 
@@ -184,11 +167,7 @@ def test_two_nodes_each_launcher_agree_with_one_process(launcher, one_process_lo
         from workshop_lib import evaluation
 
         run = ROOT / "runs" / f"multi_node_{launcher}-{job}"
-        subprocess.run(
-            [sys.executable, "-m", "workshop_lib.cli", "export", run, tmp_path / "exported"],
-            check=True,
-            capture_output=True,
-        )
+        workshop("export", run, tmp_path / "exported")
         (a, _), (b, _) = evaluation.load_model(tmp_path / "exported"), evaluation.load_model(run)
         sa, sb = a.state_dict(), b.state_dict()
         assert max((sa[k] - sb[k]).abs().max().item() for k in sa) == 0.0  # fp32 on the CPU: the same weights
@@ -259,11 +238,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
         time.sleep(0.2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], check=True)
     ref = tmp_path / "ref"
-    subprocess.run(
-        [sys.executable, "-m", "workshop_lib.cli", "run", "stage2", "--tiny", *args, "--output-dir", ref],
-        check=True,
-        capture_output=True,
-    )
+    workshop("run", "stage2", "--tiny", *args, "--output-dir", ref)
     while state(jid)[0] not in ENDED and time.time() < deadline:  # SLURM holds a requeued job ~2 min: release it
         held = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], capture_output=True, text=True).stdout
         if "PENDING" in held and "BeginTime" in held:
