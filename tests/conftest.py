@@ -1,5 +1,6 @@
 """Shared fixtures. Everything runs for real on the CPU: the tiny model, real DeepSpeed, the bundled SQuAD."""
 
+import functools
 import os
 import subprocess
 import tempfile
@@ -22,17 +23,32 @@ import workshop_lib.env  # noqa: E402, F401
 HANG_S = 3600
 
 
-# What `workshop` imports before it reads its arguments (transformers' Trainer, DeepSpeed, pandas: ~8 of a tiny run's
-# ~14 s on a 2-core machine), imported once per test worker by a server process that forks each command's process
-# (multiprocessing's forkserver, `workshop` below). The server only imports: its children start as a fresh process
-# would after those imports.
+# What `workshop` imports (transformers' Trainer, DeepSpeed, pandas: ~8 of a tiny run's ~14 s on a 2-core machine;
+# DeepSpeed's Muon, which `deepspeed.initialize` imports, brings torch.compile's Inductor: ~2.5 s more), imported once
+# per test worker by a server process that forks each command's process (multiprocessing's forkserver, `workshop`
+# below). The server only imports: its children start as a fresh process would after those imports.
 PRELOAD = [
     "workshop_child",
     "workshop_lib.cli",
     "workshop_lib.train",
     "workshop_lib.evaluation",
     "workshop_lib.results",
+    "deepspeed.runtime.zero.muon.muon_optimizer",
 ]
+
+
+@functools.cache
+def _forkserver():
+    """This worker's forkserver, started with `PRELOAD` imported: its `python -c` has none of pytest's folders on its
+    path, so this one (workshop_child's) is given it through PYTHONPATH (its children take the caller's back)."""
+    import multiprocessing.forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("PYTHONPATH", os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")])))
+        multiprocessing.forkserver.ensure_running()
+    return ctx
 
 
 class Workshop:
@@ -40,12 +56,9 @@ class Workshop:
     poll(), send_signal(), kill(), communicate() -> (stdout, stderr) text, returncode (-N where signal N ended it)."""
 
     def __init__(self, args, cwd=None, env=None, fault=None):
-        import multiprocessing
-
         import workshop_child
 
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx = _forkserver()
         self.args, self.dir = ["workshop", *map(str, args)], tempfile.TemporaryDirectory(prefix="workshop-cli-")
         self.files = [os.path.join(self.dir.name, f) for f in ("stdout", "stderr")]
         environ = {k: v for k, v in (os.environ | (env or {})).items() if v is not None}  # None: unset

@@ -4,9 +4,17 @@ non-daemon threads joined, atexit handlers run, streams flushed, an uncaught exc
 code 1."""
 
 import atexit
+import functools
 import os
 import sys
 import threading
+
+import cpuinfo
+
+# The CPU's description, read once in the server: DeepSpeed's CPU op builders ask py-cpuinfo twice a run (for the
+# compiler flags that name a cached op), and each answer costs a process of its own (~1 s on 2 cores)
+cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
+cpuinfo.get_cpu_info()
 
 
 def main_in_child(argv, cwd, environ, out, err, fault=None):
