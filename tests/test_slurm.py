@@ -219,19 +219,15 @@ def test_a_rank_that_dies_ends_the_job():
     assert not (ROOT / "runs" / f"multi_node_kill-{jid}" / "results.json").exists()
 
 
-@pytest.mark.parametrize("script", ["stage2", "one_gpu"])
-def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resumes(script, tmp_path):
+def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resumes(tmp_path):
     """SIGUSR1 to the batch shell, as SLURM sends it before the time limit (the scripts' --signal=B:USR1@120;
     sent here once training runs, with scancel --signal=USR1 --batch, so the test need not wait for a
     limit): the rank checkpoints at its next step and exits 75, the job requeues itself, its next start
-    resumes, and the job ends with the train and eval losses of an uninterrupted run. The same through
-    one_gpu.slurm (its #SBATCH lines are the template's), whose run keeps the experiment's name across starts."""
+    resumes, and the job ends with the train and eval losses of an uninterrupted run. Through one_gpu.slurm, whose
+    run keeps the experiment's name across starts; every single-GPU script has its #SBATCH lines and its body from
+    one template (tests/test_slurm_scripts.py)."""
     args = ["--epochs", "4"]  # 16 steps: training still runs when the signal comes
-    if script == "stage2":
-        run_name = "stage2_requeue"
-        argv = ["--job-name", run_name, "slurm/stage2.slurm"]
-    else:
-        run_name, argv = "stage2", ["slurm/one_gpu.slurm", "stage2"]
+    run_name, argv = "stage2", ["slurm/one_gpu.slurm", "stage2"]
     jid, deadline = submit(*argv, *args), time.time() + HANG_S
     log_path = ROOT / "runs" / f"{run_name}-{jid}" / "train_log.csv"
     while time.time() < deadline and not (log_path.exists() and len(log_path.read_text().splitlines()) > 3):
