@@ -109,17 +109,6 @@ def test_fsdp2_batch_job_as_printed():
     assert json.loads((ROOT / "runs" / f"fsdp2-{job}" / "fsdp_config.json").read_text())["version"] == 2
 
 
-def test_one_gpu_script_runs_the_experiment_named_first_as_its_own_script_does():
-    """`sbatch slurm/one_gpu.slurm stage2_offload`: the job of slurm/stage2_offload.slurm, its run and log named
-    after the experiment (runs/stage2_offload-<job id>; logs/stage2_offload-<job id>.out links to SLURM's
-    logs/one_gpu-<job id>.out)."""
-    rc, job, log, r = sbatch("one_gpu", "stage2_offload", "--max-steps", "2", run_name="stage2_offload")
-    assert rc == 0, log[-3000:]
-    assert r["experiment"] == "stage2_offload" and r["world_size"] == 1 and r["offload_optimizer"]
-    assert f"wrote runs/stage2_offload-{job}/results.json" in log
-    assert (ROOT / "logs" / f"stage2_offload-{job}.out").resolve() == ROOT / "logs" / f"one_gpu-{job}.out"
-
-
 @pytest.mark.parametrize(
     "args, error", [((), "no experiment given."), (("stage9", "--max-steps", "2"), "unknown experiment 'stage9'.")]
 )
@@ -223,9 +212,10 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     """SIGUSR1 to the batch shell, as SLURM sends it before the time limit (the scripts' --signal=B:USR1@120;
     sent here once training runs, with scancel --signal=USR1 --batch, so the test need not wait for a
     limit): the rank checkpoints at its next step and exits 75, the job requeues itself, its next start
-    resumes, and the job ends with the train and eval losses of an uninterrupted run. Through one_gpu.slurm, whose
-    run keeps the experiment's name across starts; every single-GPU script has its #SBATCH lines and its body from
-    one template (tests/test_slurm_scripts.py)."""
+    resumes, and the job ends with the train and eval losses of an uninterrupted run. Through
+    `sbatch slurm/one_gpu.slurm stage2`: the job of slurm/stage2.slurm (every single-GPU script has its #SBATCH lines
+    and its body from one template: tests/test_slurm_scripts.py), its run and log named after the experiment across
+    starts (runs/stage2-<job id>; logs/stage2-<job id>.out links to SLURM's logs/one_gpu-<job id>.out)."""
     args = ["--epochs", "4"]  # 16 steps: training still runs when the signal comes
     run_name, argv = "stage2", ["slurm/one_gpu.slurm", "stage2"]
     jid, deadline = submit(*argv, *args), time.time() + HANG_S
@@ -245,8 +235,10 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_itself_and_resu
     log = (ROOT / "logs" / f"{run_name}-{jid}.out").read_text()
     assert rc == 0, log[-3000:]
     assert "checkpointing at the next step" in log and "requeued, the next start resumes" in log, log[-3000:]
-    assert log.count("Resuming from") == 1, log[-3000:]
+    assert log.count("Resuming from") == 1 and f"wrote runs/stage2-{jid}/results.json" in log, log[-3000:]
+    assert (ROOT / "logs" / f"stage2-{jid}.out").resolve() == ROOT / "logs" / f"one_gpu-{jid}.out"
     r = json.loads((ROOT / "runs" / f"{run_name}-{jid}" / "results.json").read_text())
+    assert (r["experiment"], r["world_size"]) == ("stage2", 1)
     want = json.loads((ref / "results.json").read_text())
     # CPU fp32, one process either way: measured identical
     assert (r["global_steps"], r["train_loss"], r["eval_loss"]) == (
