@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import HANG_S
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
@@ -64,7 +66,7 @@ def _api(url, token, method, path, body=None):
         data=json.dumps(body).encode() if body is not None else None,
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=HANG_S) as r:
         return json.loads(r.read() or b"null")
 
 
@@ -90,11 +92,11 @@ def test_the_extension_touches_only_course_notebooks_keeps_trust_and_measures_it
         assert all(c["metadata"].get("trusted") for c in cells if c["cell_type"] == "code")
     finally:
         proc.terminate()
-        proc.communicate(timeout=60)
+        proc.communicate(timeout=HANG_S)
     proc, *_, bare_s = _serve(root, tmp_path / "bare", extension=False)
     bare_mib = psutil.Process(proc.pid).memory_info().rss / 2**20
     proc.terminate()
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=HANG_S)
     print(
         f"jupyter server: {start_s:.1f} s, {rss_mib:.0f} MiB with the extension; {bare_s:.1f} s, {bare_mib:.0f} without"
     )

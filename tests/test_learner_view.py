@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import workshop_lessons as lessons
+from conftest import HANG_S
 from workshop_lib import env, results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +206,6 @@ def test_a_notebook_copied_out_of_the_course_reads_what_it_needs_of_the_course(n
             else [code[0], *[c for c in code[1:] if reads.search(c.source) and not runs.search(c.source)]]
         )
     nb.cells = cells
-    nbclient.NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(folder)}}).execute()
+    nbclient.NotebookClient(nb, timeout=HANG_S, resources={"metadata": {"path": str(folder)}}).execute()
     errors = [o for c in nb.cells for o in c.outputs if o["output_type"] == "error"]
     assert not errors, errors

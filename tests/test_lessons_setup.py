@@ -6,6 +6,7 @@ import re
 import pandas as pd
 import pytest
 
+from conftest import HANG_S
 from workshop_lessons import setup
 from workshop_lib import memory, model
 
@@ -91,7 +92,7 @@ def test_a_warm_up_in_a_kernel_shows_one_line_and_no_progress_table(tmp_path):
         f"lessons.warm_up('01_baseline', {str(tmp_path / 'runs')!r}, steps=1, experiments=['baseline'], tiny=True)"
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
-    nbclient.NotebookClient(nb, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(nb, timeout=HANG_S, resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = nb.cells[0].outputs
     assert [o["output_type"] for o in outputs] == ["stream", "execute_result"], outputs
     assert re.fullmatch(r"warm-up: \d+ s, not measured\n", outputs[0]["text"]), outputs[0]["text"]

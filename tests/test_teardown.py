@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from conftest import HANG_S
 from workshop_lib import env, teardown
 
 
@@ -66,7 +67,7 @@ for experiment in ("stage3", "stage2"):
 print("RESULT", json.dumps(out))
 """
     clean = {"alive": [], "env": [], "fwd_module_stack": 0, "accelerator_state": False, "hf_deepspeed_config": False}
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr[-3000:]
     import json
 
