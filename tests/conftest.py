@@ -52,10 +52,13 @@ def _forkserver():
 
 
 class Workshop:
-    """A started `workshop` command (`start_workshop`), as much of a `subprocess.Popen` as the tests use: pid,
-    poll(), send_signal(), kill(), communicate() -> (stdout, stderr) text, returncode (-N where signal N ended it)."""
+    """`Workshop(*ARGS)` starts the `workshop` command line (`workshop_lib.cli.main`) in a process of its own, forked
+    from a server that imported `PRELOAD`, in this process's environment updated by `env` (a variable given None is
+    unset) and folder `cwd`; `fault` = (WHEN, SIGNAL) as tests/faults.py takes them. As much of a `subprocess.Popen`
+    as the tests use: pid, poll(), send_signal(), kill(), communicate() -> (stdout, stderr) text, returncode (-N where
+    signal N ended it)."""
 
-    def __init__(self, args, cwd=None, env=None, fault=None):
+    def __init__(self, *args, cwd=None, env=None, fault=None):
         import workshop_child
 
         ctx = _forkserver()
@@ -100,22 +103,15 @@ class Workshop:
         return out
 
 
-def start_workshop(*args, cwd=None, env=None, fault=None) -> Workshop:
-    """Start the `workshop` command line (`workshop_lib.cli.main`) in a process of its own, forked from a server that
-    imported `PRELOAD`, in this process's environment updated by `env` (a variable given None is unset) and folder
-    `cwd`; `fault` = (WHEN, SIGNAL) as tests/faults.py takes them."""
-    return Workshop(args, cwd, env, fault)
-
-
 def workshop(*args, cwd=None, env=None, check=True, fault=None):
-    """Run `workshop ARGS` (`start_workshop`) to its end; return a CompletedProcess with its stdout and stderr text.
+    """Run `workshop ARGS` (`Workshop`) to its end; return a CompletedProcess with its stdout and stderr text.
 
     Raises:
         AssertionError: with `check`, a non-zero exit, its output in the message.
         subprocess.TimeoutExpired: still running after `HANG_S` (killed)."""
-    w = start_workshop(*args, cwd=cwd, env=env, fault=fault)
-    p = subprocess.CompletedProcess(w.args, 0, *w.communicate())
-    p.returncode = w.returncode
+    w = Workshop(*args, cwd=cwd, env=env, fault=fault)
+    out, err = w.communicate()
+    p = subprocess.CompletedProcess(w.args, w.returncode, out, err)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(w.args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import HANG_S, start_workshop, workshop
+from conftest import HANG_S, Workshop, workshop
 from workshop_lib import checkpoint, rundir
 from workshop_lib.config import RunConfig, parse_run_args
 from workshop_lib.errors import WorkshopError
@@ -314,10 +314,6 @@ def test_export_refuses_a_damaged_checkpoint_and_names_the_complete_one(unfinish
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
-def _start(args, cwd):
-    return start_workshop(*args, cwd=cwd)
-
-
 def _wait(until, proc, timeout=HANG_S):
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
@@ -357,8 +353,8 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     each complete one (path, step) and the --resume command; that command resumes, and its SIGTERM names the
     checkpoint it saved on the way out."""
     out = tmp_path / "none"
-    proc = _start(
-        ["run", "baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out], tmp_path
+    proc = Workshop(
+        "run", "baseline", "--tiny", "--max-steps", 100000, "--save-strategy", "no", "--output-dir", out, cwd=tmp_path
     )
     _wait(lambda: _steps(out), proc)
     proc.send_signal(signal.SIGINT)
@@ -369,7 +365,7 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     )
 
     out = tmp_path / "run"
-    proc = _start(["run", "baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    proc = Workshop("run", "baseline", "--tiny", "--max-steps", 100000, "--output-dir", out, cwd=tmp_path)
     _wait(lambda: checkpoint.step_of(out / checkpoint.CHECKPOINTS / "checkpoint-4"), proc)
     proc.send_signal(signal.SIGINT)
     line, _ = _message(proc, 130)
@@ -380,7 +376,7 @@ def test_sigint_and_sigterm_name_the_checkpoints_kept_and_the_resume_command(tmp
     cmd = line.split(f"To continue from step {last}: ")[1]
     assert cmd == f"workshop run baseline --tiny true --max-steps 100000 --output-dir {out} --resume"
 
-    proc = _start(shlex.split(cmd)[1:], tmp_path)  # the command as printed, through python -m workshop_lib.cli
+    proc = Workshop(*shlex.split(cmd)[1:], cwd=tmp_path)  # the command as printed
     _wait(lambda: _trains_past(out, last, proc), proc)
     proc.send_signal(signal.SIGTERM)
     line, stdout = _message(proc, rundir.EXIT_PREEMPTED)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import HANG_S, start_workshop, workshop
+from conftest import HANG_S, Workshop, workshop
 from workshop_lib import checkpoint, evaluation, rundir
 from workshop_lib.ds_config import EXPERIMENTS
 
@@ -320,7 +320,7 @@ def test_a_killed_run_resumes_to_the_losses_of_an_uninterrupted_one(runs, tmp_pa
     uninterrupted stage2 run."""
     out, ckpts = tmp_path / "run", tmp_path / "run" / checkpoint.CHECKPOINTS
     args = ["run", "stage2", "--tiny", "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
-    proc = start_workshop(*args)
+    proc = Workshop(*args)
     while proc.poll() is None and checkpoint.step_of(ckpts / "checkpoint-3") is None:  # complete: its manifest
         time.sleep(0.05)
     proc.kill()

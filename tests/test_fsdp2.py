@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainingArguments
 
-from conftest import HANG_S, start_workshop, workshop
+from conftest import HANG_S, Workshop, workshop
 from workshop_lib import checkpoint, launch, rundir
 from workshop_lib.config import RunConfig, resolve
 from workshop_lib.ds_config import EXPERIMENTS, build_fsdp_config
@@ -78,7 +78,7 @@ def test_an_fsdp2_run_writes_what_a_stage3_run_writes_and_trains_the_same_model(
 def test_an_fsdp2_run_stopped_after_a_checkpoint_resumes_to_the_losses_of_an_uninterrupted_one(tiny_runs, tmp_path):
     out = tmp_path / "run"
     args = ["run", "fsdp2", "--tiny", "--save-strategy", "steps", "--save-steps", "1", "--output-dir", out]
-    proc = start_workshop(*args)
+    proc = Workshop(*args)
     deadline = time.time() + HANG_S
     while proc.poll() is None and checkpoint.step_of(out / checkpoint.CHECKPOINTS / "checkpoint-2") is None:
         assert time.time() < deadline

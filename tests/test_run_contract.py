@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import HANG_S, start_workshop, workshop
+from conftest import HANG_S, Workshop, workshop
 from workshop_lib import checkpoint, cli, env, results, rundir
 from workshop_lib.config import RunConfig, cli_args, parse_run_args, resolve
 from workshop_lib.ds_config import EXPERIMENTS
@@ -806,10 +806,6 @@ def test_notebook_03b_writes_few_checkpoints_and_knows_their_size_first():
     assert gpu.kept_mib == pytest.approx((3 * 14 + 3 * 2 + 4) * n / 2**20)  # 3 checkpoints, 3 model/, the export
 
 
-def _start(args, tmp_path):
-    return start_workshop("run", *args, cwd=tmp_path)
-
-
 def _wait_for_training(out: Path, proc, timeout=HANG_S):
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
@@ -827,7 +823,9 @@ def test_sigint_ends_the_run_with_one_line_and_overwrite_replaces_it_whole(tmp_p
     skips it, and a plain rerun is refused."""
     sig, code = signal.SIGINT, 130
     out = finished_run(tmp_path)
-    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out, "--overwrite"], tmp_path)
+    proc = Workshop(
+        "run", "baseline", "--tiny", "--max-steps", 100000, "--output-dir", out, "--overwrite", cwd=tmp_path
+    )
     _wait_for_training(out, proc)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=HANG_S)
@@ -851,8 +849,8 @@ def test_sigterm_checkpoints_at_the_next_step_and_exits_75(tmp_path):
     stopped at, one line saying how to continue, exit status 75, the directory marked preempted; a plain
     rerun is refused and points to --resume."""
     out = tmp_path / "run"
-    proc = _start(
-        ["baseline", "--tiny", "--max-steps", "100000", "--save-strategy", "no", "--output-dir", out], tmp_path
+    proc = Workshop(
+        "run", "baseline", "--tiny", "--max-steps", 100000, "--save-strategy", "no", "--output-dir", out, cwd=tmp_path
     )
     _wait_for_training(out, proc)
     proc.send_signal(signal.SIGTERM)
@@ -940,7 +938,7 @@ def test_a_resume_keeps_the_runs_settings_and_its_number_of_ranks(tmp_path):
 @pytest.mark.slow
 def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
     out = tmp_path / "run"
-    proc = _start(["baseline", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    proc = Workshop("run", "baseline", "--tiny", "--max-steps", 100000, "--output-dir", out, cwd=tmp_path)
     _wait_for_training(out, proc)
     proc.kill()
     proc.wait()
@@ -1096,7 +1094,7 @@ def test_a_run_of_one_process_listens_on_the_loopback_interface_only(tmp_path):
     import psutil
 
     out = tmp_path / "run"
-    proc = _start(["stage2", "--tiny", "--max-steps", "100000", "--output-dir", out], tmp_path)
+    proc = Workshop("run", "stage2", "--tiny", "--max-steps", 100000, "--output-dir", out, cwd=tmp_path)
     try:
         _wait_for_training(out, proc)
         listening = {
