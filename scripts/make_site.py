@@ -75,8 +75,10 @@ def execute(selected: list[str], cpu: bool) -> int:
     gpus = torch.cuda.device_count()
     machine = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    steps = os.environ.get("WORKSHOP_MAX_STEPS")  # another run length than the course's (runs.notebook_run_options)
-    command = (f"WORKSHOP_MAX_STEPS={steps} " if steps else "") + "python scripts/make_site.py execute"
+    commit = commit.stdout.strip() or os.environ.get("SITE_COMMIT", "")  # a copy without .git: the caller names it
+    # the variables that change the runs (runs.notebook_run_options): another run length, random weights
+    changed = [f"{k}={os.environ[k]} " for k in ("WORKSHOP_MAX_STEPS", "WORKSHOP_RANDOM_WEIGHTS") if k in os.environ]
+    command = "".join(changed) + "python scripts/make_site.py execute"
     command += " --cpu" if cpu else ""
     EXECUTED.mkdir(parents=True, exist_ok=True)
     failed = 0
@@ -96,7 +98,7 @@ def execute(selected: list[str], cpu: bool) -> int:
         nb.metadata["workshop_site"] = {
             "machine": machine,
             "date": time.strftime("%Y-%m-%d"),
-            "commit": commit.stdout.strip(),
+            "commit": commit,
             "seconds": seconds,
             "command": command,
             "source_sha256": source_sha(name),
