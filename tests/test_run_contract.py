@@ -989,6 +989,23 @@ def test_export_and_eval_refuse_bad_input_and_write_nothing(argv, expected, tmp_
     assert snapshot(tmp_path) == before
 
 
+def test_a_data_file_of_1_gib_is_refused_by_run_and_eval_before_it_is_read(tmp_path, model_dirs, capsys):
+    """An --eval-file of 1 GiB (JSON Lines: SQuAD rows one a line, then a hole), given to `workshop run` and to
+    `workshop eval`: exit 2, one message with its fix, nothing written, the file never read (`data.check_squad_path`:
+    before it, on a 2-core machine, a valid 1 GiB SQuAD file took 170-190 s and 13.7 GiB of memory to score or train
+    on; this one, 2.6 GiB to be called not JSON)."""
+    row = {"id": "a", "question": "What is the capital?", "context": SQUAD["data"][0]["paragraphs"][0]["context"]}
+    huge = sparse_file(tmp_path / "huge.jsonl", json.dumps(row).encode() + b"\n", 2**30)
+    for argv in (
+        ["run", "baseline", T, "--eval-file", huge, "--output-dir", tmp_path / "out"],
+        ["eval", model_dirs / "complete", "--eval-file", huge, "--output-dir", tmp_path / "scores"],
+    ):
+        assert workshop_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "holds 1,024 MiB" in err and err.count("To fix: give --eval-file a smaller file") == 1, err
+        assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == ["huge.jsonl"]
+
+
 def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
     """The refusal names the installed version, why (docs/deepspeed_versions.md) and the fix; the floor and later
     releases, a local tag included, pass."""
