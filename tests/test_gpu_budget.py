@@ -156,17 +156,27 @@ def test_a_batch_job_sizes_its_run_for_its_gpu(experiment, gpu, monkeypatch, tmp
     ],
 )
 def test_a_batch_job_with_a_damaged_run_config_leaves_the_sizing_to_the_run(recorded, monkeypatch, tmp_path, capsys):
-    """`python -m workshop_lib.preflight` (slurm/common.sh) beside a run_config.json that is cut short, not JSON, not
-    an object or of the wrong types: no budget, no traceback, nothing written; the resumed run itself then stops
-    with the one message (`checkpoint.check_same_run`)."""
+    """The batch job's two steps (slurm/common.sh) on a killed run whose run_config.json is cut short, not JSON, not
+    an object or of the wrong types: `python -m workshop_lib.preflight` sizes nothing and says nothing (it was a
+    JSONDecodeError, UnicodeDecodeError or AttributeError traceback in the job's log), then the resumed run stops
+    with one message and its fix (`checkpoint.check_same_run`), exit 2; the folder is left as it was."""
+    import os
+
     import torch
 
-    from workshop_lib import preflight
+    from workshop_lib import cli, preflight, rundir
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(env, "gpu_free_mib", lambda: GPUS["H100 80GB"])
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "run_config.json").write_bytes(recorded)
-    assert preflight.sized_micro_batch(["stage2", "--output-dir", str(tmp_path / "run")]) is None
-    assert capsys.readouterr().err == "" and [p.name for p in (tmp_path / "run").iterdir()] == ["run_config.json"]
-    assert (tmp_path / "run" / "run_config.json").read_bytes() == recorded
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_bytes(recorded)
+    rundir.write_json_atomic(run / rundir.MARKER, {"status": "running", "pid": 2**22 + 7, "host": os.uname().nodename})
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    with monkeypatch.context() as m:  # this GPU's free memory, replayed on the CPU
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        m.setattr(env, "gpu_free_mib", lambda: GPUS["H100 80GB"])
+        assert preflight.sized_micro_batch(["stage2", "--output-dir", str(run)]) is None
+    assert capsys.readouterr().err == ""
+    assert cli.main(["run", "stage2", "--tiny", "--max-steps", "1", "--output-dir", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("To fix:") == 1 and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before

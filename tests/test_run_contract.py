@@ -91,6 +91,15 @@ def model_dirs(tmp_path_factory):
     for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(root / "complete" / f, root / "pickle_weights")
     torch.save(net.state_dict(), root / "pickle_weights" / "pytorch_model.bin")
+    # transformers 4's save_pretrained(safe_serialization=False) of a larger model: pickle shards and their index
+    # (transformers 5 has no such option: it takes the keyword and writes safetensors)
+    shutil.copytree(root / "pickle_weights", root / "pickle_shards", ignore=shutil.ignore_patterns("*.bin"))
+    names = list(net.state_dict())
+    shards = {f"pytorch_model-0000{i + 1}-of-00002.bin": names[i::2] for i in range(2)}
+    for shard, keys in shards.items():
+        torch.save({k: net.state_dict()[k] for k in keys}, root / "pickle_shards" / shard)
+    index = {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
+    (root / "pickle_shards" / "pytorch_model.bin.index.json").write_text(json.dumps(index))
     net.resize_token_embeddings(1000)  # fewer embedding rows than its 4,096-token tokenizer has ids
     net.save_pretrained(root / "small_vocab")
     tok.save_pretrained(root / "small_vocab")
@@ -322,6 +331,11 @@ BAD = [
         "model with pickle weights only",
         lambda t, m: ["baseline", "--allow-cpu", "--model", m / "pickle_weights", "--max-steps", "1"],
         "pytorch_model.bin",
+    ),
+    (
+        "model with pickle shards only",
+        lambda t, m: ["baseline", "--allow-cpu", "--model", m / "pickle_shards", "--max-steps", "1"],
+        "only as a pickle (pytorch_model-00001-of-00002.bin, pytorch_model-00002-of-00002.bin)",
     ),
     (
         "train file of 1 GiB",
@@ -956,6 +970,7 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
         (["eval", "{t}/missing"], "does not exist"),
         (["eval", "{t}", "--num-questions", "0"], "num_questions must be at least 1"),
         (["eval", "{m}/run", "--output-dir", "{t}/scores"], "weights that are empty or cannot be read"),
+        (["eval", "{m}/pickle_weights", "--output-dir", "{t}/scores"], "only as a pickle (pytorch_model.bin)"),
     ],
     ids=[
         "export missing",
@@ -963,6 +978,7 @@ def test_kill_9_leaves_a_marker_that_names_the_dead_process(tmp_path):
         "eval missing",
         "eval 0 questions",
         "eval of a run whose weights are 0 bytes",
+        "eval of a model whose weights are a pickle",
     ],
 )
 def test_export_and_eval_refuse_bad_input_and_write_nothing(argv, expected, tmp_path, model_dirs, capsys):
@@ -971,6 +987,23 @@ def test_export_and_eval_refuse_bad_input_and_write_nothing(argv, expected, tmp_
     err = capsys.readouterr().err
     assert expected in err and "To fix:" in err and "Traceback" not in err, err
     assert snapshot(tmp_path) == before
+
+
+def test_a_data_file_of_1_gib_is_refused_by_run_and_eval_before_it_is_read(tmp_path, model_dirs, capsys):
+    """An --eval-file of 1 GiB (JSON Lines: SQuAD rows one a line, then a hole), given to `workshop run` and to
+    `workshop eval`: exit 2, one message with its fix, nothing written, the file never read (`data.check_squad_path`:
+    before it, on a 2-core machine, a valid 1 GiB SQuAD file took 170-190 s and 13.7 GiB of memory to score or train
+    on; this one, 2.6 GiB to be called not JSON)."""
+    row = {"id": "a", "question": "What is the capital?", "context": SQUAD["data"][0]["paragraphs"][0]["context"]}
+    huge = sparse_file(tmp_path / "huge.jsonl", json.dumps(row).encode() + b"\n", 2**30)
+    for argv in (
+        ["run", "baseline", T, "--eval-file", huge, "--output-dir", tmp_path / "out"],
+        ["eval", model_dirs / "complete", "--eval-file", huge, "--output-dir", tmp_path / "scores"],
+    ):
+        assert workshop_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "holds 1,024 MiB" in err and err.count("To fix: give --eval-file a smaller file") == 1, err
+        assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == ["huge.jsonl"]
 
 
 def test_a_deepspeed_below_the_floor_is_refused_with_the_fix():
