@@ -211,7 +211,10 @@ MY_PREDICTION = ""
 
 # %% tags=["solution"]
 MY_OVERRIDE = "zero_optimization.offload_optimizer.pin_memory=false"  # pageable host buffers instead of pinned
-MY_PREDICTION = "copies to and from the host slow down (pageable memory), so tokens/s falls; host memory barely moves"
+MY_PREDICTION = (
+    "copies to and from the host slow down (pageable memory is staged through a pinned buffer), so tokens/s falls; "
+    "host memory does not fall (the same buffers, only not page-locked)"
+)
 
 # %%
 MINE = lessons.run_own_key(NOTEBOOK, "stage2_offload", MY_OVERRIDE, RUNS, **COMMON)  # runs/stage2_offload_mine
