@@ -4,10 +4,10 @@
 set -o pipefail
 # Once per machine: reinstalling the same wheels on a warm machine (a second script of one call, or the next call)
 # makes torch rebuild DeepSpeed's ops silently, about 100 s (seen 2026-11-29: "ops: 102 s" and 83 s with nothing new)
-if ! ls -l .whl/*.whl | cmp -s - /tmp/site-packages/.carried 2>/dev/null; then
+if ! cksum .whl/*.whl | cmp -s - /tmp/site-packages/.carried 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages \
     .whl/*.whl || exit 1
-  ls -l .whl/*.whl >/tmp/site-packages/.carried
+  cksum .whl/*.whl >/tmp/site-packages/.carried
 fi
 export PYTHONPATH=/tmp/site-packages:$PWD TORCH_CUDA_ARCH_LIST=9.0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export PYTHONUNBUFFERED=1
