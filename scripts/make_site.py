@@ -76,8 +76,12 @@ def execute(selected: list[str], cpu: bool) -> int:
     machine = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
     # SITE_COMMIT: the caller names the commit where git would answer wrongly (a device's copy of a working tree
     # answers with the commit its .git was copied at)
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    commit = os.environ.get("SITE_COMMIT") or git.stdout.strip()
+    commit = (
+        os.environ.get("SITE_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    )
     # the variables that change the runs (runs.notebook_run_options): another run length, random weights
     changed = [f"{k}={os.environ[k]} " for k in ("WORKSHOP_MAX_STEPS", "WORKSHOP_RANDOM_WEIGHTS") if k in os.environ]
     command = "".join(changed) + "python scripts/make_site.py execute"

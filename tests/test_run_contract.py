@@ -94,10 +94,10 @@ def model_dirs(tmp_path_factory):
     # transformers 4's save_pretrained(safe_serialization=False) of a larger model: pickle shards and their index
     # (transformers 5 has no such option: it takes the keyword and writes safetensors)
     shutil.copytree(root / "pickle_weights", root / "pickle_shards", ignore=shutil.ignore_patterns("*.bin"))
-    names = list(net.state_dict())
-    shards = {f"pytorch_model-0000{i + 1}-of-00002.bin": names[i::2] for i in range(2)}
+    state = net.state_dict()
+    shards = {f"pytorch_model-0000{i + 1}-of-00002.bin": list(state)[i::2] for i in range(2)}
     for shard, keys in shards.items():
-        torch.save({k: net.state_dict()[k] for k in keys}, root / "pickle_shards" / shard)
+        torch.save({k: state[k] for k in keys}, root / "pickle_shards" / shard)
     index = {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
     (root / "pickle_shards" / "pytorch_model.bin.index.json").write_text(json.dumps(index))
     net.resize_token_embeddings(1000)  # fewer embedding rows than its 4,096-token tokenizer has ids

@@ -6,8 +6,7 @@
 # runs stay on the machine). As the device command, carrying .whl:
 #   NOTEBOOKS="02_zero_stages" BUDGET=480 OPS=FusedAdamBuilder bash lab/scripts/device_site.sh   # OPS: those the notebooks need
 source lab/scripts/device_env.sh  # the carried wheels installed, the call's environment
-[ -d /tmp/nb-packages ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-  --target /tmp/nb-packages .whl/nb/*.whl || exit 1
+install_once /tmp/nb-packages .whl/nb/*.whl || exit 1
 export PYTHONPATH=$PYTHONPATH:/tmp/nb-packages WORKSHOP_RANDOM_WEIGHTS=1 SITE_COMMIT=${SITE_COMMIT:?name the commit the tree is at}
 t0=$SECONDS; timeout -k 5 200 python3 scripts/build_ops.py ${OPS:-FusedAdamBuilder CPUAdamBuilder}; echo "ops: $((SECONDS - t0)) s"
 t0=$SECONDS
