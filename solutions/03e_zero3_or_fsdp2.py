@@ -186,7 +186,7 @@ def said(q: str) -> str:
         return f"{q}: not measured (no run here and no reference yet)"
     c = r.comparison
     return (
-        f"{q}: FSDP2 {c.value:,.4g} against ZeRO-3's {c.other:,.4g} {c.unit}, {c.ratio_text}, from {r.source}; "
+        f"{q}: FSDP2 {c.figure(c.value)} against ZeRO-3's {c.figure(c.other)}, {c.ratio_text}, from {r.source}; "
         f"better: {r.better}"
     )
 

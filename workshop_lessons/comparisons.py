@@ -53,6 +53,11 @@ class Comparison:
             return "within the band"
         return "higher" if self.value > self.other else "lower" if self.value < self.other else "equal"
 
+    def figure(self, x: float) -> str:
+        """`x` in `unit` as the course writes it: whole units with thousands separators from 100 up ("10,114 MiB"),
+        three significant figures below ("1.39 Ψ")."""
+        return f"{x:,.0f} {self.unit}" if abs(x) >= 100 else f"{x:.3g} {self.unit}"
+
     @property
     def band_text(self) -> str:
         """ "±8.7%", or "no band measured"."""

@@ -185,8 +185,8 @@ def decision_table(rows: list[Row]) -> pd.DataFrame:
         [
             {
                 "question": r.question,
-                "ZeRO-3": f"{r.comparison.other:,.4g} {r.comparison.unit}" if r.comparison else "n/a",
-                "FSDP2": f"{r.comparison.value:,.4g} {r.comparison.unit}" if r.comparison else "n/a",
+                "ZeRO-3": r.comparison.figure(r.comparison.other) if r.comparison else "n/a",
+                "FSDP2": r.comparison.figure(r.comparison.value) if r.comparison else "n/a",
                 "FSDP2 / ZeRO-3": f"{r.comparison.ratio:.2f}x" if r.comparison else "n/a",
                 "band": r.comparison.band_text if r.comparison else "n/a",
                 "better": r.better,
