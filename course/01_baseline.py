@@ -127,8 +127,9 @@ _ = results.plot_memory_and_throughput(df)  # shown once, by the backend
 # **MFU** (model FLOPs utilisation): tokens/s x FLOPs per token / the GPU's peak 16-bit FLOP/s. FLOPs per token
 # (`metrics.flops_per_token`) = 6N for the N parameters' matmuls, forward and backward, + 12·L·H·Q·T for attention
 # (L layers, H·Q heads x head dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B).
-# **HFU** (hardware FLOPs utilisation) also counts recomputed work: with activation checkpointing (notebook 2) both
-# fall, and HFU exceeds MFU by the recomputed forward pass. Both are "n/a" on a CPU.
+# **HFU** (hardware FLOPs utilisation) also counts recomputed work: with activation checkpointing (notebook 2) MFU
+# falls, as the recomputed forward pass takes time that MFU does not count, while HFU, which counts it, exceeds MFU by
+# that pass. Both are "n/a" on a CPU.
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))

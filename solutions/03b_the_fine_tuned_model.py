@@ -21,7 +21,7 @@
 #
 # **Learning goals**
 # - find the model a run saves, reload it with `from_pretrained`, and check it is the model that was trained;
-# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a checkpoint is about <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter
+# - read a DeepSpeed checkpoint: what each ZeRO shard holds, and why a ZeRO-3 checkpoint is about <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter
 #   on a bf16 GPU run (16 in the CPU's fp32);
 # - kill a run with `kill -9` and resume it from its last checkpoint, to the same losses, on as many ranks;
 # - turn ZeRO-3 shards into a Hugging Face model (`zero_to_fp32`);
@@ -114,8 +114,8 @@ print(f"eval loss: the run's last {run_last:.6f}, the reloaded model's {reloaded
 #
 # Per parameter, the optimizer's partitions are <!--fig:optimizer-bytes-->12<!--/fig:optimizer-bytes--> bytes (fp32 master weights 4, Adam's momentum 4 and variance
 # 4: the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1) and `model.safetensors`, the model's own
-# copy, 2 more in bf16 (4 in the CPU's fp32); gradients are not saved. About <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter on a bf16
-# GPU run.
+# copy, 2 more in bf16 (4 in the CPU's fp32); gradients are not saved. About <!--fig:checkpoint-bytes-->14<!--/fig:checkpoint-bytes--> bytes per parameter for a bf16
+# ZeRO-3 run on a GPU, as this notebook's; at stages 0-2 the model_states file holds the module's weights too, 2 more.
 
 # %%
 complete, incomplete = checkpoint.find_checkpoints(RUNS / "zero3")
