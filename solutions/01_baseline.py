@@ -126,8 +126,7 @@ _ = results.plot_memory_and_throughput(df)  # shown once, by the backend
 # (`metrics.flops_per_token`) = 6N for the N parameters' matmuls, forward and backward, + 12·L·H·Q·T for attention
 # (L layers, H·Q heads x head dimension, T tokens per sequence; PaLM, Chowdhery et al. 2022, appendix B).
 # **HFU** (hardware FLOPs utilisation) also counts recomputed work: with activation checkpointing (notebook 2) MFU
-# falls, as the recomputed forward pass takes time that MFU does not count, while HFU, which counts it, exceeds MFU by
-# that pass. Both are "n/a" on a CPU.
+# falls and HFU exceeds it by the recomputed forward pass. Both are "n/a" on a CPU.
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
