@@ -1257,7 +1257,7 @@ def notebook_03b(p: Page) -> None:
     p.inline["checksum-mib"] = f"{checkpoint.CHECKSUM_MAX_BYTES / MiB:g}"
     p.inline["save-total-limit"] = str(RunConfig("stage3_offload").save_total_limit)
     p.inline["optimizer-bytes"] = str(checkpoint.OPTIMIZER_BYTES)
-    p.inline["checkpoint-bytes"] = str(checkpoint.bytes_per_param(True, "bf16"))
+    p.inline["checkpoint-bytes"] = str(checkpoint.bytes_per_param("bf16"))
 
 
 def notebook_03c(p: Page) -> None:

@@ -60,7 +60,7 @@ class CheckpointPlan:
 
     @property
     def bytes_per_param(self) -> int:
-        return checkpoint.bytes_per_param(True, self.precision)
+        return checkpoint.bytes_per_param(self.precision)
 
     @property
     def checkpoint_mib(self) -> float:
@@ -137,8 +137,8 @@ class CheckpointSize:
 
     @property
     def expected_bytes_per_param(self) -> int:
-        """`checkpoint.bytes_per_param` of a DeepSpeed run in the run's precision: 14 in bf16."""
-        return checkpoint.bytes_per_param(True, self.precision)
+        """`checkpoint.bytes_per_param` of a ZeRO-3 run in the run's precision: 14 in bf16."""
+        return checkpoint.bytes_per_param(self.precision)
 
     @property
     def largest_holds(self) -> str:

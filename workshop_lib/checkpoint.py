@@ -94,13 +94,13 @@ OPTIMIZER_BYTES = 12
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def bytes_per_param(deepspeed: bool, precision: str) -> int:
-    """Bytes per parameter one checkpoint of a run holds (the model and Adam's states; the RNG and trainer state are a
-    few KiB). DeepSpeed ZeRO-3: `OPTIMIZER_BYTES` (the zero_pp_rank_*_optim_states.pt files) and the model's weights
-    in the training precision (model.safetensors): 14 in bf16/fp16, 16 in fp32 (the CPU); at stages 0-2
-    mp_rank_00_model_states.pt holds the module's weights too, `WEIGHT_BYTES` more, which this does not count. The plain
-    Trainer: fp32 weights (model.safetensors, 4) and torch AdamW's exp_avg and exp_avg_sq (optimizer.pt, 8): 12."""
-    return OPTIMIZER_BYTES + WEIGHT_BYTES[precision] if deepspeed else WEIGHT_BYTES["fp32"] + 8
+def bytes_per_param(precision: str) -> int:
+    """Bytes per parameter one checkpoint of a DeepSpeed ZeRO-3 run holds (the model and Adam's states; the RNG and
+    trainer state are a few KiB): `OPTIMIZER_BYTES` (the zero_pp_rank_*_optim_states.pt files) and the model's weights
+    in the training precision (model.safetensors): 14 in bf16/fp16, 16 in fp32 (the CPU). At stages 0-2
+    mp_rank_00_model_states.pt holds the module's weights too, `WEIGHT_BYTES` more. Raises KeyError for a precision
+    other than bf16, fp16 or fp32."""
+    return OPTIMIZER_BYTES + WEIGHT_BYTES[precision]
 
 
 def write_manifest(ckpt: str | os.PathLike) -> Path:
