@@ -66,17 +66,18 @@ def runs_here(gpus: int) -> list[str]:
     return [n for n, (_, ranks, _) in RUNS.items() if ranks <= gpus]
 
 
-def make_runs(out: Path, gpus: int, common: dict, skip_finished: bool = False) -> list[str]:
+def make_runs(out: Path, gpus: int, common: dict, skip_finished: bool = False, count: bool = True) -> list[str]:
     """Makes `runs_here(gpus)` into out/NAME, each in fresh `torchrun` processes (`launch.run_local`) with the
     options of notebook 04 (`multi_gpu.run_options`; `common`: `lessons.notebook_run_options()`); on a CPU the
-    two-rank runs with the comms logger, on 2+ GPUs short runs of their own into out/COMMS_DIR/EXPERIMENT.
-    Returns the runs made. Raises WorkshopError: a run failed (`launch.run_local`)."""
+    two-rank runs with the comms logger, on 2+ GPUs short runs of their own into out/COMMS_DIR/EXPERIMENT unless
+    `count` is False (a repeat: the counts do not vary). Returns the runs made. Raises WorkshopError: a run failed
+    (`launch.run_local`)."""
     args, env = run_options(gpus > 0, common, gpus > 0), {} if gpus else {"CUDA_VISIBLE_DEVICES": ""}
     todo = [
         (n, *RUNS[n][:2], [*RUNS[n][2], *([] if gpus or RUNS[n][1] < 2 else ["--comms-logger"])])
         for n in runs_here(gpus)
     ]
-    todo += [(f"{COMMS_DIR}/{e}", e, 2, COMMS_ARGS) for e in ("stage3", "fsdp2")] if gpus >= 2 else []
+    todo += [(f"{COMMS_DIR}/{e}", e, 2, COMMS_ARGS) for e in ("stage3", "fsdp2")] if count and gpus >= 2 else []
     made = []
     for name, experiment, ranks, extra in todo:
         if not (skip_finished and state(out / name)[0] == "finished"):
