@@ -1,7 +1,10 @@
-"""Notebook 03e's lesson (`workshop_lessons.fsdp`): which runs a machine makes, and the decision table where no run
-and no reference is on file. Its figures from real runs are checked on the executed notebook's own runs
+"""Notebook 03e's lesson (`workshop_lessons.fsdp`): which runs a machine makes, the decision table where no run
+and no reference is on file, and the reference it falls back on. Its figures from real runs are checked on the executed notebook's own runs
 (tests/test_executed_notebooks.py)."""
 
+import json
+
+import workshop_lessons as lessons
 from workshop_lessons import fsdp
 
 
@@ -19,3 +22,15 @@ def test_without_runs_or_a_reference_every_question_is_not_measured(tmp_path):
     t = fsdp.decision_table(rows)
     assert list(t["question"]) == [r.question for r in rows] and set(t["FSDP2 / ZeRO-3"]) == {"n/a"}
     assert fsdp.collective_table(tmp_path).empty
+
+
+def test_the_reference_answers_every_question_from_runs_made_as_the_notebook_makes_them(tmp_path):
+    ref = fsdp.REFERENCE_RUNS
+    for folder in ("runs", "repeat"):  # every run twice, fresh processes: the band is their spread
+        for name, (experiment, ranks, _) in fsdp.RUNS.items():
+            r = json.loads((ref / folder / name / "results.json").read_text())
+            assert (r["experiment"], r["world_size"], r["max_steps"]) == (experiment, ranks, lessons.GPU_MAX_STEPS)
+            assert "H200" in r["device"] and not r["tiny"] and r["steady_steps"] >= lessons.GPU_MAX_STEPS // 2
+    rows = fsdp.decision(tmp_path / "no-runs-here")
+    assert [r.source for r in rows] == ["the reference"] * len(rows) and all(r.comparison for r in rows)
+    assert all(r.comparison.band is not None for r in rows)  # each with the band measured there
