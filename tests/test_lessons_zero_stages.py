@@ -237,3 +237,15 @@ def test_overlap_comm_decides_the_stream_and_the_second_bucket_not_when_a_bucket
     from deepspeed.runtime import engine
 
     assert "partition_grads=zero_stage == ZeroStageEnum.gradients," in inspect.getsource(engine)
+
+
+def test_each_key_the_own_key_exercise_suggests_has_a_reference_run_that_acts_as_its_config_predicts():
+    """02's own-key exercise suggests `OWN_KEYS`, each with the GPU reference's stage 3 run of that key alone beside
+    the learner's; what each changes in the model states on one GPU is what `states_change_mib` predicts from the
+    two configs (the contiguous bucket gone; overlap off: the same buffers)."""
+    stage3 = json.loads((REFERENCE_DIR / "runs" / "stage3" / "results.json").read_text())
+    for key, run in zero_stages.OWN_KEYS.items():
+        r = json.loads((REFERENCE_DIR / "runs" / run / "results.json").read_text())
+        assert (r["experiment"], r["config"]["ds_config"], r["num_params"]) == ("stage3", [key], stage3["num_params"])
+        measured = r["gpu_states_allocated_mib"] - stage3["gpu_states_allocated_mib"]
+        assert measured == pytest.approx(zero_stages.states_change_mib(r, stage3), abs=8)  # MiB
