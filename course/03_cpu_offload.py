@@ -71,15 +71,14 @@ display(Markdown(lessons.beside_prediction(MY_BYTES_PER_PARAM, measured, "bytes"
 
 # %% [markdown]
 # Host memory matters now: the offloaded optimizer states (at least 12 bytes per parameter) live in the process's
-# RAM, and on a shared node the ranks add up. `host_states_rss_mib` in `results.json` is the process's RSS right
-# after the first optimizer step, when those states exist.
+# RAM; on a shared node the ranks add up. `host_states_rss_mib` (`results.json`) is the process's RSS after
+# the first optimizer step, once they exist.
 
 # %% [markdown]
 # ## Your figures, beside the reference
 #
-# As in notebooks 1 and 2 (`lessons.table`). "est. model states CPU MiB" is DeepSpeed's own budget for the model
-# states' host memory (`estimate_zero2_model_states_mem_needs` / `estimate_zero3_...`, with its 1.5x buffer
-# factor).
+# As in notebooks 1 and 2 (`lessons.table`). "est. model states CPU MiB" is DeepSpeed's budget for the states'
+# host memory (`estimate_zero2_model_states_mem_needs` / `estimate_zero3_...`, with its 1.5x buffer factor).
 
 # %%
 display(Markdown(lessons.table(NOTEBOOK, RUNS).to_markdown(index=False)))
@@ -91,7 +90,7 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), les
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Answer from the table above (`f` holds the figures computed from your runs: `f.stage2.speed`, ...).
+# Answer from the table above (`f` holds the figures from your runs: `f.stage2.speed`, ...).
 #
 # 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3, and what
 #    does each cost in tokens/s (as a ratio)?
@@ -103,7 +102,8 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), les
 
 # %% [markdown] tags=["exercise"]
 # **Exercise: a key of your own.** As in 02, on `stage2_offload`: pick a key of its `offload_optimizer` section
-# (`ds_config.explain`), write it in `MY_OVERRIDE` and your prediction in `MY_PREDICTION`, then run the cell after.
+# (`ds_config.explain`; the GPU reference's run of `pin_memory=false` is below), write it in `MY_OVERRIDE` and your
+# prediction in `MY_PREDICTION`, then run the cell after.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage2_offload --ds-config
@@ -115,6 +115,15 @@ if MINE:
     cols = ["steady_train_tokens_per_second", "host_peak_rss_mib"]
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
+# The GPU reference's stage2_offload with the suggested key, made after a stage2_offload in one process
+ref = lessons.reference(NOTEBOOK)
+cols = ["steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib", "gpu_peak_allocated_mib"]
+for key, run in lesson.OWN_KEYS.items():
+    if {"stage2_offload", run} <= set(ref.index):
+        print(f"Reference, {key} ({run}) against stage2_offload:")
+        display(Markdown(ref.loc[["stage2_offload", run], cols].to_markdown()))
+    else:
+        print(f"No GPU reference on file yet for {key} ({run}).")
 
 # %% [markdown]
 # ## Summary

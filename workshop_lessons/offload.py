@@ -200,6 +200,8 @@ class Pinning:
 
 
 PIN_MEMORY = ("zero_optimization.offload_optimizer.pin_memory", False)  # the override `pinning` reads
+# Notebook 03's own-key exercise: the key its answer sets, and the GPU reference run made with it (`COURSE_RUNS`)
+OWN_KEYS = {"zero_optimization.offload_optimizer.pin_memory=false": "stage2_offload_pageable"}
 
 
 def pinning(stage2: dict, pinned: dict, pageable: dict) -> Pinning:

@@ -41,6 +41,12 @@ COURSE_RUNS: dict[str, dict[str, tuple[str, dict]]] = {
         "stage2_offload": ("stage2_offload", {}),
         "stage3": ("stage3", {}),
         "stage3_offload": ("stage3_offload", {}),
+        # reference only: the key the own-key exercise's answer sets (`offload.OWN_KEYS`), made after stage2_offload
+        # in one process, so that a learner without a GPU sees its effect there too
+        "stage2_offload_pageable": (
+            "stage2_offload",
+            {"ds_config": ["zero_optimization.offload_optimizer.pin_memory=false"]},
+        ),
     },
     # the ZenFlow appendix: ZeRO-2 offload with ZenFlow beside plain ZeRO-2 offload, the same settings and steps
 }

@@ -6,7 +6,7 @@
 # small files (never model/). Runs finished in an earlier call (carried in .whl/ref) are skipped.
 #   NOTEBOOKS="01_baseline 02_zero_stages" bash lab/scripts/device_references.sh
 source lab/scripts/device_env.sh  # the carried wheels installed, the call's environment
-t0=$SECONDS; timeout -k 5 200 python3 scripts/build_ops.py FusedAdamBuilder CPUAdamBuilder; echo "ops: $((SECONDS - t0)) s"
+t0=$SECONDS; timeout -k 5 200 python3 scripts/build_ops.py ${OPS:-FusedAdamBuilder CPUAdamBuilder}; echo "ops: $((SECONDS - t0)) s"
 mkdir -p /tmp/ref && [ -d .whl/ref ] && cp -r .whl/ref/. /tmp/ref/
 end=$((SECONDS + ${BUDGET:-440}))  # the whole call stays inside the device's 600 s
 for nb in ${NOTEBOOKS:-01_baseline 02_zero_stages 03_cpu_offload}; do
