@@ -48,7 +48,8 @@ display(Markdown(lessons.header("03_cpu_offload")))
 COMMON = lessons.notebook_run_options(size_micro_batches=True)  # prints the micro-batch size it chose, and why
 print(f"device: {env.device_name()}, run options: {COMMON}")
 NOTEBOOK, RUNS = "03_cpu_offload", "runs/03_cpu_offload"
-ORDER = list(lessons.COURSE_RUNS[NOTEBOOK])  # stage2, stage2_offload, stage3, stage3_offload
+# stage2, stage2_offload, stage3, stage3_offload (not the reference-only run of the own-key exercise)
+ORDER = [n for n in lessons.COURSE_RUNS[NOTEBOOK] if n not in lesson.OWN_KEYS.values()]
 
 # %% [markdown] tags=["exercise"]
 # **Predict first.** How many bytes per parameter of model states will each run leave on the GPU? Write them in
@@ -90,20 +91,20 @@ f = lesson.figures(runs, lesson.reference_runs(lessons.reference(NOTEBOOK)), les
 # %% [markdown] tags=["exercise"]
 # ## Exercises
 #
-# Answer from the table above (`f` holds the figures from your runs: `f.stage2.speed`, ...).
+# Answer from the table (`f` holds the figures from your runs: `f.stage2.speed`, ...).
 #
 # 1. How many MiB of GPU memory (model states, and peak) does offloading save at stage 2 and at stage 3, and what
 #    does each cost in tokens/s (as a ratio)?
 # 2. Where did the memory go? How many bytes per parameter did the host's RSS after step 1 grow by, and how does
 #    that compare with DeepSpeed's budget (est. model states CPU MiB)?
 # 3. Compare what ZeRO-3's offload (parameters and optimizer) and ZeRO-2's (optimizer) freed of the peak. Explain
-#    from each offload run's model states and its peak (without a GPU: from the reference runs).
+#    from each offload run's model states and its peak (without a GPU: the reference's).
 # 4. When would you use offload in practice?
 
 # %% [markdown] tags=["exercise"]
 # **Exercise: a key of your own.** As in 02, on `stage2_offload`: pick a key of its `offload_optimizer` section
-# (`ds_config.explain`; the GPU reference's run of `pin_memory=false` is below), write it in `MY_OVERRIDE` and your
-# prediction in `MY_PREDICTION`, then run the cell after.
+# (`ds_config.explain`; the next cell shows a GPU reference run of `pin_memory=false` if on file), write it in
+# `MY_OVERRIDE`, your prediction in `MY_PREDICTION`, and run that cell.
 
 # %%
 MY_OVERRIDE = None  # "KEY=VALUE", as after workshop run stage2_offload --ds-config
