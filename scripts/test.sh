@@ -37,5 +37,6 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / wo
 pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests \
   $(python scripts/make_course.py --diverging) --ignore tests/test_executed_notebooks.py \
   solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=3600 --overwrite
-# the learner's outputs, kept by --overwrite: no warning, bar or error (tests/test_executed_notebooks.py)
+# the learner's outputs, kept by --overwrite: no warning, bar or error; 03e's and 04's figures from their runs
+# (tests/test_executed_notebooks.py)
 pytest -q -p no:cacheprovider tests/test_executed_notebooks.py 2>&1 | sed 's/^/executed notebooks: /'
