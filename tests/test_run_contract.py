@@ -396,8 +396,10 @@ def test_bad_input_exits_2_with_a_fix_and_changes_nothing(
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["a link among the run's files", "train file nested too deep"])
 def test_refusals_hold_on_2_cpu_ranks(case, tmp_path, model_dirs):
-    """The bad-input table's refusals under torchrun with 2 gloo ranks (an output and an input, each ~10 s): every
-    rank ends with the one message and its fix, no traceback, and nothing is written, behind a link included."""
+    """The bad-input table's refusals under torchrun with 2 gloo ranks (an output and an input, each ~10 s): a rank
+    ends with the one message and its fix, no rank with a traceback, and nothing is written, behind a link included.
+    A rank that has not refused yet when another has may end silent: torchrun stops the others once one exits
+    (seen in CI: one rank's stderr empty)."""
     argv = [str(a) for a in next(b for b in BAD if b[0] == case)[1](tmp_path, model_dirs)]
     argv += [] if "--output-dir" in argv else ["--output-dir", str(tmp_path / "out")]
     out = Path(argv[argv.index("--output-dir") + 1])
@@ -426,9 +428,10 @@ def test_refusals_hold_on_2_cpu_ranks(case, tmp_path, model_dirs):
     )
     errs = [f.read_text() for f in sorted((tmp_path / "logs").glob("**/attempt_0/*/stderr.log"))]
     assert p.returncode != 0 and len(errs) == 2, p.stderr[-2000:]
-    for err in errs:
-        expected = next(b for b in BAD if b[0] == case)[2]
-        assert expected in err and "To fix:" in err and "Traceback" not in err, err[-3000:]
+    expected = next(b for b in BAD if b[0] == case)[2]
+    assert any(expected in err and "To fix:" in err for err in errs), errs
+    for err in errs:  # each rank refused with the one message, or was stopped by torchrun before it could
+        assert (expected in err and "To fix:" in err or not err.strip()) and "Traceback" not in err, err[-3000:]
     assert snapshot(out) == before and not (tmp_path / "outside.csv").exists()
 
 
