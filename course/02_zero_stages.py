@@ -238,14 +238,8 @@ if MINE:
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 # The GPU reference's stage 3 with each suggested key (made by scripts/make_references.py, as its README says)
-ref = lessons.reference(NOTEBOOK)
 cols = ["steady_train_tokens_per_second", "gpu_states_allocated_mib", "gpu_peak_allocated_mib"]
-for key, run in lesson.OWN_KEYS.items():
-    if {"stage3", run} <= set(ref.index):
-        print(f"Reference, {key} ({run}) against stage3:")
-        display(Markdown(ref.loc[["stage3", run], cols].to_markdown()))
-    else:
-        print(f"No GPU reference on file yet for {key} ({run}).")
+lessons.show_own_key_references(NOTEBOOK, "stage3", lesson.OWN_KEYS, cols)
 
 # %% [markdown]
 # ## 5. Your figures, beside the reference

@@ -117,14 +117,8 @@ if MINE:
     display(Markdown(lessons.table(NOTEBOOK, RUNS, cols, runs=MINE).to_markdown(index=False)))
     print(f"Your prediction: {MY_PREDICTION or '(none written)'}")
 # The GPU reference's stage2_offload with the suggested key, made after a stage2_offload in one process
-ref = lessons.reference(NOTEBOOK)
 cols = ["steady_train_tokens_per_second", "host_states_rss_mib", "host_peak_rss_mib", "gpu_peak_allocated_mib"]
-for key, run in lesson.OWN_KEYS.items():
-    if {"stage2_offload", run} <= set(ref.index):
-        print(f"Reference, {key} ({run}) against stage2_offload:")
-        display(Markdown(ref.loc[["stage2_offload", run], cols].to_markdown()))
-    else:
-        print(f"No GPU reference on file yet for {key} ({run}).")
+lessons.show_own_key_references(NOTEBOOK, "stage2_offload", lesson.OWN_KEYS, cols)
 
 # %% [markdown]
 # ## Summary

@@ -24,5 +24,6 @@ if __name__ == "__main__":
     if gpus < 2:
         raise SystemExit(f"The reference needs 2 GPUs (this machine has {gpus}): run it on a machine of 2 or more.")
     for folder in folders:
-        made = fsdp.make_runs(out / folder, gpus, lessons.notebook_run_options(), True, count=folder == "runs")
+        common = lessons.notebook_run_options()
+        made = fsdp.make_runs(out / folder, gpus, common, skip_finished=True, count=folder == "runs")
         print(f"{out / folder}: made {', '.join(made) or 'nothing (all finished)'}", flush=True)

@@ -37,6 +37,7 @@ _HOMES = {
             "band",
             "cpu_band",
             "reference_note",
+            "show_own_key_references",
             "table",
             "_repeats",
         ],

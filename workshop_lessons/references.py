@@ -39,6 +39,21 @@ def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.Dat
     return df.loc[[n for n in COURSE_RUNS[notebook] if n in df.index]]
 
 
+def show_own_key_references(notebook: str, base: str, own_keys: dict[str, str], cols: list[str]) -> None:
+    """The own-key exercise's GPU reference (02, 03): for each suggested key (`own_keys`: KEY=VALUE -> its
+    reference-only run of `COURSE_RUNS`), the reference's `base` run beside that run, `cols` as a markdown table; a
+    line instead where either is not on file."""
+    from IPython.display import Markdown, display  # the notebooks' own dependency
+
+    ref = reference(notebook)
+    for key, run in own_keys.items():
+        if {base, run} <= set(ref.index):
+            print(f"Reference, {key} ({run}) against {base}:")
+            display(Markdown(ref.loc[[base, run], cols].to_markdown()))
+        else:
+            print(f"No GPU reference on file yet for {key} ({run}).")
+
+
 def _repeats(root: Path) -> dict[str, list[dict]]:
     """name -> the results.json of each run of that configuration measured again: root/repeat/NAME (made by
     `--repeat`) and root/repeat/NAME-rK (fresh-process repeats by the measurement protocol, `scripts/repeats.py`)."""
