@@ -189,6 +189,7 @@ VARIANTS = [
     ("default ZeRO-2", dict(experiment="stage2")),
     ("default ZeRO-2 + CPU offload", dict(experiment="stage2_offload")),
     ("default ZeRO-3", dict(experiment="stage3")),
+    ("default FSDP2", dict(experiment="fsdp2")),  # PyTorch's fully_shard through the Trainer (notebook 03e)
     ("A/B: ZeRO-2, 16k tokens", dict(experiment="stage2", max_tokens_per_micro_batch=16384)),
     (
         "A/B: ZeRO-2, 16k tokens, without torch.compile",
@@ -795,6 +796,8 @@ def run_bench(
         / tps.get("default before (4 x 4 sequences)", nan),
         f"fastest row ({best}) / classic": tps.get(best, nan) / tps.get("classic", nan),
         "default ZeRO-3 / default ZeRO-2": tps.get("default ZeRO-3", nan) / tps.get("default ZeRO-2", nan),
+        "default FSDP2 / default ZeRO-3": tps.get("default FSDP2", nan) / tps.get("default ZeRO-3", nan),
+        "default FSDP2 / default ZeRO-2": tps.get("default FSDP2", nan) / tps.get("default ZeRO-2", nan),
         f"{LIGER_LAYERS} / default ZeRO-3": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-3", nan),
         f"{LIGER_LAYERS} / default ZeRO-2": tps.get(LIGER_LAYERS, nan) / tps.get("default ZeRO-2", nan),
         # fixed shapes: what packing buys the plain loop, and the packed row against both ceilings

@@ -12,7 +12,9 @@ and needs no GPU.
 notebooks extra; a cell tagged raises-exception may raise; no time-out; WORKSHOP_MAX_STEPS is passed on and
 recorded) and stores site/executed/NAME.ipynb: its outputs and images, less the widgets' state (a static page cannot
 run them; their text stays), with metadata["workshop_site"]: the machine that executed it (`env.device_name`, "N x"
-for several GPUs), the date, the commit, the wall seconds, the command and the source's sha256. `build` writes OUT
+for several GPUs), the date, the commit, the wall seconds, the command and the source's sha256. On a GPU at the notebook's own length
+it also records the wall seconds in workshop_lessons/reference/notebook_times.json, whose times every notebook's
+header shows (as scripts/time_notebooks.py does, less its per-cell times and words). `build` writes OUT
 (a folder this command made, or a new one): index.html, solutions/NAME.html and course/NAME.html (nbconvert's lab
 template, self-contained: images inline, no script from another host), each page labelled from that metadata; a stored notebook whose source has changed since says so on its page.
 MyST / Jupyter Book 2 was not used: its site build downloads its theme from api.mystmd.org and GitHub at build
@@ -22,12 +24,15 @@ time, which neither this machine nor CI reaches (they reach package registries o
 import argparse
 import hashlib
 import html
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import time_notebooks  # beside this script: the run times every notebook's header reads
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "site" / "executed"
@@ -90,7 +95,7 @@ def execute(selected: list[str], cpu: bool) -> int:
     failed = 0
     for name in selected or names():
         nb = jupytext.read(ROOT / "solutions" / f"{name}.py")
-        t0 = time.perf_counter()
+        ops, started, t0 = time_notebooks.built_ops(), time.time(), time.perf_counter()
         try:
             nbclient.NotebookClient(
                 nb, timeout=None, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "solutions")}}
@@ -110,6 +115,16 @@ def execute(selected: list[str], cpu: bool) -> int:
             "source_sha256": source_sha(name),
         }
         nbformat.write(nb, EXECUTED / f"{name}.ipynb")
+        if not cpu and "WORKSHOP_MAX_STEPS" not in os.environ:  # the notebook's own length on a GPU: its header's time
+            times = json.loads(time_notebooks.TIMES.read_text())
+            times.setdefault(machine, {})[name] = {
+                "seconds": seconds,
+                "returncode": 0,
+                "date": time.strftime("%Y-%m-%d"),
+                "model": ", ".join(time_notebooks.trained_models(name, started)),
+                "ops_built": sorted(time_notebooks.built_ops() - ops),
+            }
+            time_notebooks.TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
         print(f"{name}: {seconds:.0f} s on {machine} -> {(EXECUTED / f'{name}.ipynb').relative_to(ROOT)}", flush=True)
     return failed
 
