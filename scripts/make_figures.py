@@ -671,6 +671,37 @@ def bench_peers_best(p: Page) -> None:
     p("torch_compile row in bench.csv", "yes" if HF_COMPILE in tps.index else "no")
 
 
+BENCH_FSDP2 = ROOT / "lab" / "findings" / "h200" / "bench-fsdp2"
+FSDP2_PAIRS = [("default FSDP2", "default ZeRO-3"), ("default FSDP2", "default ZeRO-2")]
+
+
+def bench_fsdp2(p: Page) -> None:
+    from repeats import band
+
+    from workshop_lessons.comparisons import compare
+
+    table = pd.read_csv(BENCH_FSDP2 / "bench.csv")
+    cols = [title(c) for c in ("steady_train_tokens_per_second", "mfu", "gpu_peak_allocated_mib", "gpu_peak_mib")]
+    p.table(
+        "bench",
+        ["row", *cols],
+        [
+            [r["row"], *("" if pd.isna(r[c]) else f(r[c]) for c, f in zip(cols, (n, str, n, n)))]
+            for _, r in table.iterrows()
+        ],
+    )
+    repeats = pd.read_csv(ROOT / "lab" / "findings" / "h200" / "protocol" / "repeats" / "repeats.csv")
+    noise = max(band(g["steady_train_tokens_per_second"].tolist()) for _, g in repeats.groupby("configuration"))
+    p("band, the protocol's ZeRO-2 and ZeRO-3 repeats (the wider)", f"±{noise:.1%}")
+    t = table.set_index("row")
+    for a, b in FSDP2_PAIRS:
+        speed = compare("steady_train_tokens_per_second", t.loc[a, cols[0]], t.loc[b, cols[0]], noise=noise)
+        p(f"{a} / {b}, steady tokens/s", speed.ratio_text)
+        p(f"{a} / {b}, GPU peak", x(t.loc[a, cols[3]] / t.loc[b, cols[3]]))
+    steps = {json.loads(f.read_text())["max_steps"] for f in (BENCH_FSDP2 / "runs").glob("*/results.json")}
+    p("optimizer steps per row", ", ".join(map(str, sorted(steps))))
+
+
 def zero3_prefetch(p: Page) -> None:
     logs = ROOT / "lab" / "findings" / "h200" / "zero3-prefetch" / "logs"
     tps = {q.stem: steady_line(q)[0] for q in logs.glob("*.log")}
@@ -1370,6 +1401,7 @@ PAGES = {
     "lab/findings/h200/bench-prefetch/README.md": bench_prefetch,
     "lab/findings/h200/zero3-prefetch/README.md": zero3_prefetch,
     "lab/findings/h200/bench-peers-best/README.md": bench_peers_best,
+    "lab/findings/h200/bench-fsdp2/README.md": bench_fsdp2,
     "lab/findings/h100/bench-collation-gc-loss/README.md": collation_gc_loss,
     "lab/findings/h100/bench-bucket-hooks/README.md": bucket_hooks,
     "lab/findings/h100/bench-packed/README.md": packed,

@@ -144,19 +144,22 @@ def test_the_host_memory_above_deepspeeds_budget_is_not_broken_down_by_the_runs(
 
 def test_the_pin_memory_exercise_compares_the_pinned_run_with_the_pageable_one():
     """Notebook 03's own key (solution: offload_optimizer.pin_memory=false): `offload.PIN_MEMORY` is that override as
-    `ds_config.parse_override` reads it, a key DeepSpeed's config accepts; stage2_offload pins (its config); `pinning`
-    sets each run's host growth over stage2 beside the budget. No pageable run is on file: checked on the reference
-    runs, with a pageable run made of stage2_offload's figures and 100 MiB less host RSS."""
+    `ds_config.parse_override` reads it, a key DeepSpeed's config accepts, and the GPU reference's run of that key
+    (`offload.OWN_KEYS`) is stage2_offload with it alone; `pinning` sets each run's host growth over stage2 beside
+    the budget, from the reference pair made in one process."""
     from workshop_lessons.zero_stages import ds_config_of
     from workshop_lib import ds_config
 
-    assert ds_config.parse_override("zero_optimization.offload_optimizer.pin_memory=false") == offload.PIN_MEMORY
-    assert offload.PIN_MEMORY[0] in ds_config.KEYS
-    r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in NAMES}
-    assert ds_config_of(r["stage2_offload"])["zero_optimization"]["offload_optimizer"]["pin_memory"] is True
-    pageable = r["stage2_offload"] | {"host_states_rss_mib": r["stage2_offload"]["host_states_rss_mib"] - 100}
-    p = offload.pinning(r["stage2"], r["stage2_offload"], pageable)
+    key = "zero_optimization.offload_optimizer.pin_memory=false"
+    assert ds_config.parse_override(key) == offload.PIN_MEMORY and offload.PIN_MEMORY[0] in ds_config.KEYS
+    names = [*NAMES, offload.OWN_KEYS[key]]
+    r = {n: json.loads((REFERENCE_DIR / "runs" / n / "results.json").read_text()) for n in names}
+    pinned, pageable = r["stage2_offload"], r[offload.OWN_KEYS[key]]
+    assert pageable["experiment"] == "stage2_offload" and pageable["config"]["ds_config"] == [key]
+    assert ds_config_of(pinned)["zero_optimization"]["offload_optimizer"]["pin_memory"] is True
+    assert ds_config_of(pageable)["zero_optimization"]["offload_optimizer"]["pin_memory"] is False
+    p = offload.pinning(r["stage2"], pinned, pageable)
     assert p.pinned_mib == pytest.approx(offload.figures(r).stage2.host_states_mib)
-    assert p.pageable_mib == pytest.approx(p.pinned_mib - 100)
-    assert p.budget_mib == r["stage2_offload"]["estimated_model_states_cpu_mib"]
-    assert p.pinning.difference == pytest.approx(100)
+    assert p.pageable_mib == pytest.approx(pageable["host_states_rss_mib"] - r["stage2"]["host_states_rss_mib"])
+    assert p.budget_mib == pinned["estimated_model_states_cpu_mib"]
+    assert p.pinning.difference == pytest.approx(pinned["host_states_rss_mib"] - pageable["host_states_rss_mib"])

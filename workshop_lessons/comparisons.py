@@ -76,9 +76,10 @@ class Comparison:
 
     @property
     def difference_text(self) -> str:
-        """The difference in `unit` and the verdict, naming the band: "+0.912 nats (higher; band ±0.6%)", or
-        "+0.001 nats, within the band (±0.6%): the same within the noise"."""
-        return self._with_verdict(f"{self.difference:+,.3f} {self.unit}".rstrip())
+        """The difference in `unit` and the verdict, naming the band: "+0.912 nats (higher; band ±0.6%)", "+8,761 MiB
+        (higher; band ±9.3%)", or "+0.001 nats, within the band (±0.6%): the same within the noise"."""
+        d = self.difference
+        return self._with_verdict((f"{d:+,.0f} {self.unit}" if abs(d) >= 100 else f"{d:+.3g} {self.unit}").rstrip())
 
 
 def compare(

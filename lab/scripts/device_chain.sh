@@ -3,7 +3,10 @@
 # scripts, in a process session of its own (setsid: the device keeps it running after the call while the machine
 # stays held), with OUT=/tmp/chain/out and its output in /tmp/chain/log; `wait`, as the next calls (each made within
 # the machine's 30 s of idle, or the machine goes back and CMD with it), follows the log for up to WAIT seconds and,
-# once CMD has ended, brings back /tmp/chain/out and the log. As device commands, carrying .whl:
+# once CMD has ended, brings back /tmp/chain/out and the log. Each call copies the working tree there again, undoing
+# what CMD wrote into tracked files meanwhile (seen 2026-11-29: a notebook_times.json entry, reference runs put in
+# workshop_lessons/ for a later step): CMD keeps what it makes in $OUT, never only in the tree. As device commands,
+# carrying .whl:
 #   bash lab/scripts/device_chain.sh start 'NOTEBOOKS=03e_zero3_or_fsdp2 BUDGET=1000 bash lab/scripts/device_site.sh'
 #   WAIT=580 bash lab/scripts/device_chain.sh wait
 chain=/tmp/chain

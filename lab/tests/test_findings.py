@@ -552,3 +552,29 @@ def test_the_h200_bench_with_the_peers_at_their_best_states_its_runs():
     band = (z2.max() - z2.min()) / ((z2.max() + z2.min()) / 2)
     mask, no_mask = tps["A/B: HF Trainer + ZeRO-2 + Liger, attention mask"], tps["HF Trainer + ZeRO-2 + Liger (best)"]
     assert abs(mask - no_mask) / ((mask + no_mask) / 2) > band and mask > no_mask
+
+
+def test_the_h200_fsdp2_bench_row_states_its_runs():
+    """lab/findings/h200/bench-fsdp2 (issue 58): each workshop row's figure is its run's own steady tokens/s, every
+    run made on one H200 in 40 steps; the page's ratios are the csv's quotients, the speed verdicts against the
+    wider of the protocol's ZeRO-2 and ZeRO-3 bands."""
+    from workshop_lessons.comparisons import compare
+
+    d = figures.BENCH_FSDP2
+    table = pd.read_csv(d / "bench.csv").set_index("row")
+    runs = _bench_runs(d, table["steady tokens/s"], "NVIDIA H200", 40)
+    assert sorted(runs) == ["default FSDP2", "default ZeRO-2", "default ZeRO-3"]
+    assert [r["experiment"] for r in runs.values()] == ["stage2", "stage3", "fsdp2"]
+    repeats = pd.read_csv(ROOT / "lab" / "findings" / "h200" / "protocol" / "repeats" / "repeats.csv")
+    tps = repeats.groupby("configuration")["steady_train_tokens_per_second"]
+    noise = ((tps.max() - tps.min()) / ((tps.max() + tps.min()) / 2)).max()
+    page = figures.page("lab/findings/h200/bench-fsdp2/README.md").figures
+    for a, b in figures.FSDP2_PAIRS:
+        speed = compare(
+            "steady_train_tokens_per_second",
+            runs[a]["steady_train_tokens_per_second"],
+            runs[b]["steady_train_tokens_per_second"],
+            noise=noise,
+        )
+        assert page[f"{a} / {b}, steady tokens/s"] == speed.ratio_text
+        assert page[f"{a} / {b}, GPU peak"] == f"{runs[a]['gpu_peak_mib'] / runs[b]['gpu_peak_mib']:.2f}x"
