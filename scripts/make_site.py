@@ -12,11 +12,13 @@ and needs no GPU.
 notebooks extra; a cell tagged raises-exception may raise; no time-out; WORKSHOP_MAX_STEPS is passed on and
 recorded) and stores site/executed/NAME.ipynb: its outputs and images, less the widgets' state (a static page cannot
 run them; their text stays), with metadata["workshop_site"]: the machine that executed it (`env.device_name`, "N x"
-for several GPUs), the date, the commit, the wall seconds, the command and the source's sha256. On a GPU at the notebook's own length
-it also records the wall seconds in workshop_lessons/reference/notebook_times.json, whose times every notebook's
-header shows (as scripts/time_notebooks.py does, less its per-cell times and words). `build` writes OUT
-(a folder this command made, or a new one): index.html, solutions/NAME.html and course/NAME.html (nbconvert's lab
-template, self-contained: images inline, no script from another host), each page labelled from that metadata; a stored notebook whose source has changed since says so on its page.
+for several GPUs), the date, the commit, the wall seconds, the command and the source's sha256. On a GPU, at the
+notebook's own length, it also records the wall seconds in workshop_lessons/reference/notebook_times.json, whose
+times every notebook's header shows (as scripts/time_notebooks.py does; an entry's per-cell times, of another
+execution, are dropped). `build` writes OUT (a folder this command made, or a new one): index.html,
+solutions/NAME.html and course/NAME.html (nbconvert's lab template, self-contained: images inline, no script from
+another host), each page labelled from that metadata; a stored notebook whose source has changed since says so on
+its page.
 MyST / Jupyter Book 2 was not used: its site build downloads its theme from api.mystmd.org and GitHub at build
 time, which neither this machine nor CI reaches (they reach package registries only).
 """
@@ -115,15 +117,17 @@ def execute(selected: list[str], cpu: bool) -> int:
             "source_sha256": source_sha(name),
         }
         nbformat.write(nb, EXECUTED / f"{name}.ipynb")
-        if not cpu and "WORKSHOP_MAX_STEPS" not in os.environ:  # the notebook's own length on a GPU: its header's time
+        if gpus and "WORKSHOP_MAX_STEPS" not in os.environ:  # the notebook's own length on a GPU: its header's time
             times = json.loads(time_notebooks.TIMES.read_text())
-            times.setdefault(machine, {})[name] = {
-                "seconds": seconds,
-                "returncode": 0,
-                "date": time.strftime("%Y-%m-%d"),
-                "model": ", ".join(time_notebooks.trained_models(name, started)),
-                "ops_built": sorted(time_notebooks.built_ops() - ops),
-            }
+            entry = times.setdefault(machine, {}).setdefault(name, {})
+            entry.pop("cells", None)  # time_notebooks' per-cell times, of another execution; its words stay
+            entry.update(
+                seconds=seconds,
+                returncode=0,
+                date=time.strftime("%Y-%m-%d"),
+                model=", ".join(time_notebooks.trained_models(name, started)),
+                ops_built=sorted(time_notebooks.built_ops() - ops),
+            )
             time_notebooks.TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
         print(f"{name}: {seconds:.0f} s on {machine} -> {(EXECUTED / f'{name}.ipynb').relative_to(ROOT)}", flush=True)
     return failed
