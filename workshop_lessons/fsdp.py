@@ -158,8 +158,8 @@ class Row:
 def decision(mine: Path, ref: Path = REFERENCE_RUNS) -> list[Row]:
     """The decision table's rows (`QUESTIONS`, then the collectives' volume per step), each from the runs under
     `mine` where both ran on a GPU (a CPU's memory is the whole process's and its speed not a GPU's), else from
-    the reference's, ref/runs; the collectives from `mine` on any device. Bands: `band(metric, ref)`; the collectives'
-    `multi_gpu.COMM_TOLERANCE`."""
+    the reference's, ref/runs; the collectives from `mine` on any device. Bands: `band(metric, ref, (the two runs))`,
+    the wider of the two runs' own spreads; the collectives' `multi_gpu.COMM_TOLERANCE`."""
     sources = [("your runs", results_of(mine)), ("the reference", results_of(ref / "runs"))]
     rows = []
     for question, metric, z3, f2, higher in QUESTIONS:
@@ -171,7 +171,7 @@ def decision(mine: Path, ref: Path = REFERENCE_RUNS) -> list[Row]:
             ),
             None,
         )
-        c = found and compare(metric, found[1][f2][metric], found[1][z3][metric], noise=band(metric, ref))
+        c = found and compare(metric, found[1][f2][metric], found[1][z3][metric], noise=band(metric, ref, (z3, f2)))
         rows.append(Row(question, found[0] if found else "not measured", c or None, higher))
     volume = {s: collective_table(root) for s, root in (("your runs", mine), ("the reference", ref / "runs"))}
     s = next((s for s, t in volume.items() if {"ZeRO-3 volume (Ψ)", "FSDP2 volume (Ψ)"} <= set(t)), None)

@@ -64,12 +64,15 @@ def _repeats(root: Path) -> dict[str, list[dict]]:
     return found
 
 
-def band(metric: str, root: Path = REFERENCE_DIR) -> float | None:
+def band(metric: str, root: Path = REFERENCE_DIR, names: tuple[str, ...] | None = None) -> float | None:
     """The largest relative spread (max - min) / mean(max, min) of `metric` over each configuration's reference
-    run and its repeats (`_repeats`), the measurement protocol's band (docs/measurement.md), a fraction; None where
-    no run was repeated or the metric is missing."""
+    run and its repeats (`_repeats`), the measurement protocol's band (docs/measurement.md), a fraction: over the
+    configurations `names` (those a comparison compares), else over every one; None where none of them was
+    repeated or the metric is missing."""
     first, spreads = _load(root / "runs"), []
     for name, again in _repeats(root).items():
+        if names is not None and name not in names:
+            continue
         values = [r[metric] for r in again if pd.notna(r.get(metric))]
         if name in first.index and metric in first and pd.notna(first.at[name, metric]):
             values.append(first.at[name, metric])
