@@ -586,6 +586,12 @@ def bench_prefetch(p: Page) -> None:
         p(key, other.figures[key])
 
 
+def bench_rows(table: pd.DataFrame, cols: list[str], formats: tuple) -> list[list[str]]:
+    """A bench.csv's rows as a page's table rows: each row's label, then each of `cols` in its format ("" where the
+    row has none)."""
+    return [[r["row"], *("" if pd.isna(r[c]) else f(r[c]) for c, f in zip(cols, formats))] for _, r in table.iterrows()]
+
+
 PEERS_BEST = ROOT / "lab" / "findings" / "h200" / "bench-peers-best"
 
 
@@ -618,14 +624,7 @@ def bench_peers_best(p: Page) -> None:
     tps = table.set_index("row")[title("steady_train_tokens_per_second")]
     p.table("configurations", ["row", "configuration"], table[["row", "configuration"]].values.tolist())
     cols = [title(c) for c in ("steady_train_tokens_per_second", "mfu", "gpu_util_pct", "gpu_peak_mib", "train_loss")]
-    p.table(
-        "bench",
-        ["row", *cols],
-        [
-            [r["row"], *("" if pd.isna(r[c]) else f(r[c]) for c, f in zip(cols, (n, str, n, n, str)))]
-            for _, r in table.iterrows()
-        ],
-    )
+    p.table("bench", ["row", *cols], bench_rows(table, cols, (n, str, n, n, str)))
     p.table(
         "ratios",
         ["ratio", "rows (numerator / denominator)", "measured", "goal", "met"],
@@ -682,14 +681,7 @@ def bench_fsdp2(p: Page) -> None:
 
     table = pd.read_csv(BENCH_FSDP2 / "bench.csv")
     cols = [title(c) for c in ("steady_train_tokens_per_second", "mfu", "gpu_peak_allocated_mib", "gpu_peak_mib")]
-    p.table(
-        "bench",
-        ["row", *cols],
-        [
-            [r["row"], *("" if pd.isna(r[c]) else f(r[c]) for c, f in zip(cols, (n, str, n, n)))]
-            for _, r in table.iterrows()
-        ],
-    )
+    p.table("bench", ["row", *cols], bench_rows(table, cols, (n, str, n, n)))
     repeats = pd.read_csv(ROOT / "lab" / "findings" / "h200" / "protocol" / "repeats" / "repeats.csv")
     noise = max(band(g["steady_train_tokens_per_second"].tolist()) for _, g in repeats.groupby("configuration"))
     p("band, the protocol's ZeRO-2 and ZeRO-3 repeats (the wider)", f"±{noise:.1%}")

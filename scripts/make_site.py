@@ -75,12 +75,7 @@ def execute(selected: list[str], cpu: bool) -> int:
     if cpu:  # the kernel inherits this environment: no GPU, the tiny model
         os.environ.update(CUDA_VISIBLE_DEVICES="", WORKSHOP_TINY="1")
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend draws the plots into the outputs
-    import torch
-
-    from workshop_lib import env
-
-    gpus = torch.cuda.device_count()
-    machine = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
+    gpus, machine = time_notebooks.machine()  # as notebook_times.json names it
     # SITE_COMMIT: the caller names the commit where git would answer wrongly (a device's copy of a working tree
     # answers with the commit its .git was copied at)
     commit = (

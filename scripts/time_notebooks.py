@@ -44,15 +44,22 @@ def trained_models(name: str, since: float) -> list[str]:
     return sorted(m for m in found if m)
 
 
-def main(names: list[str], words_only: bool = False) -> int:
+def machine() -> tuple[int, str]:
+    """(the GPUs this process sees, this machine's name in notebook_times.json: `env.device_name()`, "N x ..." with
+    N > 1 GPUs, since a machine of several GPUs is timed apart from one of its kind with one)."""
     import torch
 
-    import workshop_lessons as lessons
     from workshop_lib import env
+
+    gpus = torch.cuda.device_count()
+    return gpus, f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
+
+
+def main(names: list[str], words_only: bool = False) -> int:
+    import workshop_lessons as lessons
     from workshop_lib.config import recipe_settings
 
-    gpus = torch.cuda.device_count()  # a machine of several GPUs is timed apart from one of its kind with one
-    device = f"{gpus} x {env.device_name()}" if gpus > 1 else env.device_name()
+    device = machine()[1]
     model = (
         "tiny model" if lessons.notebook_run_options()["tiny"] else recipe_settings("default")["model"]
     )  # when no run says
