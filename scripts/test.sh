@@ -33,10 +33,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) > workers ? $(nproc) / wo
 # prerequisite is installed, fails on any skip). Time limits guard against hangs only (nbmake's, tests/conftest.py's
 # HANG_S): a busy machine makes this longer, never red.
 # every solution notebook, and the learner notebooks that run otherwise than their solution (a learner's blank
-# answer changes what later cells do, beyond the lessons that take a blank: `make_course.py --diverging`, none now)
-pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup tests lab/tests \
-  $(python scripts/make_course.py --diverging) --ignore tests/test_executed_notebooks.py \
-  solutions/[0-9]*.ipynb --nbmake --nbmake-timeout=3600 --overwrite
+# answer changes what later cells do, beyond the lessons that take a blank: `make_course.py --diverging`, none now).
+# The notebooks first: the workers take the tests in the order given, so the longest (40-140 s each) are shared out
+# at the start and the short tests even out the end (last, they left one worker idle while the other ran one).
+pytest -q -m "" -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup solutions/[0-9]*.ipynb \
+  $(python scripts/make_course.py --diverging) tests lab/tests --ignore tests/test_executed_notebooks.py \
+  --nbmake --nbmake-timeout=3600 --overwrite
 # the learner's outputs, kept by --overwrite: no warning, bar or error; 03e's and 04's figures from their runs
 # (tests/test_executed_notebooks.py)
 pytest -q -p no:cacheprovider tests/test_executed_notebooks.py 2>&1 | sed 's/^/executed notebooks: /'
