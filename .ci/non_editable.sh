@@ -94,7 +94,7 @@ venv_check() {  # the new venv active, as a learner has it (an active environmen
   cd "$work1" && VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH timeout 2400 "$venv/bin/python" -c "$check" "$venv" "$@"
 }
 # 2. the module tree, the active environment's Python, nothing else of this checkout on its path
-part2() {
+tree_check() {
   cd "$work2" || return
   PYTHONPATH=$tree PATH=$tree/bin:$PATH timeout 600 workshop run stage2 --tiny --max-steps 2 --save-strategy no \
     --no-save-model --output-dir ../runs/target > ../target-run.log 2>&1 || { cat ../target-run.log; return 1; }
@@ -107,11 +107,12 @@ part2() {
 # wait for a core spin)
 t0=$SECONDS
 venv_check 02 > "$work1/../part.log" 2>&1 & p1=$!
-part2 > "$work2/../part.log" 2>&1 & p2=$!
+tree_check > "$work2/../part.log" 2>&1 & p2=$!
 rc1=0 rc2=0; wait $p1 || rc1=$?; wait $p2 || rc2=$?
 cat "$work1/../part.log" "$work2/../part.log"
 echo "side by side: notebook 02 of the new venv (rc $rc1), the tree's tiny run and notebook 02 (rc $rc2): $((SECONDS - t0)) s"
-[ $rc1 = 0 ] && [ $rc2 = 0 ]
+# (an && list whose first test fails does not stop a `set -e` script: say it)
+[ $rc1 = 0 ] && [ $rc2 = 0 ] || exit 1
 t0=$SECONDS
 venv_check 04
 echo "notebook 04 of the new venv: $((SECONDS - t0)) s"
