@@ -167,8 +167,6 @@ def two_node_job(experiment: str, out: Path, *sbatch_options: str, env: dict | N
 # collective, a no-op on the CPU; on GPUs it would slow the timed runs, so there it gets runs of its own below.
 comms = [] if on_gpus else ["--comms-logger"]
 here_env = {} if on_gpus else {"CUDA_VISIBLE_DEVICES": ""}
-# With several GPUs here, the one-GPU runs go side by side, one GPU each: a GPU is not shared, only the host
-side_by_side = on_gpus and not use_slurm and gpus >= 2
 
 
 def run_here(experiment: str, n: int, out: Path, args=(), env: dict | None = None) -> dict:
@@ -184,13 +182,8 @@ def at_once(jobs: list[dict]) -> None:
             done.result()
 
 
-if side_by_side:
-    at_once(
-        [
-            dict(experiment=e, n=1, out=RUNS / f"{e}-1", env={"CUDA_VISIBLE_DEVICES": str(i % gpus)})
-            for i, e in enumerate(["stage2", "stage3"])
-        ]
-    )
+# One run at a time, each alone on the machine (docs/measurement.md): runs side by side share the host's cores,
+# which ZeRO-3's hooks need, and would lower the one-GPU figure the scaling efficiency divides by
 for experiment in ["stage2", "stage3"]:
     for n in sizes:
         out = RUNS / f"{experiment}-{n}"
@@ -217,7 +210,7 @@ for experiment in ["stage2", "stage3"]:
             except WorkshopError as e:
                 print(f"The two-node job did not finish ({e.problem.splitlines()[0]}); starting the ranks here.")
                 run_here(experiment, n, out, logged)
-        elif not (side_by_side and n == 1):
+        else:
             run_here(experiment, n, out, logged)
 if use_slurm:  # every GPU of two nodes
     two_node_job("stage2", RUNS / "stage2-2nodes")
@@ -251,7 +244,7 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# The reference: these runs on 2 H100s of one host, made as this notebook makes them (its README says how):
+# The reference: these runs on 2 H200s of one host, made as this notebook makes them, in rounds (its README says how):
 
 # %%
 reference = lesson.REFERENCE / "runs"

@@ -1,5 +1,5 @@
 """Notebook 04's figures and verdicts, computed from its runs: the 16Ψ arithmetic, the scaling table of the
-learner's runs (`results.scaling_table`) beside the reference runs on 2 H100s (`REFERENCE`), the bytes each
+learner's runs (`results.scaling_table`) beside the reference runs on 2 H200s (`REFERENCE`), the bytes each
 ZeRO stage communicates per step (Rajbhandari et al. 2020, section 7) beside what DeepSpeed's comms logger
 recorded in the learner's own run (comms.json, `workshop_lib.comms`), and the gradient buckets of a ds_config.
 Records only: the notebook writes the sentences from them.
@@ -68,12 +68,14 @@ def run_options(on_gpus: bool, common: dict, size_micro_batches: bool) -> list[s
     return args
 
 
-# Notebook 04's reference on 2 H100s of one host (README.md there): its scaling runs, runs/ and repeat/; exercise 7's
-# A/B in ab/ (`scripts/two_gpu_reference.py`: ZeRO-2 with 10x smaller gradient buckets and with the recipe's, a pair
-# in ab/runs and one in ab/repeat); two nodes on one host, NVLink against sockets (`scripts/two_nodes_one_host.sh`)
-REFERENCE = Path(__file__).resolve().parent / "reference" / "h100" / "x2-2026-11-28"
-BUCKET_AB = REFERENCE / "ab"
-LINKS = REFERENCE.parent / "links-2026-11-28"
+# Notebook 04's reference on 2 H200s of one host, by the measurement protocol (README.md there,
+# `scripts/two_gpu_reference.py`): its scaling runs in rounds, runs/NAME, repeat/NAME and repeat/NAME-rK, and the
+# recipe's FSDP2 in fsdp2/. Exercise 7's A/B on 2 H100s (ab/ there: ZeRO-2 with 10x smaller gradient buckets and with
+# the recipe's, a pair in ab/runs and one in ab/repeat); two nodes on one host, NVLink against sockets
+# (`scripts/two_nodes_one_host.sh`)
+REFERENCE = Path(__file__).resolve().parent / "reference" / "h200" / "x2-2026-11-29"
+BUCKET_AB = REFERENCE.parents[1] / "h100" / "x2-2026-11-28" / "ab"
+LINKS = REFERENCE.parents[1] / "h100" / "links-2026-11-28"
 
 
 def bucket_ab(folder: Path = BUCKET_AB, metric: str = "steady_train_tokens_per_second") -> list[Comparison]:
