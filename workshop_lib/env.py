@@ -135,6 +135,17 @@ def ensure_distributed_env() -> None:
     skip_unused_deepspeed_ops(int(os.environ["WORLD_SIZE"]))
 
 
+def one_gpu_per_process(args):
+    """`args` (a `transformers.TrainingArguments`) with `n_gpu` 1, returned. In a process that sees several GPUs and
+    that no launcher made one rank of several (a notebook kernel on a machine of 2 GPUs), the HF Trainer takes all
+    of them (`n_gpu` = the visible GPUs) and wraps the model in `torch.nn.DataParallel`, which the course does not
+    teach and whose replicas of the workshop's model fail ("Expected all tensors to be on the same device"). Every
+    workshop run uses one GPU per process, as the Trainer itself forces for model parallelism (`Trainer.__init__`)."""
+    if args.n_gpu > 1:
+        args._n_gpu = 1
+    return args
+
+
 def sanitize_cuda_arch_list() -> None:
     """Drop the arch suffix DeepSpeed's op builder cannot parse: TORCH_CUDA_ARCH_LIST="9.0a" -> "9.0".
 

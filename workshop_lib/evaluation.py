@@ -18,6 +18,7 @@ from torchmetrics.text import SQuAD
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
+from . import env
 from .data import load_squad, make_collator, prompt_ids, tokenize_squad
 from .errors import WorkshopError
 from .model import check_model_source
@@ -68,6 +69,7 @@ def eval_loss(net, tokenizer, config: dict) -> float:
             use_cpu=not torch.cuda.is_available(),
             prediction_loss_only=True,
         )
+        env.one_gpu_per_process(args)
         trainer = Trainer(
             model=net,
             args=args,

@@ -360,6 +360,7 @@ def build_trainer(run: Run):
         train_sampling_strategy="random" if cfg.batching == "token_budget" else cfg.batching,
         **sharding,
     )
+    env.one_gpu_per_process(args)
     callbacks = [checkpoint.Manifest()]  # each checkpoint's manifest, last
     if batches is not None:
         callbacks.append(EpochOrder(batches))
