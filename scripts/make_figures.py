@@ -1080,11 +1080,76 @@ def x2_h200_26(p: Page) -> None:
     )
 
 
+def rounds(d: Path, name: str, metric: str = "steady_train_tokens_per_second") -> list[float]:
+    """`metric` of run `name` in each round made by `scripts/two_gpu_reference.py` under d, in order (runs/NAME,
+    repeat/NAME, repeat/NAME-rK)."""
+    found = [d / "runs" / name, d / "repeat" / name, *sorted((d / "repeat").glob(f"{name}-r*"))]
+    return [json.loads((r / "results.json").read_text())[metric] for r in found if (r / "results.json").is_file()]
+
+
+def x2_h200_29(p: Page) -> None:
+    import workshop_lessons as lessons
+    from workshop_lessons import multi_gpu
+    from workshop_lessons.comparisons import compare
+
+    d, tps = multi_gpu.REFERENCE, "steady_train_tokens_per_second"
+    roots = {"stage2": d, "stage3": d, "fsdp2": d / "fsdp2"}
+    times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
+    p("notebook 04 s", f"{times['2 x NVIDIA H200']['04_multi_gpu']['seconds']:.0f}")
+    p("band", f"±{lessons.band(tps, root=d):.1%}")
+    rows, med, peak, bands = [], {}, {}, {}
+    for e, root in roots.items():
+        bands[e] = lessons.band(tps, root, (f"{e}-1", f"{e}-2"))
+        for k in (1, 2):
+            v = rounds(root, f"{e}-{k}")
+            med[e, k], peak[e, k] = (
+                statistics.median(v),
+                statistics.median(rounds(root, f"{e}-{k}", "gpu_peak_allocated_mib")),
+            )
+            spread = f"{(max(v) - min(v)) / ((max(v) + min(v)) / 2):.1%}" if len(v) > 1 else "one round"
+            rows.append([f"{e}-{k}", *(n(t) for t in v), *["n/a"] * (3 - len(v)), n(med[e, k]), spread])
+    p.table(
+        "rounds", ["run", "round 1 (runs/)", "round 2 (repeat/)", "round 3 (the notebook's)", "median", "spread"], rows
+    )
+    p.table(
+        "scaling",
+        ["experiment", "1 GPU tokens/s", "2 GPUs tokens/s", "scaling efficiency", "band"],
+        [[e, n(med[e, 1]), n(med[e, 2]), f"{med[e, 2] / 2 / med[e, 1]:.0%}", f"±{bands[e]:.1%}"] for e in roots],
+    )
+    rows = []
+    for k in (1, 2):
+        for other, name in (("stage2", "ZeRO-2"), ("stage3", "ZeRO-3")):
+            c = compare(tps, med["fsdp2", k], med[other, k], noise=max(bands["fsdp2"], bands[other]))
+            rows.append(
+                [
+                    k,
+                    name,
+                    n(med[other, k]),
+                    n(med["fsdp2", k]),
+                    x(c.ratio),
+                    c.verdict,
+                    c.band_text,
+                    x(peak["fsdp2", k] / peak[other, k]),
+                ]
+            )
+    header = [
+        "GPUs",
+        "against",
+        "its tokens/s",
+        "FSDP2 tokens/s",
+        "FSDP2 / it",
+        "verdict",
+        "band",
+        "peak allocated, FSDP2 / it",
+    ]
+    p.table("fsdp2", header, rows)
+
+
 def x2_h100_28(p: Page) -> None:
     import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
 
-    d = multi_gpu.REFERENCE
+    d = REF / "h100" / "x2-2026-11-28"
     times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
     seconds = times["2 x NVIDIA H100 80GB HBM3"]["04_multi_gpu"]["seconds"]
     build = int(re.search(r"compiled in (\d+) s", (d / "runs" / "stage3-1" / "launch.log").read_text())[1])
@@ -1172,12 +1237,9 @@ def x2_h100_27(p: Page) -> None:
 
 
 def x2_h200_27(p: Page) -> None:
-    import workshop_lessons as lessons
     from workshop_lessons import multi_gpu
 
     d = REF / "h200" / "x2-2026-11-27"
-    times = json.loads((lessons.REFERENCE / "notebook_times.json").read_text())
-    p("notebook 04 s", f"{times['2 x NVIDIA H200']['04_multi_gpu']['seconds']:.0f}")
     nb = d / "notebook" / "04_multi_gpu"
     p.table("scaling", SCALING, scaling_rows(nb))
     for r, name in (("stage2-2", "ZeRO-2"), ("stage3-2", "ZeRO-3")):
@@ -1401,6 +1463,7 @@ PAGES = {
     "workshop_lessons/reference/h100/links-2026-11-28/README.md": links_h100,
     "workshop_lessons/reference/h200/links-2026-11-27/README.md": links_h200,
     "workshop_lessons/reference/h200/x2-2026-11-26/README.md": x2_h200_26,
+    "workshop_lessons/reference/h200/x2-2026-11-29/README.md": x2_h200_29,
     "workshop_lessons/reference/h100/x2-2026-11-28/README.md": x2_h100_28,
     "workshop_lessons/reference/h100/x2-2026-11-27b/README.md": x2_h100_27b,
     "workshop_lessons/reference/h100/x2-2026-11-27/README.md": x2_h100_27,

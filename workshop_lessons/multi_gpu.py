@@ -208,8 +208,9 @@ class MemoryFall:
 @dataclass(frozen=True)
 class Scaling:
     """Exercise 4 for one experiment at `gpus` ranks: tokens/s per rank against the same experiment on
-    `base_gpus` ranks of the same machine (`per_rank`: ratio = scaling efficiency; band: `REFERENCE`'s
-    measured spread of the speed, `lessons.band`; "lower" is below linear scaling beyond the noise).
+    `base_gpus` ranks of the same machine (`per_rank`: ratio = scaling efficiency; band: the measured spread of
+    the experiment's speed at those ranks over `REFERENCE`'s rounds, `lessons.band`; "lower" is below linear
+    scaling beyond the noise).
     `steady`: steady-state tokens/s (else whole-run samples/s, warm-up included, as `results.scaling_table`)."""
 
     experiment: str
@@ -222,10 +223,11 @@ class Scaling:
 def scaling(df: pd.DataFrame) -> list[Scaling]:
     """`Scaling` of every run of `df` with more ranks than the fewest of its experiment (same model, recipe)."""
     col = _speed(df)
-    noise = band(col, REFERENCE)  # read once: the reference and its repeat, else the course's band
-    noise = "reference" if noise is None else noise
     out = []
     for (exp, _, _), g in df.sort_values("world_size").groupby(["experiment", "model", "recipe"], sort=False):
+        # the spread of this experiment's reference runs at these ranks over its rounds: ZeRO-3's is not ZeRO-2's
+        noise = band(col, REFERENCE, tuple(f"{exp}-{n}" for n in g["world_size"]))
+        noise = "reference" if noise is None else noise  # none on file: the course's band
         first = g.iloc[0]
         for _, r in g.iloc[1:].iterrows():
             out.append(
