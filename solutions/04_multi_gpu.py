@@ -247,21 +247,22 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# The reference: these runs on 2 H200s of one host, made as this notebook makes them, in rounds (its README says how):
+# The reference: these runs on 2 H200s of one host, made as this notebook makes them, in rounds (its README says how);
+# of each run's rounds, the one with the median speed:
 
 # %%
-reference = lesson.REFERENCE / "runs"
-ref = results.load_results(reference) if reference.exists() else None
+reference = lesson.REFERENCE
+ref = lessons.median_runs(reference)
 info = lesson.reference_info(ref)
 if info is None:
-    print(f"No reference runs on file ({reference} is missing): only your own figures are shown.")
+    print(f"No reference runs on file ({reference / 'runs'} is missing): only your own figures are shown.")
 else:
     print(
         f"Reference: {info['device']} GPUs of one host, {info['model']} "
         f"({'random weights' if info['random_weights'] else 'pretrained'}), {info['recipe']} recipe, "
         f"{info['global_steps']} optimizer steps, steady state after {info['warmup_steps']} warm-up steps; runs: "
         + ", ".join(f"{e} x{'/'.join(map(str, n))}" for e, n in info["runs"].items())
-        + f" (experiment x GPUs), in {reference.relative_to(lessons.REFERENCE.parents[1])}."
+        + f" (experiment x GPUs), each the median of its rounds, in {reference.relative_to(lessons.REFERENCE.parents[1])}."
     )
     results.plot_scaling(ref)
 

@@ -2,6 +2,7 @@
 
 - `reference(notebook)`: the committed GPU runs (workshop_lessons/reference/h200/course/runs/NAME/results.json) of a
   notebook's runs.
+- `median_runs(root)`: of each configuration's rounds there, the run with the median speed, the protocol's figure.
 - `band(metric)`: the relative spread of a metric over repeated runs of one configuration: the largest
   (max - min) / mean(max, min) over a reference run and its repeats (root/repeat/NAME, root/repeat/NAME-rK), as a
   fraction (0.05 = +-5%).
@@ -79,6 +80,18 @@ def band(metric: str, root: Path = REFERENCE_DIR, names: tuple[str, ...] | None 
         if len(values) > 1 and max(values) + min(values):
             spreads.append((max(values) - min(values)) / ((max(values) + min(values)) / 2))
     return max(spreads) if spreads else None
+
+
+def median_runs(root: Path, metric: str = "steady_train_tokens_per_second") -> pd.DataFrame | None:
+    """The protocol's figure of each configuration under `root` (docs/measurement.md): of runs/NAME and its repeats
+    (`_repeats`), the run whose `metric` is the median of its rounds (the lower of the two middle ones where their
+    count is even, so that every figure of a row is one run's), as `load_results` rows; None where root has no
+    runs/."""
+    if not (root / "runs").is_dir():
+        return None
+    df = load_results([root / "runs", *([root / "repeat"] if (root / "repeat").is_dir() else [])])
+    name = df["run_dir"].map(lambda d: re.sub(r"-r\d+$", "", Path(d).name))
+    return pd.concat([g.sort_values(metric).iloc[[(len(g) - 1) // 2]] for _, g in df.groupby(name, sort=False)])
 
 
 CPU_RUN_ORDER = REFERENCE / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
