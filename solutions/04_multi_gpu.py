@@ -247,8 +247,7 @@ df = results.load_results(RUNS)
 scaling = results.scaling_table(df)
 
 # %% [markdown]
-# The reference: these runs on 2 H200s of one host, made as this notebook makes them, in rounds (its README says how);
-# of each run's rounds, the one with the median speed:
+# The reference: these runs on 2 H200s of one host, made as this notebook makes them (its README says how):
 
 # %%
 reference = lesson.REFERENCE
