@@ -28,7 +28,7 @@
 # Read notebooks 02 and 04 first: this one uses their tables (memory by phase, the band) and their counting of
 # collectives (Ψ-sized transfers per step).
 #
-# *Learner version: the tables show your own runs beside the GPU reference; the interpretation is yours (the answers are in `solutions/`).*
+# *Learner version: the interpretation is yours (the answers are in `solutions/`).*
 
 # %%
 from pathlib import Path
@@ -95,8 +95,8 @@ if "fsdp2" in EXPERIMENTS:
     lesson.make_runs(RUNS, GPUS, COMMON)
 else:
     print("This engine has no fsdp2 experiment: your runs are skipped, the tables below show the reference.")
-REF = lessons.reference(None, lesson.REFERENCE_RUNS)
-if REF.empty:
+REF = lessons.median_runs(lesson.REFERENCE_RUNS)  # of each run's rounds, the median one (the protocol's figure)
+if REF is None:
     print(f"No reference yet ({lesson.REFERENCE_RUNS} holds no runs): only your own figures are shown.")
 BANDS = {m: lessons.band(m, lesson.REFERENCE_RUNS) for m in lesson.PHASES + lesson.SPEED}
 MINE = [RUNS / n for n in lesson.RUNS if (RUNS / n / "results.json").is_file()]
@@ -114,7 +114,7 @@ if df is not None:
     display(Markdown(results.exercise_table(df, lesson.PHASES, REF, BANDS).to_markdown(index=False)))
     results.plot_memory_over_time(df)
     print(results.cpu_memory_note(df) or "")
-elif not REF.empty:
+elif REF is not None:
     display(Markdown(results.exercise_table(REF.reset_index(), lesson.PHASES).to_markdown(index=False)))
 
 # %% [markdown]
@@ -125,7 +125,7 @@ elif not REF.empty:
 # %%
 if df is not None:
     display(Markdown(results.exercise_table(df, lesson.SPEED, REF, BANDS).to_markdown(index=False)))
-elif not REF.empty:
+elif REF is not None:
     display(Markdown(results.exercise_table(REF.reset_index(), lesson.SPEED).to_markdown(index=False)))
 
 # %% [markdown]

@@ -353,7 +353,7 @@ for e, d in COMMS_RUNS.items():
 
 # %%
 if ref is not None:
-    ref_cfg = json.loads((reference / "stage2-2" / "ds_config.json").read_text())
+    ref_cfg = json.loads((reference / "runs" / "stage2-2" / "ds_config.json").read_text())
     ref_params = int(ref.loc[ref.experiment == "stage2", "num_params"].iloc[0])
     bk = lesson.buckets(ref_cfg, ref_params)
     print(

@@ -18,7 +18,7 @@ from workshop_lib.rundir import state
 
 from .comparisons import Comparison, compare
 from .multi_gpu import BYTES_PER_ELEMENT, COMM_TOLERANCE, comm_measured, read_comms, run_options
-from .references import band
+from .references import band, median_runs
 from .registry import REFERENCE
 
 REFERENCE_RUNS = REFERENCE / "h200" / "zero3_or_fsdp2"  # runs/NAME, and repeat/NAME: the same again (the band)
@@ -158,9 +158,12 @@ class Row:
 def decision(mine: Path, ref: Path = REFERENCE_RUNS) -> list[Row]:
     """The decision table's rows (`QUESTIONS`, then the collectives' volume per step), each from the runs under
     `mine` where both ran on a GPU (a CPU's memory is the whole process's and its speed not a GPU's), else from
-    the reference's, ref/runs; the collectives from `mine` on any device. Bands: `band(metric, ref, (the two runs))`,
-    the wider of the two runs' own spreads; the collectives' `multi_gpu.COMM_TOLERANCE`."""
-    sources = [("your runs", results_of(mine)), ("the reference", results_of(ref / "runs"))]
+    the reference's (of each run's rounds, the median one: `median_runs`); the collectives from `mine` on any
+    device. Bands: `band(metric, ref, (the two runs))`, the wider of the two runs' own spreads; the collectives'
+    `multi_gpu.COMM_TOLERANCE`."""
+    ref_runs = median_runs(ref)  # of each run's rounds, the median one
+    ref_runs = {} if ref_runs is None else {n: r.dropna().to_dict() for n, r in ref_runs.iterrows() if n in RUNS}
+    sources = [("your runs", results_of(mine)), ("the reference", ref_runs)]
     rows = []
     for question, metric, z3, f2, higher in QUESTIONS:
         found = next(

@@ -31,6 +31,21 @@ def _load(root: Path) -> pd.DataFrame:
     return df.set_index("run")
 
 
+def median_runs(root: Path, metric: str = "steady_train_tokens_per_second") -> pd.DataFrame | None:
+    """The protocol's figure of each configuration under `root` (docs/measurement.md): of runs/NAME and its repeats
+    (repeat/NAME, repeat/NAME-rK), the run whose `metric` is the median of its rounds (the lower of the two middle
+    ones where their count is even, so that every figure of a row is one run's), as `load_results` rows indexed by
+    NAME; None where root has no runs/. For references whose rounds are all made as the notebook makes its runs
+    (04's, 03e's); `reference` reads the course's runs/ only, since its repeats are fresh processes where the
+    notebook's runs share one (its README)."""
+    df = _load(root / "runs")
+    if df.empty:
+        return None
+    again = _load(root / "repeat").rename(index=lambda d: re.sub(r"-r\d+$", "", d))
+    df = pd.concat([df, again]) if not again.empty else df
+    return pd.concat([g.sort_values(metric).iloc[[(len(g) - 1) // 2]] for _, g in df.groupby(level=0, sort=False)])
+
+
 def reference(notebook: str | None = None, root: Path = REFERENCE_DIR) -> pd.DataFrame:
     """The reference runs (one row per run name, indexed by it; results.json columns) of `notebook`'s runs,
     or all of them; an empty frame where none are on file (a copy of the lessons without their reference/)."""
@@ -80,18 +95,6 @@ def band(metric: str, root: Path = REFERENCE_DIR, names: tuple[str, ...] | None 
         if len(values) > 1 and max(values) + min(values):
             spreads.append((max(values) - min(values)) / ((max(values) + min(values)) / 2))
     return max(spreads) if spreads else None
-
-
-def median_runs(root: Path, metric: str = "steady_train_tokens_per_second") -> pd.DataFrame | None:
-    """The protocol's figure of each configuration under `root` (docs/measurement.md): of runs/NAME and its repeats
-    (`_repeats`), the run whose `metric` is the median of its rounds (the lower of the two middle ones where their
-    count is even, so that every figure of a row is one run's), as `load_results` rows; None where root has no
-    runs/."""
-    if not (root / "runs").is_dir():
-        return None
-    df = load_results([root / "runs", *([root / "repeat"] if (root / "repeat").is_dir() else [])])
-    name = df["run_dir"].map(lambda d: re.sub(r"-r\d+$", "", Path(d).name))
-    return pd.concat([g.sort_values(metric).iloc[[(len(g) - 1) // 2]] for _, g in df.groupby(name, sort=False)])
 
 
 CPU_RUN_ORDER = REFERENCE / "cpu" / "run_order.csv"  # scripts/cpu_run_order.py: notebook 02's runs on a 2-core CPU
