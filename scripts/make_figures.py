@@ -1081,10 +1081,12 @@ def x2_h200_26(p: Page) -> None:
 
 
 def rounds(d: Path, name: str, metric: str = "steady_train_tokens_per_second") -> list[float]:
-    """`metric` of run `name` in each round made by `scripts/two_gpu_reference.py` under d, in order (runs/NAME,
-    repeat/NAME, repeat/NAME-rK)."""
-    found = [d / "runs" / name, d / "repeat" / name, *sorted((d / "repeat").glob(f"{name}-r*"))]
-    return [json.loads((r / "results.json").read_text())[metric] for r in found if (r / "results.json").is_file()]
+    """`metric` of run `name` in each round made by `scripts/two_gpu_reference.py` under d, in order (runs/NAME, then
+    its repeats as `lessons.band` reads them)."""
+    import workshop_lessons as lessons
+
+    first = json.loads((d / "runs" / name / "results.json").read_text())
+    return [r[metric] for r in (first, *lessons._repeats(d).get(name, []))]
 
 
 def x2_h200_29(p: Page) -> None:
@@ -1104,7 +1106,8 @@ def x2_h200_29(p: Page) -> None:
         for k in (1, 2):
             v = rounds(root, f"{e}-{k}")
             med[e, k], peak[e, k] = m.at[(e, k), tps], m.at[(e, k), "gpu_peak_allocated_mib"]
-            spread = f"{(max(v) - min(v)) / ((max(v) + min(v)) / 2):.1%}" if len(v) > 1 else "one round"
+            spread = lessons.band(tps, root, (f"{e}-{k}",))  # that run's own spread over its rounds
+            spread = "one round" if spread is None else f"{spread:.1%}"
             rows.append([f"{e}-{k}", *(n(t) for t in v), *["n/a"] * (3 - len(v)), n(med[e, k]), spread])
     p.table(
         "rounds",

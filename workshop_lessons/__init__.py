@@ -7,8 +7,8 @@ sentences that answer an exercise are written in the solution notebook, from tho
 - `runs`: how a notebook makes those runs (`notebook_run_options`, `course_budget`, `run_config`, `run_own_key`).
 - `warmup`: `warm_up(notebook, runs_dir)`, on a CPU the short runs made and thrown away before those a notebook
   measures (none on a GPU).
-- `references`: the GPU reference runs (`reference`, `median_runs`), their tolerance bands (`band`, `cpu_band`) and the learner's
-  exercise table with both beside each figure (`table`).
+- `references`: the GPU reference runs (`reference`, `median_runs`), their tolerance bands (`band`, `cpu_band`) and
+  the learner's exercise table with both beside each figure (`table`).
 - `comparisons`: `Comparison` and `compare(...)`, one figure against another and the verdict, "higher", "lower" or
   "within the band".
 - `headers`: the reading and run times at the top of every notebook (`header`).

@@ -31,6 +31,11 @@ def _load(root: Path) -> pd.DataFrame:
     return df.set_index("run")
 
 
+def _configuration(run: str) -> str:
+    """A repeat's configuration: its folder's name without the protocol's round suffix (NAME-rK -> NAME)."""
+    return re.sub(r"-r\d+$", "", run)
+
+
 def median_runs(root: Path, metric: str = "steady_train_tokens_per_second") -> pd.DataFrame | None:
     """The protocol's figure of each configuration under `root` (docs/measurement.md): of runs/NAME and its repeats
     (repeat/NAME, repeat/NAME-rK), the run whose `metric` is the median of its rounds (the lower of the two middle
@@ -41,7 +46,7 @@ def median_runs(root: Path, metric: str = "steady_train_tokens_per_second") -> p
     df = _load(root / "runs")
     if df.empty:
         return None
-    again = _load(root / "repeat").rename(index=lambda d: re.sub(r"-r\d+$", "", d))
+    again = _load(root / "repeat").rename(index=_configuration)
     df = pd.concat([df, again]) if not again.empty else df
     return pd.concat([g.sort_values(metric).iloc[[(len(g) - 1) // 2]] for _, g in df.groupby(level=0, sort=False)])
 
@@ -76,7 +81,7 @@ def _repeats(root: Path) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {}
     for d in sorted((root / "repeat").glob("*")):
         if (d / "results.json").is_file():
-            found.setdefault(re.sub(r"-r\d+$", "", d.name), []).append(json.loads((d / "results.json").read_text()))
+            found.setdefault(_configuration(d.name), []).append(json.loads((d / "results.json").read_text()))
     return found
 
 
